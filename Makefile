@@ -1,0 +1,33 @@
+# Two entry points on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	REVERIE_WORKTREES=$(CURDIR)/worktrees $(BIN)/python -m orchestrator.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check orchestrator subagents prompts tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/compile.py
+
+clean:
+	rm -rf $(VENV)

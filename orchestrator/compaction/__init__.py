@@ -1,0 +1,3 @@
+"""compaction"""
+
+__all__: list[str] = []

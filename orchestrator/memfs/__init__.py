@@ -1,0 +1,3 @@
+"""memfs"""
+
+__all__: list[str] = []

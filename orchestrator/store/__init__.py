@@ -1,0 +1,3 @@
+"""store"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""testing"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""tools"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Background subagents (reflection, compaction) that work in their own memory worktrees."""
+
+__all__: list[str] = []
