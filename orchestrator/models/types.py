@@ -1,0 +1,125 @@
+"""The values that cross the model seam: messages, tool calls, tool schemas, requests, responses.
+
+Kept free of any provider's wire format so the turn loop, the store and compaction share one
+vocabulary; ``openai_client`` and ``scripted`` translate at the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "Message",
+    "MessageKind",
+    "ModelClient",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "Purpose",
+    "Role",
+    "TextSink",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+MessageKind = Literal["message", "reminder", "summary", "tool_result", "error"]
+Purpose = Literal["chat", "summarize", "reflect"]
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for; ``arguments`` is the raw JSON text as the model sent it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of a conversation.
+
+    ``kind`` is reverie's own classification (a reminder and a user message are both role ``user``);
+    providers only ever see ``role``, ``content``, ``tool_calls`` and ``tool_call_id``.
+    """
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    kind: MessageKind = "message"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything one model call needs. ``system`` is sent as the first message when non-empty."""
+
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    model: str = ""
+    purpose: Purpose = "chat"
+    tool_choice: str | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """The assistant message of one call, its usage and why it stopped."""
+
+    message: Message
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+    model: str = ""
+
+
+class ModelError(Exception):
+    """A model call that failed after retries.
+
+    ``transient`` marks errors worth retrying (429, 5xx, timeouts, resets); ``context_overflow``
+    marks a request too large for the model's window, which compaction answers by shrinking.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        context_overflow: bool = False,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.context_overflow = context_overflow
+        self.status = status
+        self.retry_after = retry_after
+
+
+class ModelClient(Protocol):
+    """The one seam every model sits behind.
+
+    ``on_text`` receives streamed assistant text as it arrives; the returned response always holds
+    the whole message, so callers that do not stream ignore it.
+    """
+
+    async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse: ...
