@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
-MessageKind = Literal["message", "reminder", "summary", "tool_result", "error"]
+MessageKind = Literal["message", "reminder", "memory_update", "summary", "error"]
 Purpose = Literal["chat", "summarize", "reflect"]
 TextSink = Callable[[str], Awaitable[None]]
 
