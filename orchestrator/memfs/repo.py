@@ -1,0 +1,243 @@
+"""Operations on an agent's memory repository: create it, commit to it, read its state.
+
+Everything here is synchronous and blocking (it runs git); async callers use
+``anyio.to_thread.run_sync``. Reverie's own commits run the validator in-process and then commit
+with hooks bypassed (DECISIONS S21), so a harness commit costs no interpreter start-up while a
+commit typed by hand in a shell is still guarded by the installed hook.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_MEMORY_FILES",
+    "INITIAL_COMMIT_MESSAGE",
+    "CommitResult",
+    "GitError",
+    "MemoryCommitRejected",
+    "RepoStatus",
+    "commit_memory",
+    "head_revision",
+    "init_memory_repo",
+    "is_memory_repo",
+    "repo_status",
+    "run_git",
+]
+
+INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
+
+DEFAULT_MEMORY_FILES: Mapping[str, str] = {
+    "MEMORY.md": (
+        "# Memory\n"
+        "\n"
+        "This folder is your long-term memory. Root Markdown files are always in your context;\n"
+        "folders with their own MEMORY.md hold details you open when you need them.\n"
+    ),
+    "persona.md": (
+        "---\n"
+        "name: persona\n"
+        "description: Who I am, how I work, and the rules I follow when I answer\n"
+        "---\n"
+        "I am a helpful assistant with a persistent, git-backed memory.\n"
+    ),
+    "human.md": (
+        "---\n"
+        "name: human\n"
+        "description: What I know about the person I work with\n"
+        "---\n"
+        "Nothing recorded yet.\n"
+    ),
+}
+
+_NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message is one line naming the command and git's own error."""
+
+
+class MemoryCommitRejected(RuntimeError):
+    """The staged memory failed validation; ``report`` is the validator's report, verbatim."""
+
+    def __init__(self, report: str, errors: Sequence[str]) -> None:
+        super().__init__(report.rstrip())
+        self.report = report
+        self.errors = tuple(errors)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    revision: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepoStatus:
+    """The post-turn sync's view of a checkout (turn-loop.md 4.2)."""
+
+    initialized: bool
+    revision: str | None
+    porcelain: tuple[str, ...]
+    operation: str | None
+    conflicted: tuple[str, ...]
+    has_remote: bool
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.porcelain)
+
+    @property
+    def in_conflict(self) -> bool:
+        return self.operation is not None or bool(self.conflicted)
+
+
+def run_git(
+    repo: Path | str,
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, env=full_env, input=input, check=False
+    )
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        raise GitError(f"git {args[0]} failed in {repo}: {detail[-1] if detail else f'exit {proc.returncode}'}")
+    return proc
+
+
+def is_memory_repo(path: Path) -> bool:
+    """True when ``path`` is the top level of a git work tree."""
+    if not path.is_dir():
+        return False
+    proc = run_git(path, "rev-parse", "--show-toplevel", check=False)
+    return proc.returncode == 0 and Path(proc.stdout.decode().strip()).resolve() == path.resolve()
+
+
+def head_revision(path: Path) -> str | None:
+    proc = run_git(path, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    out = proc.stdout.decode().strip()
+    return out if proc.returncode == 0 and out else None
+
+
+def init_memory_repo(
+    path: Path,
+    *,
+    files: Mapping[str, str] | None = None,
+    policy: str = "root-marker",
+) -> str:
+    """Create a v2 memory repository at ``path`` and return its HEAD.
+
+    Idempotent: an existing repository with commits is left as it is (its hook is refreshed, as
+    the reference reinstalls hooks on every harness operation). A non-empty directory that is not
+    a repository is refused rather than swallowed into memory.
+    """
+    from orchestrator.memfs.hook import install_hook
+
+    if path.exists() and not path.is_dir():
+        raise GitError(f"{path}: exists and is not a directory")
+    if is_memory_repo(path):
+        install_hook(path, policy=policy)
+        revision = head_revision(path)
+        if revision is not None:
+            return revision
+    elif path.exists() and any(path.iterdir()):
+        raise GitError(f"{path}: directory is not empty and is not a git repository")
+    path.mkdir(parents=True, exist_ok=True)
+    run_git(path, "init", "-q", "-b", "main")
+    install_hook(path, policy=policy)
+    contents = dict(DEFAULT_MEMORY_FILES if files is None else files)
+    for rel, text in contents.items():
+        target = path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return commit_memory(path, INITIAL_COMMIT_MESSAGE, allow_empty=True).revision
+
+
+def commit_memory(
+    path: Path,
+    message: str,
+    paths: Sequence[str] | None = None,
+    *,
+    allow_empty: bool = False,
+) -> CommitResult:
+    """Stage ``paths`` (all changes when None), validate in-process, and commit.
+
+    Raises ``MemoryCommitRejected`` with the hook's report when the staged tree is invalid; the
+    index is left as staged so the caller (or the agent) can fix and retry, nothing is discarded.
+    """
+    from orchestrator.memfs.validator import format_report, validate_staged
+
+    if paths is None:
+        run_git(path, "add", "-A")
+    elif paths:
+        run_git(path, "add", "-A", "--", *paths)
+    staged = run_git(path, "diff", "--cached", "--name-only", "-z").stdout.decode("utf-8", "replace")
+    files = tuple(p for p in staged.split("\0") if p)
+    if not files and not allow_empty:
+        revision = head_revision(path)
+        if revision is None:
+            raise GitError(f"{path}: nothing to commit and no commits yet")
+        return CommitResult(revision=revision, files=())
+    result = validate_staged(path)
+    if not result.ok:
+        raise MemoryCommitRejected(format_report(result), result.errors)
+    args = [*_NO_HOOKS, "commit", "-q", "-m", message]
+    if allow_empty:
+        args.append("--allow-empty")
+    run_git(path, *args)
+    revision = head_revision(path)
+    assert revision is not None
+    return CommitResult(revision=revision, files=files)
+
+
+def repo_status(path: Path) -> RepoStatus:
+    """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists."""
+    if not (path / ".git").exists():
+        return RepoStatus(False, None, (), None, (), False)
+    git_dir = Path(run_git(path, "rev-parse", "--absolute-git-dir").stdout.decode().strip())
+    operation = None
+    if (git_dir / "MERGE_HEAD").exists():
+        operation = "merge in progress"
+    elif (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
+        operation = "rebase in progress"
+    raw = run_git(path, "status", "--porcelain=v1", "-z").stdout.decode("utf-8", "replace")
+    entries = _porcelain_entries(raw)
+    conflicted = tuple(
+        name for code, name in entries if "U" in code or code in {"AA", "DD"}
+    )
+    remote = run_git(path, "remote", "get-url", "origin", check=False)
+    return RepoStatus(
+        initialized=True,
+        revision=head_revision(path),
+        porcelain=tuple(f"{code} {name}" for code, name in entries),
+        operation=operation,
+        conflicted=conflicted,
+        has_remote=remote.returncode == 0 and bool(remote.stdout.strip()),
+    )
+
+
+def _porcelain_entries(raw: str) -> list[tuple[str, str]]:
+    fields = raw.split("\0")
+    entries: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields):
+        item = fields[i]
+        i += 1
+        if len(item) < 4:
+            continue
+        code, name = item[:2], item[3:]
+        if code[0] in "RC":
+            i += 1  # the rename's source path follows as its own field
+        entries.append((code, name))
+    return entries
