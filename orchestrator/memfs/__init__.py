@@ -1,3 +1,8 @@
-"""memfs"""
+"""MemFS: the agent's memory repository (layout, frontmatter, prompt compiler, validation)."""
 
-__all__: list[str] = []
+from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
+
+__all__: list[str] = [
+    "CompiledPrompt",
+    "compile_system_prompt",
+]

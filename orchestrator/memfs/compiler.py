@@ -1,0 +1,353 @@
+"""Compile committed memory into the system prompt (memfs.md section 3, DECISIONS M1-M6, S14).
+
+Only the committed tree of ``HEAD`` (or an explicit revision) is read, through the pooled object
+reader; the working tree and the index never matter. For v2 only what the prompt shows is read:
+the root tree, the root files' blobs and, per root directory, whether it holds a ``MEMORY.md``.
+Deferred files are never listed, walked or read, so their number does not affect compile time.
+This is exact because a v2 prompt depends only on root files and first-level child indexes
+(memfs.md 3.3): a first-level index is its own witness under the index-chain rule.
+
+The compiler is synchronous and best-effort: a git failure degrades to "no files" (or "skip this
+file"), never an exception. Async callers run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
+
+from orchestrator.memfs.collation import sorted_by_collation
+from orchestrator.memfs.frontmatter import js_trim, js_trim_end, parse_frontmatter
+from orchestrator.memfs.layout import (
+    MEMFS_V1,
+    MEMFS_V2,
+    ROOT_INDEX,
+    SKILLS_DIR,
+    MemoryFormat,
+    child_index_directory,
+    is_markdown_path,
+    label_from_path,
+)
+from orchestrator.memfs.reader import ObjectReader, ReaderError, Revision, display_path, open_reader
+
+__all__ = [
+    "CORE_MEMORY_PLACEHOLDER",
+    "DEFAULT_CONVERSATION_ID",
+    "CompiledPrompt",
+    "MemoryRecord",
+    "compile_system_prompt",
+    "escape_xml_attribute",
+    "format_compiled_at",
+    "inject_core_memory",
+    "render_metadata",
+    "render_v1",
+    "render_v2",
+]
+
+CORE_MEMORY_PLACEHOLDER: Final = "{CORE_MEMORY}"
+DEFAULT_CONVERSATION_ID: Final = "default"
+_V1_REMINDER: Final = "Reminder: <projection> contains the local path of the memory file projection."
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One collected Markdown file: ``value`` is the parsed body, ``description`` JS-trimmed."""
+
+    path: str
+    label: str
+    value: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPrompt:
+    """The compiled system prompt; ``memfs_revision`` is None when there was no revision."""
+
+    content: str
+    core_memory: str
+    compiled_at: str
+    raw_system_hash: str
+    memfs_revision: str | None
+    memory_format: MemoryFormat
+
+
+@dataclass(slots=True)
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    record: MemoryRecord | None = None
+
+
+def escape_xml_attribute(text: str) -> str:
+    """memfs.md 3.5: ``&``, ``"``, ``'``, ``<``, ``>`` and nothing else."""
+    return html.escape(text, quote=True)
+
+
+def format_compiled_at(now: datetime) -> str:
+    """JavaScript ``toISOString``: UTC, milliseconds truncated. A naive ``now`` is taken as UTC."""
+    moment = now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def render_metadata(agent_id: str, conversation_id: str, now: datetime, previous_message_count: int) -> str:
+    """The v1 ``<memory_metadata>`` block, second resolution (memfs.md 3.6, R3.7)."""
+    moment = now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
+    hour = moment.hour % 12 or 12
+    meridiem = "AM" if moment.hour < 12 else "PM"
+    stamp = (
+        f"{moment.year}-{moment.month:02d}-{moment.day:02d} "
+        f"{hour:02d}:{moment.minute:02d}:{moment.second:02d} {meridiem} UTC+0000"
+    )
+    return "\n".join(
+        [
+            "<memory_metadata>",
+            f"- AGENT_ID: {agent_id}",
+            f"- CONVERSATION_ID: {conversation_id}",
+            f"- System prompt last recompiled: {stamp}",
+            f"- {previous_message_count} previous messages between you and the user are stored in recall memory",
+            "</memory_metadata>",
+        ]
+    )
+
+
+def inject_core_memory(raw_system: str, core_memory: str) -> str:
+    """memfs.md 3.7 steps 1-2, then literal substitution of every placeholder (R3.4, M3)."""
+    template = raw_system if CORE_MEMORY_PLACEHOLDER in raw_system else js_trim_end(raw_system) + "\n\n" + CORE_MEMORY_PLACEHOLDER
+    return template.replace(CORE_MEMORY_PLACEHOLDER, core_memory)
+
+
+def _sorted_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    return sorted_by_collation(records, key=lambda record: record.label)
+
+
+def render_v2(records: Sequence[MemoryRecord]) -> str:
+    """memfs.md 3.3: root files by label, then ``<memory>`` with first-level child indexes.
+
+    ``records`` must already be in label order; child indexes are those with path
+    ``<dir>/MEMORY.md`` (one ``/``) outside ``skills/`` (callers pass only existing ones).
+    """
+    blocks: list[str] = []
+    root_index: MemoryRecord | None = None
+    child_indexes: list[MemoryRecord] = []
+    for record in records:
+        if "/" not in record.path:
+            if record.path == ROOT_INDEX:
+                root_index = root_index or record
+                continue
+            lines = [f"<{record.label}>"]
+            description = js_trim(record.description)
+            if description:
+                lines.append(f"<description>{description}</description>")
+            value = js_trim_end(record.value)
+            if value:
+                lines.append(value)
+            lines.append(f"</{record.label}>")
+            blocks.append("\n".join(lines))
+        elif record.path.count("/") == 1 and record.path.endswith("/" + ROOT_INDEX):
+            if not record.path.startswith(SKILLS_DIR + "/") and record.path.split("/")[0]:
+                child_indexes.append(record)
+    if root_index is not None:
+        lines = ["<memory>"]
+        value = js_trim_end(root_index.value)
+        if value:
+            lines.append(value)
+        if child_indexes:
+            lines.append("<deferred-memory>")
+            for index in sorted_by_collation(child_indexes, key=lambda record: record.path):
+                directory = escape_xml_attribute(child_index_directory(index.path))
+                lines.append(f'<directory path="{directory}/" index="{directory}/MEMORY.md" />')
+            lines.append("</deferred-memory>")
+        lines.append("</memory>")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str]) -> None:
+    pad = "  " * depth
+    for name in sorted_by_collation(node.children, key=lambda segment: segment):
+        child = node.children[name]
+        child_parts = [*parts, name]
+        out.append(f"{pad}<{name}>")
+        if child.record is not None:
+            out.append(f"{pad}  <projection>$MEMORY_DIR/system/{'/'.join(child_parts)}.md</projection>")
+            if js_trim(child.record.description):
+                out.append(f"{pad}  <description>{child.record.description}</description>")
+            value = js_trim_end(child.record.value)
+            if value:
+                out.append(f"{pad}  {value}")
+        _render_system_tree(child, depth + 1, child_parts, out)
+        out.append(f"{pad}</{name}>")
+
+
+def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:
+    directories = sorted_by_collation([n for n, c in node.children.items() if c.children], key=lambda n: n)
+    files = sorted_by_collation([n for n, c in node.children.items() if not c.children], key=lambda n: n)
+    entries = [(name, True) for name in directories] + [(name, False) for name in files]
+    for position, (name, is_directory) in enumerate(entries):
+        last = position == len(entries) - 1
+        out.append(f"{prefix}{'└── ' if last else '├── '}{name}{'/' if is_directory else ''}")
+        if is_directory:
+            _render_external_tree(node.children[name], prefix + ("    " if last else "│   "), out)
+
+
+def render_v1(records: Sequence[MemoryRecord]) -> str:
+    """memfs.md 3.4 (legacy projection), records in label order.
+
+    Every segment is an ordinary name (no JavaScript object-prototype collisions, M1).
+    """
+    if not records:
+        return ""
+    lines = [_V1_REMINDER]
+    persona = next((r for r in records if r.label == "system/persona"), None)
+    if persona is not None:
+        lines += [
+            "",
+            "<self>",
+            "<projection>$MEMORY_DIR/system/persona.md</projection>",
+            js_trim_end(persona.value),
+            "</self>",
+        ]
+    system_root = _Node()
+    external_root = _Node()
+    has_system = has_external = False
+    for record in records:
+        if record.label.startswith("system/"):
+            if record.label == "system/persona":
+                continue
+            segments = [s for s in record.label[len("system/") :].split("/") if s]
+            has_system = True
+            if not segments:
+                continue
+            node = system_root
+            for segment in segments:
+                node = node.children.setdefault(segment, _Node())
+            node.record = record
+        elif not record.label.startswith(SKILLS_DIR + "/"):
+            has_external = True
+            node = external_root
+            for segment in (s for s in record.path.split("/") if s):
+                node = node.children.setdefault(segment, _Node())
+    if has_system or has_external:
+        lines += ["", "<memory>"]
+        tree: list[str] = []
+        _render_system_tree(system_root, 0, [], tree)
+        if tree:
+            lines.append("\n".join(tree))
+        if has_external:
+            lines += ["<external_projection>", "${MEMORY_DIR}/"]
+            _render_external_tree(external_root, "", lines)
+            lines.append("</external_projection>")
+        lines.append("</memory>")
+    return "\n".join(lines)
+
+
+def _record_from_blob(path: str, data: bytes) -> MemoryRecord:
+    parsed = parse_frontmatter(data.decode("utf-8", "replace"))
+    description = parsed.fields.get("description")
+    return MemoryRecord(
+        path=display_path(path),
+        label=display_path(label_from_path(path)),
+        value=parsed.body,
+        description=js_trim(description) if isinstance(description, str) else "",
+    )
+
+
+def _collect_v2(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
+    records: list[MemoryRecord] = []
+    for entry in reader.tree_entries(revision.tree):
+        if entry.is_tree:
+            if entry.path == SKILLS_DIR:
+                continue
+            found = reader.lookup(entry.oid, ROOT_INDEX)
+            if found is not None and found[1] == "blob":
+                index_path = f"{entry.path}/{ROOT_INDEX}"
+                records.append(MemoryRecord(path=display_path(index_path), label=display_path(label_from_path(index_path))))
+        elif is_markdown_path(entry.path):
+            data = reader.read_blob(entry.oid)
+            if data is not None:
+                records.append(_record_from_blob(entry.path, data))
+    return _sorted_records(records)
+
+
+def _collect_v1(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
+    records: list[MemoryRecord] = []
+    for entry in reader.walk(revision.tree):
+        if not is_markdown_path(entry.path):
+            continue
+        data = reader.read_blob(entry.oid)
+        if data is not None:
+            records.append(_record_from_blob(entry.path, data))
+    return _sorted_records(records)
+
+
+def _collect(
+    memory_dir: str | os.PathLike[str], revision: str
+) -> tuple[str | None, MemoryFormat, str]:
+    """(revision, format, rendered memory); every git failure degrades (memfs.md 3.2)."""
+    commit: str | None = None
+    try:
+        with open_reader(memory_dir) as reader:
+            if reader is None:
+                return None, MEMFS_V1, ""
+            resolved = reader.resolve(revision)
+            if resolved is None:
+                return None, MEMFS_V1, ""
+            commit = resolved.commit
+            root = reader.tree_entries(resolved.tree)
+            is_v2 = any(entry.path == ROOT_INDEX and not entry.is_tree for entry in root)
+            if is_v2:
+                return commit, MEMFS_V2, render_v2(_collect_v2(reader, resolved))
+            return commit, MEMFS_V1, render_v1(_collect_v1(reader, resolved))
+    except (ReaderError, OSError, ValueError):
+        return commit, MEMFS_V1, ""
+
+
+def _sha256_hex(text: str) -> str:
+    """SHA-256 of the UTF-8 bytes; a lone surrogate hashes as U+FFFD, as in JavaScript."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def compile_system_prompt(
+    memory_dir: str | os.PathLike[str],
+    raw_system: str,
+    *,
+    agent_id: str,
+    conversation_id: str | None = None,
+    now: datetime | None = None,
+    previous_message_count: int = 0,
+    revision: str | None = None,
+) -> CompiledPrompt:
+    """Compile ``raw_system`` with the memory committed at ``revision`` (default ``HEAD``).
+
+    ``conversation_id`` None prints ``default`` in the v1 metadata block (letta-code's default
+    conversation). An unknown ``revision`` compiles as "no revision", like a repository without
+    commits. A git failure after the revision resolved keeps the revision and renders no files
+    (memfs.md 3.2 step B).
+    """
+    moment = now if now is not None else datetime.now(UTC)
+    memfs_revision, memory_format, memory = _collect(memory_dir, revision or "HEAD")
+    metadata = (
+        ""
+        if memory_format == MEMFS_V2
+        else render_metadata(agent_id, conversation_id or DEFAULT_CONVERSATION_ID, moment, previous_message_count)
+    )
+    core_memory = "\n\n".join(part for part in (memory, metadata) if js_trim(part))
+    return CompiledPrompt(
+        content=inject_core_memory(raw_system, core_memory),
+        core_memory=core_memory,
+        compiled_at=format_compiled_at(moment),
+        raw_system_hash=_sha256_hex(raw_system),
+        memfs_revision=memfs_revision,
+        memory_format=memory_format,
+    )

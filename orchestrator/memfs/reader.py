@@ -1,0 +1,411 @@
+"""Read committed memory through one persistent ``git cat-file --batch`` per repository.
+
+The compiler runs every turn, so spawning ``git show`` per file would dominate its cost. Each
+repository gets one long-lived object reader (gitpython's persistent ``cat-file --batch``), used
+under a lock because its pipe carries one request at a time. Readers live in an LRU pool
+(DECISIONS S26) so a thousand memory repositories do not mean a thousand git processes.
+
+Tree objects are parsed here, so names are exactly the bytes stored in the tree decoded as UTF-8
+(DECISIONS M2, S14): no quoting, no trimming. Bytes that are not UTF-8 are kept with
+``surrogateescape`` so the name round-trips to the stored bytes; renderers that need printable
+text re-decode it (``display_path``).
+
+"No revision" (memfs.md 3.2 step A, R3.6 / DECISIONS M6) covers: a missing directory, a
+directory that is not a git repository, one that is not the repository's top level (for example
+a plain folder inside another repository), a repository without commits, and a revision that does
+not name a commit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import git
+
+__all__ = [
+    "DEFAULT_POOL",
+    "ObjectReader",
+    "ReaderError",
+    "ReaderPool",
+    "Revision",
+    "TreeEntry",
+    "display_path",
+    "list_tree_entries",
+    "open_reader",
+    "read_tree_files",
+]
+
+_TREE_MODE: Final = "40000"
+_SYMLINK_MODE: Final = "120000"
+_GITLINK_MODE: Final = "160000"
+_SHA1_BYTES: Final = 20
+_CLEARED_GIT_VARIABLES: Final = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+)
+
+
+class ReaderError(Exception):
+    """The git object reader failed (process died, repository vanished, corrupt object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """A resolved commit and its root tree (both full hex object ids)."""
+
+    commit: str
+    tree: str
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One tree entry; ``path`` is repository-relative with ``/`` separators, exactly as stored."""
+
+    path: str
+    mode: str
+    oid: str
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition("/")[2]
+
+    @property
+    def is_tree(self) -> bool:
+        return self.mode == _TREE_MODE
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.mode == _SYMLINK_MODE
+
+    @property
+    def is_submodule(self) -> bool:
+        return self.mode == _GITLINK_MODE
+
+    @property
+    def is_regular_file(self) -> bool:
+        return self.mode.startswith("100")
+
+    @property
+    def is_blob(self) -> bool:
+        """A file or a symlink (read as its target text)."""
+        return self.is_regular_file or self.is_symlink
+
+
+def display_path(path: str) -> str:
+    """``path`` as printable text: undecodable bytes (kept as surrogates) become U+FFFD."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return path
+
+
+def _parse_tree(data: bytes) -> tuple[tuple[str, str, str], ...]:
+    entries: list[tuple[str, str, str]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        mode = data[pos:space].decode("ascii")
+        name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
+        oid_end = nul + 1 + _SHA1_BYTES
+        entries.append((name, mode, data[nul + 1 : oid_end].hex()))
+        pos = oid_end
+    return tuple(entries)
+
+
+def _text(value: str | bytes) -> str:
+    """gitpython returns header fields as bytes although it annotates them as str."""
+    return value.decode("ascii") if isinstance(value, bytes) else value
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in _CLEARED_GIT_VARIABLES:
+        env.pop(name, None)
+    return env
+
+
+def _locate_repository(directory: Path) -> tuple[Path, Path] | None:
+    """(absolute git dir, top level) when ``directory`` is a repository's top level, else None."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+            cwd=directory,
+            env=_clean_env(),
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    lines = done.stdout.decode("utf-8", "surrogateescape").split("\n")
+    if len(lines) < 2 or not lines[0] or not lines[1]:
+        return None
+    git_dir, top_level = Path(lines[0]), Path(lines[1])
+    try:
+        if top_level.resolve() != directory.resolve():
+            return None
+    except OSError:
+        return None
+    return git_dir, top_level
+
+
+class ObjectReader:
+    """Object access for one repository over a persistent ``cat-file --batch``.
+
+    Not thread-safe on its own: obtain it through ``ReaderPool.open``, which holds its lock.
+    Trees are immutable, so parsed trees and index look-ups are cached by object id.
+    """
+
+    _TREE_CACHE_ENTRIES: Final = 20_000
+    _LOOKUP_CACHE_SIZE: Final = 4_096
+
+    def __init__(self, git_dir: Path, top_level: Path) -> None:
+        self.git_dir = git_dir
+        self.top_level = top_level
+        self.lock = threading.Lock()
+        self._git = self._new_git()
+        self._trees: OrderedDict[str, tuple[tuple[str, str, str], ...]] = OrderedDict()
+        self._cached_tree_entries = 0
+        self._lookups: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()
+        self.evicted = False
+
+    def _new_git(self) -> git.Git:
+        handle = git.Git(self.top_level)
+        handle.update_environment(GIT_DIR=str(self.git_dir))
+        return handle
+
+    def close(self) -> None:
+        """Stop the git process; a later request starts a new one."""
+        self._git.clear_cache()
+
+    def _request(self, name: str) -> tuple[str, str, bytes] | None:
+        """(oid, type, data) of ``name``; None if git says it is missing or ambiguous."""
+        for attempt in (1, 2):
+            try:
+                raw_oid, raw_kind, _size, data = self._git.get_object_data(name)
+            except ValueError:
+                return None
+            except Exception as error:
+                self._git.clear_cache()
+                self._git = self._new_git()
+                if attempt == 2:
+                    raise ReaderError(f"git cat-file failed in {self.top_level}: {error}") from error
+                continue
+            return _text(raw_oid), _text(raw_kind), data
+        return None
+
+    def resolve(self, revision: str = "HEAD") -> Revision | None:
+        """The commit ``revision`` names (peeled) and its tree, or None."""
+        if not revision or "\n" in revision or any(ch.isspace() for ch in revision):
+            return None
+        found = self._request(f"{revision}^{{commit}}")
+        if found is None:
+            return None
+        oid, kind, data = found
+        if kind != "commit" or not data.startswith(b"tree "):
+            return None
+        tree = data[5 : data.index(b"\n")].decode("ascii")
+        return Revision(commit=oid, tree=tree)
+
+    def _tree(self, tree_oid: str) -> tuple[tuple[str, str, str], ...]:
+        cached = self._trees.get(tree_oid)
+        if cached is not None:
+            self._trees.move_to_end(tree_oid)
+            return cached
+        found = self._request(tree_oid)
+        if found is None or found[1] != "tree":
+            raise ReaderError(f"tree {tree_oid} is missing in {self.top_level}")
+        parsed = _parse_tree(found[2])
+        if len(parsed) <= self._TREE_CACHE_ENTRIES // 4:
+            self._trees[tree_oid] = parsed
+            self._cached_tree_entries += len(parsed)
+            while self._cached_tree_entries > self._TREE_CACHE_ENTRIES:
+                _, dropped = self._trees.popitem(last=False)
+                self._cached_tree_entries -= len(dropped)
+        return parsed
+
+    def tree_entries(self, tree_oid: str, prefix: str = "") -> list[TreeEntry]:
+        """Entries of one tree, in stored (git) order; ``prefix`` is the tree's own path."""
+        lead = f"{prefix}/" if prefix else ""
+        return [TreeEntry(lead + name, mode, oid) for name, mode, oid in self._tree(tree_oid)]
+
+    def lookup(self, tree_oid: str, name: str) -> tuple[str, str] | None:
+        """(oid, object type) of the entry ``name`` directly inside ``tree_oid``, without listing it.
+
+        Git resolves ``<tree>:<name>`` itself, so a directory with thousands of entries costs one
+        small round trip. Reads the entry's object, so use it for small files (indexes).
+        """
+        key = (tree_oid, name)
+        if key in self._lookups:
+            self._lookups.move_to_end(key)
+            return self._lookups[key]
+        result: tuple[str, str] | None = None
+        if "\n" not in name and name not in ("", ".", ".."):
+            found = self._request(f"{tree_oid}:{name}")
+            result = None if found is None else (found[0], found[1])
+        self._lookups[key] = result
+        if len(self._lookups) > self._LOOKUP_CACHE_SIZE:
+            self._lookups.popitem(last=False)
+        return result
+
+    def walk(self, tree_oid: str, prefix: str = "") -> Iterator[TreeEntry]:
+        """Every non-tree entry below ``tree_oid``, recursively, in ``git ls-tree -r`` order."""
+        for entry in self.tree_entries(tree_oid, prefix):
+            if entry.is_tree:
+                yield from self.walk(entry.oid, entry.path)
+            else:
+                yield entry
+
+    def read_blob(self, oid: str) -> bytes | None:
+        """The blob's bytes (a symlink's target text), or None if it is missing or not a blob."""
+        found = self._request(oid)
+        if found is None or found[1] != "blob":
+            return None
+        return found[2]
+
+
+def _identity(directory: Path) -> tuple[int, int] | None:
+    try:
+        st = (directory / ".git").stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class ReaderPool:
+    """At most ``max_readers`` live readers (one git process each), least recently used evicted.
+
+    A reader is keyed by the directory's real path and re-created when the directory's ``.git``
+    is replaced (a repository deleted and re-created at the same path).
+    """
+
+    def __init__(self, max_readers: int = 32) -> None:
+        if max_readers < 1:
+            raise ValueError("max_readers must be at least 1")
+        self.max_readers = max_readers
+        self._lock = threading.Lock()
+        self._readers: OrderedDict[str, tuple[tuple[int, int], ObjectReader]] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._readers)
+
+    def _retire(self, reader: ObjectReader) -> None:
+        reader.evicted = True
+        if reader.lock.acquire(blocking=False):
+            try:
+                reader.close()
+            finally:
+                reader.lock.release()
+
+    def _get(self, directory: Path) -> ObjectReader | None:
+        identity = _identity(directory)
+        if identity is None:
+            return None
+        key = os.path.realpath(directory)
+        with self._lock:
+            held = self._readers.get(key)
+            if held is not None and held[0] == identity:
+                self._readers.move_to_end(key)
+                return held[1]
+        located = _locate_repository(directory)
+        if located is None:
+            return None
+        reader = ObjectReader(*located)
+        retired: list[ObjectReader] = []
+        with self._lock:
+            previous = self._readers.pop(key, None)
+            if previous is not None:
+                retired.append(previous[1])
+            self._readers[key] = (identity, reader)
+            while len(self._readers) > self.max_readers:
+                retired.append(self._readers.popitem(last=False)[1][1])
+        for old in retired:
+            self._retire(old)
+        return reader
+
+    @contextmanager
+    def open(self, memory_dir: str | os.PathLike[str]) -> Iterator[ObjectReader | None]:
+        """The locked reader for ``memory_dir``, or None when it is not a repository top level."""
+        reader = self._get(Path(memory_dir))
+        if reader is None:
+            yield None
+            return
+        with reader.lock:
+            try:
+                yield reader
+            finally:
+                if reader.evicted:
+                    reader.close()
+
+    def close_all(self) -> None:
+        """Stop every git process (e.g. at shutdown or in tests)."""
+        with self._lock:
+            readers = [held[1] for held in self._readers.values()]
+            self._readers.clear()
+        for reader in readers:
+            self._retire(reader)
+
+
+DEFAULT_POOL: Final = ReaderPool()
+
+
+def open_reader(memory_dir: str | os.PathLike[str]) -> AbstractContextManager[ObjectReader | None]:
+    """``DEFAULT_POOL.open(memory_dir)``."""
+    return DEFAULT_POOL.open(memory_dir)
+
+
+def list_tree_entries(memory_dir: str | os.PathLike[str], revision: str = "HEAD") -> list[TreeEntry] | None:
+    """Every file entry (blobs, symlinks, submodules) at ``revision``, as ``git ls-tree -r -z``.
+
+    None when there is no revision. Raises ``ReaderError`` if git fails mid-walk.
+    """
+    with open_reader(memory_dir) as reader:
+        if reader is None:
+            return None
+        resolved = reader.resolve(revision)
+        if resolved is None:
+            return None
+        return list(reader.walk(resolved.tree))
+
+
+def read_tree_files(
+    memory_dir: str | os.PathLike[str], revision: str = "HEAD", *, markdown_only: bool = False
+) -> dict[str, bytes] | None:
+    """Path to content of every blob at ``revision`` (symlinks give their target text).
+
+    Submodule entries are skipped (their commits are not in this repository). None when there is
+    no revision. Raises ``ReaderError`` if git fails mid-walk.
+    """
+    with open_reader(memory_dir) as reader:
+        if reader is None:
+            return None
+        resolved = reader.resolve(revision)
+        if resolved is None:
+            return None
+        files: dict[str, bytes] = {}
+        for entry in reader.walk(resolved.tree):
+            if not entry.is_blob or (markdown_only and not entry.path.endswith(".md")):
+                continue
+            data = reader.read_blob(entry.oid)
+            if data is not None:
+                files[entry.path] = data
+        return files
