@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator.memfs.repo import init_memory_repo
+from orchestrator.memory_sync import check_memory, sync_reminder_for
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "memory"
+    init_memory_repo(path)
+    return path
+
+
+def test_clean_local_repo_is_skipped_without_reminder(repo: Path) -> None:
+    result = check_memory(repo)
+    assert (result.status, result.summary) == ("skipped", "Local backend MemFS has no Letta remote to push.")
+    assert sync_reminder_for(result) is None
+
+
+def test_dirty_repo_gives_commit_needed_text(repo: Path) -> None:
+    (repo / "persona.md").write_text("---\nname: persona\ndescription: d\n---\nchanged\n")
+    (repo / "scratch.txt").write_text("x")
+    result = check_memory(repo)
+    assert result.status == "dirty"
+    assert result.summary == "2 uncommitted memory change(s)."
+    assert sync_reminder_for(result) == (
+        "<system-reminder>\n"
+        "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\n"
+        f"Memory directory: {repo}\n"
+        "Status: 2 uncommitted memory change(s).\n\n"
+        "Commit these memory changes locally when appropriate, staging only the files you changed. "
+        "Do not run `git push` for MemFS sync; the harness pushes clean committed memory changes "
+        "automatically for remote MemFS agents after turns.\n"
+        "</system-reminder>"
+    )
+
+
+def test_no_verify_commit_of_invalid_tree_is_caught_by_audit(repo: Path) -> None:
+    (repo / "notes.md").write_text("no frontmatter here\n")
+    _git(repo, "add", "notes.md")
+    _git(repo, "commit", "--no-verify", "-qm", "sneak")
+    result = check_memory(repo)
+    assert result.status == "invalid"
+    assert result.summary.startswith("Committed memory fails validation:\n")
+    assert any("notes.md" in line for line in result.audit_errors)
+    reminder = sync_reminder_for(result)
+    assert reminder is not None and "MEMORY SYNC FAILED" in reminder
+
+
+def test_rebase_in_progress_is_a_conflict(repo: Path) -> None:
+    _git(repo, "checkout", "-qb", "side")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nside\n")
+    _git(repo, "commit", "--no-verify", "-qam", "side")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nmain\n")
+    _git(repo, "commit", "--no-verify", "-qam", "main")
+    subprocess.run(["git", "rebase", "side"], cwd=repo, capture_output=True)
+    result = check_memory(repo)
+    assert result.status == "conflict"
+    assert result.summary == "rebase in progress; conflicted file(s): human.md"
+    reminder = sync_reminder_for(result)
+    assert reminder is not None and reminder.startswith("<system-reminder>\nMEMORY GIT CONFLICT")
+
+
+def test_remote_push_and_rebase_on_non_fast_forward(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    _git(repo, "remote", "add", "origin", str(remote))
+    _git(repo, "push", "-qu", "origin", "main")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nlocal\n")
+    _git(repo, "commit", "--no-verify", "-qam", "local")
+    result = check_memory(repo)
+    assert (result.status, result.summary) == ("pushed", "Pushed 1 pending memory commit(s).")
+
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(remote), str(other)], check=True)
+    (other / "persona.md").write_text("---\nname: persona\ndescription: d\n---\nremote\n")
+    _git(other, "commit", "--no-verify", "-qam", "remote")
+    _git(other, "push", "-q")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nlocal two\n")
+    _git(repo, "commit", "--no-verify", "-qam", "local two")
+    result = check_memory(repo)
+    assert (result.status, result.summary) == ("pushed", "Rebased and pushed 1 pending memory commit(s).")
+    log = _git(repo, "log", "--format=%s").stdout.split("\n")
+    assert log[:3] == ["local two", "remote", "local"]
