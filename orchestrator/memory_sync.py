@@ -17,7 +17,7 @@ from pathlib import Path
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from orchestrator.memfs.repo import GitError, RepoStatus, repo_status, run_git
-from orchestrator.reminders import sync_reminder
+from orchestrator.reminders import memory_invalid_reminder, sync_reminder
 
 __all__ = ["SyncResult", "check_memory", "conflict_summary", "sync_reminder_for"]
 
@@ -83,6 +83,9 @@ def check_memory(
 
 
 def sync_reminder_for(result: SyncResult) -> str | None:
+    """The reminder a status calls for; an audit failure uses reverie's MEMORY INVALID text (S12)."""
+    if result.status == "invalid" and result.audit_errors:
+        return memory_invalid_reminder((result.revision or "unknown")[:7], result.audit_errors)
     return sync_reminder(result.status, memory_dir=result.memory_dir, summary=result.summary, local_only=result.local_only)
 
 

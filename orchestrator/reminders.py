@@ -11,13 +11,17 @@ from datetime import UTC, datetime
 
 __all__ = [
     "AGENT_INFO_TEMPLATE",
+    "MEMORY_INVALID_TEMPLATE",
     "MEMORY_UPDATE_TEMPLATE",
+    "REFLECTION_KEPT_TEMPLATE",
     "SYNC_CONFLICT_TEMPLATE",
     "SYNC_DIRTY_TEMPLATE",
     "SYNC_PUSH_FAILED_TEMPLATE",
     "agent_info_reminder",
     "iso_utc",
     "join_reminders",
+    "reflection_kept_reminder",
+    "memory_invalid_reminder",
     "memory_update_block",
     "memory_update_reminder",
     "sync_reminder",
@@ -81,6 +85,34 @@ SYNC_PUSH_FAILED_TEMPLATE = (
     "after a future turn when the repo is clean.\n"
     "</system-reminder>"
 )
+
+REFLECTION_KEPT_TEMPLATE = (
+    "<system-reminder>\n"
+    "MEMORY REFLECTION KEPT: a background reflection made {n} commit(s) that were not merged into your memory ({reason}).\n"
+    "Nothing was lost: they are on branch {branch}.\n"
+    "Files involved: {files}\n"
+    "When it suits the user's work, run `reverie reflections merge {id}` to retry, or review them with "
+    "`git -C \"$MEMORY_DIR\" log -p {branch}` and apply what still matters yourself. Do not delete the branch.\n"
+    "</system-reminder>"
+)
+
+MEMORY_INVALID_TEMPLATE = (
+    "<system-reminder>\n"
+    "MEMORY INVALID: the committed memory at {sha7} fails validation:\n"
+    "{errors}\n"
+    "Fix these files and commit the fix, staging only the files you changed.\n"
+    "</system-reminder>"
+)
+
+
+def reflection_kept_reminder(*, n: int, reason: str, branch: str, files: Sequence[str], id: str) -> str:
+    """DECISIONS S12: a reflection branch kept after a conflict, a dirty parent or a failure."""
+    return REFLECTION_KEPT_TEMPLATE.format(n=n, reason=reason, branch=branch, files=", ".join(files), id=id)
+
+
+def memory_invalid_reminder(sha7: str, errors: Sequence[str]) -> str:
+    """DECISIONS S12 (M8): the committed HEAD fails the audit; one error per line, two-space indent."""
+    return MEMORY_INVALID_TEMPLATE.format(sha7=sha7, errors="\n".join("  " + e for e in errors))
 
 
 def iso_utc(moment: datetime) -> str:

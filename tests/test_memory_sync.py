@@ -49,11 +49,13 @@ def test_no_verify_commit_of_invalid_tree_is_caught_by_audit(repo: Path) -> None
     _git(repo, "add", "notes.md")
     _git(repo, "commit", "--no-verify", "-qm", "sneak")
     result = check_memory(repo)
-    assert result.status == "invalid"
+    assert result.status == "invalid" and result.revision is not None
     assert result.summary.startswith("Committed memory fails validation:\n")
     assert any("notes.md" in line for line in result.audit_errors)
     reminder = sync_reminder_for(result)
-    assert reminder is not None and "MEMORY SYNC FAILED" in reminder
+    assert reminder is not None
+    assert reminder.startswith(f"<system-reminder>\nMEMORY INVALID: the committed memory at {result.revision[:7]} fails validation:\n  ")
+    assert reminder.endswith("\nFix these files and commit the fix, staging only the files you changed.\n</system-reminder>")
 
 
 def test_rebase_in_progress_is_a_conflict(repo: Path) -> None:
