@@ -1,0 +1,174 @@
+"""Reverie's event vocabulary (DECISIONS S8): one schema for the CLI, the store and the event log.
+
+Every event is a frozen dataclass with a ``kind``; ``payload()`` is the JSON object the store and
+the JSONL event log keep. ``docs/events.md`` documents each kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "CompactionDone",
+    "CompactionFailed",
+    "CompactionProgress",
+    "CompactionStarted",
+    "Event",
+    "MemoryCommitted",
+    "MemoryUpdateInjected",
+    "ModelCalled",
+    "ReflectionKept",
+    "ReflectionLaunched",
+    "ReflectionMerged",
+    "ReminderQueued",
+    "TextDelta",
+    "ToolFinished",
+    "ToolStarted",
+    "TurnEnded",
+    "TurnStarted",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    transient: ClassVar[bool] = False
+
+    def payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TurnStarted(Event):
+    kind: ClassVar[str] = "turn.start"
+    turn_id: str
+    conversation_id: str
+
+
+@dataclass(frozen=True)
+class TurnEnded(Event):
+    kind: ClassVar[str] = "turn.end"
+    turn_id: str
+    conversation_id: str
+    status: str
+    steps: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    """Streamed assistant text; shown live, never stored."""
+
+    kind: ClassVar[str] = "text.delta"
+    transient: ClassVar[bool] = True
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelCalled(Event):
+    kind: ClassVar[str] = "model.call"
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    purpose: str = "chat"
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    kind: ClassVar[str] = "tool.start"
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    kind: ClassVar[str] = "tool.end"
+    call_id: str
+    name: str
+    ok: bool
+    output: str
+
+
+@dataclass(frozen=True)
+class MemoryCommitted(Event):
+    kind: ClassVar[str] = "memory.commit"
+    revision: str
+    previous_revision: str | None
+
+
+@dataclass(frozen=True)
+class MemoryUpdateInjected(Event):
+    kind: ClassVar[str] = "memory.update_injected"
+    revision: str
+    previous_revision: str | None
+
+
+@dataclass(frozen=True)
+class ReminderQueued(Event):
+    kind: ClassVar[str] = "reminder.queued"
+    key: str
+    status: str
+
+
+@dataclass(frozen=True)
+class CompactionStarted(Event):
+    kind: ClassVar[str] = "compaction.start"
+    mode: str
+    messages: int
+    tokens_before: int
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class CompactionProgress(Event):
+    kind: ClassVar[str] = "compaction.progress"
+    transient: ClassVar[bool] = True
+    step: str
+
+
+@dataclass(frozen=True)
+class CompactionDone(Event):
+    kind: ClassVar[str] = "compaction.done"
+    mode: str
+    evicted: int
+    tokens_before: int
+    tokens_after: int
+    summary_message_id: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompactionFailed(Event):
+    kind: ClassVar[str] = "compaction.failed"
+    error: str
+    evicted: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionLaunched(Event):
+    kind: ClassVar[str] = "reflection.launch"
+    reflection_id: str
+    branch: str
+    trigger: str
+
+
+@dataclass(frozen=True)
+class ReflectionMerged(Event):
+    kind: ClassVar[str] = "reflection.merged"
+    reflection_id: str
+    branch: str
+    commits: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class ReflectionKept(Event):
+    kind: ClassVar[str] = "reflection.kept"
+    reflection_id: str
+    branch: str
+    commits: int
+    reason: str
+    files: tuple[str, ...] = ()
