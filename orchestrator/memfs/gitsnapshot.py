@@ -1,0 +1,188 @@
+"""Read validation snapshots from git with plain subprocesses (blocking; callers thread it).
+
+Paths come NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as
+stored (DECISIONS M2); blobs are read in one ``cat-file --batch`` process. The hook imports this
+module, so it stays free of heavy imports. Git inherits the caller's environment, so inside a hook
+``GIT_INDEX_FILE`` (``git commit -a`` or ``git commit <paths>``) selects the index git will commit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from types import MappingProxyType
+
+from orchestrator.memfs.policy import (
+    LEGACY_ONLY,
+    POLICY_FILE_NAME,
+    ROOT_MARKER,
+    SHARED_MEMORY,
+    LayoutPolicy,
+    parse_policy,
+)
+from orchestrator.memfs.snapshot import Entry, Snapshot, diff_status, path_order_key
+
+__all__ = [
+    "GitReadError",
+    "audit_policy",
+    "git_common_dir",
+    "read_commit_snapshot",
+    "read_policy",
+    "read_staged_snapshot",
+]
+
+_EMPTY: dict[str, Entry] = {}
+
+
+class GitReadError(RuntimeError):
+    """Git could not list or read what validation needs."""
+
+
+def _git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    result = subprocess.run(["git", *args], cwd=repo, input=stdin, capture_output=True, check=False)
+    if check and result.returncode != 0:
+        message = result.stderr.decode("utf-8", "replace").strip()
+        raise GitReadError(f"git {args[0]} failed in {repo}: {message}")
+    return result
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def git_common_dir(repo: Path) -> Path:
+    """The common git directory (shared by linked worktrees)."""
+    out = _git(repo, "rev-parse", "--git-common-dir").stdout.decode("utf-8", "surrogateescape").strip()
+    return (repo / out).resolve()
+
+
+def read_policy(repo: Path) -> LayoutPolicy:
+    """The policy file of ``repo`` (missing or unreadable: legacy, as the hook treats it)."""
+    try:
+        text = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, GitReadError):
+        return LEGACY_ONLY
+    return parse_policy(text)
+
+
+def _read_index(repo: Path) -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    for record in _git(repo, "ls-files", "-s", "-z").stdout.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition(b"\t")
+        mode, oid, _stage = meta.split(b" ")
+        entries.setdefault(_name(path), Entry(mode.decode(), oid.decode()))
+    return entries
+
+
+def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
+    """Entries of ``revision``'s tree, or None when it does not name a commit (unborn ``HEAD``)."""
+    result = _git(repo, "ls-tree", "-r", "-z", "--full-tree", revision, "--", check=False)
+    if result.returncode != 0:
+        if _git(repo, "rev-parse", "-q", "--verify", f"{revision}^{{commit}}", check=False).returncode == 0:
+            raise GitReadError(f"git ls-tree failed in {repo}: {result.stderr.decode('utf-8', 'replace').strip()}")
+        return None
+    entries: dict[str, Entry] = {}
+    for record in result.stdout.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition(b"\t")
+        mode, _type, oid = meta.split(b" ")
+        entries[_name(path)] = Entry(mode.decode(), oid.decode())
+    return entries
+
+
+def _read_changes(repo: Path) -> dict[str, str]:
+    """``git diff --cached --name-status`` with git's own rename detection; renames under the new path."""
+    fields = _git(repo, "diff", "--cached", "-z", "--name-status", "--no-ext-diff").stdout.split(b"\0")
+    changes: dict[str, str] = {}
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i].decode()
+        if status[:1] in ("R", "C"):
+            changes[_name(fields[i + 2])] = status[:1]
+            i += 3
+        else:
+            changes[_name(fields[i + 1])] = status[:1]
+            i += 2
+    return changes
+
+
+def _read_blobs(repo: Path, oids: Iterable[str]) -> dict[str, bytes]:
+    wanted = sorted(set(oids))
+    if not wanted:
+        return {}
+    out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in wanted).encode()).stdout
+    blobs: dict[str, bytes] = {}
+    pos = 0
+    for oid in wanted:
+        eol = out.index(b"\n", pos)
+        header = out[pos:eol].split(b" ")
+        pos = eol + 1
+        if len(header) != 3:
+            continue
+        size = int(header[2])
+        blobs[oid] = out[pos : pos + size]
+        pos += size + 1
+    return blobs
+
+
+def _needed_blobs(index: dict[str, Entry], head: dict[str, Entry] | None, changes: dict[str, str]) -> set[str]:
+    wanted = {e.oid for p, e in index.items() if p.endswith(".md") or p == ".memfs.config.json"}
+    for path in changes:
+        entry = (head or _EMPTY).get(path)
+        if entry is not None and path.endswith(".md"):
+            wanted.add(entry.oid)
+    return wanted - _gitlink_oids(index)
+
+
+def _gitlink_oids(index: dict[str, Entry]) -> set[str]:
+    return {e.oid for e in index.values() if e.mode == "160000"}
+
+
+def _snapshot(index: dict[str, Entry], head: dict[str, Entry] | None, changes: dict[str, str], repo: Path) -> Snapshot:
+    ordered = {p: index[p] for p in sorted(index, key=path_order_key)}
+    blobs = _read_blobs(repo, _needed_blobs(ordered, head, changes))
+    blobs.update(dict.fromkeys(_gitlink_oids(ordered), b""))  # a submodule has no text to check
+    return Snapshot(
+        index=MappingProxyType(ordered),
+        head=None if head is None else MappingProxyType(head),
+        blobs=MappingProxyType(blobs),
+        changes=MappingProxyType(changes),
+    )
+
+
+def read_staged_snapshot(repo: Path) -> Snapshot:
+    """The index, ``HEAD`` and the staged changes of ``repo``, with the blobs validation reads."""
+    index = _read_index(repo)
+    head = _read_tree(repo, "HEAD")
+    return _snapshot(index, head, _read_changes(repo), repo)
+
+
+def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapshot | None:
+    """``revision``'s tree as the "index" and ``base`` (default its first parent) as accepted tree.
+
+    None when ``revision`` names no commit (a repository without commits).
+    """
+    tree = _read_tree(repo, revision)
+    if tree is None:
+        return None
+    accepted = _read_tree(repo, base if base is not None else f"{revision}^")
+    accepted = accepted if accepted is not None else {}
+    return _snapshot(tree, accepted, diff_status(tree, accepted), repo)
+
+
+def audit_policy(repo: Path, revision: str, marker_in_tree: bool) -> LayoutPolicy:
+    """The audit's policy (memfs.md 1.5): the file's choice, refined by history for ``root-marker``."""
+    try:
+        text: str | None = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError, GitReadError):
+        text = None
+    if text in (LEGACY_ONLY, SHARED_MEMORY):
+        return parse_policy(text)
+    if text == ROOT_MARKER:
+        touched = _git(repo, "log", "-1", "--format=%H", revision, "--", "MEMORY.md", check=False)
+        return ROOT_MARKER if touched.returncode == 0 and touched.stdout.strip() else LEGACY_ONLY
+    return ROOT_MARKER if marker_in_tree else LEGACY_ONLY

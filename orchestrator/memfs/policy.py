@@ -1,0 +1,47 @@
+"""Layout policies and the policy file that steers the hook (memfs.md 4.2).
+
+The file keeps the reference's name and place (``<git common dir>/letta-memory-layout-policy``, the
+policy name plus LF) so repositories stay interchangeable with letta-code (R4.3).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, cast
+
+__all__ = [
+    "LEGACY_ONLY",
+    "POLICIES",
+    "POLICY_FILE_NAME",
+    "ROOT_MARKER",
+    "SHARED_MEMORY",
+    "LayoutPolicy",
+    "parse_policy",
+    "policy_file_text",
+]
+
+LayoutPolicy = Literal["legacy-only", "root-marker", "shared-memory"]
+
+LEGACY_ONLY: Final[LayoutPolicy] = "legacy-only"
+ROOT_MARKER: Final[LayoutPolicy] = "root-marker"
+SHARED_MEMORY: Final[LayoutPolicy] = "shared-memory"
+POLICIES: Final[tuple[LayoutPolicy, ...]] = (LEGACY_ONLY, ROOT_MARKER, SHARED_MEMORY)
+POLICY_FILE_NAME: Final = "letta-memory-layout-policy"
+
+
+def parse_policy(text: str | None) -> LayoutPolicy:
+    """The policy a file's text selects; missing, unreadable or unknown content means legacy.
+
+    The reference's shell hook compares the text without its final LF and its validator trims it;
+    both treat anything that is not one of the three names like ``legacy-only``.
+    """
+    if text is None:
+        return LEGACY_ONLY
+    name = text.strip()
+    return cast(LayoutPolicy, name) if name in POLICIES else LEGACY_ONLY
+
+
+def policy_file_text(policy: LayoutPolicy | str) -> str:
+    """What the installer writes: the name and one LF."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown layout policy {policy!r} (expected one of {', '.join(POLICIES)})")
+    return f"{policy}\n"

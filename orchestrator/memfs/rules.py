@@ -1,0 +1,132 @@
+"""Per-file frontmatter rules of the pre-commit hook (memfs.md 4.5).
+
+These are the hook's own line-based checks, deliberately not the compiler's parser
+(``frontmatter.parse_frontmatter``): content is split on LF without normalising BOM or CRLF, so a
+file the compiler would read can still be rejected here (``---\\r`` does not open frontmatter).
+Every message starts with ``{path}: `` and is the reference's text byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "LEGACY_ALLOWED_KEYS",
+    "V2_ALLOWED_KEYS",
+    "legacy_frontmatter_errors",
+    "legacy_value",
+    "v2_frontmatter_errors",
+]
+
+V2_ALLOWED_KEYS: Final = ("name", "description")
+LEGACY_ALLOWED_KEYS: Final = ("description", "read_only", "limit")
+_DELIMITER: Final = "---"
+_PROTECTED: Final = "read_only"
+
+
+def _block(lines: list[str]) -> list[str] | None:
+    """The lines between the opening ``---`` (line 0) and the first closing ``---``, else None."""
+    for index in range(1, len(lines)):
+        if lines[index] == _DELIMITER:
+            return lines[1:index]
+    return None
+
+
+def _strip_spaces(text: str) -> str:
+    return text.strip(" ")
+
+
+def _opening_errors(path: str, lines: list[str]) -> tuple[list[str] | None, list[str]]:
+    if lines[0] != _DELIMITER:
+        return None, [f"{path}: missing frontmatter (must start with ---)"]
+    block = _block(lines)
+    if block is None:
+        return None, [f"{path}: frontmatter opened but never closed (missing closing ---)"]
+    return block, []
+
+
+def v2_frontmatter_errors(path: str, content: str) -> list[str]:
+    """Errors of one staged v2 memory file; indexes (last segment ``MEMORY.md``) only lack frontmatter."""
+    lines = content.split("\n")
+    if path.rsplit("/", 1)[-1] == "MEMORY.md":
+        return [f"{path}: MEMORY.md must not have frontmatter"] if lines[0] == _DELIMITER else []
+    block, errors = _opening_errors(path, lines)
+    if block is None:
+        return errors
+    seen: set[str] = set()
+    allowed = " ".join(V2_ALLOWED_KEYS)
+    for line in block:
+        if not line:
+            continue
+        key, colon, value = line.partition(":")
+        key = _strip_spaces(key)
+        value = _strip_spaces(value if colon else line)
+        if key not in V2_ALLOWED_KEYS:
+            errors.append(f"{path}: unknown frontmatter key '{key}' (allowed: {allowed})")
+            continue
+        if key in seen:
+            errors.append(f"{path}: duplicate frontmatter key '{key}'")
+        seen.add(key)
+        if value in ("", '""', "''"):
+            errors.append(f"{path}: '{key}' must not be empty")
+    for key in V2_ALLOWED_KEYS:
+        if key not in seen:
+            errors.append(f"{path}: missing required field '{key}'")
+    return errors
+
+
+def legacy_value(text: str, key: str) -> str:
+    """Values of the frontmatter lines starting with ``key:``, space-trimmed and LF-joined.
+
+    Mirrors the reference's ``get_fm_value``; ``""`` when absent or the frontmatter is not closed.
+    """
+    block = _block(text.split("\n"))
+    if block is None:
+        return ""
+    prefix = key + ":"
+    values = [_strip_spaces(line[len(prefix) :]) for line in block if line.startswith(prefix)]
+    return "\n".join(values).rstrip("\n")
+
+
+def legacy_frontmatter_errors(
+    path: str, content: str, previous: str | None, *, protect: bool = True
+) -> list[str]:
+    """Errors of one staged legacy (v1) memory file; ``previous`` is its ``HEAD`` text or None.
+
+    A ``HEAD`` text made only of line breaks counts as absent, as it does for the reference's shell
+    check. ``protect=False`` (audits of committed trees, which have no "change" to judge) skips the
+    ``read_only`` protection rules and keeps the structural ones.
+    """
+    if previous is not None and not previous.rstrip("\n"):
+        previous = None
+    block, errors = _opening_errors(path, content.split("\n"))
+    if block is None:
+        return errors
+    head_read_only = legacy_value(previous, _PROTECTED) if previous is not None and protect else ""
+    if head_read_only == "true":
+        return [f"{path}: file is read_only and cannot be modified"]
+    allowed = " ".join(LEGACY_ALLOWED_KEYS)
+    has_description = False
+    for line in block:
+        if not line or line[0] in " \t":
+            continue
+        key, colon, value = line.partition(":")
+        key = key.replace(" ", "")
+        value = _strip_spaces(value if colon else line)
+        if key not in LEGACY_ALLOWED_KEYS:
+            errors.append(f"{path}: unknown frontmatter key '{key}' (allowed: {allowed})")
+            continue
+        if key == _PROTECTED and protect:
+            if previous is None:
+                errors.append(f"{path}: '{key}' is a protected field and cannot be set by the agent")
+            elif value != head_read_only:
+                errors.append(f"{path}: '{key}' is a protected field and cannot be changed by the agent")
+        if key == "description":
+            has_description = True
+            if not value:
+                errors.append(f"{path}: 'description' must not be empty")
+    if not has_description:
+        errors.append(f"{path}: missing required field 'description'")
+    if protect and previous is not None and head_read_only and not legacy_value(content, _PROTECTED):
+        errors.append(f"{path}: '{_PROTECTED}' is a protected field and cannot be removed by the agent")
+    return errors
