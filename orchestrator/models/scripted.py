@@ -1,0 +1,644 @@
+"""The embedded, deterministic, offline model: reverie's default when no endpoint is configured.
+
+It is stateless (DECISIONS S27): every answer is a function of the request alone, so a rule is
+followed only while its text is in the request, and removing a ``<memory_update>`` makes the rule
+vanish. The only exception is an explicit test script (below), which is consumed in order.
+
+Where rules are read ("rule sources"): the system prompt, messages of kind ``reminder`` or
+``memory_update``, system-role messages, and ``<system-reminder>`` blocks inside user messages.
+Never plain user text or tool output: saying a rule is not the same as having it in memory.
+
+Answer rules: a list line (``- `` or ``* ``) in a rule source, matched whole and case-insensitively:
+
+* ``always end answers with X`` (also ``end every/each/all/your answer(s)/reply/replies/
+  response(s)/message(s) with X``), ``回答末尾总是加上 X`` (``总是``/``都``/``一律`` optional,
+  ``加上``/``加``/``带上``): append `` X``;
+* the same with ``start``/``begin`` or ``回答开头``: prepend ``X ``.
+
+``X`` loses surrounding quotes and one trailing ``.``/``。``. Rules apply in first-seen order,
+duplicates once. They apply to every chat answer and to the memory confirmation.
+
+Chat (``purpose="chat"``), decided by the last message that is not a reminder:
+
+* a user message starting ``remember:``/``remember that``/``please remember``/``from now on``/
+  ``设定：``/``记住：`` states a rule. If a ``bash`` tool is offered and the rule is not already a
+  list line in a rule source, the model calls bash with a command that appends ``- <rule>`` to
+  ``persona.md`` (rules about answering: they mention answers, replies, responses, "you", 回答,
+  回复 or 你) or ``human.md`` (everything else: facts and preferences of the user), creating the file
+  with frontmatter if needed, and commits it with git (``feat: update persona``/``human``). When
+  the request shows the v1 layout (``system/persona.md``), the files live under ``system/``.
+* a user message asking about the past (``what did I say/tell you about X``, ``do you remember
+  X``, ``earlier ... X``, ``之前``/``刚才``/``还记得``) calls ``conversation_search`` when offered.
+* a tool result of its own bash call gets ``Noted — I saved that to memory.``
+  (``好的，我已经把这件事记进记忆里了。`` for Chinese); a failed command (``fatal:``, ``error``,
+  ``exit code`` with a non-zero value) gets a one-line failure note instead. A search result gets
+  ``Earlier you said: "<best hit>"``: the first hit that is not the question itself.
+* anything else gets ``(mock) I heard: <text>`` (``（mock）我听到了：<text>`` when the message
+  contains CJK characters, as in the seed story).
+
+Summaries (``purpose="summarize"``): an extractive summary of the transcript under the headings
+of compaction.md 3.5 (the ``all`` set when the system prompt mentions "Current state", else the
+sliding set). Every identifier of DECISIONS S22 is listed verbatim first; user lines up to 200
+characters are quoted verbatim; the result stays within ``max_tokens * 4`` characters (default
+1,000 tokens, the S20 summary reserve).
+
+Reflection (``purpose="reflect"``): from the user lines of the transcript in the request (``[user]
+...``, ``user: ...`` or JSON records with role/kind ``user``) it takes remember-style statements and
+facts (``my name is``, ``I prefer``, ``I like``, ``I use``, ``call me``, ``我叫``, ``我喜欢``,
+``我更喜欢``, ``我习惯``, ``我用``) not already a list line in a rule source, and makes one bash call
+appending them to persona.md/human.md with a single commit
+(``feat(reflection): remember <n> item(s) 🔮``). After its own tool result it reports; with nothing
+new it says ``Reflection: nothing new to remember.`` without committing.
+
+Scripts: ``ScriptedModel(script=[...])`` answers with the given ``ModelResponse`` objects or
+``callable(request)`` results in order, then falls back to the rules (or raises a non-transient
+``ModelError`` with ``strict=True``). ``latency`` adds an ``anyio.sleep`` per call. Usage is the
+chars/4 estimate. Tool-call ids are ``call_`` plus a hash of the request, so the same request gets
+the same id on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
+
+__all__ = [
+    "CONFIRMATION",
+    "CONFIRMATION_ZH",
+    "ScriptStep",
+    "ScriptedModel",
+    "answer_rules",
+    "extract_identifiers",
+    "remember_command",
+]
+
+CONFIRMATION = "Noted — I saved that to memory."
+CONFIRMATION_ZH = "好的，我已经把这件事记进记忆里了。"
+_HEARD = "(mock) I heard: "
+_HEARD_ZH = "（mock）我听到了："
+_DEFAULT_SUMMARY_TOKENS = 1000
+
+ScriptStep = ModelResponse | Callable[[ModelRequest], "ModelResponse | Awaitable[ModelResponse]"]
+
+_REMINDER_BLOCK = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_BULLET = re.compile(r"^\s*[-*]\s+(.+?)\s*$")
+_NOUNS = r"(?:answers?|repl(?:y|ies)|responses?|messages?)"
+_RULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "suffix",
+        re.compile(rf"^(?:always\s+)?end\s+(?:(?:all|every|each|your)\s+)*{_NOUNS}\s+with\s+(.+)$", re.I),
+    ),
+    (
+        "prefix",
+        re.compile(
+            rf"^(?:always\s+)?(?:start|begin)\s+(?:(?:all|every|each|your)\s+)*{_NOUNS}\s+with\s+(.+)$", re.I
+        ),
+    ),
+    ("suffix", re.compile(r"^回答末尾(?:总是|都|一律)?(?:加上|带上|加)\s*(.+)$")),
+    ("prefix", re.compile(r"^回答开头(?:总是|都|一律)?(?:加上|带上|加)\s*(.+)$")),
+)
+_REMEMBER = (
+    re.compile(r"^(?:please\s+)?remember\s*(?:[:：,]|\s+that\b)\s*(.+)$", re.I | re.S),
+    re.compile(r"^from\s+now\s+on\s*[,:：]?\s*(.+)$", re.I | re.S),
+    re.compile(r"^(?:设定|记住)\s*[:：]\s*(.+)$", re.S),
+)
+_FACT = re.compile(r"^(?:my name is|i prefer|i like|i use|call me|我叫|我喜欢|我更喜欢|我习惯|我用)", re.I)
+_PERSONA_WORDS = re.compile(
+    r"\b(?:answers?|repl(?:y|ies)|respon(?:d|ses?)|you|your|yourself)\b|回答|回复|你", re.I
+)
+_RECALL = (
+    re.compile(r"\bwhat\s+did\s+i\s+(?:say|tell\s+you|write|mention)\s+(?:about|regarding|on)\s+(.+)$", re.I),
+    re.compile(r"\bdo\s+you\s+remember\s+(?:what\s+i\s+said\s+about\s+)?(.+)$", re.I),
+    re.compile(r"\bearlier\b(.*)$", re.I),
+    re.compile(r"(?:之前|刚才|还记得)(.*)$"),
+)
+_STOPWORDS = frozenset(
+    "a an the my me i you we us our your about of on in at to for with what when where which who how did do does "
+    "is are was were say said tell told that this it earlier before previously remember please".split()
+)
+_TRANSCRIPT_WORDS = frozenset({"user", "assistant", "tool", "http", "https", "generate", "summary"})
+_ZH_FILLER = re.compile(r"我|你|说过|说的|说了|提到|什么|关于|的|吗|呢|吧|还记得|之前|刚才|有关|过")
+_URL = re.compile(r"https?://\S+")
+_ISSUE = re.compile(r"(?<![\w#])#\d+\b")
+_TICKET = re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b")
+_HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
+_PATH_EXT = re.compile(r"/[^/\s]*\.[A-Za-z0-9]{1,10}\b|^[^/\s]+/\S*\.[A-Za-z0-9]{1,10}\b")
+_ERROR_WORDS = re.compile(r"\b(?:error|errors|failed|failure|exception|traceback|fatal)\b", re.I)
+
+
+def _estimate(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def _clean_value(value: str) -> str:
+    value = value.strip()
+    pairs = {'"': '"', "'": "'", "`": "`", "“": "”", "「": "」", "‘": "’"}
+    if len(value) >= 2 and value[0] in pairs and value[-1] == pairs[value[0]]:
+        return value[1:-1].strip()
+    if len(value) > 1 and value[-1] in ".。":
+        value = value[:-1].rstrip()
+        if len(value) >= 2 and value[0] in pairs and value[-1] == pairs[value[0]]:
+            value = value[1:-1].strip()
+    return value
+
+
+def _rule_sources(request: ModelRequest) -> list[str]:
+    sources = [request.system] if request.system else []
+    for message in request.messages:
+        if message.kind in ("reminder", "memory_update") or message.role == "system":
+            sources.append(message.content)
+        elif message.role == "user":
+            sources.extend(_REMINDER_BLOCK.findall(message.content))
+    return sources
+
+
+def _memory_lines(request: ModelRequest) -> list[str]:
+    lines: list[str] = []
+    for source in _rule_sources(request):
+        for line in source.splitlines():
+            match = _BULLET.match(line)
+            if match:
+                lines.append(match.group(1))
+    return lines
+
+
+def answer_rules(texts: Iterable[str]) -> list[tuple[str, str]]:
+    """``(kind, value)`` for every answer rule found as a list line in ``texts``, first-seen order."""
+    rules: list[tuple[str, str]] = []
+    for text in texts:
+        for line in text.splitlines():
+            bullet = _BULLET.match(line)
+            if not bullet:
+                continue
+            for kind, pattern in _RULE_PATTERNS:
+                match = pattern.match(bullet.group(1))
+                if match:
+                    rule = (kind, _clean_value(match.group(1)))
+                    if rule[1] and rule not in rules:
+                        rules.append(rule)
+                    break
+    return rules
+
+
+def _apply_rules(answer: str, rules: list[tuple[str, str]]) -> str:
+    for kind, value in rules:
+        answer = f"{value} {answer}" if kind == "prefix" else f"{answer} {value}"
+    return answer
+
+
+def _is_reminder(message: Message) -> bool:
+    if message.kind in ("reminder", "memory_update"):
+        return True
+    return (
+        message.role == "user"
+        and not _REMINDER_BLOCK.sub("", message.content).strip()
+        and bool(message.content)
+    )
+
+
+def _user_text(message: Message) -> str:
+    return _REMINDER_BLOCK.sub("", message.content).strip()
+
+
+def _quote(text: str) -> str:
+    """A single-quoted shell word for ``text`` (newlines folded to spaces)."""
+    return "'" + " ".join(text.split()).replace("'", "'\\''") + "'"
+
+
+def _target(rule: str, layout_v1: bool) -> tuple[str, str]:
+    name = (
+        "persona" if _PERSONA_WORDS.search(rule) or any(p.match(rule) for _, p in _RULE_PATTERNS) else "human"
+    )
+    return name, (f"system/{name}.md" if layout_v1 else f"{name}.md")
+
+
+_DESCRIPTIONS = {"persona": "Who I am and how I behave.", "human": "What I know about the user."}
+
+
+def _append_script(name: str, path: str, rules: list[str]) -> str:
+    header = " ".join(
+        _quote(line) for line in ("---", f"name: {name}", f"description: {_DESCRIPTIONS[name]}", "---")
+    )
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    steps = [f"mkdir -p {parent}"] if parent else []
+    steps += [
+        f"{{ test -s {path} || printf '%s\\n' {header} > {path}; }}",
+        f'{{ test -z "$(tail -c 1 {path})" || echo >> {path}; }}',
+        f"printf '%s\\n' {' '.join(_quote('- ' + rule) for rule in rules)} >> {path}",
+    ]
+    return " && ".join(steps)
+
+
+def remember_command(rule: str, *, layout_v1: bool = False) -> str:
+    """The bash command that appends ``- <rule>`` to the right memory file and commits it."""
+    name, path = _target(rule, layout_v1)
+    return (
+        f'cd "$MEMORY_DIR" && {_append_script(name, path, [rule])} && git add -- {path} && '
+        f"git commit -q -m 'feat: update {name}' -- {path} && git log --oneline -1"
+    )
+
+
+def _reflection_command(rules: list[str], layout_v1: bool) -> str:
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for rule in rules:
+        name, path = _target(rule, layout_v1)
+        groups.setdefault(name, (path, []))[1].append(rule)
+    paths = " ".join(path for path, _ in groups.values())
+    appends = " && ".join(_append_script(name, path, items) for name, (path, items) in groups.items())
+    subject = _quote(f"feat(reflection): remember {len(rules)} item(s) 🔮")
+    return (
+        f'cd "$MEMORY_DIR" && {appends} && git add -- {paths} && git commit -q -m {subject} -- {paths} && '
+        "git log --oneline -1"
+    )
+
+
+def _stated_rule(text: str) -> str | None:
+    for pattern in _REMEMBER:
+        match = pattern.match(text.strip())
+        if match:
+            rule = " ".join(match.group(1).split())
+            rule = rule[:-1].rstrip() if len(rule) > 1 and rule[-1] in ".。!！" else rule
+            return rule or None
+    return None
+
+
+def _recall_query(text: str) -> str | None:
+    for pattern in _RECALL:
+        match = pattern.search(text)
+        if not match:
+            continue
+        rest = match.group(1)
+        if _CJK.search(rest) or (not rest.strip() and _CJK.search(text)):
+            query = _ZH_FILLER.sub(" ", re.sub(r"[^\w\s]", " ", rest)).split()
+        else:
+            query = [w for w in re.findall(r"[\w'.-]+", rest.lower()) if w not in _STOPWORDS]
+        if query:
+            return " ".join(query)
+    return None
+
+
+def extract_identifiers(text: str) -> list[str]:
+    """The identifiers of DECISIONS S22 in ``text``, verbatim, first-seen order, without repeats."""
+    found: list[str] = []
+
+    def add(item: str) -> None:
+        if item and item not in found:
+            found.append(item)
+
+    for token in text.split():
+        if _URL.match(token):
+            continue
+        if token.startswith(("./", "../", "/", "~/")) or _PATH_EXT.search(token):
+            add(token)
+    for pattern in (_URL, _ISSUE, _TICKET, _HEX):
+        for match in pattern.finditer(text):
+            add(match.group(0))
+    return found
+
+
+def _tool_ok(result: str) -> bool:
+    if re.search(r"\bfatal:|\berror\b", result, re.I):
+        return False
+    code = re.search(r"exit(?:ed with)?(?: code| status)?[:= ]+(\d+)", result, re.I)
+    return not (code and code.group(1) != "0")
+
+
+def _hit_texts(result: str) -> Iterator[str]:
+    try:
+        data: Any = json.loads(result)
+    except ValueError:
+        yield from (line.strip() for line in result.splitlines() if line.strip())
+        return
+    if isinstance(data, dict):
+        data = data.get("results", [data])
+    for item in data if isinstance(data, list) else []:
+        if not isinstance(item, dict):
+            continue
+        for key in ("content", "text", "summary", "tool_return"):
+            value = item.get(key)
+            if isinstance(value, list):
+                value = "\n".join(part.get("text", "") for part in value if isinstance(part, dict))
+            if isinstance(value, str) and value.strip():
+                yield _REMINDER_BLOCK.sub("", value).strip()
+                break
+
+
+@dataclass(frozen=True)
+class _Turn:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ScriptedModel(ModelClient):
+    """See the module docstring for the rules; ``requests`` records what it was asked (for tests)."""
+
+    def __init__(
+        self,
+        script: Iterable[ScriptStep] = (),
+        *,
+        strict: bool = False,
+        latency: float = 0.0,
+        model: str = "scripted",
+    ) -> None:
+        self._script: deque[ScriptStep] = deque(script)
+        self.strict = strict
+        self.latency = latency
+        self.model = model
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script)
+
+    async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
+        self.requests.append(request)
+        if self.latency > 0:
+            await anyio.sleep(self.latency)
+        if self._script:
+            step = self._script.popleft()
+            if isinstance(step, ModelResponse):
+                response = step
+            else:
+                produced = step(request)
+                response = await produced if inspect.isawaitable(produced) else produced
+        elif self.strict:
+            raise ModelError("model error: scripted model has no scripted response left (strict mode)")
+        else:
+            response = self._respond(request)
+        if on_text is not None and response.message.content:
+            for piece in re.findall(r"\S+\s*|\s+", response.message.content):
+                await on_text(piece)
+        return response
+
+    def _respond(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "summarize":
+            turn = _Turn(_summarize(request))
+        elif request.purpose == "reflect":
+            turn = _reflect(request)
+        else:
+            turn = _chat(request)
+        prompt = request.system + "".join(
+            m.content + "".join(c.arguments for c in m.tool_calls) for m in request.messages
+        )
+        prompt += "".join(t.name + t.description + json.dumps(dict(t.parameters)) for t in request.tools)
+        completion = turn.text + "".join(c.name + c.arguments for c in turn.tool_calls)
+        return ModelResponse(
+            message=Message(role="assistant", content=turn.text, tool_calls=turn.tool_calls),
+            usage=Usage(_estimate(prompt), _estimate(completion)),
+            finish_reason="tool_calls" if turn.tool_calls else "stop",
+            model=request.model or self.model,
+        )
+
+
+def _call_id(request: ModelRequest) -> str:
+    digest = hashlib.sha256()
+    digest.update(request.purpose.encode() + b"\0" + request.system.encode())
+    for message in request.messages:
+        digest.update(b"\0" + message.role.encode() + b"\0" + message.content.encode())
+        for call in message.tool_calls:
+            digest.update(b"\0" + call.id.encode())
+    return "call_" + digest.hexdigest()[:12]
+
+
+def _offers(request: ModelRequest, name: str) -> bool:
+    return any(tool.name == name for tool in request.tools)
+
+
+def _last_turn(request: ModelRequest) -> Message | None:
+    for message in reversed(request.messages):
+        if not _is_reminder(message):
+            return message
+    return None
+
+
+def _own_call(request: ModelRequest, call_id: str | None) -> ToolCall | None:
+    for message in request.messages:
+        for call in message.tool_calls:
+            if call.id == call_id:
+                return call
+    return None
+
+
+def _question_before(request: ModelRequest, tool_message: Message) -> str:
+    seen = False
+    for message in reversed(request.messages):
+        if message is tool_message:
+            seen = True
+        elif seen and message.role == "user" and not _is_reminder(message):
+            return _user_text(message)
+    return ""
+
+
+def _chat(request: ModelRequest) -> _Turn:
+    rules = answer_rules(_rule_sources(request))
+    last = _last_turn(request)
+    if last is None or last.role == "assistant":
+        return _Turn(_apply_rules("(mock) Nothing to answer.", rules))
+    if last.role == "tool":
+        return _Turn(_apply_rules(_after_tool(request, last), rules))
+    text = _user_text(last)
+    chinese = bool(_CJK.search(text))
+    rule = _stated_rule(text)
+    if rule is not None and _offers(request, "bash"):
+        known = {line.casefold() for line in _memory_lines(request)}
+        if rule.casefold() in known:
+            reply = "我已经记得这件事了。" if chinese else "I already have that in memory."
+            return _Turn(_apply_rules(reply, rules))
+        layout_v1 = "system/persona.md" in request.system
+        arguments = json.dumps({"command": remember_command(rule, layout_v1=layout_v1)}, ensure_ascii=False)
+        return _Turn("", (ToolCall(_call_id(request), "bash", arguments),))
+    query = _recall_query(text)
+    if query is not None and _offers(request, "conversation_search"):
+        arguments = json.dumps({"query": query, "limit": 5}, ensure_ascii=False)
+        return _Turn("", (ToolCall(_call_id(request), "conversation_search", arguments),))
+    return _Turn(_apply_rules((_HEARD_ZH if chinese else _HEARD) + text, rules))
+
+
+def _after_tool(request: ModelRequest, result: Message) -> str:
+    call = _own_call(request, result.tool_call_id)
+    question = _question_before(request, result)
+    chinese = bool(_CJK.search(question))
+    first_line = next((line.strip() for line in result.content.splitlines() if line.strip()), "")
+    if call is not None and call.name == "bash":
+        if _tool_ok(result.content):
+            return CONFIRMATION_ZH if chinese else CONFIRMATION
+        return f"保存记忆失败：{first_line}" if chinese else f"I could not save that to memory: {first_line}"
+    if call is not None and call.name == "conversation_search":
+        for hit in _hit_texts(result.content):
+            if hit and hit != question and question not in hit:
+                return f"之前你说过：“{hit}”" if chinese else f'Earlier you said: "{hit}"'
+        return (
+            "我没有找到相关的早先内容。"
+            if chinese
+            else "I found nothing about that earlier in our conversation."
+        )
+    name = call.name if call is not None else (result.name or "tool")
+    return f"(mock) {name} returned: {first_line}"
+
+
+def _transcript_user_lines(request: ModelRequest) -> list[str]:
+    """User-authored lines of the transcripts in the request's non-reminder user messages."""
+    lines: list[str] = []
+    role_tag = re.compile(
+        r"^\s*(?:\[(user|assistant|tool|reasoning|error)\]|(user|assistant|tool)\s*:)\s*(.*)$", re.I
+    )
+    for message in request.messages:
+        if message.role != "user" or _is_reminder(message):
+            continue
+        text = _user_text(message)
+        records = _json_user_texts(text)
+        if records:
+            lines.extend(records)
+            continue
+        tagged = False
+        for line in text.splitlines():
+            json_line = _json_user_texts(line) if line.lstrip().startswith("{") else []
+            if json_line:
+                lines.extend(json_line)
+                tagged = True
+                continue
+            match = role_tag.match(line)
+            if match:
+                tagged = True
+                if (match.group(1) or match.group(2) or "").lower() == "user" and match.group(3).strip():
+                    lines.append(match.group(3).strip())
+        if not tagged:
+            lines.extend(line.strip() for line in text.splitlines() if line.strip())
+    return lines
+
+
+def _json_user_texts(text: str) -> list[str]:
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return []
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            role = node.get("role") or node.get("kind") or node.get("type")
+            content = node.get("content", node.get("text"))
+            if role in ("user", "user_message") and isinstance(content, str):
+                found.append(content.strip())
+                return
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(data)
+    return [item for item in found if item]
+
+
+def _reflect(request: ModelRequest) -> _Turn:
+    last = _last_turn(request)
+    if last is not None and last.role == "tool":
+        call = _own_call(request, last.tool_call_id)
+        if call is not None and call.name == "bash":
+            if _tool_ok(last.content):
+                first = next((line for line in last.content.splitlines() if line.strip()), "")
+                return _Turn(f"Reflection: saved new memory and committed it ({first.strip()}).")
+            return _Turn(
+                f"Reflection failed: the memory commit did not succeed: {' '.join(last.content.split())[:200]}"
+            )
+    known = {line.casefold() for line in _memory_lines(request)}
+    items: list[str] = []
+    for line in _transcript_user_lines(request):
+        rule = _stated_rule(line) or (" ".join(line.split()).rstrip(".。") if _FACT.match(line) else None)
+        if rule and rule.casefold() not in known and rule not in items:
+            items.append(rule)
+    if not items:
+        return _Turn("Reflection: nothing new to remember.")
+    if not _offers(request, "bash"):
+        return _Turn("Reflection: found new items but no bash tool to save them: " + "; ".join(items))
+    layout_v1 = "system/persona.md" in request.system
+    arguments = json.dumps({"command": _reflection_command(items, layout_v1)}, ensure_ascii=False)
+    return _Turn(f"Saving {len(items)} item(s) to memory.", (ToolCall(_call_id(request), "bash", arguments),))
+
+
+_ALL_HEADINGS = (
+    "High level goals",
+    "What happened",
+    "Important details",
+    "Errors and fixes",
+    "Current state",
+    "Optional Next Step",
+    "Lookup hints",
+)
+_SLIDING_HEADINGS = (
+    "High level goals",
+    "What happened",
+    "Important details",
+    "Errors and fixes",
+    "Lookup hints",
+)
+
+
+def _summarize(request: ModelRequest) -> str:
+    source = "\n".join(m.content for m in request.messages if not _is_reminder(m))
+    source = source.replace(". Generate the summary.", "")
+    budget = (request.max_tokens or _DEFAULT_SUMMARY_TOKENS) * 4
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    tagged = [
+        (m.group(1), m.group(2))
+        for m in (re.match(r"^\[(user|assistant|tool)\]\s?(.*)$", line) for line in lines)
+        if m
+    ]
+    user = [text for role, text in tagged if role == "user"] or ([] if tagged else lines)
+    assistant = [text for role, text in tagged if role == "assistant"]
+    tools = [text for role, text in tagged if role == "tool"]
+    identifiers = extract_identifiers(source)
+    errors = [line for line in lines if _ERROR_WORDS.search(line)]
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}|[\u4e00-\u9fff]{2,}", source)
+    counts: dict[str, int] = {}
+    for word in words:
+        if word.lower() not in _STOPWORDS and word.lower() not in _TRANSCRIPT_WORDS:
+            counts[word] = counts.get(word, 0) + 1
+    terms = sorted(counts, key=lambda w: (-counts[w], w))[:12]
+
+    def short(text: str, limit: int = 200) -> str:
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    sections: dict[str, list[str]] = {
+        "High level goals": [f'User asked: "{short(text)}"' for text in user[:5]],
+        "What happened": [
+            f"{len(user)} user message(s), {len(assistant)} assistant message(s), {len(tools)} tool result(s)."
+        ]
+        + [f"Assistant: {short(text, 160)}" for text in assistant[-3:]],
+        "Important details": [f"Identifiers: {' '.join(identifiers)}"]
+        if identifiers
+        else ["No identifiers."],
+        "Errors and fixes": [short(line, 160) for line in errors[:5]] or ["None recorded."],
+        "Current state": [f'Latest user request: "{short(user[-1])}"'] if user else ["Nothing in progress."],
+        "Optional Next Step": [f'Continue with: "{short(user[-1], 120)}"'] if user else ["None."],
+        "Lookup hints": [f"Key terms: {', '.join(terms)}"] if terms else ["None."],
+    }
+    headings = _ALL_HEADINGS if "current state" in request.system.lower() else _SLIDING_HEADINGS
+    # Identifiers first: they are what the retention check (C6) looks for, so they never yield to prose.
+    out: dict[str, list[str]] = {heading: [] for heading in headings}
+    used = sum(len(h) + 4 for h in headings) + len(sections["Important details"][0]) + 3
+    out["Important details"] = sections["Important details"]
+    for heading in headings:
+        if heading == "Important details":
+            continue
+        for item in sections[heading]:
+            if used + len(item) + 3 > budget:
+                break
+            out[heading].append(item)
+            used += len(item) + 3
+    text = "\n\n".join(
+        f"## {heading}\n" + "\n".join(f"- {item}" for item in out[heading]) for heading in headings
+    )
+    return text[:budget]
