@@ -1,3 +1,95 @@
-"""compaction"""
+"""Conversation compaction: when the context fills up, summarise the oldest messages and keep the rest.
 
-__all__: list[str] = []
+Pure pieces (tokens, settings, planner, transcript, packaging, identifiers) have no I/O; ``ladder``
+talks to the model through the ``ModelClient`` seam. The caller (turn loop or compaction subagent)
+applies an outcome to the store.
+"""
+
+from orchestrator.compaction.identifiers import Retention, extract_identifiers, missing_identifiers, retention
+from orchestrator.compaction.ladder import (
+    CompactionOutcome,
+    SummaryAttempt,
+    compact,
+    summarize_with_fallback,
+    summarizer_system_prompt,
+)
+from orchestrator.compaction.packaging import (
+    EMERGENCY_SUMMARY,
+    EMPTY_SUMMARY,
+    CompactionStats,
+    clip_summary,
+    raw_summary_from_text,
+    summary_message,
+    summary_message_text,
+)
+from orchestrator.compaction.planner import (
+    CompactionPlan,
+    PlanningError,
+    find_sliding_cutoff,
+    plan_all,
+    plan_compaction,
+    plan_emergency,
+)
+from orchestrator.compaction.settings import CompactionMode, CompactionSettings, CompactionSettingsError
+from orchestrator.compaction.tokens import (
+    ContextSize,
+    context_size,
+    estimate_message,
+    estimate_messages,
+    estimate_text,
+    should_compact,
+    should_prepare,
+    soft_threshold,
+    system_prompt_tokens,
+    threshold,
+    tool_schema_tokens,
+)
+from orchestrator.compaction.transcript import (
+    clip_tool_result_on_load,
+    render_transcript,
+    shrink_transcript,
+    summarizer_input,
+)
+
+__all__ = [
+    "EMERGENCY_SUMMARY",
+    "EMPTY_SUMMARY",
+    "CompactionMode",
+    "CompactionOutcome",
+    "CompactionPlan",
+    "CompactionSettings",
+    "CompactionSettingsError",
+    "CompactionStats",
+    "ContextSize",
+    "PlanningError",
+    "Retention",
+    "SummaryAttempt",
+    "clip_summary",
+    "clip_tool_result_on_load",
+    "compact",
+    "context_size",
+    "estimate_message",
+    "estimate_messages",
+    "estimate_text",
+    "extract_identifiers",
+    "find_sliding_cutoff",
+    "missing_identifiers",
+    "plan_all",
+    "plan_compaction",
+    "plan_emergency",
+    "raw_summary_from_text",
+    "render_transcript",
+    "retention",
+    "should_compact",
+    "should_prepare",
+    "shrink_transcript",
+    "soft_threshold",
+    "summarize_with_fallback",
+    "summarizer_input",
+    "summarizer_system_prompt",
+    "summary_message",
+    "summary_message_text",
+    "system_prompt_tokens",
+    "threshold",
+    "tool_schema_tokens",
+]

@@ -1,0 +1,377 @@
+"""Which messages a compaction evicts (compaction.md 2.2-2.4, 5.7; DECISIONS C2, C5, S3-S5).
+
+Pure: no I/O, no model. The plan names indices into the list it was given; the caller maps them to
+stored ids and applies the plan (``[summary] + kept_messages``).
+
+Rules, and reverie's choices where the specs leave room:
+- A sliding cutoff is an assistant message at index > 0 that keeps at least 2 messages (3 when the
+  last message is a pending tool call), so a tool call and its results are never split.
+- Fractions ``p, p + 0.1, ... , 1.0`` are exact (``Fraction``); ``idx = round_half_up(f * n)``, capped
+  at ``n - 1``, then the search goes downward to the first valid cutoff.
+- Goal for the kept part: ``(1 - p) * (W - S - T)`` (S3). A cutoff is accepted when the kept part is
+  under the goal and ``summary_reserve + kept + S + T < threshold(W)`` (C2).
+- The goal is a preference, the threshold a requirement: when no fraction meets both, ``all`` is
+  tried; if ``all`` does not fit either but the largest valid sliding cutoff does, that one is used
+  (letta-code would accept an over-threshold result and compact again next turn, W4). When nothing
+  fits, the smaller of the two is returned with ``fits`` false.
+- ``all`` keeps the newest user message and everything after it (C5, S5); if that alone exceeds the
+  threshold, the newest user message is cut in the middle with a notice (its text stays in the
+  durable transcript). Without any user message, ``all`` keeps a trailing pending tool call.
+- ``memory_update`` messages leave the context without being summarised (turn-loop.md 3.4). A previous
+  summary among the evicted messages is pinned for the summarizer to update (C5) and is not counted
+  in ``k`` (S4); every other message leaving the context is.
+All estimates are linear in the number of messages (prefix sums), so planning stays cheap at 100k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from orchestrator.compaction.settings import CompactionMode, CompactionSettings
+from orchestrator.compaction.tokens import estimate_message, threshold
+from orchestrator.compaction.transcript import clip_middle
+from orchestrator.models.types import Message
+
+__all__ = [
+    "CompactionPlan",
+    "PlanningError",
+    "find_sliding_cutoff",
+    "normalise_percentage",
+    "plan_all",
+    "plan_compaction",
+    "plan_emergency",
+    "round_half_up",
+]
+
+EMERGENCY_PERCENTAGE = 0.5
+
+
+class PlanningError(ValueError):
+    """No valid sliding cutoff; the routine falls back to ``all`` (never a compaction failure)."""
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """One compaction's cut of the in-context list.
+
+    ``evicted`` + ``kept`` partition ``range(messages_before)``. ``summarized`` are the evicted
+    messages the summarizer reads, ``pinned`` the evicted previous summaries it updates, and the rest
+    of ``evicted`` are dropped ``memory_update`` messages. ``kept_messages`` are the kept messages in
+    order, with the S5 cut applied at ``cut_index`` (an index into the original list) if any.
+    ``tokens_*`` are request estimates (system prompt and tools included; after assumes the summary
+    costs ``summary_reserve``).
+    """
+
+    mode: CompactionMode
+    requested_mode: CompactionMode
+    cutoff: int
+    evicted: tuple[int, ...]
+    summarized: tuple[int, ...]
+    pinned: tuple[int, ...]
+    kept: tuple[int, ...]
+    kept_messages: tuple[Message, ...]
+    cut_index: int | None
+    messages_before: int
+    tokens_before: int
+    tokens_after: int
+    threshold: int | None
+    escalated: bool
+
+    @property
+    def evicted_count(self) -> int:
+        """``k`` of the summary text: messages leaving the context, previous summaries excepted (S4)."""
+        return len(self.evicted) - len(self.pinned)
+
+    @property
+    def fits(self) -> bool:
+        return self.threshold is None or self.tokens_after < self.threshold
+
+
+def round_half_up(x: Fraction) -> int:
+    """``floor(x + 1/2)``; Python's ``round`` rounds half to even, which letta-code does not."""
+    return math.floor(x + Fraction(1, 2))
+
+
+def normalise_percentage(p: float) -> Fraction:
+    """letta-code's normalisation: NaN/inf -> 0.3, <= 0 -> 0.1, > 1 -> 1; exact from the decimal text."""
+    if not isinstance(p, int | float) or isinstance(p, bool) or not math.isfinite(p):
+        return Fraction(3, 10)
+    if p <= 0:
+        return Fraction(1, 10)
+    if p > 1:
+        return Fraction(1)
+    return Fraction(str(p))
+
+
+class _Costs:
+    """Per-message estimates and the suffix sums the planner needs, computed once."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        n = len(messages)
+        self.est = [estimate_message(m) for m in messages]
+        self.kept_suffix = [0] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            own = 0 if messages[i].kind == "memory_update" else self.est[i]
+            self.kept_suffix[i] = self.kept_suffix[i + 1] + own
+        self.total = sum(self.est)
+
+
+def _pending_tool_call(messages: Sequence[Message]) -> bool:
+    return bool(messages) and messages[-1].role == "assistant" and bool(messages[-1].tool_calls)
+
+
+def find_sliding_cutoff(
+    messages: Sequence[Message],
+    percentage: float,
+    window: int | None,
+    *,
+    system_prompt_tokens: int = 0,
+    tool_tokens: int = 0,
+    summary_reserve: int | None = None,
+    _costs: _Costs | None = None,
+) -> int:
+    """The sliding-window cutoff (index of the first kept message), or ``PlanningError``.
+
+    ``window`` ``None`` means no token goal: the first valid cutoff at the first fraction wins. With
+    ``summary_reserve`` ``None`` only the goal is checked (the search of compaction.md 2.3 alone);
+    otherwise a cutoff must also bring the request under ``threshold(window)``.
+    """
+    n = len(messages)
+    if n < 4:
+        raise PlanningError("Not enough messages for sliding window compaction.")
+    costs = _costs or _Costs(messages)
+    p = normalise_percentage(percentage)
+    max_cut = n - 2 if _pending_tool_call(messages) else n - 1
+    previous_valid = [-1] * n
+    last = -1
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and 0 < i < max_cut:
+            last = i
+        previous_valid[i] = last
+    fixed = system_prompt_tokens + tool_tokens
+    goal = None if window is None else (1 - p) * (window - fixed)
+    limit = threshold(window) if summary_reserve is not None else None
+    step = 0
+    while (fraction := p + Fraction(step, 10)) <= 1:
+        step += 1
+        cut = previous_valid[min(round_half_up(fraction * n), n - 1)]
+        if cut < 0:
+            continue
+        kept = costs.kept_suffix[cut]
+        if goal is not None and not kept < goal:
+            continue
+        if limit is not None and summary_reserve is not None and not (summary_reserve + kept + fixed < limit):
+            continue
+        return cut
+    raise PlanningError("No assistant message found for sliding window compaction.")
+
+
+def _cut_marker(omitted: int) -> str:
+    return (
+        f"\n[... {omitted:,} characters were cut from the middle of this message to fit the context window; "
+        "the whole message remains in the conversation transcript (conversation_search) ...]\n"
+    )
+
+
+def _build(
+    messages: Sequence[Message],
+    costs: _Costs,
+    *,
+    mode: CompactionMode,
+    requested_mode: CompactionMode,
+    cutoff: int,
+    keep_from: Sequence[int],
+    fixed: int,
+    summary_reserve: int,
+    limit: int | None,
+    escalated: bool,
+) -> CompactionPlan:
+    keep_set = {i for i in keep_from if messages[i].kind != "memory_update"}
+    kept = tuple(sorted(keep_set))
+    evicted = tuple(i for i in range(len(messages)) if i not in keep_set)
+    pinned = tuple(i for i in evicted if messages[i].kind == "summary")
+    summarized = tuple(i for i in evicted if messages[i].kind not in ("summary", "memory_update"))
+    kept_tokens = sum(costs.est[i] for i in kept)
+    return CompactionPlan(
+        mode=mode,
+        requested_mode=requested_mode,
+        cutoff=cutoff,
+        evicted=evicted,
+        summarized=summarized,
+        pinned=pinned,
+        kept=kept,
+        kept_messages=tuple(messages[i] for i in kept),
+        cut_index=None,
+        messages_before=len(messages),
+        tokens_before=fixed + costs.total,
+        tokens_after=fixed + summary_reserve + kept_tokens,
+        threshold=limit,
+        escalated=escalated,
+    )
+
+
+def _newest_user(messages: Sequence[Message]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user" and messages[i].kind == "message":
+            return i
+    return None
+
+
+def plan_all(
+    messages: Sequence[Message],
+    *,
+    window: int | None = None,
+    system_prompt_tokens: int = 0,
+    tool_tokens: int = 0,
+    summary_reserve: int = 0,
+    requested_mode: CompactionMode = "all",
+    _costs: _Costs | None = None,
+) -> CompactionPlan:
+    """``all`` mode: summarise everything before the newest user message (C5, S5)."""
+    costs = _costs or _Costs(messages)
+    n = len(messages)
+    fixed = system_prompt_tokens + tool_tokens
+    limit = threshold(window)
+    newest = _newest_user(messages)
+    if newest is None:
+        keep_from: Sequence[int] = [n - 1] if _pending_tool_call(messages) else []
+        cutoff = n - 1 if keep_from else n
+    else:
+        keep_from, cutoff = range(newest, n), newest
+    plan = _build(
+        messages,
+        costs,
+        mode="all",
+        requested_mode=requested_mode,
+        cutoff=cutoff,
+        keep_from=keep_from,
+        fixed=fixed,
+        summary_reserve=summary_reserve,
+        limit=limit,
+        escalated=requested_mode != "all",
+    )
+    if newest is None or plan.fits or limit is None:
+        return plan
+    user = messages[newest]
+    own = costs.est[newest]
+    budget_tokens = limit - 1 - (plan.tokens_after - own)
+    max_chars = max(0, budget_tokens) * 4
+    if len(user.content) <= max_chars:
+        return plan
+    cut = replace(user, content=clip_middle(user.content, max_chars, _cut_marker))
+    kept_messages = tuple(cut if i == newest else messages[i] for i in plan.kept)
+    return replace(
+        plan,
+        kept_messages=kept_messages,
+        cut_index=newest,
+        tokens_after=plan.tokens_after - own + estimate_message(cut),
+    )
+
+
+def plan_compaction(
+    messages: Sequence[Message],
+    settings: CompactionSettings,
+    *,
+    system_prompt_tokens: int,
+    tool_tokens: int,
+    mode: CompactionMode | None = None,
+) -> CompactionPlan:
+    """The plan a compaction applies; never raises (a failed sliding search escalates to ``all``)."""
+    requested: CompactionMode = mode or settings.mode
+    costs = _Costs(messages)
+    window = settings.context_window
+    common = {"system_prompt_tokens": system_prompt_tokens, "tool_tokens": tool_tokens}
+    try:
+        largest_cut = find_sliding_cutoff(messages, 1.0, None, _costs=costs)
+    except PlanningError:
+        largest_cut = None
+    if requested == "sliding_window":
+        try:
+            cut = find_sliding_cutoff(
+                messages,
+                settings.sliding_percentage,
+                window,
+                summary_reserve=settings.summary_reserve,
+                _costs=costs,
+                **common,
+            )
+        except PlanningError:
+            pass
+        else:
+            return _sliding_plan(messages, costs, cut, settings, requested, **common)
+    all_plan = plan_all(
+        messages,
+        window=window,
+        summary_reserve=settings.summary_reserve,
+        requested_mode=requested,
+        _costs=costs,
+        **common,
+    )
+    if all_plan.fits or largest_cut is None:
+        return all_plan
+    largest = _sliding_plan(messages, costs, largest_cut, settings, requested, **common)
+    if largest.fits or largest.tokens_after < all_plan.tokens_after:
+        return largest
+    return all_plan
+
+
+def _sliding_plan(
+    messages: Sequence[Message],
+    costs: _Costs,
+    cut: int,
+    settings: CompactionSettings,
+    requested: CompactionMode,
+    *,
+    system_prompt_tokens: int,
+    tool_tokens: int,
+    summary_reserve: int | None = None,
+) -> CompactionPlan:
+    return _build(
+        messages,
+        costs,
+        mode="sliding_window",
+        requested_mode=requested,
+        cutoff=cut,
+        keep_from=range(cut, len(messages)),
+        fixed=system_prompt_tokens + tool_tokens,
+        summary_reserve=settings.summary_reserve if summary_reserve is None else summary_reserve,
+        limit=threshold(settings.context_window),
+        escalated=requested != "sliding_window",
+    )
+
+
+def plan_emergency(
+    messages: Sequence[Message],
+    settings: CompactionSettings,
+    *,
+    system_prompt_tokens: int,
+    tool_tokens: int,
+    summary_tokens: int = 0,
+) -> CompactionPlan:
+    """Emergency eviction (compaction.md 5.7, C3): sliding with p = 0.5 and no token goal; without a
+    valid cutoff, keep the last user message and a trailing pending tool call. ``summary_tokens`` is
+    the fixed emergency text's estimate, so ``tokens_after`` is what will really be sent."""
+    costs = _Costs(messages)
+    common = {"system_prompt_tokens": system_prompt_tokens, "tool_tokens": tool_tokens}
+    try:
+        cut = find_sliding_cutoff(messages, EMERGENCY_PERCENTAGE, None, _costs=costs)
+    except PlanningError:
+        n = len(messages)
+        newest = _newest_user(messages)
+        keep = [i for i in (newest, n - 1 if _pending_tool_call(messages) else None) if i is not None]
+        return _build(
+            messages,
+            costs,
+            mode="all",
+            requested_mode=settings.mode,
+            cutoff=min(keep) if keep else n,
+            keep_from=sorted(set(keep)),
+            fixed=system_prompt_tokens + tool_tokens,
+            summary_reserve=summary_tokens,
+            limit=threshold(settings.context_window),
+            escalated=settings.mode != "all",
+        )
+    return _sliding_plan(messages, costs, cut, settings, settings.mode, summary_reserve=summary_tokens, **common)
