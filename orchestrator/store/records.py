@@ -1,0 +1,155 @@
+"""The values the store hands out: agents, conversations, stored messages, prompt rows, reminders,
+events, turns and search hits. All frozen; JSON columns come back as plain dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from orchestrator.models.types import Message
+
+__all__ = [
+    "Agent",
+    "Conversation",
+    "Event",
+    "PendingReminder",
+    "PromptRecord",
+    "SearchHit",
+    "StoreError",
+    "StoredMessage",
+    "Turn",
+    "TurnStatus",
+    "format_time",
+    "utc_now",
+]
+
+TurnStatus = Literal["running", "end_turn", "error", "interrupted", "max_steps", "cancelled"]
+
+
+class StoreError(Exception):
+    """A request the store cannot honour (unknown conversation, a message id not in context, ...)."""
+
+
+def format_time(moment: datetime) -> str:
+    """ISO-8601 UTC with millisecond precision and a ``Z`` (DECISIONS T5), e.g. ``2026-01-01T00:00:00.000Z``.
+
+    One fixed width, so stored times compare correctly as strings.
+    """
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def utc_now() -> str:
+    return format_time(datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    name: str
+    created_at: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    agent_id: str
+    created_at: str
+    title: str | None = None
+    hidden: bool = False
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message as persisted: ``seq`` orders the whole store, ``id`` is stable across compactions."""
+
+    id: str
+    seq: int
+    conversation_id: str
+    message: Message
+    metadata: Mapping[str, Any]
+    created_at: str
+    turn_id: str | None
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """The compiled system prompt of one conversation (turn-loop.md 2.6).
+
+    ``memfs_revision`` and ``core_memory`` are what the model was last *told* (through ``content`` or
+    a ``<memory_update>`` message), as the spec defines them; ``compiled_revision`` is the revision
+    ``content`` itself was compiled at, kept so a reader can tell the two apart.
+    """
+
+    conversation_id: str
+    agent_id: str
+    content: str
+    core_memory: str
+    compiled_at: str
+    raw_system_hash: str
+    memfs_revision: str | None = None
+    memory_format: str | None = None
+    first_sent_at: str | None = None
+    compiled_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingReminder:
+    key: str
+    text: str
+    priority: int
+    once: bool
+    enqueued_at: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the event log (DECISIONS S8); ``payload`` is the kind-specific JSON object."""
+
+    id: int
+    at: str
+    kind: str
+    agent_id: str | None
+    conversation_id: str | None
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: str
+    conversation_id: str
+    started_at: str
+    ended_at: str | None
+    status: TurnStatus
+    error: str | None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One ``conversation_search`` result (compaction.md 8.5).
+
+    ``fields`` is the projected message (``id``, ``date``, ``message_type`` and the type's own fields);
+    ``as_dict`` adds ``message_id``, ``created_at``, ``agent_id`` and ``conversation_id`` as the result
+    shape requires. ``seq`` and ``score`` (BM25, lower is better; 0 for a substring-only match) are for
+    callers that want to page around a hit; they are not part of the JSON shape.
+    """
+
+    message_id: str
+    message_type: str
+    created_at: str
+    agent_id: str | None
+    conversation_id: str | None
+    seq: int
+    score: float
+    fields: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        result = dict(self.fields)
+        result["message_id"] = self.message_id
+        result["created_at"] = self.created_at
+        result["agent_id"] = self.agent_id
+        result["conversation_id"] = self.conversation_id
+        return result

@@ -1,0 +1,167 @@
+"""The SQLite schema and its migrations, versioned by ``PRAGMA user_version``.
+
+Each migration is a script that moves the database from version ``n`` to ``n + 1``; they run in one
+``BEGIN IMMEDIATE`` transaction together with the version bump, so a crash during a migration leaves
+the previous version intact. Runs in the connection worker thread only.
+
+``search_fts`` holds one row per search candidate (a projected message part, compaction.md 8.1) with
+``rowid = seq * PARTS_PER_MESSAGE + part``, so a candidate finds its message by primary key and a
+message's candidates form one rowid range.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "MIGRATIONS",
+    "PARTS_PER_MESSAGE",
+    "SCHEMA_VERSION",
+    "configure_connection",
+    "migrate",
+]
+
+BUSY_TIMEOUT_MS = 10_000
+PARTS_PER_MESSAGE = 4096
+
+_V1 = """
+CREATE TABLE agents (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    settings TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL REFERENCES agents(id),
+    created_at TEXT NOT NULL,
+    title TEXT,
+    hidden INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX conversations_by_agent ON conversations(agent_id, created_at);
+CREATE TABLE turns (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    owner_host TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL
+);
+CREATE INDEX turns_running ON turns(status) WHERE status = 'running';
+CREATE TABLE messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    role TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tool_calls TEXT NOT NULL DEFAULT '[]',
+    tool_call_id TEXT,
+    name TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    turn_id TEXT REFERENCES turns(id)
+);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, seq);
+CREATE TABLE in_context (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    position INTEGER NOT NULL,
+    message_id TEXT NOT NULL REFERENCES messages(id),
+    PRIMARY KEY (conversation_id, position)
+) WITHOUT ROWID;
+CREATE TABLE prompts (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations(id),
+    agent_id TEXT NOT NULL REFERENCES agents(id),
+    content TEXT NOT NULL,
+    core_memory TEXT NOT NULL,
+    compiled_at TEXT NOT NULL,
+    raw_system_hash TEXT NOT NULL,
+    memfs_revision TEXT,
+    memory_format TEXT,
+    first_sent_at TEXT,
+    compiled_revision TEXT
+);
+CREATE TABLE reminders (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    once INTEGER NOT NULL DEFAULT 0,
+    enqueued_at TEXT NOT NULL,
+    delivered_at TEXT,
+    message_id TEXT REFERENCES messages(id)
+);
+CREATE UNIQUE INDEX reminders_pending_key ON reminders(conversation_id, key) WHERE delivered_at IS NULL;
+CREATE TABLE reminder_flags (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    key TEXT NOT NULL,
+    sent_at TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, key)
+) WITHOUT ROWID;
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    agent_id TEXT,
+    conversation_id TEXT,
+    payload TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_by_agent ON events(agent_id, id);
+CREATE INDEX events_by_conversation ON events(conversation_id, id);
+CREATE VIRTUAL TABLE search_fts USING fts5(
+    message_type, text, date UNINDEXED, tokenize = 'trigram'
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def configure_connection(conn: sqlite3.Connection) -> None:
+    """Per-connection settings (WAL, busy timeout, foreign keys), then bring the schema up to date."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    migrate(conn)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply the missing migrations; return the version reached. Refuses a database from the future."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"store schema version {current} is newer than this reverie understands ({SCHEMA_VERSION}); upgrade reverie"
+        )
+    if current == SCHEMA_VERSION:
+        return current
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version in range(current, SCHEMA_VERSION):
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return SCHEMA_VERSION
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (``executescript`` would commit the open transaction)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
