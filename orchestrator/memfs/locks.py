@@ -1,0 +1,164 @@
+"""The per-repository merge lock (DECISIONS R3; turn-loop.md 5.15 "Locking").
+
+Two layers, taken in this order and released in reverse:
+
+* an in-process ``Lock`` keyed by the repository's git common directory, so tasks of one
+  process queue fairly instead of all polling the file lock;
+* a cross-process OS file lock (the ``filelock`` package) on ``<common dir>/reverie-merge.lock``,
+  so the main checkout and every linked worktree, in any process, share one lock.
+
+Staleness (R6): the OS releases a ``flock`` when its holder dies, ``kill -9`` included, so a dead
+process can never keep the lock. Beside the lock file the holder writes an owner record
+(``reverie-merge.owner.json``: pid, start time, token) for diagnostics; a record whose process is
+gone is stale and :func:`release_stale_lock` deletes it. The primary agent's own git commands do
+not take this lock; merge-back copes with them through ``--ff-only`` and git's ref locks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import sniffio
+from anyio import CancelScope, Lock, WouldBlock, sleep
+from filelock import FileLock, Timeout
+
+from orchestrator.memfs.worktrees import git_common_dir
+
+__all__ = [
+    "LOCK_FILE_NAME",
+    "OWNER_FILE_NAME",
+    "LockBusy",
+    "merge_lock",
+    "release_stale_lock",
+]
+
+LOCK_FILE_NAME = "reverie-merge.lock"
+OWNER_FILE_NAME = "reverie-merge.owner.json"
+_POLL_SECONDS = 0.01
+_MAX_POLL_SECONDS = 0.1
+
+_locks: weakref.WeakKeyDictionary[Any, dict[Path, Lock]] = weakref.WeakKeyDictionary()
+
+
+class LockBusy(RuntimeError):
+    """The merge lock is held elsewhere and the caller asked not to wait."""
+
+
+def _loop_token() -> Any:
+    """An object identifying the running event loop: locks must not cross loops or backends."""
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_root_task()
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+def _process_lock(common: Path) -> Lock:
+    per_loop = _locks.setdefault(_loop_token(), {})
+    lock = per_loop.get(common)
+    if lock is None:
+        lock = per_loop[common] = Lock()
+    return lock
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_acquire(lock: FileLock, owner: Path, token: str) -> bool:
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    record = {"pid": os.getpid(), "started": time.time(), "token": token}
+    tmp = owner.with_name(f"{owner.name}.{token}.tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, owner)
+    return True
+
+
+def _release(lock: FileLock, owner: Path, token: str) -> None:
+    try:
+        record = json.loads(owner.read_text(encoding="utf-8"))
+        if record.get("token") == token:
+            owner.unlink()
+    except (OSError, ValueError):
+        pass
+    lock.release()
+
+
+@asynccontextmanager
+async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | None = None) -> AsyncIterator[Path]:
+    """Hold the merge lock of ``repo_dir``'s repository; yields the git common directory.
+
+    Waiting is cancellable (the file lock is polled from a worker thread, never blocking the
+    loop). ``wait=False`` raises :class:`LockBusy` at once if another task or process holds it.
+    """
+    common = (common_dir or await git_common_dir(repo_dir)).resolve()
+    in_process = _process_lock(common)
+    if wait:
+        await in_process.acquire()
+    else:
+        try:
+            in_process.acquire_nowait()
+        except WouldBlock:
+            raise LockBusy(f"{repo_dir}: a merge is in progress in this process") from None
+    try:
+        token = secrets.token_hex(8)
+        file_lock = FileLock(str(common / LOCK_FILE_NAME), thread_local=False, is_singleton=False)
+        owner = common / OWNER_FILE_NAME
+        delay = _POLL_SECONDS
+        while not await anyio.to_thread.run_sync(_try_acquire, file_lock, owner, token):
+            if not wait:
+                raise LockBusy(f"{repo_dir}: a merge is in progress in another process")
+            await sleep(delay)
+            delay = min(delay * 2, _MAX_POLL_SECONDS)
+        try:
+            yield common
+        finally:
+            with CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_release, file_lock, owner, token)
+    finally:
+        in_process.release()
+
+
+def release_stale_lock(common_dir: Path) -> bool:
+    """Delete an owner record left by a dead process; True if one was removed (blocking).
+
+    The OS lock itself needs no release: it died with its process. A record whose process is
+    alive is left alone.
+    """
+    owner = common_dir / OWNER_FILE_NAME
+    try:
+        record = json.loads(owner.read_text(encoding="utf-8"))
+        pid = int(record["pid"])
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError):
+        pid = -1
+    if pid > 0 and pid != os.getpid() and _pid_alive(pid):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        owner.unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,295 @@
+"""Git worktrees for background subagents (turn-loop.md 5.6, 5.15; DECISIONS R1).
+
+A subagent never touches the user's memory checkout: it works in its own linked worktree on a
+branch ``reverie/<kind>/<id>`` (``kind`` is ``reflection`` for reflections). The id is
+``<ts>-<id8>`` where ``ts`` is the UTC time as ISO-8601 basic format ``YYYYmmddTHHMMSSZ``
+(e.g. ``20261009T154210Z-3f2a9c1d``): letta-code writes 14 bare digits, reverie adds ``T`` and
+``Z`` so the time is unambiguous wherever the branch name is shown (DECISIONS T5). Ids in
+letta-code's 14-digit form are still recognised when listing.
+
+Every git command runs in a worker thread (``subprocess.run``), never on the event loop, with the
+harness identity, commit signing off, hooks bypassed (reverie validates in process, DECISIONS
+S21) and a timeout. Worker threads rather than ``anyio.run_process``: asyncio spawns child
+processes on the loop thread, which the project's blocking-call guard forbids.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio.to_thread
+from anyio import CancelScope
+from anyio import Path as AsyncPath
+
+from orchestrator.paths import check_agent_id, worktrees_root
+
+__all__ = [
+    "BRANCH_PREFIX",
+    "DEFAULT_GIT_TIMEOUT",
+    "HARNESS_EMAIL",
+    "HARNESS_NAME",
+    "GitError",
+    "GitResult",
+    "ReflectionBranch",
+    "Worktree",
+    "branch_for",
+    "create_worktree",
+    "git_common_dir",
+    "id_from_branch",
+    "list_reflections",
+    "new_worktree_id",
+    "parse_worktree_list",
+    "remove_worktree",
+    "run_git",
+]
+
+BRANCH_PREFIX = "reverie/"
+HARNESS_NAME = "Reverie"
+HARNESS_EMAIL = "noreply@reverie.invalid"
+DEFAULT_GIT_TIMEOUT = 30.0
+
+_ID = re.compile(r"^(?:\d{8}T\d{6}Z|\d{14})-[0-9a-f]{8}$")
+_KIND = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+
+class GitError(RuntimeError):
+    """A git command failed; ``str()`` is one line naming the command and git's first error line."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        self.git_args = tuple(args)
+        self.returncode = returncode
+        self.stderr = stderr
+        first = next((line for line in stderr.splitlines() if line.strip()), "no output")
+        super().__init__(f"git {' '.join(args[:3])} failed ({returncode}): {first}")
+
+
+@dataclass(frozen=True)
+class GitResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A linked worktree owned by one subagent run."""
+
+    path: Path
+    branch: str
+    base_revision: str
+    id: str
+
+
+@dataclass(frozen=True)
+class ReflectionBranch:
+    """A ``reverie/*`` branch as git sees it (the store may add records about it later)."""
+
+    branch: str
+    id: str
+    tip: str
+    ahead: int
+    merged: bool
+    worktree: Path | None
+
+
+def _harness_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "GIT_AUTHOR_NAME": HARNESS_NAME,
+            "GIT_AUTHOR_EMAIL": HARNESS_EMAIL,
+            "GIT_COMMITTER_NAME": HARNESS_NAME,
+            "GIT_COMMITTER_EMAIL": HARNESS_EMAIL,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_EDITOR": "true",
+            "GIT_SEQUENCE_EDITOR": "true",
+            "LC_ALL": "C",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+_BASE_CONFIG = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "advice.detachedHead=false",
+)
+
+
+def _run_git_sync(
+    cwd: Path, args: Sequence[str], env: Mapping[str, str] | None, timeout: float, stdin: str | None
+) -> GitResult:
+    proc = subprocess.run(
+        ["git", *_BASE_CONFIG, *args],
+        cwd=cwd,
+        env=_harness_env(env),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="surrogateescape",
+        timeout=timeout,
+        check=False,
+    )
+    return GitResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+async def run_git(
+    cwd: Path,
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    git_timeout: float = DEFAULT_GIT_TIMEOUT,
+    stdin: str | None = None,
+) -> GitResult:
+    """Run one git command in a worker thread with the harness identity and hooks bypassed.
+
+    The thread is not abandoned on cancellation: git always finishes (or times out), so a
+    cancelled caller never leaves a half-written index or ref behind. ``git_timeout`` bounds
+    the process itself (``subprocess.TimeoutExpired``).
+    """
+    call = functools.partial(_run_git_sync, Path(cwd), args, env, git_timeout, stdin)
+    result = await anyio.to_thread.run_sync(call)
+    if check and not result.ok:
+        raise GitError(args, result.returncode, result.stderr)
+    return result
+
+
+async def git_common_dir(repo_dir: Path) -> Path:
+    """The git directory shared by a checkout and all its linked worktrees (absolute)."""
+    out = await run_git(repo_dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    return Path(out.stdout.strip())
+
+
+def new_worktree_id(now: datetime | None = None, token: str | None = None) -> str:
+    """``YYYYmmddTHHMMSSZ-<8 hex>`` in UTC; ``token`` (8 hex digits) is random unless given."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    suffix = token if token is not None else secrets.token_hex(4)
+    if not re.fullmatch(r"[0-9a-f]{8}", suffix):
+        raise ValueError(f"worktree id token must be 8 lowercase hex digits, got {suffix!r}")
+    return f"{moment:%Y%m%dT%H%M%SZ}-{suffix}"
+
+
+def branch_for(worktree_id: str, kind: str = "reflection") -> str:
+    if not _KIND.match(kind):
+        raise ValueError(f"invalid worktree kind {kind!r}: use lowercase letters, digits and '-'")
+    if not _ID.match(worktree_id):
+        raise ValueError(f"invalid worktree id {worktree_id!r}: expected YYYYmmddTHHMMSSZ-xxxxxxxx")
+    return f"{BRANCH_PREFIX}{kind}/{worktree_id}"
+
+
+def id_from_branch(branch: str) -> str | None:
+    """The id of a ``reverie/<kind>/<id>`` branch (``refs/heads/`` optional), else None."""
+    name = branch.removeprefix("refs/heads/")
+    if not name.startswith(BRANCH_PREFIX):
+        return None
+    parts = name[len(BRANCH_PREFIX) :].split("/")
+    if len(parts) != 2 or not _KIND.match(parts[0]) or not _ID.match(parts[1]):
+        return None
+    return parts[1]
+
+
+async def create_worktree(
+    repo_dir: Path,
+    *,
+    agent_id: str,
+    revision: str = "HEAD",
+    kind: str = "reflection",
+    root: Path | None = None,
+    worktree_id: str | None = None,
+) -> Worktree:
+    """Add ``{root}/{agent_id}/{kind}-{id}`` on a new branch at ``revision`` (read once).
+
+    An unborn or missing revision is a :class:`GitError`.
+    """
+    check_agent_id(agent_id)
+    wid = worktree_id or new_worktree_id()
+    branch = branch_for(wid, kind)
+    base = (await run_git(repo_dir, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")).stdout
+    base = base.strip()
+    path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
+    await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
+    await run_git(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base)
+    return Worktree(path=path, branch=branch, base_revision=base, id=wid)
+
+
+async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
+    """Force-remove the worktree directory and prune git's record of it; keep the branch.
+
+    Shielded from cancellation so a cancelled run still cleans up. A directory that is already
+    gone is fine (the prune forgets it).
+    """
+    path = worktree.path if isinstance(worktree, Worktree) else Path(worktree)
+    with CancelScope(shield=True):
+        if await AsyncPath(path).exists():
+            await run_git(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False)
+        await run_git(repo_dir, "worktree", "prune", check=False)
+
+
+def parse_worktree_list(porcelain_z: str) -> dict[str, Path]:
+    """Map branch name → worktree path from ``git worktree list --porcelain -z`` output."""
+    found: dict[str, Path] = {}
+    path: Path | None = None
+    for field in porcelain_z.split("\0"):
+        if field.startswith("worktree "):
+            path = Path(field[len("worktree ") :])
+        elif field.startswith("branch ") and path is not None:
+            found[field[len("branch ") :].removeprefix("refs/heads/")] = path
+        elif field == "":
+            path = None
+    return found
+
+
+async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> tuple[ReflectionBranch, ...]:
+    """Reverie's branches (of ``kind``, or all kinds when None) with their state, oldest id first."""
+    pattern = f"refs/heads/{BRANCH_PREFIX}{kind}/" if kind else f"refs/heads/{BRANCH_PREFIX}"
+    refs = await run_git(repo_dir, "for-each-ref", "--format=%(refname:short)%00%(objectname)", pattern)
+    merged_out = await run_git(
+        repo_dir, "for-each-ref", "--merged=HEAD", "--format=%(refname:short)", pattern, check=False
+    )
+    merged = set(merged_out.stdout.split()) if merged_out.ok else set()
+    trees = await run_git(repo_dir, "worktree", "list", "--porcelain", "-z")
+    by_branch = parse_worktree_list(trees.stdout)
+    result: list[ReflectionBranch] = []
+    for line in refs.stdout.splitlines():
+        name, _, tip = line.partition("\0")
+        wid = id_from_branch(name)
+        if wid is None:
+            continue
+        if name in merged:
+            ahead = 0
+        else:
+            count = await run_git(repo_dir, "rev-list", "--count", f"HEAD..{tip}", check=False)
+            ahead = int(count.stdout.strip() or 0) if count.ok else 0
+        result.append(
+            ReflectionBranch(
+                branch=name,
+                id=wid,
+                tip=tip,
+                ahead=ahead,
+                merged=name in merged,
+                worktree=by_branch.get(name),
+            )
+        )
+    return tuple(sorted(result, key=lambda b: (b.id, b.branch)))
