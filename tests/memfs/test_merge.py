@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+from anyio import create_task_group
+
+from orchestrator.memfs.merge import (
+    MEMORY_INVALID_TEMPLATE,
+    REASON_CONFLICT,
+    REASON_DIRTY,
+    REASON_FAILED,
+    REASON_INVALID,
+    REFLECTION_KEPT_TEMPLATE,
+    MergeOutcome,
+    discard_branch,
+    finalize_worktree,
+    invalid_memory_reminder_text,
+    kept_reminder_text,
+    merge_back,
+    merge_branch,
+)
+from orchestrator.memfs.worktrees import create_worktree, list_reflections
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note, reachable, write
+
+S12_KEPT = """<system-reminder>
+MEMORY REFLECTION KEPT: a background reflection made {n} commit(s) that were not merged into your memory ({reason}).
+Nothing was lost: they are on branch {branch}.
+Files involved: {files}
+When it suits the user's work, run `reverie reflections merge {id}` to retry, or review them with `git -C "$MEMORY_DIR" log -p {branch}` and apply what still matters yourself. Do not delete the branch.
+</system-reminder>"""
+
+S12_INVALID = """<system-reminder>
+MEMORY INVALID: the committed memory at {sha7} fails validation:
+{errors}
+Fix these files and commit the fix, staging only the files you changed.
+</system-reminder>"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "memory")
+
+
+async def _git(cwd: Path, *args: str) -> str:
+    return await anyio.to_thread.run_sync(lambda: git(cwd, *args))
+
+
+async def _commit(cwd: Path, rel: str, text: str, msg: str) -> str:
+    return await anyio.to_thread.run_sync(commit_file, cwd, rel, text, msg)
+
+
+def test_templates_are_s12_byte_exact() -> None:
+    assert REFLECTION_KEPT_TEMPLATE == S12_KEPT
+    assert MEMORY_INVALID_TEMPLATE == S12_INVALID
+
+
+def test_reminder_texts() -> None:
+    outcome = MergeOutcome("kept", REASON_CONFLICT, "reverie/reflection/X", ("a", "b"), ("notes/hot.md", "human.md"), "h")
+    assert kept_reminder_text(outcome, "X") == (
+        "<system-reminder>\n"
+        "MEMORY REFLECTION KEPT: a background reflection made 2 commit(s) that were not merged into your memory"
+        " (conflicts with newer memory changes).\n"
+        "Nothing was lost: they are on branch reverie/reflection/X.\n"
+        "Files involved: notes/hot.md, human.md\n"
+        "When it suits the user's work, run `reverie reflections merge X` to retry, or review them with "
+        '`git -C "$MEMORY_DIR" log -p reverie/reflection/X` and apply what still matters yourself. '
+        "Do not delete the branch.\n"
+        "</system-reminder>"
+    )
+    assert invalid_memory_reminder_text("abc1234", ["a.md: bad", "b.md: worse"]) == (
+        "<system-reminder>\n"
+        "MEMORY INVALID: the committed memory at abc1234 fails validation:\n"
+        "  a.md: bad\n  b.md: worse\n"
+        "Fix these files and commit the fix, staging only the files you changed.\n"
+        "</system-reminder>"
+    )
+    assert outcome.pending_status == "pending_conflict"
+    assert REASON_DIRTY == "the memory repository had uncommitted changes"
+    assert REASON_FAILED == "the reflection failed before finishing"
+
+
+@pytest.mark.anyio
+async def test_clean_merge_fast_forwards_when_parent_did_not_move(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    sha = await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    outcome = await finalize_worktree(repo, wt)
+    assert (outcome.status, outcome.commits, outcome.files, outcome.new_head) == ("merged", (sha,), ("notes/r.md",), sha)
+    assert (await _git(repo, "rev-parse", "HEAD")).strip() == sha
+    assert await anyio.Path(repo / "notes" / "r.md").exists()
+    assert (await _git(repo, "status", "--porcelain")) == ""
+    assert await list_reflections(repo) == ()
+    assert not await anyio.Path(wt.path).exists()
+
+
+@pytest.mark.anyio
+async def test_merge_rebases_onto_moved_parent(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    old = await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    main = await _commit(repo, "notes/m.md", note("m", "main"), "main work")
+    outcome = await finalize_worktree(repo, wt)
+    assert outcome.status == "merged"
+    (new,) = outcome.commits
+    assert outcome.rewritten == ((old, new),)
+    log = (await _git(repo, "log", "--format=%H %s")).splitlines()
+    assert log[0] == f"{new} reflect" and log[1] == f"{main} main work"
+    assert (await _git(repo, "rev-list", "--merges", "HEAD")) == ""
+    assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+@pytest.mark.anyio
+async def test_conflict_keeps_branch_names_files_and_loses_nothing(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    r1 = await _commit(wt.path, "notes/hot.md", note("hot", "reflection says"), "r1")
+    r2 = await _commit(wt.path, "notes/other.md", note("other", "x"), "r2")
+    main = await _commit(repo, "notes/hot.md", note("hot", "agent says"), "main")
+    outcome = await finalize_worktree(repo, wt)
+    assert outcome.status == "kept" and outcome.reason == REASON_CONFLICT
+    assert outcome.files == ("notes/hot.md",)
+    assert outcome.commits == (r1, r2)
+    assert (await _git(repo, "rev-parse", "HEAD")).strip() == main
+    assert (await _git(repo, "rev-parse", wt.branch)).strip() == r2
+    for sha in (r1, r2, main):
+        assert await anyio.to_thread.run_sync(reachable, repo, sha)
+    assert (await _git(repo, "status", "--porcelain")) == ""
+    assert not await anyio.Path(wt.path).exists()
+    (kept,) = await list_reflections(repo)
+    assert (kept.branch, kept.ahead, kept.merged) == (wt.branch, 2, False)
+    assert "made 2 commit(s)" in kept_reminder_text(outcome, wt.id)
+    refs = await _git(repo, "for-each-ref", "refs/reverie/")
+    assert refs == ""
+
+
+@pytest.mark.anyio
+async def test_dirty_parent_keeps_branch_and_uncommitted_work(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    sha = await _commit(wt.path, "notes/r.md", note("r", "x"), "reflect")
+    await anyio.to_thread.run_sync(write, repo / "human.md", note("human", "half-typed"))
+    outcome = await finalize_worktree(repo, wt)
+    assert (outcome.status, outcome.reason, outcome.commits) == ("kept", REASON_DIRTY, (sha,))
+    assert outcome.files == ("notes/r.md",)
+    assert await anyio.Path(repo / "human.md").read_text() == note("human", "half-typed")
+    # Once the agent commits, `reverie reflections merge ID` succeeds.
+    await _git(repo, "commit", "-q", "-am", "agent commits")
+    retried = await merge_branch(repo, wt.id)
+    assert retried.status == "merged"
+    assert await list_reflections(repo) == ()
+    assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+@pytest.mark.anyio
+async def test_failed_run_with_commits_is_kept_without_merging(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    head = (await _git(repo, "rev-parse", "HEAD")).strip()
+    sha = await _commit(wt.path, "notes/r.md", note("r", "partial"), "partial")
+    outcome = await finalize_worktree(repo, wt, succeeded=False)
+    assert (outcome.status, outcome.reason, outcome.commits) == ("kept", REASON_FAILED, (sha,))
+    assert (await _git(repo, "rev-parse", "HEAD")).strip() == head
+    dropped = await discard_branch(repo, wt.id)
+    assert dropped == (sha,)
+    assert await list_reflections(repo) == ()
+
+
+@pytest.mark.anyio
+async def test_no_commits_removes_everything(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    await anyio.to_thread.run_sync(write, wt.path / "notes" / "stray.md", "uncommitted")
+    outcome = await finalize_worktree(repo, wt)
+    assert outcome.status == "no_changes" and outcome.commits == ()
+    assert await list_reflections(repo) == ()
+    assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+@pytest.mark.anyio
+async def test_invalid_candidate_is_kept_with_errors(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    await _commit(wt.path, "notes/bad.md", "no frontmatter\n", "bad")
+    outcome = await finalize_worktree(repo, wt)
+    assert (outcome.status, outcome.reason) == ("kept", REASON_INVALID)
+    assert any("notes/bad.md" in e for e in outcome.errors)
+    assert not await anyio.Path(repo / "notes" / "bad.md").exists()
+
+
+@pytest.mark.anyio
+async def test_concurrent_merges_are_serialised(repo: Path) -> None:
+    active = 0
+    peak = 0
+
+    async def counting_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await anyio.sleep(0.02)
+        active -= 1
+        return ()
+
+    trees = [await create_worktree(repo, agent_id="a") for _ in range(4)]
+    shas = [await _commit(wt.path, f"notes/w{i}.md", note(f"w{i}", "x"), f"w{i}") for i, wt in enumerate(trees)]
+    outcomes: list[MergeOutcome] = []
+
+    async def run(i: int) -> None:
+        outcomes.append(await merge_back(repo, trees[i].path, trees[i].branch, audit=counting_audit))
+
+    async with create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(run, i)
+    assert peak == 1
+    assert sorted(o.status for o in outcomes) == ["merged"] * 4
+    subjects = set((await _git(repo, "log", "--format=%s")).split())
+    assert {"w0", "w1", "w2", "w3"} <= subjects
+    assert len(shas) == 4
