@@ -1,7 +1,6 @@
 """MemFS: the agent's memory repository (layout, frontmatter, prompt compiler, validation)."""
 
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
-from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.validator import (
     ValidationResult,
     audit_head,
@@ -17,7 +16,6 @@ __all__: list[str] = [
     "ValidationResult",
     "audit_head",
     "format_report",
-    "install_hook",
     "validate_head",
     "validate_snapshot",
     "validate_staged",
