@@ -170,9 +170,10 @@ async def summarizer_system_prompt(settings: CompactionSettings, mode: Compactio
 class _Caller:
     """Runs model calls with the retry policy and records every attempt."""
 
-    def __init__(self, client: ModelClient, sleep: Sleep) -> None:
+    def __init__(self, client: ModelClient, sleep: Sleep, max_attempts: int) -> None:
         self.client = client
         self.sleep = sleep
+        self.max_attempts = max(1, max_attempts)
         self.attempts: list[SummaryAttempt] = []
 
     async def call(
@@ -196,7 +197,7 @@ class _Caller:
             return response.message.content.strip()
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(MAX_ATTEMPTS),
+            stop=stop_after_attempt(self.max_attempts),
             wait=_wait,
             retry=retry_if_exception(_is_transient),
             sleep=self.sleep,
@@ -282,12 +283,14 @@ async def summarize_with_fallback(
     system_prompt_tokens: int = 0,
     tool_tokens: int = 0,
     sleep: Sleep = anyio.sleep,
+    max_attempts: int = MAX_ATTEMPTS,
 ) -> CompactionOutcome:
     """Summarise ``plan`` over ``messages`` through the ladder; never raises for model failures.
 
     ``model`` is the conversation's model (the summarizer default); ``previous_summary`` is the raw
     text of a summary being evicted (recovered from its message text when not given); ``sleep`` is the
-    backoff wait, injectable so tests never sleep.
+    backoff wait, injectable so tests never sleep. ``max_attempts`` is per model call; pass 1 when the
+    client already retries transient errors itself (``OpenAIModel`` does), so retries do not multiply.
     """
     summarized = [messages[i] for i in plan.summarized]
     pinned = _pinned_summary(messages, plan, previous_summary)
@@ -300,7 +303,7 @@ async def summarize_with_fallback(
         )
     system = await summarizer_system_prompt(settings, plan.mode)
     full = render_transcript(summarized)
-    caller = _Caller(model_client, sleep)
+    caller = _Caller(model_client, sleep, max_attempts)
     primary = settings.summarizer_for(model)
     rungs: list[tuple[str, Literal["summarizer", "fallback"]]] = [(primary, "summarizer")]
     if settings.fallback_summarizer_model and settings.fallback_summarizer_model != primary:
@@ -407,6 +410,7 @@ async def compact(
     trigger: str = "context_window_limit",
     mode: CompactionMode | None = None,
     sleep: Sleep = anyio.sleep,
+    max_attempts: int = MAX_ATTEMPTS,
 ) -> CompactionOutcome:
     """Plan and summarise one compaction of the in-context list ``messages``.
 
@@ -428,4 +432,5 @@ async def compact(
         system_prompt_tokens=system_prompt_tokens,
         tool_tokens=tool_tokens,
         sleep=sleep,
+        max_attempts=max_attempts,
     )
