@@ -5,12 +5,14 @@ Why it looks the way it does:
 * The SDK is built with ``max_retries=0`` (DECISIONS S26): tenacity owns retries, so every retry
   honours ``Retry-After`` the same way and tests inject the sleep (S25) instead of waiting.
 * Calls always stream. A stream that stays silent longer than ``idle_timeout`` (S20: 60 s) is cut
-  with ``anyio.fail_after`` and counts as transient, like 429, 5xx, timeouts, resets and a stream
+  with ``fail_after`` and counts as transient, like 429, 5xx, timeouts, resets and a stream
   that ends before its ``finish_reason``.
 * The installed SDK talks HTTP through ``httpx2``/``httpcore2``, which detect trio or asyncio with
   sniffio, so ``AsyncOpenAI`` runs unchanged under both backends; no custom transport is needed.
 * Streamed tool calls are assembled by ``index``, falling back to ``id``: servers that repeat
   ``id`` and ``name`` in every chunk produce one call with one name, not several.
+* anyio names are bound at import time: anyio imports its submodules lazily, and a first use
+  inside a running loop would otherwise read files on the event-loop thread.
 * When a retry follows a stream that already sent text to ``on_text``, the repeated prefix is not
   sent again; only text beyond what was shown is.
 """
@@ -26,9 +28,10 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import anyio
 import httpx2
 import openai
+from anyio import CancelScope, fail_after, move_on_after
+from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
@@ -69,7 +72,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 def is_context_overflow_text(text: str) -> bool:
-    """compaction.md 5.3: any of the overflow substrings, case-insensitive."""
+    """compaction.md 5.3's substrings, case-insensitive, plus llama.cpp's ``exceed_context_size_error``."""
     lowered = text.lower()
     return any(marker in lowered for marker in _OVERFLOW_MARKERS)
 
@@ -256,7 +259,7 @@ class OpenAIModel(ModelClient):
         self.max_attempts = max_attempts
         self._api_key = api_key or "sk-no-key"
         self._request_timeout = request_timeout
-        self._sleep: Sleep = sleep or anyio.sleep
+        self._sleep: Sleep = sleep or anyio_sleep
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._http_client = http_client
@@ -361,11 +364,11 @@ class OpenAIModel(ModelClient):
         stream: Any = None
         try:
             try:
-                with anyio.fail_after(self.idle_timeout):
+                with fail_after(self.idle_timeout):
                     stream = await self._sdk().chat.completions.create(**params)
                 iterator = stream.__aiter__()
                 while True:
-                    with anyio.fail_after(self.idle_timeout):
+                    with fail_after(self.idle_timeout):
                         try:
                             chunk = await iterator.__anext__()
                         except StopAsyncIteration:
@@ -397,7 +400,7 @@ class OpenAIModel(ModelClient):
                 raise self._translate(exc) from exc
         finally:
             if stream is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                with CancelScope(shield=True), move_on_after(5):
                     await stream.close()
         if finish is None:
             raise self._error(f"stream from {self.base_url} ended before the model finished", transient=True)

@@ -68,7 +68,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
+from anyio import sleep as anyio_sleep
 
 from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
 
@@ -268,7 +268,8 @@ def _stated_rule(text: str) -> str | None:
         match = pattern.match(text.strip())
         if match:
             rule = " ".join(match.group(1).split())
-            rule = rule[:-1].rstrip() if len(rule) > 1 and rule[-1] in ".。!！" else rule
+            if len(rule) > 1 and rule[-1] in ".。" and not rule[-2].isspace():
+                rule = rule[:-1]
             return rule or None
     return None
 
@@ -364,7 +365,7 @@ class ScriptedModel(ModelClient):
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
         self.requests.append(request)
         if self.latency > 0:
-            await anyio.sleep(self.latency)
+            await anyio_sleep(self.latency)
         if self._script:
             step = self._script.popleft()
             if isinstance(step, ModelResponse):

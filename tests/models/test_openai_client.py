@@ -277,3 +277,13 @@ def test_bad_settings_are_one_line_errors() -> None:
         model_from_settings("localhost:8080", None, "m")
     with pytest.raises(ValueError, match="no model name configured"):
         model_from_settings("http://127.0.0.1:8080/v1", None, "")
+
+
+async def test_cancellation_is_not_retried_and_leaves_promptly(server: LoopbackOpenAI) -> None:
+    server.enqueue(stall(after=2, seconds=10))
+    sleep = SleepRecorder()
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.3) as scope:
+            await make_model(server, sleep, idle_timeout=30).complete(ask())
+    assert scope.cancelled_caught
+    assert len(server.chat_bodies) == 1 and sleep.delays == []
