@@ -378,7 +378,7 @@ async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = defa
     temporary: Path | None = None
     if existing is None:
         bid = id_from_branch(branch) or "branch"
-        temporary = worktrees_root() / "_merge" / f"{bid}-{os.getpid()}"
+        temporary = worktrees_root() / "_merge" / f"merge-{bid}"
         await AsyncPath(temporary.parent).mkdir(parents=True, exist_ok=True)
         await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
     try:

@@ -44,9 +44,11 @@ __all__ = [
     "create_worktree",
     "git_common_dir",
     "id_from_branch",
+    "id_from_worktree_dir",
     "list_reflections",
     "new_worktree_id",
     "parse_worktree_list",
+    "parse_worktree_records",
     "remove_worktree",
     "run_git",
 ]
@@ -247,18 +249,31 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
         await run_git(repo_dir, "worktree", "prune", check=False)
 
 
+def parse_worktree_records(porcelain_z: str) -> list[tuple[Path, str | None]]:
+    """``(path, branch or None when detached)`` per worktree of ``git worktree list --porcelain -z``."""
+    records: list[tuple[Path, str | None]] = []
+    path: Path | None = None
+    branch: str | None = None
+    for field in [*porcelain_z.split("\0"), ""]:
+        if field.startswith("worktree "):
+            path, branch = Path(field[len("worktree ") :]), None
+        elif field.startswith("branch "):
+            branch = field[len("branch ") :].removeprefix("refs/heads/")
+        elif field == "" and path is not None:
+            records.append((path, branch))
+            path = None
+    return records
+
+
 def parse_worktree_list(porcelain_z: str) -> dict[str, Path]:
     """Map branch name → worktree path from ``git worktree list --porcelain -z`` output."""
-    found: dict[str, Path] = {}
-    path: Path | None = None
-    for field in porcelain_z.split("\0"):
-        if field.startswith("worktree "):
-            path = Path(field[len("worktree ") :])
-        elif field.startswith("branch ") and path is not None:
-            found[field[len("branch ") :].removeprefix("refs/heads/")] = path
-        elif field == "":
-            path = None
-    return found
+    return {branch: path for path, branch in parse_worktree_records(porcelain_z) if branch is not None}
+
+
+def id_from_worktree_dir(path: Path) -> str | None:
+    """The id in a ``{kind}-{id}`` worktree directory name, else None."""
+    kind, sep, rest = path.name.partition("-")
+    return rest if sep and _KIND.match(kind) and _ID.match(rest) else None
 
 
 async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> tuple[ReflectionBranch, ...]:

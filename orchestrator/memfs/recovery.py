@@ -1,0 +1,123 @@
+"""Start-up reconciliation of a memory repository (DECISIONS R6; turn-loop 5.15 "Recovery").
+
+After a crash (``kill -9`` included) reverie's worktrees, branches and locks may be left in any
+intermediate state of merge-back. :func:`recover` brings them back to a clean, valid state
+without dropping a commit:
+
+1. release a stale merge-lock owner record (the OS lock died with its process);
+2. under the merge lock: abort a half-done rebase in any of reverie's own worktrees (the branch
+   returns to its pre-rebase tip, which is also pinned by ``refs/reverie/pre-rebase/<id>``);
+3. remove reverie's worktrees that no live run owns (``active`` names those that are running)
+   and ``git worktree prune``;
+4. delete ``reverie/*`` branches whose commits are all in ``HEAD``, and pre-rebase pins whose
+   branch is merged or gone with its content in ``HEAD``; a pin whose commits are not in
+   ``HEAD`` and whose branch no longer exists is turned back into a branch, so it is listed;
+5. return the remaining branches as pending, to be re-queued (or listed by
+   ``reverie reflections``).
+
+Never run on the event loop thread's blocking calls: everything goes through worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.to_thread
+from anyio import Path as AsyncPath
+
+from orchestrator.memfs.locks import merge_lock, release_stale_lock
+from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
+from orchestrator.memfs.worktrees import (
+    BRANCH_PREFIX,
+    ReflectionBranch,
+    git_common_dir,
+    id_from_branch,
+    id_from_worktree_dir,
+    list_reflections,
+    parse_worktree_records,
+    remove_worktree,
+    run_git,
+)
+
+__all__ = ["RecoveryReport", "recover"]
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    stale_lock_released: bool
+    aborted_rebases: tuple[Path, ...]
+    removed_worktrees: tuple[Path, ...]
+    deleted_branches: tuple[str, ...]
+    restored_branches: tuple[str, ...]
+    pending: tuple[ReflectionBranch, ...]
+
+
+async def _rebase_in_progress(worktree: Path) -> bool:
+    out = await run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False)
+    if not out.ok:
+        return False
+    git_dir = AsyncPath(out.stdout.strip())
+    return await (git_dir / "rebase-merge").exists() or await (git_dir / "rebase-apply").exists()
+
+
+async def _is_ancestor(repo: Path, rev: str) -> bool:
+    return (await run_git(repo, "merge-base", "--is-ancestor", rev, "HEAD", check=False)).ok
+
+
+async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:
+    """Reconcile ``repo_dir`` (see the module docstring); ``active``: ids of running subagents."""
+    repo = Path(repo_dir)
+    common = await git_common_dir(repo)
+    released = await anyio.to_thread.run_sync(release_stale_lock, common)
+    aborted: list[Path] = []
+    removed: list[Path] = []
+    deleted: list[str] = []
+    restored: list[str] = []
+    async with merge_lock(repo, common_dir=common):
+        await run_git(repo, "worktree", "prune")
+        listing = await run_git(repo, "worktree", "list", "--porcelain", "-z")
+        for path, branch in parse_worktree_records(listing.stdout)[1:]:
+            wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)
+            if wid is None or wid in active:
+                continue
+            if await _rebase_in_progress(path):
+                await run_git(path, "rebase", "--abort", check=False)
+                aborted.append(path)
+            await remove_worktree(repo, path)
+            removed.append(path)
+        pins = await run_git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", PRE_REBASE_REF_PREFIX)
+        branches = {b.branch: b for b in await list_reflections(repo, kind=None)}
+        by_id = {b.id: b for b in branches.values()}
+        for line in pins.stdout.splitlines():
+            ref, _, tip = line.partition("\0")
+            pid = ref[len(PRE_REBASE_REF_PREFIX) :]
+            if pid in active:
+                continue
+            owner = by_id.get(pid)
+            if owner is not None and not owner.merged:
+                continue
+            if owner is None and not await _is_ancestor(repo, tip):
+                # The branch is gone but its pinned commits are not in HEAD: list them again.
+                name = f"{BRANCH_PREFIX}reflection/{pid}"
+                if id_from_branch(name) is not None:
+                    await run_git(repo, "update-ref", f"refs/heads/{name}", tip, "")
+                    restored.append(name)
+                continue
+            await run_git(repo, "update-ref", "-d", ref, tip, check=False)
+        for item in await list_reflections(repo, kind=None):
+            if item.id in active:
+                continue
+            if item.merged:
+                await run_git(repo, "update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False)
+                deleted.append(item.branch)
+        pending = tuple(b for b in await list_reflections(repo, kind=None) if not b.merged and b.id not in active)
+    return RecoveryReport(
+        stale_lock_released=released,
+        aborted_rebases=tuple(aborted),
+        removed_worktrees=tuple(removed),
+        deleted_branches=tuple(deleted),
+        restored_branches=tuple(restored),
+        pending=pending,
+    )
