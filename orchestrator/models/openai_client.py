@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx2
 import openai
-from anyio import CancelScope, fail_after, move_on_after
+from anyio import CancelScope, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -265,15 +265,23 @@ class OpenAIModel(ModelClient):
         self._http_client = http_client
         self._client: openai.AsyncOpenAI | None = None
 
-    def _sdk(self) -> openai.AsyncOpenAI:
+    def _build_sdk(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self._api_key,
+            max_retries=0,
+            timeout=self._request_timeout,
+            http_client=self._http_client,
+        )
+
+    async def _sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client, built in a worker thread: TLS setup reads certificate files."""
         if self._client is None:
-            self._client = openai.AsyncOpenAI(
-                base_url=self.base_url,
-                api_key=self._api_key,
-                max_retries=0,
-                timeout=self._request_timeout,
-                http_client=self._http_client,
-            )
+            client = await to_thread.run_sync(self._build_sdk)
+            if self._client is None:
+                self._client = client
+            else:
+                await client.close()
         return self._client
 
     async def aclose(self) -> None:
@@ -365,7 +373,7 @@ class OpenAIModel(ModelClient):
         try:
             try:
                 with fail_after(self.idle_timeout):
-                    stream = await self._sdk().chat.completions.create(**params)
+                    stream = await (await self._sdk()).chat.completions.create(**params)
                 iterator = stream.__aiter__()
                 while True:
                     with fail_after(self.idle_timeout):
