@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import html
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +42,7 @@ __all__ = [
     "DEFAULT_CONVERSATION_ID",
     "CompiledPrompt",
     "MemoryRecord",
+    "clear_render_cache",
     "compile_system_prompt",
     "escape_xml_attribute",
     "format_compiled_at",
@@ -287,6 +290,48 @@ def _collect_v1(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
     return _sorted_records(records)
 
 
+class _RenderCache:
+    """Rendered memory by (repository, root tree id): the rendering is a pure function of the
+    tree's content, so a hit is identical to a fresh compile (memfs.md R3.9)."""
+
+    def __init__(self, max_entries: int = 128) -> None:
+        self._max_entries = max_entries
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], tuple[MemoryFormat, str]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> tuple[MemoryFormat, str] | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str], value: tuple[MemoryFormat, str]) -> None:
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_RENDER_CACHE: Final = _RenderCache()
+
+
+def clear_render_cache() -> None:
+    """Forget rendered trees (benchmarks measure the uncached path with it)."""
+    _RENDER_CACHE.clear()
+
+
+def _render_tree(reader: ObjectReader, resolved: Revision) -> tuple[MemoryFormat, str]:
+    root = reader.tree_entries(resolved.tree)
+    if any(entry.path == ROOT_INDEX and not entry.is_tree for entry in root):
+        return MEMFS_V2, render_v2(_collect_v2(reader, resolved))
+    return MEMFS_V1, render_v1(_collect_v1(reader, resolved))
+
+
 def _collect(
     memory_dir: str | os.PathLike[str], revision: str
 ) -> tuple[str | None, MemoryFormat, str]:
@@ -300,11 +345,12 @@ def _collect(
             if resolved is None:
                 return None, MEMFS_V1, ""
             commit = resolved.commit
-            root = reader.tree_entries(resolved.tree)
-            is_v2 = any(entry.path == ROOT_INDEX and not entry.is_tree for entry in root)
-            if is_v2:
-                return commit, MEMFS_V2, render_v2(_collect_v2(reader, resolved))
-            return commit, MEMFS_V1, render_v1(_collect_v1(reader, resolved))
+            key = (str(reader.git_dir), resolved.tree)
+            rendered = _RENDER_CACHE.get(key)
+            if rendered is None:
+                rendered = _render_tree(reader, resolved)
+                _RENDER_CACHE.put(key, rendered)
+            return commit, *rendered
     except (ReaderError, OSError, ValueError):
         return commit, MEMFS_V1, ""
 

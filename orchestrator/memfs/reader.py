@@ -176,6 +176,8 @@ class ObjectReader:
 
     _TREE_CACHE_ENTRIES: Final = 20_000
     _LOOKUP_CACHE_SIZE: Final = 4_096
+    _BLOB_CACHE_BYTES: Final = 2 * 1024 * 1024
+    _BLOB_CACHE_MAX_BLOB: Final = 128 * 1024
 
     def __init__(self, git_dir: Path, top_level: Path) -> None:
         self.git_dir = git_dir
@@ -185,6 +187,8 @@ class ObjectReader:
         self._trees: OrderedDict[str, tuple[tuple[str, str, str], ...]] = OrderedDict()
         self._cached_tree_entries = 0
         self._lookups: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._cached_blob_bytes = 0
         self.evicted = False
 
     def _new_git(self) -> git.Git:
@@ -275,11 +279,25 @@ class ObjectReader:
                 yield entry
 
     def read_blob(self, oid: str) -> bytes | None:
-        """The blob's bytes (a symlink's target text), or None if it is missing or not a blob."""
+        """The blob's bytes (a symlink's target text), or None if it is missing or not a blob.
+
+        Small blobs are cached by object id: the same core files are read on every turn.
+        """
+        cached = self._blobs.get(oid)
+        if cached is not None:
+            self._blobs.move_to_end(oid)
+            return cached
         found = self._request(oid)
         if found is None or found[1] != "blob":
             return None
-        return found[2]
+        data = found[2]
+        if len(data) <= self._BLOB_CACHE_MAX_BLOB:
+            self._blobs[oid] = data
+            self._cached_blob_bytes += len(data)
+            while self._cached_blob_bytes > self._BLOB_CACHE_BYTES:
+                _, dropped = self._blobs.popitem(last=False)
+                self._cached_blob_bytes -= len(dropped)
+        return data
 
 
 def _identity(directory: Path) -> tuple[int, int] | None:

@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memfs import CompiledPrompt, compile_system_prompt
-from orchestrator.memfs.compiler import format_compiled_at, inject_core_memory, render_metadata
-from orchestrator.memfs.reader import ReaderPool, list_tree_entries, read_tree_files
+from orchestrator.memfs.compiler import (
+    clear_render_cache,
+    format_compiled_at,
+    inject_core_memory,
+    render_metadata,
+)
+from orchestrator.memfs.reader import DEFAULT_POOL, ReaderPool, list_tree_entries, read_tree_files
 
 NOW = datetime(2026, 10, 8, 15, 4, 5, 678901, tzinfo=UTC)
 
@@ -156,6 +161,7 @@ def test_working_tree_and_index_are_ignored(tmp_path: Path) -> None:
     (repo / "extra.md").write_text("untracked\n")
     (repo / "human.md").unlink()
     _git(repo, "add", "persona.md")
+    _forget_everything()
     assert _compile(repo) == before
 
 
@@ -168,6 +174,7 @@ def test_new_commits_are_seen_by_a_warm_reader(tmp_path: Path) -> None:
     assert compiled.memfs_revision == head
     assert "# two" in compiled.core_memory and "<new>\nfresh\n</new>" in compiled.core_memory
     _git(repo, "gc", "-q")
+    clear_render_cache()
     assert _compile(repo) == compiled
 
 
@@ -181,6 +188,12 @@ def test_repository_recreated_at_the_same_path(tmp_path: Path) -> None:
     assert compiled.memfs_revision == head and "# new" in compiled.core_memory
 
 
+def _forget_everything() -> None:
+    """Drop the render cache and every reader (and its object caches): the next compile is cold."""
+    clear_render_cache()
+    DEFAULT_POOL.close_all()
+
+
 def _object_path(repo: Path, oid: str) -> Path:
     return repo / ".git" / "objects" / oid[:2] / oid[2:]
 
@@ -191,6 +204,7 @@ def test_deferred_objects_are_never_read(tmp_path: Path) -> None:
     before = _compile(repo)
     for path in ("projects/mini-letta.md", "projects/archive"):
         _object_path(repo, _git(repo, "rev-parse", f"HEAD:{path}")).unlink()
+    _forget_everything()
     assert _compile(repo) == before
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.memfs import CompiledPrompt, compile_system_prompt
+from orchestrator.memfs.compiler import clear_render_cache
 from orchestrator.memfs.reader import DEFAULT_POOL
 
 NOW = datetime(2026, 9, 1, 13, 5, 9, tzinfo=UTC)
@@ -73,6 +74,7 @@ def test_working_tree_changes_never_change_the_output(
         (repo / "MEMORY.md").write_text("# added or changed\n")
         if stage:
             _git(repo, "add", "-A")
+        clear_render_cache()
         assert _compile(repo) == before
 
 
@@ -101,5 +103,6 @@ def test_compile_is_deterministic(files: dict[str, str], deferred: dict[str, str
         first = _compile(repo)
         assert _compile(repo) == first
         DEFAULT_POOL.close_all()
+        clear_render_cache()
         assert _compile(repo) == first
         assert first.memory_format == ("memfs-v2" if v2 else "memfs-v1")
