@@ -1,0 +1,161 @@
+"""The ``bash`` tool: ``bash -c <command>`` in the workspace, stdout and stderr merged in order.
+
+Why a worker thread around ``subprocess.Popen`` rather than ``anyio.open_process``: on asyncio,
+``open_process`` forks on the event-loop thread (asyncio calls ``Popen`` there), which the project
+forbids; a thread keeps the spawn, the pipe reads and the wait off every loop alike. The caller's
+cancellation kills the process group at once (the thread is abandoned and finishes when the pipe
+closes).
+
+Behaviour: the command runs in its own session (process group); when the timeout passes the whole group
+gets SIGKILL. A background job that outlives ``bash`` and keeps the output pipe open does not hold the
+tool: output is collected for a short grace period after ``bash`` exits, then the tool returns and the
+job keeps running. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from functools import partial
+
+import anyio
+
+from orchestrator.tools.context import ToolContext, ToolResult
+from orchestrator.tools.overflow import write_overflow
+from orchestrator.tools.truncation import truncate_by_chars
+
+__all__ = ["run_bash"]
+
+_MAX_COLLECT_BYTES = 16 * 1024 * 1024
+_DRAIN_GRACE_SECONDS = 0.5
+
+
+@dataclass
+class _Run:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    proc: subprocess.Popen[bytes] | None = None
+    cancelled: bool = False
+
+    def kill(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            proc = self.proc
+        if proc is not None:
+            _kill_group(proc)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    output: str
+    returncode: int
+    timed_out: bool
+    dropped_bytes: int
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _environment(ctx: ToolContext) -> dict[str, str]:
+    env = dict(os.environ)
+    env["AGENT_ID"] = ctx.agent_id
+    env["AGENT_NAME"] = ctx.agent_name
+    env["CONVERSATION_ID"] = ctx.conversation_id
+    if ctx.memory_dir is not None:
+        env["MEMORY_DIR"] = str(ctx.memory_dir)
+    return env
+
+
+def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
+    proc = subprocess.Popen(
+        ["bash", "-c", command],
+        cwd=ctx.workspace,
+        env=_environment(ctx),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    with run.lock:
+        run.proc = proc
+        cancelled = run.cancelled
+    if cancelled:
+        _kill_group(proc)
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    chunks: list[bytes] = []
+    kept = 0
+    dropped = 0
+    buffer_lock = threading.Lock()
+
+    def reader() -> None:
+        nonlocal kept, dropped
+        fd = stdout.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            with buffer_lock:
+                if kept < _MAX_COLLECT_BYTES:
+                    chunks.append(data)
+                    kept += len(data)
+                else:
+                    dropped += len(data)
+
+    thread = threading.Thread(target=reader, name="bash-output", daemon=True)
+    thread.start()
+    timed_out = False
+    try:
+        returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        returncode = proc.wait()
+    thread.join(_DRAIN_GRACE_SECONDS)
+    with buffer_lock:
+        data = b"".join(chunks)
+        lost = dropped
+    if not thread.is_alive():
+        stdout.close()
+    return _Outcome(data.decode("utf-8", errors="replace"), returncode, timed_out, lost)
+
+
+def _render(outcome: _Outcome, ctx: ToolContext, timeout: float) -> ToolResult:
+    text = outcome.output.rstrip("\n")
+    if outcome.dropped_bytes:
+        text += f"\n[{outcome.dropped_bytes:,} more bytes of output were discarded]"
+    overflow = None
+    if len(text) > ctx.output_cap and ctx.overflow_dir is not None:
+        overflow = write_overflow(ctx.overflow_dir, "bash", text)
+    shown = truncate_by_chars(text, ctx.output_cap, middle=ctx.middle_truncate, overflow_path=overflow)
+    if outcome.timed_out:
+        head = f"Command timed out after {timeout:g} seconds; its process group was killed."
+        return ToolResult(False, f"{head}\n{shown}" if shown else head)
+    if outcome.returncode != 0:
+        head = f"Command failed with exit code {outcome.returncode}."
+        return ToolResult(False, f"{head}\n{shown}" if shown else head)
+    return ToolResult(True, shown)
+
+
+async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None = None) -> ToolResult:
+    """Run ``command``; a non-zero exit or a timeout is an error result carrying the output."""
+    limit = ctx.bash_timeout if time_limit is None else time_limit
+    run = _Run()
+
+    def work() -> ToolResult:
+        return _render(_execute(command, ctx, limit, run), ctx, limit)
+
+    try:
+        return await anyio.to_thread.run_sync(partial(work), abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        run.kill()
+        raise

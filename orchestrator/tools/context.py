@@ -1,0 +1,50 @@
+"""What every tool receives (``ToolContext``) and returns (``ToolResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.tools.truncation import BASH_OUTPUT_CHARS
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
+
+__all__ = ["DEFAULT_BASH_TIMEOUT", "ToolContext", "ToolError", "ToolResult"]
+
+DEFAULT_BASH_TIMEOUT = 120.0
+"""DECISIONS S20."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """The calling agent's world. File tools are confined to ``workspace`` and ``memory_dir``.
+
+    ``overflow_dir``: where a truncated output's full text is written (compaction.md 7.5); None turns
+    overflow files off. ``middle_truncate`` False keeps the head instead of head and tail. The config
+    layer maps ``REVERIE_TOOL_OVERFLOW_TO_FILE`` / ``REVERIE_TOOL_MIDDLE_TRUNCATE`` onto these.
+    """
+
+    workspace: Path
+    agent_id: str
+    conversation_id: str
+    agent_name: str = ""
+    memory_dir: Path | None = None
+    store: Store | None = None
+    bash_timeout: float = DEFAULT_BASH_TIMEOUT
+    output_cap: int = BASH_OUTPUT_CHARS
+    overflow_dir: Path | None = None
+    middle_truncate: bool = True
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """``output`` is what the model sees as the tool message; ``ok`` False marks an error result."""
+
+    ok: bool
+    output: str
+
+
+class ToolError(Exception):
+    """A tool refusing or failing in a way the model should read: the message is one line, no traceback."""

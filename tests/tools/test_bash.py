@@ -1,0 +1,123 @@
+"""The bash tool with real processes: environment, cwd, exit codes, timeouts, output cap, cancellation."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio import Path as AsyncPath
+
+from orchestrator.tools import ToolContext, run_bash, run_tool
+
+pytestmark = pytest.mark.anyio
+
+
+def _ctx(tmp_path: Path, **kw: object) -> ToolContext:
+    ws = tmp_path / "ws"
+    mem = tmp_path / "mem"
+    ws.mkdir(exist_ok=True)
+    mem.mkdir(exist_ok=True)
+    return ToolContext(
+        workspace=ws,
+        memory_dir=mem,
+        agent_id="agent-1",
+        agent_name="Ada",
+        conversation_id="conv-9",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); look at its state
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.split(")")[1].split()[0] != "Z"
+
+
+def _dies_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+async def test_env_and_cwd(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    result = await run_bash('pwd; echo "$MEMORY_DIR|$AGENT_ID|$AGENT_NAME|$CONVERSATION_ID"', ctx)
+    assert result.ok
+    cwd, env = result.output.split("\n")
+    real = await anyio.to_thread.run_sync(os.path.realpath, cwd)
+    assert real == await anyio.to_thread.run_sync(os.path.realpath, ctx.workspace)
+    assert env == f"{ctx.memory_dir}|agent-1|Ada|conv-9"
+
+
+async def test_stdout_and_stderr_merged_in_order(tmp_path: Path) -> None:
+    result = await run_bash("echo a; echo b >&2; echo c", _ctx(tmp_path))
+    assert result.ok and result.output == "a\nb\nc"
+
+
+async def test_nonzero_exit_is_error_with_output(tmp_path: Path) -> None:
+    result = await run_bash("echo oops >&2; exit 3", _ctx(tmp_path))
+    assert not result.ok
+    assert result.output == "Command failed with exit code 3.\noops"
+
+
+async def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, bash_timeout=0.5)
+    started = anyio.current_time()
+    result = await run_bash("sleep 30 & echo $! > child.pid; echo started; wait", ctx)
+    assert anyio.current_time() - started < 10
+    assert not result.ok
+    assert result.output.startswith("Command timed out after 0.5 seconds; its process group was killed.")
+    assert "started" in result.output
+    pid = int(await AsyncPath(ctx.workspace / "child.pid").read_text())
+    assert not await anyio.to_thread.run_sync(_alive, pid)
+
+
+async def test_background_job_holding_the_pipe_does_not_hold_the_tool(tmp_path: Path) -> None:
+    started = anyio.current_time()
+    result = await run_bash("(sleep 3 &) ; echo done", _ctx(tmp_path))
+    assert result.ok and result.output == "done"
+    assert anyio.current_time() - started < 2.5
+
+
+async def test_output_cap_with_overflow_file(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, output_cap=100, overflow_dir=tmp_path / "overflow")
+    result = await run_bash("python3 -c 'print(\"x\" * 1000)'", ctx)
+    assert result.ok
+    assert "\n... [900 characters omitted] ...\n" in result.output
+    assert "[Output truncated: showing 100 of 1,000 characters.]\n[Full output written to: " in result.output
+    path = result.output.rsplit("[Full output written to: ", 1)[1].rstrip("]")
+    assert Path(path).name.startswith("bash-")
+    assert await AsyncPath(path).read_text() == "x" * 1000
+
+
+async def test_cancellation_kills_the_command(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with anyio.move_on_after(1.0):
+        await run_bash("echo $$ > shell.pid; sleep 30", ctx)
+    pid_file = AsyncPath(ctx.workspace / "shell.pid")
+    pid = int(await pid_file.read_text())
+    assert await anyio.to_thread.run_sync(_dies_within, pid, 5.0)
+
+
+async def test_model_timeout_argument(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    result = await run_tool("bash", '{"command": "sleep 5", "timeout": 0.3}', ctx)
+    assert not result.ok  # 0.3 is not an integer
+    assert 'argument "timeout" must be integer' in result.output
+    result = await run_tool("bash", '{"command": "echo hi", "timeout": 0}', ctx)
+    assert not result.ok and "timeout must be a positive" in result.output
+    result = await run_tool("bash", '{"command": "sleep 5", "timeout": 1}', ctx)
+    assert not result.ok and "timed out after 1 seconds" in result.output
