@@ -224,7 +224,9 @@ def _reprompt_text(missing: Sequence[str]) -> str:
     return load_prompt("summarizer_reprompt").replace("{missing}", named)
 
 
-def _pinned_summary(messages: Sequence[Message], plan: CompactionPlan, previous_summary: str | None) -> str | None:
+def _pinned_summary(
+    messages: Sequence[Message], plan: CompactionPlan, previous_summary: str | None
+) -> str | None:
     if not plan.pinned:
         return None
     if previous_summary:
@@ -298,8 +300,17 @@ async def summarize_with_fallback(
     if not any(_has_line(m) for m in summarized):
         summary = pinned if pinned is not None else EMPTY_SUMMARY
         return _outcome(
-            messages, plan, settings, status="done", summary=summary, model=None, attempts=(),
-            kept_retention=None, reprompted=False, error=None, **common,
+            messages,
+            plan,
+            settings,
+            status="done",
+            summary=summary,
+            model=None,
+            attempts=(),
+            kept_retention=None,
+            reprompted=False,
+            error=None,
+            **common,
         )
     system = await summarizer_system_prompt(settings, plan.mode)
     full = render_transcript(summarized)
@@ -309,7 +320,9 @@ async def summarize_with_fallback(
     if settings.fallback_summarizer_model and settings.fallback_summarizer_model != primary:
         rungs.append((settings.fallback_summarizer_model, "fallback"))
     window_limit = threshold(settings.summarizer_window) or settings.summarizer_window
-    overhead = estimate_text(system) + estimate_text(summarizer_input("", previous_summary=pinned, core_memory=core_memory))
+    overhead = estimate_text(system) + estimate_text(
+        summarizer_input("", previous_summary=pinned, core_memory=core_memory)
+    )
     first_budget = max(_MIN_BUDGET, window_limit - overhead)
     last_error = "summarizer failed"
     for rung_model, rung in rungs:
@@ -332,8 +345,16 @@ async def summarize_with_fallback(
                     continue
                 break
             return await _checked(
-                messages, plan, settings, caller, request, clip_summary(text, settings.clip_chars),
-                summarized=summarized, budget=budget, chars=len(transcript), **common,
+                messages,
+                plan,
+                settings,
+                caller,
+                request,
+                clip_summary(text, settings.clip_chars),
+                summarized=summarized,
+                budget=budget,
+                chars=len(transcript),
+                **common,
             )
     emergency = plan_emergency(
         messages,
@@ -343,8 +364,17 @@ async def summarize_with_fallback(
         summary_tokens=estimate_text(EMERGENCY_SUMMARY),
     )
     return _outcome(
-        messages, emergency, settings, status="failed", summary=EMERGENCY_SUMMARY, model=None,
-        attempts=caller.attempts, kept_retention=None, reprompted=False, error=last_error, **common,
+        messages,
+        emergency,
+        settings,
+        status="failed",
+        summary=EMERGENCY_SUMMARY,
+        model=None,
+        attempts=caller.attempts,
+        kept_retention=None,
+        reprompted=False,
+        error=last_error,
+        **common,
     )
 
 
@@ -392,8 +422,17 @@ async def _checked(
             if second.ratio >= kept.ratio:
                 summary, kept = candidate, second
     return _outcome(
-        messages, plan, settings, status="done", summary=summary, trigger=trigger, model=request.model,
-        attempts=caller.attempts, kept_retention=kept, reprompted=reprompted, error=None,
+        messages,
+        plan,
+        settings,
+        status="done",
+        summary=summary,
+        trigger=trigger,
+        model=request.model,
+        attempts=caller.attempts,
+        kept_retention=kept,
+        reprompted=reprompted,
+        error=None,
     )
 
 

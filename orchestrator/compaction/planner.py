@@ -374,4 +374,6 @@ def plan_emergency(
             limit=threshold(settings.context_window),
             escalated=settings.mode != "all",
         )
-    return _sliding_plan(messages, costs, cut, settings, settings.mode, summary_reserve=summary_tokens, **common)
+    return _sliding_plan(
+        messages, costs, cut, settings, settings.mode, summary_reserve=summary_tokens, **common
+    )

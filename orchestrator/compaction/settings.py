@@ -60,7 +60,11 @@ class CompactionSettings:
         _positive_int("context_window", self.context_window)
         if self.summarizer_context_window is not None:
             _positive_int("summarizer_context_window", self.summarizer_context_window)
-        if isinstance(self.summary_reserve, bool) or not isinstance(self.summary_reserve, int) or self.summary_reserve < 0:
+        if (
+            isinstance(self.summary_reserve, bool)
+            or not isinstance(self.summary_reserve, int)
+            or self.summary_reserve < 0
+        ):
             raise CompactionSettingsError(
                 f"compaction setting summary_reserve must be a whole number >= 0 (received {self.summary_reserve!r})"
             )
@@ -81,7 +85,9 @@ class CompactionSettings:
                     f"compaction setting {name} must be a non-empty model name or unset (received {value!r})"
                 )
         if self.prompt is not None and not isinstance(self.prompt, str):
-            raise CompactionSettingsError(f"compaction setting prompt must be text or unset (received {self.prompt!r})")
+            raise CompactionSettingsError(
+                f"compaction setting prompt must be text or unset (received {self.prompt!r})"
+            )
         if self.clip_chars is not None:
             _positive_int("clip_chars", self.clip_chars)
 
@@ -123,4 +129,6 @@ class CompactionSettings:
 
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise CompactionSettingsError(f"compaction setting {name} must be a whole number > 0 (received {value!r})")
+        raise CompactionSettingsError(
+            f"compaction setting {name} must be a whole number > 0 (received {value!r})"
+        )

@@ -75,7 +75,9 @@ def system_prompt_tokens(system_prompt: str) -> int:
 
 def tool_schema_tokens(tools: Sequence[ToolSpec]) -> int:
     """``T`` of compaction.md 1.1: compact JSON of the tool list; an empty list (``[]``) costs 1."""
-    payload = [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools]
+    payload = [
+        {"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools
+    ]
     return estimate_text(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
 
 

@@ -106,7 +106,9 @@ def shrink_transcript(transcript: str, budget_tokens: int) -> str:
     return clip_middle(transcript, budget_chars, _budget_marker)
 
 
-def summarizer_input(transcript: str, *, previous_summary: str | None = None, core_memory: str | None = None) -> str:
+def summarizer_input(
+    transcript: str, *, previous_summary: str | None = None, core_memory: str | None = None
+) -> str:
     """The summarizer's single user message.
 
     Without a previous summary or core memory it is exactly the transcript (letta-code's request). The

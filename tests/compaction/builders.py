@@ -13,7 +13,9 @@ def A(text: str = "xxxx") -> Message:
     return Message(role="assistant", content=text)
 
 
-def AS(name: str = "Bash", arguments: str = '{"command":"ls"}', call_id: str = "c1", text: str = "") -> Message:
+def AS(
+    name: str = "Bash", arguments: str = '{"command":"ls"}', call_id: str = "c1", text: str = ""
+) -> Message:
     return Message(role="assistant", content=text, tool_calls=(ToolCall(call_id, name, arguments),))
 
 
@@ -25,7 +27,9 @@ def reminder(text: str = "<system-reminder>hi</system-reminder>") -> Message:
     return Message(role="user", content=text, kind="reminder")
 
 
-def memory_update(text: str = "<system-reminder>\n<memory_update>\nx\n</memory_update>\n</system-reminder>") -> Message:
+def memory_update(
+    text: str = "<system-reminder>\n<memory_update>\nx\n</memory_update>\n</system-reminder>",
+) -> Message:
     return Message(role="user", content=text, kind="memory_update")
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from orchestrator.compaction import CompactionSettings, PlanningError, find_sliding_cutoff, plan_compaction
 from orchestrator.compaction.planner import plan_all
 from orchestrator.compaction.tokens import estimate_messages, threshold
-from orchestrator.models.types import Message, ToolCall
+from orchestrator.models.types import Message, MessageKind, ToolCall
 
 _sizes = st.integers(min_value=0, max_value=6000)
 
@@ -20,7 +20,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         messages.append(Message("user", "Note: ...\n " + "s" * draw(_sizes), kind="summary"))
     call = 0
     for _ in range(draw(st.integers(min_value=0, max_value=12))):
-        kind = draw(st.sampled_from(["message", "message", "reminder", "memory_update"]))
+        kind: MessageKind = draw(st.sampled_from(["message", "message", "reminder", "memory_update"]))
         messages.append(Message("user", "u" * draw(_sizes), kind=kind))
         for _ in range(draw(st.integers(min_value=0, max_value=4))):
             ncalls = draw(st.integers(min_value=0, max_value=2))
@@ -41,7 +41,11 @@ def _calls_kept_with_results(messages: list[Message], kept: tuple[int, ...]) -> 
 
 
 @settings(max_examples=200, deadline=None)
-@given(conversations(), st.one_of(st.floats(min_value=-1, max_value=2), st.just(float("nan"))), st.one_of(st.none(), st.integers(1, 60000)))
+@given(
+    conversations(),
+    st.one_of(st.floats(min_value=-1, max_value=2), st.just(float("nan"))),
+    st.one_of(st.none(), st.integers(1, 60000)),
+)
 def test_every_cutoff_is_valid(messages: list[Message], p: float, window: int | None) -> None:
     try:
         cut = find_sliding_cutoff(messages, p, window)
@@ -60,7 +64,9 @@ def test_every_cutoff_is_valid(messages: list[Message], p: float, window: int | 
     st.integers(min_value=2000, max_value=40000),
     st.integers(min_value=0, max_value=500),
 )
-def test_plan_partitions_and_fits_whenever_possible(messages: list[Message], mode: str, window: int, fixed: int) -> None:
+def test_plan_partitions_and_fits_whenever_possible(
+    messages: list[Message], mode: str, window: int, fixed: int
+) -> None:
     config = CompactionSettings(mode=mode, context_window=window, summary_reserve=1000)  # type: ignore[arg-type]
     plan = plan_compaction(messages, config, system_prompt_tokens=fixed, tool_tokens=fixed)
     n = len(messages)
@@ -88,7 +94,12 @@ def test_plan_partitions_and_fits_whenever_possible(messages: list[Message], mod
         if messages[cut].role == "assistant" and n >= 4:
             if fits([m for m in messages[cut:] if m.kind != "memory_update"]):
                 possible = True
-    possible = possible or plan_all(messages, window=window, system_prompt_tokens=fixed, tool_tokens=fixed, summary_reserve=1000).fits
+    possible = (
+        possible
+        or plan_all(
+            messages, window=window, system_prompt_tokens=fixed, tool_tokens=fixed, summary_reserve=1000
+        ).fits
+    )
     if possible:
         assert plan.fits
         assert plan.tokens_after < limit

@@ -95,7 +95,10 @@ def test_f10_f11_tool_call_arguments() -> None:
         content="",
         tool_calls=(ToolCall("1", "Bash", "ls -la"), ToolCall("2", "Read", '{"path":"é/ü"}')),
     )
-    assert render_transcript([message]) == ' \n[assistant] -> Bash(ls -la), Read({"path":"é/ü"})\n \n. Generate the summary.'
+    assert (
+        render_transcript([message])
+        == ' \n[assistant] -> Bash(ls -la), Read({"path":"é/ü"})\n \n. Generate the summary.'
+    )
     assert "-> X({})" in render_transcript([AS("X", "")])
 
 
@@ -129,7 +132,9 @@ def test_p1_p3_model_visible_text() -> None:
 
 def test_p2_k_is_messages_actually_evicted() -> None:
     messages = alt(10)
-    plan = plan_compaction(messages, CompactionSettings(sliding_percentage=0.7), system_prompt_tokens=0, tool_tokens=0)
+    plan = plan_compaction(
+        messages, CompactionSettings(sliding_percentage=0.7), system_prompt_tokens=0, tool_tokens=0
+    )
     assert plan.cutoff == 7 and plan.evicted_count == 7
     assert summary_message_text("sliding body", mode=plan.mode, evicted_count=plan.evicted_count) == (
         "Note: 7 messages from the beginning of the conversation have been hidden from view due to memory "
@@ -151,7 +156,9 @@ def test_p4_stats_key_order() -> None:
 
 def test_e2_usage_plus_trailing() -> None:
     messages = [U("look"), A("done"), U("keep going")]
-    size = context_size(messages, system_prompt_tokens=50, tool_tokens=50, usage=Usage(400000, 7000), usage_index=1)
+    size = context_size(
+        messages, system_prompt_tokens=50, tool_tokens=50, usage=Usage(400000, 7000), usage_index=1
+    )
     assert (size.tokens, size.usage_tokens, size.trailing_tokens, size.source) == (407003, 407000, 3, "usage")
 
 
@@ -169,16 +176,34 @@ def test_e5_tool_call_estimate_text_only() -> None:
 def test_e8_e9_request_estimate() -> None:
     tools = [ToolSpec("t", "d", {})]
     size = context_size(
-        [U("x" * 40)], system_prompt_tokens=system_prompt_tokens("S" * 40), tool_tokens=tool_schema_tokens(tools)
+        [U("x" * 40)],
+        system_prompt_tokens=system_prompt_tokens("S" * 40),
+        tool_tokens=tool_schema_tokens(tools),
     )
     assert size.tokens == 32
-    assert context_size([], system_prompt_tokens=system_prompt_tokens(""), tool_tokens=tool_schema_tokens([])).tokens == 1
+    assert (
+        context_size(
+            [], system_prompt_tokens=system_prompt_tokens(""), tool_tokens=tool_schema_tokens([])
+        ).tokens
+        == 1
+    )
 
 
 @pytest.mark.parametrize(
     ("window", "expected"),
-    [(100000, 83616), (200000, 183616), (81920, 65536), (10000, 8000), (1000, 800), (4, 3), (1, 0),
-     (0, None), (-5, None), (math.nan, None), (math.inf, None)],
+    [
+        (100000, 83616),
+        (200000, 183616),
+        (81920, 65536),
+        (10000, 8000),
+        (1000, 800),
+        (4, 3),
+        (1, 0),
+        (0, None),
+        (-5, None),
+        (math.nan, None),
+        (math.inf, None),
+    ],
 )
 def test_th_threshold(window: float, expected: int | None) -> None:
     assert threshold(window) == expected
@@ -219,8 +244,12 @@ PLANNER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "messages", "p", "window", "cutoff"), PLANNER_CASES, ids=[c[0] for c in PLANNER_CASES])
-def test_planner_cutoffs(case: str, messages: list[Message], p: float, window: int | None, cutoff: int) -> None:
+@pytest.mark.parametrize(
+    ("case", "messages", "p", "window", "cutoff"), PLANNER_CASES, ids=[c[0] for c in PLANNER_CASES]
+)
+def test_planner_cutoffs(
+    case: str, messages: list[Message], p: float, window: int | None, cutoff: int
+) -> None:
     assert find_sliding_cutoff(messages, p, window) == cutoff
 
 
@@ -246,7 +275,9 @@ ERROR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "messages", "window", "error"), ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
+@pytest.mark.parametrize(
+    ("case", "messages", "window", "error"), ERROR_CASES, ids=[c[0] for c in ERROR_CASES]
+)
 def test_planner_errors(case: str, messages: list[Message], window: int | None, error: str) -> None:
     with pytest.raises(PlanningError) as info:
         find_sliding_cutoff(messages, 0.3, window)
@@ -255,7 +286,12 @@ def test_planner_errors(case: str, messages: list[Message], window: int | None, 
 
 def test_pl23_pl24_all_keeps_newest_user_message() -> None:
     settings = CompactionSettings(mode="all")
-    plan = plan_compaction([U("a"), AS(), T(), A("done"), U("new request"), AS()], settings, system_prompt_tokens=0, tool_tokens=0)
+    plan = plan_compaction(
+        [U("a"), AS(), T(), A("done"), U("new request"), AS()],
+        settings,
+        system_prompt_tokens=0,
+        tool_tokens=0,
+    )
     assert plan.mode == "all" and plan.kept == (4, 5) and plan.summarized == (0, 1, 2, 3)
     plan = plan_compaction([U(), A()], settings, system_prompt_tokens=0, tool_tokens=0)
     assert plan.kept == (0, 1) and plan.evicted == ()
