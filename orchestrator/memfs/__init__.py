@@ -1,22 +1,52 @@
-"""MemFS: the agent's memory repository (layout, frontmatter, prompt compiler, validation)."""
+"""MemFS: the agent's memory repository (layout, frontmatter, prompt compiler, validation).
 
-from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
-from orchestrator.memfs.validator import (
-    ValidationResult,
-    audit_head,
-    format_report,
-    validate_head,
-    validate_snapshot,
-    validate_staged,
-)
+Names load lazily (PEP 562): the pre-commit hook runs ``python -m orchestrator.memfs.hook`` on every
+commit typed by hand, and importing the compiler (gitpython, ICU) eagerly would triple its start-up.
+"""
 
-__all__: list[str] = [
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
+    from orchestrator.memfs.validator import (
+        ValidationResult,
+        audit_head,
+        format_report,
+        validate_head,
+        validate_snapshot,
+        validate_staged,
+    )
+
+__all__ = [
     "CompiledPrompt",
-    "compile_system_prompt",
     "ValidationResult",
     "audit_head",
+    "compile_system_prompt",
     "format_report",
     "validate_head",
     "validate_snapshot",
     "validate_staged",
 ]
+
+_HOME = {
+    "CompiledPrompt": "compiler",
+    "compile_system_prompt": "compiler",
+    "ValidationResult": "validator",
+    "audit_head": "validator",
+    "format_report": "validator",
+    "validate_head": "validator",
+    "validate_snapshot": "validator",
+    "validate_staged": "validator",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,111 @@
+"""One process's view of reverie: settings, the store, the model, and the agents it serves.
+
+``Runtime.open()`` is the single place where configuration is resolved and resources are created,
+so the CLI, the batch runner and tests build the same world the same way; nothing is global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from orchestrator.config import Settings, load_settings
+from orchestrator.memfs.repo import init_memory_repo
+from orchestrator.models.openai_client import model_from_settings
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.models.types import ModelClient
+from orchestrator.paths import agent_memory_dir, check_agent_id
+from orchestrator.store import Conversation, Store, StoreError
+from orchestrator.turn import AgentProfile
+from prompts import load_prompt
+
+__all__ = ["Runtime", "build_model"]
+
+
+def build_model(settings: Settings) -> ModelClient:
+    """The OpenAI-compatible client when an endpoint is configured, else the scripted model."""
+    if settings.base_url:
+        return model_from_settings(
+            settings.base_url, settings.api_key, settings.model, idle_timeout=settings.stream_idle_timeout
+        )
+    return ScriptedModel()
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    model: ModelClient
+    workspace: Path
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        *,
+        cli: Mapping[str, Any] | None = None,
+        store_path: Path | None = None,
+        model: ModelClient | None = None,
+        workspace: Path | None = None,
+    ) -> AsyncIterator[Runtime]:
+        settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli))
+        async with Store.opened(store_path) as store:
+            yield cls(
+                settings=settings,
+                store=store,
+                model=model or build_model(settings),
+                workspace=workspace or Path.cwd(),
+            )
+
+    async def agent(self, agent_id: str, *, create: bool = True) -> AgentProfile:
+        """The agent's profile; its memory repository is created on first use (v2 layout)."""
+        check_agent_id(agent_id)
+        memory_dir = agent_memory_dir(agent_id)
+        if create:
+            await anyio.to_thread.run_sync(init_memory_repo, memory_dir)
+        record = await self.store.ensure_agent(agent_id)
+        raw_system = str(record.settings.get("system_prompt") or load_prompt("system"))
+        return AgentProfile(
+            agent_id=agent_id,
+            name=record.name,
+            memory_dir=memory_dir,
+            raw_system=raw_system,
+            description=record.settings.get("description"),
+        )
+
+    async def agent_settings(self, agent_id: str, cli: Mapping[str, Any] | None = None) -> Settings:
+        """Settings with this agent's stored overrides applied under the CLI and environment."""
+        record = await self.store.get_agent(agent_id)
+        stored = {k: v for k, v in (record.settings if record else {}).items() if k in Settings.__dataclass_fields__}
+        if not stored:
+            return self.settings
+        return await anyio.to_thread.run_sync(partial(load_settings, cli=cli, agent=stored))
+
+    async def conversation(
+        self, agent: AgentProfile, *, conversation_id: str | None = None, new: bool = False
+    ) -> Conversation:
+        """``--conversation`` names one (it must belong to the agent); ``--new`` starts one; otherwise
+        the agent's most recent conversation, created if there is none."""
+        if conversation_id and new:
+            raise ValueError("--conversation and --new cannot be used together")
+        if conversation_id:
+            conv = await self.store.get_conversation(conversation_id)
+            if conv is None:
+                raise StoreError(f"no conversation {conversation_id!r}; see `reverie history --list`")
+            if conv.agent_id != agent.agent_id:
+                raise StoreError(f"conversation {conversation_id!r} belongs to agent {conv.agent_id!r}, not {agent.agent_id!r}")
+            return conv
+        if not new:
+            latest = await self.store.latest_conversation(agent.agent_id)
+            if latest is not None:
+                return latest
+        return await self.store.create_conversation(agent.agent_id)
+
+    def with_settings(self, settings: Settings) -> Runtime:
+        return replace(self, settings=settings)

@@ -1,0 +1,330 @@
+"""One turn of a conversation (turn-loop.md 1.2): reminders, the user message, then the tool loop
+with the system prompt resolved before every request, then the post-turn memory sync.
+
+The caller (the supervisor) holds the conversation's turn lock. The post-turn sync runs shielded
+from cancellation so an interrupted turn still leaves its reminder for the next one (rule 4), and
+a model failure ends the turn with a one-line error instead of an exception (the store stays
+consistent: every write is its own transaction and a half-run tool call is settled next turn).
+
+Step limit: ``max_steps`` counts provider requests. When the last allowed request asks for tools,
+the tools still run (so no call is left without a result) and the turn ends with ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+
+from orchestrator.config import Settings
+from orchestrator.events import (
+    Event,
+    MemoryUpdateInjected,
+    ModelCalled,
+    ReminderQueued,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from orchestrator.memory_sync import SyncResult, check_memory, sync_reminder_for
+from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
+from orchestrator.prompt_cache import PromptAction, resolve_system_prompt
+from orchestrator.reminders import agent_info_reminder
+from orchestrator.skills import Skill, append_available_skills, discover_skills
+from orchestrator.store import Store, StoredMessage, TurnStatus
+from orchestrator.tools import ToolContext, run_tool, tool_specs
+
+__all__ = [
+    "AgentProfile",
+    "Compactor",
+    "Observer",
+    "TurnOutcome",
+    "TurnRunner",
+    "to_model_messages",
+]
+
+Observer = Callable[[Event], Awaitable[None]]
+SYNC_REMINDER_KEY = "memory-git-sync"
+AGENT_INFO_KEY = "agent-info"
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    """What a turn needs to know about its agent."""
+
+    agent_id: str
+    name: str
+    memory_dir: Path
+    raw_system: str
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    turn_id: str
+    conversation_id: str
+    status: TurnStatus
+    text: str
+    steps: int
+    assistant_steps: int
+    error: str | None = None
+    usage: Usage = Usage()
+    memory_updates: int = 0
+    sync: SyncResult | None = None
+    tool_calls: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Compactor(Protocol):
+    """Context-pressure handling, called before every request (compaction.md; the turn loop does not
+    know how compaction works, only when to ask)."""
+
+    async def before_request(self, conversation_id: str, system: str, turn_id: str) -> bool:
+        """Compact if needed; True when the in-context list changed (the prompt is then re-resolved)."""
+        ...
+
+    async def on_overflow(self, conversation_id: str, system: str, turn_id: str) -> bool:
+        """The provider said the request is too large; True when something was evicted."""
+        ...
+
+
+def to_model_messages(stored: Sequence[StoredMessage]) -> tuple[Message, ...]:
+    return tuple(s.message for s in stored)
+
+
+async def _ignore(_: Event) -> None:
+    return None
+
+
+class TurnRunner:
+    """Runs turns for one agent; one instance may serve many conversations (it holds no turn state)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ModelClient,
+        settings: Settings,
+        agent: AgentProfile,
+        workspace: Path,
+        observer: Observer | None = None,
+        compactor: Compactor | None = None,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.settings = settings
+        self.agent = agent
+        self.workspace = workspace
+        self.observer = observer or _ignore
+        self.compactor = compactor
+
+    async def _emit(self, event: Event, conversation_id: str) -> None:
+        if not event.transient:
+            await self.store.record_event(
+                event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
+            )
+        await self.observer(event)
+
+    async def run_turn(self, conversation_id: str, user_text: str) -> TurnOutcome:
+        store, agent = self.store, self.agent
+        await self._settle_dangling_tool_calls(conversation_id)
+        turn_id = await store.begin_turn(conversation_id)
+        await self._emit(TurnStarted(turn_id, conversation_id), conversation_id)
+        await self._queue_agent_info(conversation_id)
+        await store.deliver_reminders(
+            conversation_id, followed_by=[Message(role="user", content=user_text)], turn_id=turn_id
+        )
+        skills: list[Skill] = await anyio.to_thread.run_sync(discover_skills, agent.memory_dir)
+        state = _TurnState()
+        status: TurnStatus = "error"
+        error: str | None = None
+        try:
+            status, error = await self._loop(conversation_id, turn_id, skills, state)
+        except anyio.get_cancelled_exc_class():
+            status, error = "interrupted", "the turn was interrupted"
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.end_turn(turn_id, status, error)
+                sync = await self._after_turn(conversation_id)
+                await self._emit(TurnEnded(turn_id, conversation_id, status, state.steps, error), conversation_id)
+        return TurnOutcome(
+            turn_id=turn_id,
+            conversation_id=conversation_id,
+            status=status,
+            text=state.text,
+            steps=state.steps,
+            assistant_steps=state.assistant_steps,
+            error=error,
+            usage=Usage(state.prompt_tokens, state.completion_tokens),
+            memory_updates=state.memory_updates,
+            sync=sync,
+            tool_calls=tuple(state.tool_calls),
+        )
+
+    async def _loop(
+        self, conversation_id: str, turn_id: str, skills: list[Skill], state: _TurnState
+    ) -> tuple[TurnStatus, str | None]:
+        specs = tool_specs()
+        overflow_retries = 0
+        while True:
+            state.steps += 1
+            system = await self._system_prompt(conversation_id, turn_id, skills, state)
+            if self.compactor and await self.compactor.before_request(conversation_id, system, turn_id):
+                system = await self._system_prompt(conversation_id, turn_id, skills, state)
+            history = await self.store.in_context(conversation_id)
+            request = ModelRequest(
+                system=system, messages=to_model_messages(history), tools=specs, model=self.settings.model
+            )
+            started = time.perf_counter()
+            try:
+                response = await self.model.complete(request, on_text=self._text_sink(conversation_id))
+            except ModelError as exc:
+                if exc.context_overflow and self.compactor and overflow_retries < 3:
+                    overflow_retries += 1
+                    if await self.compactor.on_overflow(conversation_id, system, turn_id):
+                        state.steps -= 1
+                        continue
+                return "error", str(exc)
+            await self.store.mark_prompt_sent(conversation_id)
+            usage = response.usage
+            state.prompt_tokens += usage.prompt_tokens
+            state.completion_tokens += usage.completion_tokens
+            await self._emit(
+                ModelCalled(
+                    model=response.model or self.settings.model,
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                ),
+                conversation_id,
+            )
+            message = response.message
+            await self.store.append_message(
+                conversation_id,
+                message,
+                turn_id=turn_id,
+                metadata={"usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}},
+            )
+            if message.content.strip():
+                state.text = message.content
+                state.assistant_steps += 1
+            if not message.tool_calls:
+                return "end_turn", None
+            await self._run_tools(conversation_id, turn_id, message.tool_calls, state)
+            if state.steps >= self.settings.max_steps:
+                return "max_steps", f"stopped after {state.steps} model requests (max steps {self.settings.max_steps})"
+
+    async def _system_prompt(self, conversation_id: str, turn_id: str, skills: list[Skill], state: _TurnState) -> str:
+        resolved = await resolve_system_prompt(
+            self.store,
+            conversation_id=conversation_id,
+            agent_id=self.agent.agent_id,
+            memory_dir=self.agent.memory_dir,
+            raw_system=self.agent.raw_system,
+            turn_id=turn_id,
+        )
+        if resolved.update_message_id is not None and resolved.revision is not None:
+            state.memory_updates += 1
+            previous = state.last_revision
+            await self._emit(MemoryUpdateInjected(resolved.revision, previous), conversation_id)
+        if resolved.action is not PromptAction.REUSE or state.last_revision is None:
+            state.last_revision = resolved.revision
+        return append_available_skills(resolved.content, skills)
+
+    def _text_sink(self, conversation_id: str) -> Callable[[str], Awaitable[None]]:
+        async def sink(text: str) -> None:
+            await self.observer(TextDelta(text))
+
+        return sink
+
+    async def _run_tools(
+        self, conversation_id: str, turn_id: str, calls: Sequence[ToolCall], state: _TurnState
+    ) -> None:
+        ctx = ToolContext(
+            workspace=self.workspace,
+            agent_id=self.agent.agent_id,
+            conversation_id=conversation_id,
+            agent_name=self.agent.name,
+            memory_dir=self.agent.memory_dir,
+            store=self.store,
+            bash_timeout=self.settings.bash_timeout,
+        )
+        for call in calls:
+            state.tool_calls.append(call.name)
+            await self._emit(ToolStarted(call.id, call.name, call.arguments), conversation_id)
+            result = await run_tool(call.name, call.arguments, ctx)
+            await self.store.append_message(
+                conversation_id,
+                Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name),
+                turn_id=turn_id,
+                metadata={"ok": result.ok},
+            )
+            await self._emit(ToolFinished(call.id, call.name, result.ok, result.output), conversation_id)
+
+    async def _queue_agent_info(self, conversation_id: str) -> None:
+        last = await self.store.last_message_at(self.agent.agent_id)
+        text = agent_info_reminder(
+            agent_id=self.agent.agent_id,
+            agent_name=self.agent.name,
+            agent_description=self.agent.description,
+            conversation_id=conversation_id,
+            memory_dir=str(self.agent.memory_dir),
+            last_run=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
+        )
+        await self.store.enqueue_reminder(conversation_id, AGENT_INFO_KEY, text, priority=0, once=True)
+
+    async def _settle_dangling_tool_calls(self, conversation_id: str) -> None:
+        """A turn killed between a tool call and its result leaves a call without an answer, which
+        providers reject; answer it with an error result before the next request."""
+        history = await self.store.in_context(conversation_id)
+        answered = {m.message.tool_call_id for m in history if m.message.role == "tool"}
+        dangling = [
+            Message(
+                role="tool",
+                content="Error: the tool call was interrupted before it finished; its effect is unknown.",
+                tool_call_id=call.id,
+                name=call.name,
+            )
+            for m in history
+            if m.message.role == "assistant"
+            for call in m.message.tool_calls
+            if call.id not in answered
+        ]
+        if dangling:
+            await self.store.append_messages(conversation_id, dangling, metadata={"ok": False, "settled": True})
+
+    async def _after_turn(self, conversation_id: str) -> SyncResult | None:
+        """turn-loop.md 4.7: classify the checkout, queue or clear the reminder; never raises."""
+        try:
+            result = await anyio.to_thread.run_sync(check_memory, self.agent.memory_dir)
+            text = sync_reminder_for(result)
+            if text is None:
+                await self.store.cancel_reminder(conversation_id, SYNC_REMINDER_KEY)
+            else:
+                await self.store.enqueue_reminder(conversation_id, SYNC_REMINDER_KEY, text, priority=50)
+                await self._emit(ReminderQueued(SYNC_REMINDER_KEY, result.status), conversation_id)
+            return result
+        except Exception as exc:  # the sync must never change the turn's result (4.7 item 7)
+            await self.store.record_event(
+                "memory.sync_failed", {"error": f"{type(exc).__name__}: {exc}"}, conversation_id=conversation_id
+            )
+            return None
+
+
+@dataclass
+class _TurnState:
+    steps: int = 0
+    assistant_steps: int = 0
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    memory_updates: int = 0
+    last_revision: str | None = None
+    tool_calls: list[str] = field(default_factory=list)
