@@ -17,7 +17,6 @@ import anyio
 
 from orchestrator.config import Settings, load_settings
 from orchestrator.memfs.repo import init_memory_repo
-from orchestrator.models.openai_client import model_from_settings
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
 from orchestrator.paths import agent_memory_dir, check_agent_id
@@ -31,6 +30,8 @@ __all__ = ["Runtime", "build_model"]
 def build_model(settings: Settings) -> ModelClient:
     """The OpenAI-compatible client when an endpoint is configured, else the scripted model."""
     if settings.base_url:
+        from orchestrator.models.openai_client import model_from_settings
+
         return model_from_settings(
             settings.base_url, settings.api_key, settings.model, idle_timeout=settings.stream_idle_timeout
         )

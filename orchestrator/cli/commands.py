@@ -1,0 +1,247 @@
+"""``reverie chat | prompt | history | search``: talk to an agent and look at what it has seen."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import typer
+
+from orchestrator.cli.errors import UserError
+from orchestrator.cli.memory import AgentOption
+from orchestrator.cli.render import TerminalRenderer
+from orchestrator.paths import DEFAULT_AGENT_ID, reverie_home
+
+__all__ = ["register", "run_async"]
+
+T = TypeVar("T")
+
+ConversationOption = Annotated[
+    str | None, typer.Option("--conversation", "-c", help="Conversation id (default: the agent's latest).")
+]
+ContextWindowOption = Annotated[
+    int | None, typer.Option("--context-window", help="Context window in tokens (compaction triggers near it).", min=256)
+]
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run on trio (the default) or ``REVERIE_BACKEND=asyncio``."""
+    backend = os.environ.get("REVERIE_BACKEND", "trio")
+    if backend not in {"trio", "asyncio"}:
+        raise UserError(f"REVERIE_BACKEND={backend!r}: use trio or asyncio")
+    return anyio.run(fn, backend=backend)
+
+
+def _cli_settings(context_window: int | None = None, model: str | None = None) -> dict[str, Any]:
+    return {"context_window": context_window, "model": model}
+
+
+def chat(
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Send one message and exit (no REPL).")] = None,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
+    context_window: ContextWindowOption = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model name (with an endpoint configured).")] = None,
+) -> None:
+    """Talk to an agent. Without -p, an interactive session (history kept; Ctrl-D to leave)."""
+    from orchestrator.session import ChatSession
+
+    renderer = TerminalRenderer()
+
+    async def main() -> int:
+        async with ChatSession.open(
+            agent_id=agent,
+            conversation_id=conversation,
+            new=new,
+            cli=_cli_settings(context_window, model),
+            observer=renderer,
+        ) as session:
+            if prompt is not None:
+                outcome = await session.send(prompt)
+                renderer.finish()
+                await session.finish_one_shot()
+                if outcome.status == "error":
+                    print(f"reverie: error: {outcome.error}", file=sys.stderr)
+                    return 1
+                return 0
+            await _repl(session, renderer)
+            return 0
+
+    code = run_async(main)
+    if code:
+        raise typer.Exit(code)
+
+
+async def _repl(session: Any, renderer: TerminalRenderer) -> None:
+    history_file = reverie_home() / "chat_history"
+    await anyio.to_thread.run_sync(_load_readline_history, history_file)
+    print(f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} (Ctrl-D to leave)")
+    try:
+        while True:
+            try:
+                line = await anyio.to_thread.run_sync(input, "› ", abandon_on_cancel=True)
+            except EOFError:
+                print()
+                break
+            if not line.strip():
+                continue
+            outcome = await session.send(line)
+            renderer.finish()
+            if outcome.status == "error":
+                print(f"reverie: error: {outcome.error}", file=sys.stderr)
+    finally:
+        await anyio.to_thread.run_sync(_save_readline_history, history_file)
+
+
+def _load_readline_history(path: Path) -> None:
+    try:
+        import readline
+
+        if path.exists():
+            readline.read_history_file(path)
+    except (ImportError, OSError):
+        pass
+
+
+def _save_readline_history(path: Path) -> None:
+    try:
+        import readline
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(path)
+    except (ImportError, OSError):
+        pass
+
+
+def prompt_cmd(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Compile from the committed memory now instead of the cache.")] = False,
+) -> None:
+    """Print the system prompt the conversation uses (its cached compile), or a fresh compile."""
+    from orchestrator.memfs.compiler import compile_system_prompt
+    from orchestrator.runtime import Runtime
+
+    async def main() -> tuple[str, str]:
+        async with Runtime.open() as rt:
+            profile = await rt.agent(agent)
+            if not fresh:
+                conv = await rt.conversation(profile, conversation_id=conversation)
+                row = await rt.store.get_prompt(conv.id)
+                if row is not None:
+                    sha = (row.compiled_revision or "none")[:7]
+                    return f"[cached · compiled {row.compiled_at} · memfs {sha}]", row.content
+                print("(this conversation has no cached prompt yet; compiling fresh)", file=sys.stderr)
+            compiled = await anyio.to_thread.run_sync(
+                partial(compile_system_prompt, profile.memory_dir, profile.raw_system, agent_id=profile.agent_id)
+            )
+            sha = (compiled.memfs_revision or "none")[:7]
+            return f"[fresh · compiled {compiled.compiled_at} · memfs {sha}]", compiled.content
+
+    header, content = run_async(main)
+    print(header, file=sys.stderr)
+    sys.stdout.write(content if content.endswith("\n") else content + "\n")
+
+
+def history(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of every stored message.")] = False,
+    list_conversations: Annotated[bool, typer.Option("--list", help="List the agent's conversations instead.")] = False,
+) -> None:
+    """Show a conversation's whole durable transcript (evicted messages included)."""
+    from orchestrator.runtime import Runtime
+
+    async def main() -> Any:
+        async with Runtime.open() as rt:
+            profile = await rt.agent(agent, create=False)
+            if list_conversations:
+                return [
+                    {"id": c.id, "created_at": c.created_at, "title": c.title}
+                    for c in await rt.store.list_conversations(profile.agent_id)
+                ]
+            conv = await rt.conversation(profile, conversation_id=conversation)
+            in_context = {m.id for m in await rt.store.in_context(conv.id)}
+            return [
+                {
+                    "id": m.id,
+                    "seq": m.seq,
+                    "conversation_id": m.conversation_id,
+                    "role": m.message.role,
+                    "kind": m.message.kind,
+                    "content": m.message.content,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.message.tool_calls
+                    ],
+                    "tool_call_id": m.message.tool_call_id,
+                    "name": m.message.name,
+                    "created_at": m.created_at,
+                    "in_context": m.id in in_context,
+                    "metadata": dict(m.metadata),
+                }
+                for m in await rt.store.transcript(conv.id)
+            ]
+
+    rows = run_async(main)
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    for row in rows:
+        if list_conversations:
+            print(f"{row['id']}  {row['created_at']}  {row['title'] or ''}")
+            continue
+        marker = " " if row["in_context"] else "·"
+        label = row["kind"] if row["kind"] != "message" else row["role"]
+        text = row["content"]
+        if row["tool_calls"]:
+            text += " ".join(f"⚙ {c['name']}({c['arguments']})" for c in row["tool_calls"])
+        print(f"{marker}[{row['seq']}] {label}: {text}")
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="Words or \"a phrase\"; every term must occur.")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Search everything the agent's conversations ever held (FTS5, BM25), evicted messages included."""
+    from orchestrator.runtime import Runtime
+
+    async def main() -> list[dict[str, Any]]:
+        async with Runtime.open() as rt:
+            profile = await rt.agent(agent, create=False)
+            hits = await rt.store.search(
+                query, agent_id=profile.agent_id, conversation_id=conversation, limit=limit
+            )
+            return [h.as_dict() for h in hits]
+
+    results = run_async(main)
+    if as_json:
+        print(json.dumps(results, ensure_ascii=False, indent=2))
+        return
+    if not results:
+        print(f"no messages match {query!r}")
+    for hit in results:
+        text = hit.get("content") or hit.get("reasoning") or hit.get("tool_return") or json.dumps(hit, ensure_ascii=False)
+        print(f"{hit['created_at']}  {hit.get('message_type', '')}  {str(text)[:200]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("chat")(chat)
+    app.command("prompt")(prompt_cmd)
+    app.command("history")(history)
+    app.command("search")(search)
+    for module in ("orchestrator.cli.stress", "orchestrator.cli.reflections"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        mod.register(app)

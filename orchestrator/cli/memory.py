@@ -1,0 +1,136 @@
+"""``reverie memory``: create, locate, inspect and validate an agent's memory repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.tree import Tree
+
+from orchestrator.cli.errors import UserError
+from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir
+
+__all__ = ["AgentOption", "app", "resolve_memory_dir"]
+
+app = typer.Typer(help="Create, locate, inspect and validate memory repositories.", no_args_is_help=True)
+_out = Console(highlight=False, soft_wrap=True)
+
+AgentOption = Annotated[
+    str, typer.Option("--agent", "-a", help="Agent id (a folder name under $REVERIE_HOME/agents).", envvar="REVERIE_AGENT")
+]
+_POLICIES = ("root-marker", "legacy-only", "shared-memory")
+
+
+def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
+    """An explicit directory wins; otherwise the agent's repository, which must exist."""
+    if directory is not None:
+        if not directory.is_dir():
+            raise UserError(f"{directory}: no such directory")
+        return directory
+    path = agent_memory_dir(agent)
+    if not (path / ".git").exists():
+        raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
+    return path
+
+
+@app.command("init")
+def init(agent: AgentOption = DEFAULT_AGENT_ID) -> None:
+    """Create the agent's memory repository (v2 layout, hook installed, first commit)."""
+    from orchestrator.memfs.repo import init_memory_repo
+
+    path = agent_memory_dir(agent)
+    existed = (path / ".git").exists()
+    revision = init_memory_repo(path)
+    verb = "already initialized" if existed else "initialized"
+    _out.print(f"{verb} {path} at {revision[:7]}")
+
+
+@app.command("path")
+def path(agent: AgentOption = DEFAULT_AGENT_ID) -> None:
+    """Print the agent's memory directory (whether or not it exists yet)."""
+    print(agent_memory_dir(agent))
+
+
+@app.command("validate")
+def validate(
+    directory: Annotated[Path | None, typer.Argument(help="Repository to check (default: the agent's).")] = None,
+    head: Annotated[bool, typer.Option("--head", help="Audit the committed HEAD instead of the staged tree.")] = False,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+) -> None:
+    """Validate the staged tree (what `git commit` would check) and print the hook's report."""
+    from orchestrator.memfs.validator import audit_head, format_report, validate_staged
+
+    repo = resolve_memory_dir(directory, agent)
+    result = audit_head(repo) if head else validate_staged(repo)
+    if result.ok:
+        _out.print(f"{'HEAD' if head else 'staged tree'} of {repo}: valid")
+        return
+    typer.echo(format_report(result), err=True, nl=False)
+    raise typer.Exit(1)
+
+
+@app.command("install-hook")
+def install_hook(
+    directory: Annotated[Path, typer.Argument(help="A git repository (its top level).")],
+    policy: Annotated[str, typer.Option("--policy", "-p", help="root-marker, legacy-only or shared-memory.")] = "root-marker",
+) -> None:
+    """Install reverie's pre-commit validation hook into any git repository."""
+    from orchestrator.memfs.hook import install_hook as _install
+    from orchestrator.memfs.repo import is_memory_repo
+
+    if policy not in _POLICIES:
+        raise UserError(f"--policy {policy!r}: use one of {', '.join(_POLICIES)}")
+    if not is_memory_repo(directory):
+        raise UserError(f"{directory}: not the top level of a git repository")
+    _install(directory, policy=policy)
+    _out.print(f"installed the pre-commit hook in {directory} (policy {policy})")
+
+
+@app.command("tree")
+def tree(
+    directory: Annotated[Path | None, typer.Argument(help="Repository (default: the agent's).")] = None,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+) -> None:
+    """Show the committed memory as a tree: core files, indexed folders, deferred files, skills."""
+    from orchestrator.memfs.repo import head_revision, run_git
+
+    repo = resolve_memory_dir(directory, agent)
+    revision = head_revision(repo)
+    if revision is None:
+        _out.print(f"{repo}: no commits yet")
+        return
+    listing = run_git(repo, "ls-tree", "-r", "-z", "--name-only", revision).stdout.decode("utf-8", "replace")
+    paths = [p for p in listing.split("\0") if p]
+    all_paths = set(paths)
+    root = Tree(f"[bold]{repo}[/] @ {revision[:7]}")
+    nodes: dict[str, Tree] = {"": root}
+    for rel in sorted(paths):
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            key = "/".join(parts[:depth])
+            if key not in nodes:
+                nodes[key] = nodes["/".join(parts[: depth - 1])].add(f"[blue]{parts[depth - 1]}/[/]")
+        nodes["/".join(parts[:-1])].add(f"{_escape(parts[-1])}  [dim]{_kind(rel, all_paths)}[/]")
+    _out.print(root)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", "\\[")
+
+
+def _kind(rel: str, all_paths: set[str]) -> str:
+    from orchestrator.memfs.layout import MEMFS_V2, is_projected_memory_path, is_skills_path
+
+    if is_skills_path(rel):
+        return "skill"
+    if not rel.endswith(".md"):
+        return "file"
+    if rel == "MEMORY.md":
+        return "root index"
+    if "/" not in rel:
+        return "core"
+    if rel.endswith("/MEMORY.md"):
+        return "index"
+    return "deferred" if is_projected_memory_path(rel, all_paths, MEMFS_V2) else "not memory (no index)"

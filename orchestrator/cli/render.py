@@ -1,0 +1,81 @@
+"""How a running turn looks in a terminal: streamed text, tool lines, memory and subagent notices.
+
+The renderer is an ``Observer`` of turn events; it keeps track of whether the cursor is at the
+start of a line so tool lines never glue onto streamed text.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+from orchestrator.events import (
+    CompactionDone,
+    CompactionFailed,
+    CompactionProgress,
+    Event,
+    MemoryUpdateInjected,
+    ReflectionKept,
+    ReflectionMerged,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+
+__all__ = ["TerminalRenderer", "one_line"]
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _compact_args(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
+    except ValueError:
+        return arguments
+
+
+class TerminalRenderer:
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self._at_line_start = True
+
+    def _line(self, text: str) -> None:
+        if not self._at_line_start:
+            self.out.write("\n")
+        self.out.write(text + "\n")
+        self._at_line_start = True
+        self.out.flush()
+
+    def finish(self) -> None:
+        if not self._at_line_start:
+            self.out.write("\n")
+            self._at_line_start = True
+        self.out.flush()
+
+    async def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            if event.text:
+                self.out.write(event.text)
+                self._at_line_start = event.text.endswith("\n")
+                self.out.flush()
+        elif isinstance(event, ToolStarted):
+            self._line(f"  ⚙ {event.name}({one_line(_compact_args(event.arguments), 400)})")
+        elif isinstance(event, ToolFinished):
+            mark = "✓" if event.ok else "✗"
+            self._line(f"  {mark} {one_line(event.output) or '(no output)'}")
+        elif isinstance(event, MemoryUpdateInjected):
+            self._line("  ↻ memory changed — <memory_update> injected")
+        elif isinstance(event, CompactionProgress):
+            self._line(f"  … compacting: {event.step}")
+        elif isinstance(event, CompactionDone):
+            self._line(f"  ↻ compacted {event.evicted} messages ({event.tokens_before} → {event.tokens_after} tokens)")
+        elif isinstance(event, CompactionFailed):
+            self._line(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
+        elif isinstance(event, ReflectionMerged):
+            self._line(f"  ↻ reflection merged {event.commits} commit{'s' if event.commits != 1 else ''}")
+        elif isinstance(event, ReflectionKept):
+            self._line(f"  ⚠ reflection conflict: kept on {event.branch}")

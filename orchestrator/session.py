@@ -1,0 +1,68 @@
+"""A chat session: one agent, one conversation, the runtime around it, and the supervisor that owns
+every task the session starts (DECISIONS S23 for one-shot runs).
+
+The CLI, the batch runner and tests drive agents through this class so they all get the same
+turn lock, compaction, post-turn sync and reflection triggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.models.types import ModelClient
+from orchestrator.runtime import Runtime
+from orchestrator.supervisor import Supervisor
+from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+
+__all__ = ["ChatSession"]
+
+
+@dataclass
+class ChatSession:
+    runtime: Runtime
+    agent: AgentProfile
+    conversation_id: str
+    runner: TurnRunner
+    supervisor: Supervisor
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        *,
+        agent_id: str,
+        conversation_id: str | None = None,
+        new: bool = False,
+        cli: Mapping[str, Any] | None = None,
+        observer: Observer | None = None,
+        model: ModelClient | None = None,
+        workspace: Path | None = None,
+        store_path: Path | None = None,
+    ) -> AsyncIterator[ChatSession]:
+        async with Runtime.open(cli=cli, model=model, workspace=workspace, store_path=store_path) as rt:
+            agent = await rt.agent(agent_id)
+            settings = await rt.agent_settings(agent_id, cli)
+            conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
+            async with Supervisor.open(rt.store, observer=observer) as supervisor:
+                runner = TurnRunner(
+                    store=rt.store,
+                    model=rt.model,
+                    settings=settings,
+                    agent=agent,
+                    workspace=rt.workspace,
+                    observer=observer,
+                    compactor=supervisor.compactor_for(rt, agent, settings, observer),
+                )
+                yield cls(rt.with_settings(settings), agent, conv.id, runner, supervisor)
+
+    async def send(self, text: str) -> TurnOutcome:
+        """Run one turn (serialized per conversation) and let the supervisor react to it."""
+        return await self.supervisor.run_turn(self.runner, self.conversation_id, text)
+
+    async def finish_one_shot(self) -> None:
+        """S23: a one-shot run waits a bounded time for the subagents it launched."""
+        await self.supervisor.drain(30.0)

@@ -1,0 +1,111 @@
+"""The supervisor: owns every task a process starts (turns, reflection and compaction subagents)
+in one anyio task group, serializes turns per conversation, and keeps subagent failures away from
+the main agent's turns.
+
+Turns of one conversation run one at a time (turn-loop.md 1.2 rule 1); turns of different
+conversations and agents run concurrently. Subagents are children of the supervisor's task group,
+limited by a capacity limiter; a failing subagent is recorded and reported, never raised into a
+turn. Leaving the ``open`` context cancels what is still running; each subagent cleans up its own
+worktree in a shielded ``finally``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from orchestrator.store import Store
+from orchestrator.turn import Compactor, Observer, TurnOutcome, TurnRunner
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.runtime import Runtime
+    from orchestrator.turn import AgentProfile
+
+__all__ = ["Supervisor"]
+
+DEFAULT_SUBAGENT_CAPACITY = 4
+
+
+class Supervisor:
+    def __init__(self, store: Store, task_group: TaskGroup, observer: Observer | None, capacity: int) -> None:
+        self.store = store
+        self._tg = task_group
+        self.observer = observer
+        self._locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
+        self.capacity = anyio.CapacityLimiter(capacity)
+        self._running = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.failures: list[str] = []
+        self.after_turn_hooks: list[Callable[[TurnRunner, TurnOutcome], Awaitable[None]]] = []
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, store: Store, *, observer: Observer | None = None, capacity: int = DEFAULT_SUBAGENT_CAPACITY
+    ) -> AsyncIterator[Supervisor]:
+        async with anyio.create_task_group() as tg:
+            supervisor = cls(store, tg, observer, capacity)
+            try:
+                yield supervisor
+            finally:
+                tg.cancel_scope.cancel()
+
+    def conversation_lock(self, conversation_id: str) -> anyio.Lock:
+        return self._locks[conversation_id]
+
+    async def run_turn(self, runner: TurnRunner, conversation_id: str, text: str) -> TurnOutcome:
+        async with self.conversation_lock(conversation_id):
+            outcome = await runner.run_turn(conversation_id, text)
+        for hook in list(self.after_turn_hooks):
+            await hook(runner, outcome)
+        return outcome
+
+    def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Start a subagent task as a child of the supervisor; its failure is contained."""
+        self._running += 1
+        self._idle = anyio.Event() if self._running == 1 else self._idle
+
+        async def child() -> None:
+            try:
+                async with self.capacity:
+                    await fn()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                message = f"{name} failed: {type(exc).__name__}: {exc}"
+                self.failures.append(message)
+                with anyio.CancelScope(shield=True):
+                    await self.store.record_event("subagent.failed", {"name": name, "error": message})
+            finally:
+                self._running -= 1
+                if self._running == 0:
+                    self._idle.set()
+
+        self._tg.start_soon(child, name=name)
+
+    async def drain(self, seconds: float = math.inf) -> bool:
+        """Wait until no subagent runs (True) or ``seconds`` pass (False)."""
+        with anyio.move_on_after(seconds):
+            await self._idle.wait()
+            return True
+        return False
+
+    def compactor_for(
+        self, runtime: Runtime, agent: AgentProfile, settings: Settings, observer: Observer | None
+    ) -> Compactor | None:
+        """The compaction subagent for this agent's conversations, if compaction is available."""
+        try:
+            from subagents.compaction import CompactionSubagent
+        except ImportError:
+            return None
+        return CompactionSubagent(
+            store=self.store, model=runtime.model, settings=settings, agent=agent, observer=observer, supervisor=self
+        )
