@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.models.types import Message, ModelRequest, ModelResponse, ToolCall
+from orchestrator.prompt_cache import PromptAction, decide
+from orchestrator.session import ChatSession
+from orchestrator.store import PromptRecord
+
+pytestmark = pytest.mark.anyio
+
+
+def _row(revision: str | None, sent: bool, raw_hash: str = "h") -> PromptRecord:
+    return PromptRecord("c", "a", "content", "core", "t", raw_hash, revision, "memfs-v2", "t" if sent else None)
+
+
+@pytest.mark.parametrize(
+    ("row", "revision", "expected"),
+    [
+        (None, "r1", PromptAction.FULL_COMPILE),
+        (_row("r1", True, raw_hash="other"), "r1", PromptAction.FULL_COMPILE),
+        (_row("r1", True), "r1", PromptAction.REUSE),
+        (_row(None, True), None, PromptAction.REUSE),
+        (_row("r1", False), "r2", PromptAction.UNSENT_RECOMPILE),
+        (_row("r1", True), "r2", PromptAction.MEMORY_CHANGED),
+        (_row("r1", True), None, PromptAction.FULL_COMPILE),
+    ],
+)
+def test_prompt_decision_table(row: PromptRecord | None, revision: str | None, expected: PromptAction) -> None:
+    assert decide(row, "h", revision) is expected
+
+
+def _bash(command: str, call_id: str = "c1") -> ModelResponse:
+    import json
+
+    return ModelResponse(
+        Message("assistant", "", tool_calls=(ToolCall(call_id, "bash", json.dumps({"command": command})),))
+    )
+
+
+async def test_max_steps_stops_the_tool_loop(tmp_path: Path) -> None:
+    model = ScriptedModel(script=[_bash("echo 1", "a"), _bash("echo 2", "b"), _bash("echo 3", "c")], strict=True)
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path, cli={"max_steps": 2}) as session:
+        outcome = await session.send("loop forever")
+        assert outcome.status == "max_steps" and outcome.steps == 2
+        history = await session.runtime.store.in_context(session.conversation_id)
+        calls = [c.id for m in history for c in m.message.tool_calls]
+        answered = [m.message.tool_call_id for m in history if m.message.role == "tool"]
+        assert calls == answered == ["a", "b"]
+
+
+async def test_memory_commit_mid_turn_reaches_the_next_request_once(tmp_path: Path) -> None:
+    seen: list[ModelRequest] = []
+
+    def remember(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return _bash(
+            "cd \"$MEMORY_DIR\" && printf '%s\\n' '- always end answers with ✔' >> persona.md && git commit -qam rule"
+        )
+
+    def reply(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return ModelResponse(Message("assistant", "ok"))
+
+    model = ScriptedModel(script=[remember, reply, reply])
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
+        await session.send("remember it")
+        await session.send("and now?")
+    updates = [[m for m in r.messages if m.kind == "memory_update"] for r in seen]
+    assert [len(u) for u in updates] == [0, 1, 1]
+    assert "- always end answers with ✔" in updates[1][0].content
+    assert seen[0].system == seen[1].system == seen[2].system, "the system prompt never changes mid-conversation"
+
+
+async def test_agent_info_once_per_conversation(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="a1", model=ScriptedModel(), workspace=tmp_path) as session:
+        for text in ("one", "two"):
+            await session.send(text)
+        history = await session.runtime.store.transcript(session.conversation_id)
+    infos = [m for m in history if "This is an automated message providing information about you." in m.message.content]
+    assert len(infos) == 1 and f"`{session.agent.memory_dir}`" in infos[0].message.content
+
+
+async def test_cancelled_turn_leaves_store_consistent_and_next_turn_settles(tmp_path: Path) -> None:
+    model = ScriptedModel(script=[_bash("sleep 30", "slow"), ModelResponse(Message("assistant", "back"))])
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
+        with anyio.move_on_after(1.0):
+            await session.send("take your time")
+        store = session.runtime.store
+        turns = await store.turns(session.conversation_id)
+        assert turns[-1].status == "interrupted"
+        outcome = await session.send("hello again")
+        assert outcome.status == "end_turn" and outcome.text == "back"
+        history = await store.in_context(session.conversation_id)
+        settled = [m for m in history if m.message.tool_call_id == "slow"]
+        assert len(settled) == 1 and "interrupted" in settled[0].message.content
+    status = await anyio.run_process(["git", "-C", str(session.agent.memory_dir), "status", "--porcelain"])
+    assert status.stdout == b""
