@@ -1,3 +1,5 @@
 """Background subagents (reflection, compaction) that work in their own memory worktrees."""
 
-__all__: list[str] = []
+from subagents.compaction import CompactionResult, CompactionSubagent
+
+__all__ = ["CompactionResult", "CompactionSubagent"]

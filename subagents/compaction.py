@@ -1,0 +1,554 @@
+"""The compaction subagent: watches context pressure before every model request and compacts the
+conversation when it gets too full (compaction.md 1, 4-6; DECISIONS C1-C9, S3-S8).
+
+What it decides, and reverie's choices where the specs leave room:
+
+* **Context size (C8).** The usage a provider reported for the newest assistant message that is newer
+  (by store ``seq``) than the summary currently in context, plus the estimate of the messages after
+  it; the chars/4 estimate of system prompt, tool schemas and messages when there is no such usage or
+  it is zero. Kept messages sit after the summary but are older, so ``seq`` tells fresh usage from
+  stale usage.
+* **Trigger.** ``should_compact`` (strictly above ``threshold(context_window)``) compacts inside the
+  request: a ``compaction.progress`` event is shown while the summarizer runs.
+* **Soft threshold (C4).** Past ``soft_threshold_fraction`` of the trigger, a background preparation
+  is started as a supervisor child task: it plans and summarises a snapshot of the in-context list.
+  At the trigger it is used if the snapshot is still the start of the in-context list (so its cutoff
+  message is still there); messages appended since are all kept. A preparation still running at the
+  trigger is waited for rather than duplicated. A prepared result that would leave the context above
+  the trigger (too much was appended since) is dropped and the compaction runs in the request.
+* **C9.** Each summarisation works in its own worktree of the memory repository (branch
+  ``reverie/compaction/<id>``) at the revision current when it was planned, compiles the core memory
+  there for the summarizer, makes no commits, and removes the worktree and its branch in a shielded
+  ``finally``. A repository without commits means no core memory, not a failure.
+* **Applying.** One ``Store.replace_in_context`` transaction: the summary message, the kept ids, the
+  prompt fully recompiled from the parent checkout at HEAD (which folds in every ``<memory_update>``,
+  so those messages are not kept) and the ``agent-info`` reminder re-armed (turn-loop.md 7.5 item 4).
+* **Never failing a turn.** A ladder that fails on every rung still applies its emergency eviction
+  (``compaction.failed`` with the number evicted); any other exception is recorded as
+  ``compaction.failed`` and the request goes on with the context unchanged. Only cancellation escapes.
+* **Nothing to do.** A plan that would evict nothing but a previous summary is skipped, so a context
+  that stays above the trigger because of a large system prompt does not re-summarise every request.
+* **S5 cut.** When ``all`` has to cut the newest user message, the store cannot keep a modified copy
+  under the same id: the kept tail from that message on is appended again as copies (metadata
+  ``copy_of``) right after the commit point; the originals stay in the transcript.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from orchestrator.compaction import (
+    CompactionMode,
+    CompactionOutcome,
+    CompactionPlan,
+    CompactionSettings,
+    ContextSize,
+    context_size,
+    estimate_message,
+    estimate_messages,
+    estimate_text,
+    plan_compaction,
+    should_compact,
+    should_prepare,
+    summarize_with_fallback,
+    summary_message,
+    summary_message_text,
+    system_prompt_tokens,
+    tool_schema_tokens,
+)
+from orchestrator.events import CompactionDone, CompactionFailed, CompactionProgress, CompactionStarted, Event
+from orchestrator.memfs.compiler import compile_system_prompt
+from orchestrator.memfs.worktrees import create_worktree, remove_worktree, run_git
+from orchestrator.models.types import Message, ModelClient, Usage
+from orchestrator.prompt_cache import record_from
+from orchestrator.store import PromptRecord, Store, StoredMessage
+from orchestrator.tools import tool_specs
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.supervisor import Supervisor
+    from orchestrator.turn import AgentProfile, Observer
+
+__all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent"]
+
+AGENT_INFO_KEY = "agent-info"
+WORKTREE_KIND = "compaction"
+_CORE_MEMORY_TEMPLATE = "{CORE_MEMORY}"
+
+Sleep = Callable[[float], Awaitable[None]]
+Trigger = Literal["context_window_limit", "context_window_overflow", "manual"]
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """One compaction as applied (or skipped); what the CLI prints and tests inspect.
+
+    ``status``: ``done`` (summary applied), ``failed`` (emergency eviction applied after every
+    summarizer rung failed), ``skipped`` (nothing to evict) or ``error`` (nothing changed; ``error``
+    says why). ``evicted`` is ``k`` of the summary text (DECISIONS S4).
+    """
+
+    status: Literal["done", "failed", "skipped", "error"]
+    trigger: str
+    mode: str
+    evicted: int
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    summary: str = ""
+    summary_message_id: str | None = None
+    background: bool = False
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.status in ("done", "failed")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    ids: tuple[str, ...]
+    outcome: CompactionOutcome
+    fixed: int
+
+
+class _Conversation:
+    """Per-conversation state: at most one background preparation, running or ready."""
+
+    def __init__(self) -> None:
+        self.prepared: _Prepared | None = None
+        self.preparing: anyio.Event | None = None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _retries_itself(model: ModelClient) -> bool:
+    """``OpenAIModel`` retries transient errors itself; checked without importing the SDK."""
+    module = sys.modules.get("orchestrator.models.openai_client")
+    return module is not None and isinstance(model, module.OpenAIModel)
+
+
+def _previous_summary(history: Sequence[StoredMessage]) -> str | None:
+    for stored in history:
+        if stored.message.kind == "summary":
+            block = stored.metadata.get("compaction")
+            raw = block.get("summary") if isinstance(block, Mapping) else None
+            if isinstance(raw, str) and raw:
+                return raw
+    return None
+
+
+def _usage_anchor(history: Sequence[StoredMessage]) -> tuple[Usage | None, int | None]:
+    """The newest assistant usage recorded after the summary in context (C8), with its index."""
+    boundary = max((m.seq for m in history if m.message.kind == "summary"), default=0)
+    for index in range(len(history) - 1, -1, -1):
+        stored = history[index]
+        if stored.seq <= boundary or stored.message.role != "assistant":
+            continue
+        usage = stored.metadata.get("usage")
+        if not isinstance(usage, Mapping):
+            continue
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if isinstance(prompt, int) and isinstance(completion, int) and prompt + completion > 0:
+            return Usage(prompt, completion), index
+    return None, None
+
+
+async def _ignore(_: Event) -> None:
+    return None
+
+
+class CompactionSubagent:
+    """The ``Compactor`` of a ``TurnRunner`` (see the module docstring), one per agent and session.
+
+    ``sleep`` is the summarizer's backoff wait (injectable so tests never wait). Without a
+    ``supervisor`` no background preparation happens; every compaction then runs in the request.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ModelClient,
+        settings: Settings,
+        agent: AgentProfile,
+        observer: Observer | None = None,
+        supervisor: Supervisor | None = None,
+        sleep: Sleep = anyio.sleep,
+        compaction: CompactionSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.settings = settings
+        self.agent = agent
+        self.observer = observer or _ignore
+        self.supervisor = supervisor
+        self.sleep = sleep
+        self.compaction = compaction or CompactionSettings.from_config(settings)
+        self._tool_tokens = tool_schema_tokens(tool_specs())
+        self._conversations: dict[str, _Conversation] = {}
+
+    # -- the Compactor protocol -------------------------------------------------------------------
+
+    async def before_request(self, conversation_id: str, system: str, turn_id: str) -> bool:
+        """Compact when over the trigger; start a background preparation past the soft threshold."""
+        changed = False
+        try:
+            history = await self.store.in_context(conversation_id)
+            size = self._size(history, system)
+            window = self.compaction.context_window
+            if should_compact(size.tokens, window):
+                changed = (await self._at_trigger(conversation_id, system, turn_id)).changed
+            elif should_prepare(size.tokens, window, Fraction(str(self.compaction.soft_threshold_fraction))):
+                self._maybe_prepare(conversation_id, system, history)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            await self._report(conversation_id, "context_window_limit", exc)
+        return changed
+
+    async def on_overflow(self, conversation_id: str, system: str, turn_id: str) -> bool:
+        """The provider refused the request as too large: compact now, whatever the estimate says."""
+        try:
+            result = await self._compact(
+                conversation_id, system, turn_id, trigger="context_window_overflow", in_turn=True
+            )
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            await self._report(conversation_id, "context_window_overflow", exc)
+            return False
+        return result.changed
+
+    # -- public helpers ---------------------------------------------------------------------------
+
+    async def pressure(self, conversation_id: str, system: str) -> ContextSize:
+        """The context size the trigger compares (C8)."""
+        return self._size(await self.store.in_context(conversation_id), system)
+
+    async def compact_now(
+        self,
+        conversation_id: str,
+        *,
+        mode: CompactionMode | None = None,
+        system: str | None = None,
+        turn_id: str | None = None,
+    ) -> CompactionResult:
+        """A manual compaction (trigger ``manual``, no size check). The caller holds the turn lock.
+
+        ``system`` defaults to the conversation's stored prompt (or a fresh compile), used only to
+        count the system prompt's tokens. Raises only for storage or git errors.
+        """
+        if system is None:
+            row = await self.store.get_prompt(conversation_id)
+            system = row.content if row is not None else (await self._recompile(conversation_id, 0)).content
+        return await self._compact(conversation_id, system, turn_id, trigger="manual", in_turn=False, mode=mode)
+
+    async def wait_prepared(self, conversation_id: str) -> bool:
+        """Wait for a running background preparation; True when one is ready (for tests and tools)."""
+        state = self._state(conversation_id)
+        if state.preparing is not None:
+            await state.preparing.wait()
+        return state.prepared is not None
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _state(self, conversation_id: str) -> _Conversation:
+        return self._conversations.setdefault(conversation_id, _Conversation())
+
+    def _fixed(self, system: str) -> int:
+        return system_prompt_tokens(system) + self._tool_tokens
+
+    def _size(self, history: Sequence[StoredMessage], system: str) -> ContextSize:
+        usage, index = _usage_anchor(history)
+        return context_size(
+            [m.message for m in history],
+            system_prompt_tokens=system_prompt_tokens(system),
+            tool_tokens=self._tool_tokens,
+            usage=usage,
+            usage_index=index,
+        )
+
+    def _max_attempts(self) -> int:
+        return 1 if _retries_itself(self.model) else 3
+
+    async def _emit(self, event: Event, conversation_id: str) -> None:
+        if not event.transient:
+            await self.store.record_event(
+                event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
+            )
+        await self.observer(event)
+
+    async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
+        """Record a compaction that changed nothing; reporting itself must not fail the turn."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._emit(CompactionFailed(f"{trigger}: {_one_line(exc)}", 0), conversation_id)
+        except Exception:
+            pass
+
+    async def _at_trigger(self, conversation_id: str, system: str, turn_id: str) -> CompactionResult:
+        state = self._state(conversation_id)
+        if state.preparing is not None:
+            await self.observer(CompactionProgress("waiting for the summary prepared in the background"))
+            await state.preparing.wait()
+        prepared, state.prepared = state.prepared, None
+        if prepared is not None:
+            applied = await self._apply_prepared(conversation_id, system, turn_id, prepared)
+            if applied is not None:
+                return applied
+        return await self._compact(conversation_id, system, turn_id, trigger="context_window_limit", in_turn=True)
+
+    def _maybe_prepare(self, conversation_id: str, system: str, history: Sequence[StoredMessage]) -> None:
+        if self.supervisor is None:
+            return
+        state = self._state(conversation_id)
+        if state.preparing is not None:
+            return
+        if state.prepared is not None:
+            ids = tuple(m.id for m in history)
+            if ids[: len(state.prepared.ids)] == state.prepared.ids:
+                return
+            state.prepared = None
+        done = anyio.Event()
+        state.preparing = done
+        fixed = self._fixed(system)
+        self.supervisor.spawn(
+            f"compaction-prepare-{conversation_id}", partial(self._prepare, conversation_id, fixed, done)
+        )
+
+    async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
+        """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
+        state = self._state(conversation_id)
+        try:
+            history = await self.store.in_context(conversation_id)
+            messages = [m.message for m in history]
+            plan = self._plan(messages, fixed, None)
+            if plan.evicted_count == 0:
+                return
+            await self._emit(
+                CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=True),
+                conversation_id,
+            )
+            outcome = await self._summarize(history, plan, fixed, "context_window_limit")
+            if outcome.status == "done":
+                state.prepared = _Prepared(tuple(m.id for m in history), outcome, fixed)
+        finally:
+            state.preparing = None
+            done.set()
+
+    def _plan(self, messages: Sequence[Message], fixed: int, mode: CompactionMode | None) -> CompactionPlan:
+        system_tokens = fixed - self._tool_tokens
+        return plan_compaction(
+            messages,
+            self.compaction,
+            system_prompt_tokens=system_tokens,
+            tool_tokens=self._tool_tokens,
+            mode=mode,
+        )
+
+    async def _compact(
+        self,
+        conversation_id: str,
+        system: str,
+        turn_id: str | None,
+        *,
+        trigger: Trigger,
+        in_turn: bool,
+        mode: CompactionMode | None = None,
+    ) -> CompactionResult:
+        history = await self.store.in_context(conversation_id)
+        fixed = self._fixed(system)
+        messages = [m.message for m in history]
+        plan = self._plan(messages, fixed, mode)
+        if plan.evicted_count == 0:
+            return CompactionResult(
+                "skipped", trigger, plan.mode, 0, plan.tokens_before, plan.tokens_before, len(history), len(history)
+            )
+        self._state(conversation_id).prepared = None
+        await self._emit(
+            CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=False), conversation_id
+        )
+        if in_turn:
+            await self.observer(CompactionProgress(f"summarising {len(plan.summarized)} messages"))
+        outcome = await self._summarize(history, plan, fixed, trigger)
+        return await self._apply(conversation_id, history, [], outcome, fixed, turn_id, background=False)
+
+    async def _apply_prepared(
+        self, conversation_id: str, system: str, turn_id: str, prepared: _Prepared
+    ) -> CompactionResult | None:
+        """The prepared result when its snapshot still starts the context and it gets under the trigger."""
+        history = await self.store.in_context(conversation_id)
+        ids = tuple(m.id for m in history)
+        count = len(prepared.ids)
+        if ids[:count] != prepared.ids:
+            return None
+        appended = history[count:]
+        outcome = prepared.outcome
+        if outcome.plan.cut_index is not None and appended:
+            return None
+        late = [m.message for m in appended if m.message.kind != "memory_update"]
+        after = (
+            self._fixed(system)
+            + estimate_text(outcome.message_text)
+            + estimate_messages([*outcome.plan.kept_messages, *late])
+        )
+        if should_compact(after, self.compaction.context_window):
+            return None
+        return await self._apply(
+            conversation_id, history[:count], appended, prepared.outcome, self._fixed(system), turn_id, background=True
+        )
+
+    @asynccontextmanager
+    async def _core_memory(self) -> AsyncIterator[str | None]:
+        """C9: a worktree at the current revision, removed (with its branch) whatever happens."""
+        memory_dir = self.agent.memory_dir
+        try:
+            worktree = await create_worktree(memory_dir, agent_id=self.agent.agent_id, kind=WORKTREE_KIND)
+        except Exception:
+            yield None
+            return
+        try:
+            compiled = await anyio.to_thread.run_sync(
+                partial(compile_system_prompt, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id)
+            )
+            yield compiled.core_memory or None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await remove_worktree(memory_dir, worktree)
+                await run_git(memory_dir, "branch", "-D", worktree.branch, check=False)
+
+    async def _summarize(
+        self, history: Sequence[StoredMessage], plan: CompactionPlan, fixed: int, trigger: str
+    ) -> CompactionOutcome:
+        async with self._core_memory() as core_memory:
+            return await summarize_with_fallback(
+                [m.message for m in history],
+                plan,
+                self.compaction,
+                self.model,
+                model=self.settings.model,
+                trigger=trigger,
+                core_memory=core_memory,
+                previous_summary=_previous_summary(history),
+                system_prompt_tokens=fixed - self._tool_tokens,
+                tool_tokens=self._tool_tokens,
+                sleep=self.sleep,
+                max_attempts=self._max_attempts(),
+            )
+
+    async def _recompile(self, conversation_id: str, message_count: int) -> PromptRecord:
+        compiled = await anyio.to_thread.run_sync(
+            partial(
+                compile_system_prompt,
+                self.agent.memory_dir,
+                self.agent.raw_system,
+                agent_id=self.agent.agent_id,
+                conversation_id=conversation_id,
+                previous_message_count=message_count,
+            )
+        )
+        return record_from(compiled, conversation_id=conversation_id, agent_id=self.agent.agent_id)
+
+    async def _apply(
+        self,
+        conversation_id: str,
+        planned: Sequence[StoredMessage],
+        appended: Sequence[StoredMessage],
+        outcome: CompactionOutcome,
+        fixed: int,
+        turn_id: str | None,
+        *,
+        background: bool,
+    ) -> CompactionResult:
+        """The commit point (one transaction), then the S5 copies if any, then the events."""
+        plan = outcome.plan
+        cut = plan.cut_index
+        keep = [planned[i].id for i in plan.kept if cut is None or i < cut]
+        copies = [m for i, m in zip(plan.kept, plan.kept_messages, strict=True) if cut is not None and i >= cut]
+        copy_of = [planned[i].id for i in plan.kept if cut is not None and i >= cut]
+        late = [m for m in appended if m.message.kind != "memory_update"]
+        keep += [m.id for m in late]
+        evicted = plan.evicted_count + (len(appended) - len(late))
+        kept_messages = [*plan.kept_messages, *(m.message for m in late)]
+        text = summary_message_text(outcome.summary, mode=plan.mode, evicted_count=evicted)
+        stats = replace(
+            outcome.stats,
+            messages_count_before=len(planned) + len(appended),
+            messages_count_after=1 + len(kept_messages),
+            context_tokens_after=estimate_text(outcome.summary) + estimate_messages(kept_messages),
+        )
+        prompt = await self._recompile(conversation_id, 1 + len(kept_messages))
+        metadata: dict[str, Any] = {
+            "compaction": {
+                "summary": outcome.summary,
+                "stats": stats.as_dict(),
+                "mode": plan.mode,
+                "status": outcome.status,
+                "model": outcome.model,
+                "attempts": len(outcome.attempts),
+                "background": background,
+            }
+        }
+        with anyio.CancelScope(shield=True):
+            stored = await self.store.replace_in_context(
+                conversation_id,
+                summary_message(text),
+                keep,
+                metadata=metadata,
+                turn_id=turn_id,
+                prompt=prompt,
+                rearm=[AGENT_INFO_KEY],
+            )
+            for original, message in zip(copy_of, copies, strict=True):
+                await self.store.append_message(
+                    conversation_id, message, turn_id=turn_id, metadata={"copy_of": original, "cut": True}
+                )
+        tokens_before = fixed + estimate_messages([m.message for m in (*planned, *appended)])
+        tokens_after = system_prompt_tokens(prompt.content) + self._tool_tokens + estimate_message(
+            summary_message(text)
+        ) + estimate_messages(kept_messages)
+        result = CompactionResult(
+            status=outcome.status,
+            trigger=stats.trigger,
+            mode=plan.mode,
+            evicted=evicted,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            messages_before=stats.messages_count_before,
+            messages_after=stats.messages_count_after,
+            summary=outcome.summary,
+            summary_message_id=stored.id,
+            background=background,
+            error=outcome.error,
+        )
+        try:
+            if outcome.status == "done":
+                event: Event = CompactionDone(
+                    plan.mode,
+                    evicted,
+                    tokens_before,
+                    tokens_after,
+                    stored.id,
+                    {**stats.as_dict(), "background": background},
+                )
+            else:
+                event = CompactionFailed(outcome.error or "the summarizer failed", evicted)
+            await self._emit(event, conversation_id)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception:
+            pass
+        return result
