@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -31,22 +32,24 @@ import sniffio
 from anyio import CancelScope, Lock, WouldBlock, sleep
 from filelock import FileLock, Timeout
 
-from orchestrator.memfs.worktrees import git_common_dir
-
 __all__ = [
     "LOCK_FILE_NAME",
     "OWNER_FILE_NAME",
+    "WORKTREE_LOCK_FILE_NAME",
     "LockBusy",
+    "common_dir_sync",
     "merge_lock",
+    "worktree_admin_lock",
     "release_stale_lock",
 ]
 
 LOCK_FILE_NAME = "reverie-merge.lock"
 OWNER_FILE_NAME = "reverie-merge.owner.json"
+WORKTREE_LOCK_FILE_NAME = "reverie-worktrees.lock"
 _POLL_SECONDS = 0.01
 _MAX_POLL_SECONDS = 0.1
 
-_locks: weakref.WeakKeyDictionary[Any, dict[Path, Lock]] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[Any, dict[tuple[Path, str], Lock]] = weakref.WeakKeyDictionary()
 
 
 class LockBusy(RuntimeError):
@@ -64,12 +67,26 @@ def _loop_token() -> Any:
     return asyncio.get_running_loop()
 
 
-def _process_lock(common: Path) -> Lock:
+def _process_lock(common: Path, name: str) -> Lock:
     per_loop = _locks.setdefault(_loop_token(), {})
-    lock = per_loop.get(common)
+    lock = per_loop.get((common, name))
     if lock is None:
-        lock = per_loop[common] = Lock()
+        lock = per_loop[(common, name)] = Lock()
     return lock
+
+
+def common_dir_sync(repo_dir: Path) -> Path:
+    """The resolved git common directory of ``repo_dir`` (blocking; lock keys compare equal)."""
+    proc = subprocess.run(
+        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        cwd=repo_dir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{repo_dir}: not a git repository ({proc.stderr.strip()})")
+    return Path(proc.stdout.strip()).resolve()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -82,11 +99,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _try_acquire(lock: FileLock, owner: Path, token: str) -> bool:
+def _try_acquire(lock: FileLock, owner: Path | None, token: str) -> bool:
     try:
         lock.acquire(timeout=0)
     except Timeout:
         return False
+    if owner is None:
+        return True
     record = {"pid": os.getpid(), "started": time.time(), "token": token}
     tmp = owner.with_name(f"{owner.name}.{token}.tmp")
     tmp.write_text(json.dumps(record), encoding="utf-8")
@@ -94,8 +113,10 @@ def _try_acquire(lock: FileLock, owner: Path, token: str) -> bool:
     return True
 
 
-def _release(lock: FileLock, owner: Path, token: str) -> None:
+def _release(lock: FileLock, owner: Path | None, token: str) -> None:
     try:
+        if owner is None:
+            raise FileNotFoundError
         record = json.loads(owner.read_text(encoding="utf-8"))
         if record.get("token") == token:
             owner.unlink()
@@ -105,14 +126,11 @@ def _release(lock: FileLock, owner: Path, token: str) -> None:
 
 
 @asynccontextmanager
-async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | None = None) -> AsyncIterator[Path]:
-    """Hold the merge lock of ``repo_dir``'s repository; yields the git common directory.
-
-    Waiting is cancellable (the file lock is polled from a worker thread, never blocking the
-    loop). ``wait=False`` raises :class:`LockBusy` at once if another task or process holds it.
-    """
-    common = (common_dir or await git_common_dir(repo_dir)).resolve()
-    in_process = _process_lock(common)
+async def _repo_lock(
+    repo_dir: Path, file_name: str, owner_name: str | None, *, wait: bool, common_dir: Path | None
+) -> AsyncIterator[Path]:
+    common = common_dir if common_dir else await anyio.to_thread.run_sync(common_dir_sync, repo_dir)
+    in_process = _process_lock(common, file_name)
     if wait:
         await in_process.acquire()
     else:
@@ -122,8 +140,8 @@ async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | No
             raise LockBusy(f"{repo_dir}: a merge is in progress in this process") from None
     try:
         token = secrets.token_hex(8)
-        file_lock = FileLock(str(common / LOCK_FILE_NAME), thread_local=False, is_singleton=False)
-        owner = common / OWNER_FILE_NAME
+        file_lock = FileLock(str(common / file_name), thread_local=False, is_singleton=False)
+        owner = common / owner_name if owner_name else None
         delay = _POLL_SECONDS
         while not await anyio.to_thread.run_sync(_try_acquire, file_lock, owner, token):
             if not wait:
@@ -137,6 +155,29 @@ async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | No
                 await anyio.to_thread.run_sync(_release, file_lock, owner, token)
     finally:
         in_process.release()
+
+
+@asynccontextmanager
+async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | None = None) -> AsyncIterator[Path]:
+    """Hold the merge lock of ``repo_dir``'s repository; yields the git common directory.
+
+    Waiting is cancellable (the file lock is polled from a worker thread, never blocking the
+    loop). ``wait=False`` raises :class:`LockBusy` at once if another task or process holds it.
+    """
+    async with _repo_lock(repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, common_dir=common_dir) as common:
+        yield common
+
+
+@asynccontextmanager
+async def worktree_admin_lock(repo_dir: Path, *, common_dir: Path | None = None) -> AsyncIterator[Path]:
+    """Serialise ``git worktree add/remove/prune`` on one repository.
+
+    Git's worktree administration is not safe against itself: a concurrent ``add`` reads another
+    one's half-written ``.git/worktrees/<name>`` and a ``prune`` may delete it. Held briefly;
+    never taken while waiting for the merge lock, so the two cannot deadlock.
+    """
+    async with _repo_lock(repo_dir, WORKTREE_LOCK_FILE_NAME, None, wait=True, common_dir=common_dir) as common:
+        yield common
 
 
 def release_stale_lock(common_dir: Path) -> bool:

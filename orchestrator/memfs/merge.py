@@ -35,7 +35,7 @@ import anyio.to_thread
 from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
 
-from orchestrator.memfs.locks import merge_lock
+from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
     GitError,
@@ -380,7 +380,8 @@ async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = defa
         bid = id_from_branch(branch) or "branch"
         temporary = worktrees_root() / "_merge" / f"merge-{bid}"
         await AsyncPath(temporary.parent).mkdir(parents=True, exist_ok=True)
-        await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
+        async with worktree_admin_lock(repo):
+            await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
     try:
         outcome = await merge_back(repo, existing or temporary or repo, branch, audit=audit)
     finally:

@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio.to_thread
 from anyio import Path as AsyncPath
 
-from orchestrator.memfs.locks import merge_lock, release_stale_lock
+from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
@@ -76,7 +76,8 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     deleted: list[str] = []
     restored: list[str] = []
     async with merge_lock(repo, common_dir=common):
-        await run_git(repo, "worktree", "prune")
+        async with worktree_admin_lock(repo, common_dir=common):
+            await run_git(repo, "worktree", "prune")
         listing = await run_git(repo, "worktree", "list", "--porcelain", "-z")
         for path, branch in parse_worktree_records(listing.stdout)[1:]:
             wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)

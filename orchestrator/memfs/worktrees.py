@@ -29,6 +29,7 @@ import anyio.to_thread
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 from orchestrator.paths import check_agent_id, worktrees_root
 
 __all__ = [
@@ -179,9 +180,8 @@ async def run_git(
 
 
 async def git_common_dir(repo_dir: Path) -> Path:
-    """The git directory shared by a checkout and all its linked worktrees (absolute)."""
-    out = await run_git(repo_dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    return Path(out.stdout.strip())
+    """The git directory shared by a checkout and all its linked worktrees (absolute, resolved)."""
+    return await anyio.to_thread.run_sync(common_dir_sync, Path(repo_dir))
 
 
 def new_worktree_id(now: datetime | None = None, token: str | None = None) -> str:
@@ -232,7 +232,8 @@ async def create_worktree(
     base = base.strip()
     path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
     await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
-    await run_git(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base)
+    async with worktree_admin_lock(repo_dir):
+        await run_git(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base)
     return Worktree(path=path, branch=branch, base_revision=base, id=wid)
 
 
@@ -244,9 +245,10 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
     """
     path = worktree.path if isinstance(worktree, Worktree) else Path(worktree)
     with CancelScope(shield=True):
-        if await AsyncPath(path).exists():
-            await run_git(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False)
-        await run_git(repo_dir, "worktree", "prune", check=False)
+        async with worktree_admin_lock(repo_dir):
+            if await AsyncPath(path).exists():
+                await run_git(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False)
+            await run_git(repo_dir, "worktree", "prune", check=False)
 
 
 def parse_worktree_records(porcelain_z: str) -> list[tuple[Path, str | None]]:

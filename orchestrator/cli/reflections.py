@@ -1,0 +1,87 @@
+"""``reverie reflections``: list, merge or discard kept reflection branches (DECISIONS R2).
+
+The list is read from git (``reverie/*`` branches); the conversation store may add records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli.errors import UserError
+from orchestrator.cli.memory import AgentOption, resolve_memory_dir
+from orchestrator.memfs.merge import discard_branch, merge_branch
+from orchestrator.memfs.worktrees import list_reflections
+from orchestrator.paths import DEFAULT_AGENT_ID
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(help="List, merge or discard reflection branches kept after conflicts.", no_args_is_help=True)
+_out = Console(highlight=False, soft_wrap=True)
+
+MemoryDirOption = Annotated[
+    Path | None, typer.Option("--memory-dir", help="A memory repository (default: the agent's).")
+]
+
+
+@app.command("list")
+def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = None) -> None:
+    """Show reverie's branches: id, commits not in HEAD, and whether a worktree is left."""
+    repo = resolve_memory_dir(memory_dir, agent)
+    branches = anyio.run(lambda: list_reflections(repo, kind=None))
+    if not branches:
+        _out.print("No reflection branches.")
+        return
+    table = Table(show_header=True)
+    table.add_column("id", no_wrap=True)
+    table.add_column("branch", overflow="fold")
+    table.add_column("commits", justify="right")
+    table.add_column("state")
+    table.add_column("worktree", overflow="fold")
+    for b in branches:
+        state = "merged" if b.merged else "kept"
+        table.add_row(b.id, b.branch, str(b.ahead), state, str(b.worktree) if b.worktree else "-")
+    _out.print(table)
+
+
+@app.command("merge")
+def merge(
+    id: Annotated[str, typer.Argument(help="Reflection id or branch name.")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    memory_dir: MemoryDirOption = None,
+) -> None:
+    """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict."""
+    repo = resolve_memory_dir(memory_dir, agent)
+    outcome = anyio.run(lambda: merge_branch(repo, id))
+    if outcome.status == "kept":
+        files = ", ".join(outcome.files) or "-"
+        raise UserError(f"{outcome.branch} kept ({outcome.reason}); files: {files}; nothing was lost")
+    if outcome.status == "no_changes":
+        _out.print(f"{outcome.branch}: nothing to merge; branch removed.")
+    else:
+        _out.print(f"Merged {outcome.commit_count} commit(s) from {outcome.branch}; HEAD is {outcome.new_head}.")
+
+
+@app.command("discard")
+def discard(
+    id: Annotated[str, typer.Argument(help="Reflection id or branch name.")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    memory_dir: MemoryDirOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a reflection branch and its commits (only on your explicit request)."""
+    repo = resolve_memory_dir(memory_dir, agent)
+    if not yes and not typer.confirm(f"Discard reflection {id} and its unmerged commits?"):
+        raise typer.Exit(1)
+    dropped = anyio.run(lambda: discard_branch(repo, id))
+    _out.print(f"Discarded {id}: {len(dropped)} unmerged commit(s) dropped.")
+
+
+def register(main: typer.Typer) -> None:
+    """Add the ``reflections`` group to the main app."""
+    main.add_typer(app, name="reflections")

@@ -1,0 +1,81 @@
+"""``reverie stress``: concurrent reflection-like writers against one fresh memory repo (S21)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.cli.errors import UserError
+from orchestrator.stress import StressConfig, StressReport, run_stress
+
+__all__ = ["register", "stress"]
+
+_out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False)
+
+
+def stress(
+    writers: Annotated[int, typer.Option("--writers", "-w", help="Concurrent reflection-like sessions.")] = 16,
+    commits: Annotated[int, typer.Option("--commits", "-m", help="Commits per session (merged in batches of 5).")] = 25,
+    conflict_rate: Annotated[
+        float, typer.Option("--conflict-rate", "-r", help="Chance (0-1) that a commit edits the shared hot file.")
+    ] = 0.1,
+    seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed for the writers' choices.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Keep the repository here instead of a temporary directory.")
+    ] = None,
+) -> None:
+    """Stress merge-back: N writers in their own worktrees commit M times each, merged in batches
+    through the reflection merge-back while a main writer commits on the main checkout.
+
+    Reports commits merged, kept on branches after conflicts, lost (recorded but unreachable from
+    any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds.
+    """
+    try:
+        config = StressConfig(writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if workdir is not None and workdir.exists() and any(workdir.iterdir()):
+        raise UserError(f"--workdir {workdir}: directory is not empty")
+    if as_json:
+        report = anyio.run(lambda: run_stress(config, workdir=workdir))
+        _out.print(json.dumps(report.to_json()))
+    else:
+        with Progress(
+            TextColumn("[bold]commits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_err
+        ) as bar:
+            task = bar.add_task("commits", total=config.writers * config.commits)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            report = anyio.run(lambda: run_stress(config, workdir=workdir, progress=progress))
+        _out.print(_table(report))
+    if report.lost or report.invalid:
+        raise typer.Exit(1)
+
+
+def _table(report: StressReport) -> Table:
+    table = Table(title="reverie stress", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report.to_json().items():
+        table.add_row(key, str(value))
+    table.add_row("commits recorded", str(report.recorded))
+    table.add_row("main writer commits", str(report.main_commits))
+    table.add_row("merge-back calls", str(report.merges))
+    table.add_row("elapsed (s)", str(report.elapsed_s))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``stress`` to the main app."""
+    app.command("stress")(stress)

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.cli import reflections, stress
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    stress.register(app)
+    reflections.register(app)
+    return app
+
+
+def test_stress_help_describes_options() -> None:
+    result = CliRunner().invoke(_app(), ["stress", "--help"])
+    assert result.exit_code == 0
+    for option in ("--writers", "--commits", "--conflict-rate", "--seed", "--json"):
+        assert option in result.output
+
+
+def test_stress_json_output(tmp_path: Path) -> None:
+    args = ["stress", "--writers", "2", "--commits", "5", "--seed", "3", "--json", "--workdir", str(tmp_path / "w")]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == {"merged", "kept", "lost", "invalid", "merge_p50_ms", "merge_p99_ms"}
+    assert (data["lost"], data["invalid"]) == (0, 0)
+    assert data["merged"] + data["kept"] == 10
+
+
+def test_stress_table_output(tmp_path: Path) -> None:
+    result = CliRunner().invoke(_app(), ["stress", "-w", "1", "-m", "5", "--workdir", str(tmp_path / "w")])
+    assert result.exit_code == 0, result.output
+    assert "merge_p99_ms" in result.stdout and "lost" in result.stdout
+
+
+def test_stress_bad_value_is_one_line_error() -> None:
+    result = CliRunner().invoke(_app(), ["stress", "--writers", "0"])
+    assert result.exit_code != 0
+    assert "--writers must be at least 1" in str(result.exception)
+
+
+def test_reflections_list_merge_discard(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "memory")
+    for name in ("a", "b"):
+        git(repo, "branch", f"reverie/reflection/20260101T000000Z-0000000{'1' if name == 'a' else '2'}")
+    git(repo, "checkout", "-q", "reverie/reflection/20260101T000000Z-00000001")
+    commit_file(repo, "notes/a.md", note("a", "x"), "a")
+    git(repo, "checkout", "-q", "reverie/reflection/20260101T000000Z-00000002")
+    commit_file(repo, "notes/b.md", note("b", "y"), "b")
+    git(repo, "checkout", "-q", "main")
+    runner = CliRunner()
+    listed = runner.invoke(_app(), ["reflections", "list", "--memory-dir", str(repo)])
+    assert listed.exit_code == 0, listed.output
+    assert "20260101T000000Z-00000001" in listed.stdout and "kept" in listed.stdout
+    merged = runner.invoke(_app(), ["reflections", "merge", "20260101T000000Z-00000001", "--memory-dir", str(repo)])
+    assert merged.exit_code == 0, merged.output
+    assert "Merged 1 commit(s)" in merged.stdout
+    assert git(repo, "log", "-1", "--format=%s").strip() == "a"
+    gone = runner.invoke(_app(), ["reflections", "discard", "20260101T000000Z-00000002", "-y", "--memory-dir", str(repo)])
+    assert gone.exit_code == 0, gone.output
+    assert "1 unmerged commit(s) dropped" in gone.stdout
+    assert git(repo, "for-each-ref", "refs/heads/reverie/") == ""
+    unknown = runner.invoke(_app(), ["reflections", "merge", "nope", "--memory-dir", str(repo)])
+    assert unknown.exit_code != 0 and "no reflection branch 'nope'" in str(unknown.exception)
