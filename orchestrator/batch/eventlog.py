@@ -1,0 +1,148 @@
+"""The JSONL event log of a batch run: ``RUN_DIR/events/<task-id>.jsonl``, one line per event.
+
+A task's log is a copy of its store's event table (DECISIONS S8 shapes, ``docs/events.md``) plus
+``task.start`` / ``task.end`` lines written by the runner, so subagent events that never pass
+through the observer are logged too. Lines are ``{"seq", "at", "task", "kind", "agent_id",
+"conversation_id", "payload"}``; ``seq`` orders the lines of one task.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EVENTS_DIR",
+    "EventRecord",
+    "append_records",
+    "event_log_path",
+    "follow_events",
+    "format_record",
+    "read_events",
+]
+
+EVENTS_DIR = "events"
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    seq: int
+    at: str
+    task: str
+    kind: str
+    payload: Mapping[str, Any]
+    agent_id: str | None = None
+    conversation_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "task": self.task,
+            "kind": self.kind,
+            "agent_id": self.agent_id,
+            "conversation_id": self.conversation_id,
+            "payload": dict(self.payload),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> EventRecord:
+        return cls(
+            seq=int(raw["seq"]),
+            at=str(raw["at"]),
+            task=str(raw["task"]),
+            kind=str(raw["kind"]),
+            payload=dict(raw.get("payload") or {}),
+            agent_id=raw.get("agent_id"),
+            conversation_id=raw.get("conversation_id"),
+        )
+
+
+def event_log_path(run_dir: Path, task_id: str) -> Path:
+    return run_dir / EVENTS_DIR / f"{task_id}.jsonl"
+
+
+def append_records(path: Path, records: Sequence[EventRecord]) -> None:
+    """Append records (blocking); the directory is created on first use."""
+    if not records:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record.to_json(), ensure_ascii=False, default=str) + "\n")
+
+
+def _parse_lines(text: str) -> Iterator[EventRecord]:
+    for line in text.splitlines():
+        try:
+            yield EventRecord.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+
+
+def read_events(run_dir: Path, *, task: str | None = None, kinds: Sequence[str] = ()) -> list[EventRecord]:
+    """Every logged event of a run (blocking), ordered by time then task and sequence."""
+    folder = run_dir / EVENTS_DIR
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no event log here (expected {folder})")
+    found: list[EventRecord] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        if task is not None and path.stem != task:
+            continue
+        found.extend(r for r in _parse_lines(path.read_text(encoding="utf-8")) if not kinds or r.kind in kinds)
+    found.sort(key=lambda r: (r.at, r.task, r.seq))
+    return found
+
+
+def follow_events(
+    run_dir: Path,
+    *,
+    task: str | None = None,
+    kinds: Sequence[str] = (),
+    poll: float = 0.5,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[EventRecord]:
+    """Yield logged events as they are written, like ``tail -f`` over every task's log (blocking;
+    for the command line). Ends when ``stop()`` is true after a quiet poll."""
+    folder = run_dir / EVENTS_DIR
+    offsets: dict[Path, int] = {}
+    while True:
+        fresh: list[EventRecord] = []
+        for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+            if task is not None and path.stem != task:
+                continue
+            with path.open("rb") as handle:
+                handle.seek(offsets.get(path, 0))
+                chunk = handle.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            offsets[path] = offsets.get(path, 0) + len(complete)
+            fresh.extend(
+                r for r in _parse_lines(complete.decode("utf-8", "replace")) if not kinds or r.kind in kinds
+            )
+        fresh.sort(key=lambda r: (r.at, r.task, r.seq))
+        yield from fresh
+        if not fresh:
+            if stop():
+                return
+            time.sleep(poll)
+
+
+def format_record(record: EventRecord) -> str:
+    """One human line: time, task, kind and the payload's most useful fields."""
+    p = record.payload
+    detail: str
+    if record.kind == "model.call":
+        detail = f"{p.get('model')} in={p.get('prompt_tokens')} out={p.get('completion_tokens')} {p.get('latency_ms')}ms"
+    elif record.kind in ("tool.start", "tool.end"):
+        detail = str(p.get("name")) + ("" if record.kind == "tool.start" else f" ok={p.get('ok')}")
+    elif record.kind in ("turn.start", "turn.end"):
+        detail = " ".join(f"{k}={p[k]}" for k in ("turn_id", "status", "steps") if k in p)
+    else:
+        detail = json.dumps(dict(p), ensure_ascii=False, default=str, separators=(",", ":"))
+    if len(detail) > 200:
+        detail = detail[:199] + "…"
+    return f"{record.at}  {record.task}  {record.kind}  {detail}"

@@ -1,0 +1,80 @@
+"""How a run's tasks get executed: the executor protocol and the in-process executor.
+
+Executors only schedule; ``run_task`` does the work, so every executor yields results of one
+shape. ``on_result`` is awaited once per finished task, from the driver, as soon as it finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import anyio
+
+from orchestrator.batch.results import TaskResult
+from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
+from orchestrator.batch.suite import Task
+
+__all__ = ["Executor", "LocalExecutor", "ResultSink", "make_executor"]
+
+ResultSink = Callable[[TaskResult], Awaitable[None]]
+
+
+class Executor(Protocol):
+    name: str
+    concurrency: int
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        options: RunOptions,
+        *,
+        on_result: ResultSink,
+        progress: ProgressSink | None = None,
+    ) -> None: ...
+
+
+class LocalExecutor:
+    """Tasks as children of one task group in this process, at most ``concurrency`` at a time, in
+    suite order. Cancelling the run cancels the running tasks (their turns end shielded)."""
+
+    name = "local"
+
+    def __init__(self, concurrency: int = 1) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency {concurrency}: must be at least 1")
+        self.concurrency = concurrency
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        options: RunOptions,
+        *,
+        on_result: ResultSink,
+        progress: ProgressSink | None = None,
+    ) -> None:
+        limiter = anyio.CapacityLimiter(self.concurrency)
+
+        async def one(task: Task) -> None:
+            async with limiter:
+                result = await run_task(task, options, progress=progress)
+                with anyio.CancelScope(shield=True):
+                    await on_result(result)
+
+        with batch_environment(options.out_dir):
+            async with anyio.create_task_group() as tg:
+                for task in tasks:
+                    tg.start_soon(one, task, name=f"batch task {task.id}")
+
+
+def make_executor(kind: str, concurrency: int, *, ray_address: str | None = None) -> Executor:
+    """``local`` or ``ray``; a bad name is a ``ValueError`` for the command line to report."""
+    if kind == "local":
+        if ray_address:
+            raise ValueError("--ray-address needs --executor ray")
+        return LocalExecutor(concurrency)
+    if kind == "ray":
+        from orchestrator.batch.ray_exec import RayExecutor
+
+        return RayExecutor(concurrency, address=ray_address)
+    raise ValueError(f"executor {kind!r}: use local or ray")

@@ -1,0 +1,140 @@
+"""The Ray executor (optional extra ``reverie[ray]``): each task is one Ray task running the same
+``run_task`` as the local executor, in a worker process, on its own event loop.
+
+Without ``--ray-address`` a private Ray instance starts on loopback only (127.0.0.1, no dashboard,
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut down at the end; with it, the run joins that
+cluster untouched (DECISIONS S28) and the run directory must be on storage every node sees.
+Results are awaited with ``anyio.to_thread.run_sync(ray.get, ...)``. Ray is imported only here and
+only when a run uses it, so reverie works without the extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import anyio
+
+from orchestrator.batch.executors import ResultSink
+from orchestrator.batch.results import TaskResult
+from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
+from orchestrator.batch.suite import Task, task_from_json, task_to_json
+
+__all__ = ["RayExecutor", "ray_available"]
+
+_FORWARDED = ("HOME", "PATH", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+
+
+def ray_available() -> bool:
+    try:
+        importlib.import_module("ray")
+    except ImportError:
+        return False
+    return True
+
+
+def _worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a worker needs from the driver's environment: reverie's and git's variables."""
+    return {
+        k: v for k, v in environ.items() if k.startswith(("REVERIE_", "GIT_")) or k in _FORWARDED
+    }
+
+
+def _ray_entry(task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Runs inside a Ray worker: a fresh event loop for one task."""
+    os.environ.update(env)
+    task = task_from_json(task_json)
+    options = RunOptions.from_json(options_json)
+    backend = env.get("REVERIE_BACKEND", "trio")
+    result: TaskResult = anyio.run(partial(run_task, task, options), backend=backend)
+    return result.to_json()
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, concurrency: int = 1, *, address: str | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency {concurrency}: must be at least 1")
+        self.concurrency = concurrency
+        self.address = address
+
+    def _ensure_ray(self) -> bool:
+        """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
+        try:
+            ray = importlib.import_module("ray")
+        except ImportError:
+            raise ValueError("the Ray executor needs the ray extra: pip install 'reverie[ray]'") from None
+        if ray.is_initialized():
+            return False
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+            ray.init(
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                num_cpus=self.concurrency,
+                log_to_driver=False,
+            )
+        return True
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        options: RunOptions,
+        *,
+        on_result: ResultSink,
+        progress: ProgressSink | None = None,
+    ) -> None:
+        started_here = await anyio.to_thread.run_sync(self._ensure_ray)
+        ray = importlib.import_module("ray")
+        options = RunOptions(
+            out_dir=options.out_dir.resolve(),
+            overrides=options.overrides,
+            latency=options.latency,
+            price_in=options.price_in,
+            price_out=options.price_out,
+        )
+        remote = ray.remote(num_cpus=1, max_retries=0)(_ray_entry)
+        limiter = anyio.CapacityLimiter(self.concurrency)
+
+        async def one(task: Task) -> None:
+            async with limiter:
+                with batch_environment(options.out_dir):
+                    env = _worker_env(os.environ)
+                ref = await anyio.to_thread.run_sync(
+                    partial(remote.remote, task_to_json(task), options.to_json(), env)
+                )
+                try:
+                    raw = await anyio.to_thread.run_sync(ray.get, ref, abandon_on_cancel=True)
+                    result = TaskResult.from_json(raw)
+                except anyio.get_cancelled_exc_class():
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(partial(ray.cancel, ref, force=True))
+                    raise
+                except Exception as exc:
+                    detail = " ".join(str(exc).split())[:500]
+                    result = TaskResult(
+                        id=task.id,
+                        status="error",
+                        checks_passed=0,
+                        checks_total=len(task.checks),
+                        error=f"ray: {type(exc).__name__}: {detail}",
+                    )
+                with anyio.CancelScope(shield=True):
+                    await on_result(result)
+                if progress is not None:
+                    await progress(task.id, "task.end", {"status": result.status})
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for task in tasks:
+                    tg.start_soon(one, task, name=f"ray task {task.id}")
+        finally:
+            if started_here:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(ray.shutdown)

@@ -1,0 +1,139 @@
+"""Per-task results, ``results.jsonl`` and the run summary.
+
+``results.jsonl`` is append-only, one line per finished task, flushed and fsynced as each task ends:
+it is the resume journal (a task with a line is done; anything else runs again from scratch). A
+line cut short by a kill is ignored when read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RESULTS_FILE",
+    "SUMMARY_FILE",
+    "CheckResult",
+    "TaskResult",
+    "append_result",
+    "read_results",
+    "summarize",
+    "write_summary",
+]
+
+RESULTS_FILE = "results.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """``status``: ``passed`` (every check held), ``failed`` (a check did not) or ``error`` (the task
+    could not finish: a turn ended in error, or the runner raised)."""
+
+    id: str
+    status: str
+    checks_passed: int
+    checks_total: int
+    checks: tuple[CheckResult, ...] = ()
+    turns: int = 0
+    steps: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    reflections_launched: int = 0
+    reflections_merged: int = 0
+    reflections_conflicted: int = 0
+    compactions: int = 0
+    wall_time: float = 0.0
+    memory_head: str | None = None
+    final_answer: str = ""
+    error: str | None = None
+    worker_pid: int = 0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["checks"] = [asdict(c) for c in self.checks]
+        out["settings"] = dict(self.settings)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> TaskResult:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        values["checks"] = tuple(CheckResult(str(c["check"]), bool(c["passed"])) for c in raw.get("checks", ()))
+        return cls(**values)
+
+
+def append_result(path: Path, result: TaskResult) -> None:
+    """Append one line durably (blocking)."""
+    line = json.dumps(result.to_json(), ensure_ascii=False, sort_keys=True) + "\n"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_results(path: Path) -> dict[str, TaskResult]:
+    """Finished tasks by id (blocking). A torn or foreign line is skipped; the last line per id wins."""
+    found: dict[str, TaskResult] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return found
+    for line in text.splitlines():
+        try:
+            raw = json.loads(line)
+            result = TaskResult.from_json(raw)
+        except (ValueError, TypeError, KeyError):
+            continue
+        found[result.id] = result
+    return found
+
+
+_SUMS = (
+    "checks_passed",
+    "checks_total",
+    "turns",
+    "steps",
+    "tokens_in",
+    "tokens_out",
+    "reflections_launched",
+    "reflections_merged",
+    "reflections_conflicted",
+    "compactions",
+    "wall_time",
+)
+
+
+def summarize(results: Iterable[TaskResult], *, elapsed: float | None = None) -> dict[str, Any]:
+    """Totals over a run (pure). ``wall_time`` is the sum of task times; ``elapsed`` the run's own."""
+    items: Sequence[TaskResult] = sorted(results, key=lambda r: r.id)
+    summary: dict[str, Any] = {
+        "tasks": len(items),
+        "passed": sum(r.status == "passed" for r in items),
+        "failed": sum(r.status == "failed" for r in items),
+        "error": sum(r.status == "error" for r in items),
+    }
+    for name in _SUMS:
+        total = sum(getattr(r, name) for r in items)
+        summary[name] = round(total, 3) if isinstance(total, float) else total
+    costs = [r.cost for r in items if r.cost is not None]
+    summary["cost"] = round(sum(costs), 6) if costs else None
+    summary["elapsed"] = None if elapsed is None else round(elapsed, 3)
+    summary["statuses"] = {r.id: r.status for r in items}
+    return summary
+
+
+def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(summary, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,131 @@
+"""A whole run: which tasks still need running (``--resume``), where results go, the summary.
+
+The results file is the journal: a task is done exactly when it has a line. ``--resume`` runs the
+tasks without one, each from scratch (DECISIONS S24), and the summary is computed over every line,
+so a resumed run's statuses and check results equal a clean run's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from orchestrator.batch.eventlog import read_events
+from orchestrator.batch.executors import Executor
+from orchestrator.batch.results import (
+    RESULTS_FILE,
+    SUMMARY_FILE,
+    TaskResult,
+    append_result,
+    read_results,
+    summarize,
+    write_summary,
+)
+from orchestrator.batch.runner import ProgressSink, RunOptions
+from orchestrator.batch.suite import Task
+
+__all__ = ["RUN_FILE", "RunReport", "pending_tasks", "run_suite"]
+
+RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    results: tuple[TaskResult, ...]
+    summary: dict[str, Any]
+    skipped: tuple[str, ...]
+    ran: tuple[str, ...]
+
+
+def pending_tasks(tasks: Sequence[Task], done: Sequence[str] | set[str]) -> list[Task]:
+    """Pure: the tasks without a result, in suite order."""
+    finished = set(done)
+    return [t for t in tasks if t.id not in finished]
+
+
+def _prepare(out_dir: Path, resume: bool, meta: dict[str, Any]) -> dict[str, TaskResult]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_path = out_dir / RESULTS_FILE
+    existing = read_results(results_path)
+    if existing and not resume:
+        raise ValueError(
+            f"{out_dir} already holds results of {len(existing)} task(s): use --resume to finish that run, "
+            "or choose another --out"
+        )
+    (out_dir / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return existing
+
+
+def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
+    from orchestrator.batch.telemetry import SpanEmitter, otel_available
+
+    if not otel_available() or not results:
+        return
+    emitter = SpanEmitter(out_dir)
+    try:
+        for result in results:
+            try:
+                records = read_events(out_dir, task=result.id)
+            except FileNotFoundError:
+                continue
+            emitter.emit_task(result.id, records, status=result.status)
+    finally:
+        emitter.close()
+
+
+async def run_suite(
+    tasks: Sequence[Task],
+    options: RunOptions,
+    executor: Executor,
+    *,
+    resume: bool = False,
+    progress: ProgressSink | None = None,
+    on_result: Callable[[TaskResult], Awaitable[None]] | None = None,
+    suite_name: str = "",
+) -> RunReport:
+    """Run the tasks that have no result yet; results are appended as tasks finish. Cancelling
+    (Ctrl-C) leaves every finished task recorded, so ``resume=True`` picks up where it stopped."""
+    out_dir = options.out_dir
+    meta = {
+        "suite": suite_name,
+        "executor": executor.name,
+        "concurrency": executor.concurrency,
+        "options": options.to_json(),
+        "tasks": [t.id for t in tasks],
+    }
+    existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume, meta)
+    todo = pending_tasks(tasks, set(existing))
+    results_path = out_dir / RESULTS_FILE
+    fresh: list[TaskResult] = []
+
+    async def record(result: TaskResult) -> None:
+        await anyio.to_thread.run_sync(append_result, results_path, result)
+        existing[result.id] = result
+        fresh.append(result)
+        if on_result is not None:
+            await on_result(result)
+
+    started = time.perf_counter()
+    await executor.run(todo, options, on_result=record, progress=progress)
+    elapsed = time.perf_counter() - started
+    wanted = {t.id for t in tasks}
+    ordered = tuple(existing[t.id] for t in tasks if t.id in existing)
+    summary = summarize([r for r in existing.values() if r.id in wanted], elapsed=elapsed)
+    summary["executor"] = executor.name
+    summary["concurrency"] = executor.concurrency
+    summary["resumed"] = len(tasks) - len(todo)
+    await anyio.to_thread.run_sync(write_summary, out_dir / SUMMARY_FILE, summary)
+    await anyio.to_thread.run_sync(partial(_spans, out_dir, fresh))
+    return RunReport(
+        results=ordered,
+        summary=summary,
+        skipped=tuple(t.id for t in tasks if t.id not in {x.id for x in todo}),
+        ran=tuple(r.id for r in fresh),
+    )

@@ -1,0 +1,324 @@
+"""One task of a batch run, start to finish: the code every executor runs (in-process or in a Ray
+worker), so results have one shape whatever runs them.
+
+Layout under the run directory ``OUT``: ``OUT/home`` is the run's ``REVERIE_HOME`` (each task's
+agent is named by the task id, its memory repository is ``OUT/home/agents/<id>/memory``),
+``OUT/home/stores/<id>.sqlite3`` is the task's own store, ``OUT/work/<id>`` its bash workspace and
+``OUT/events/<id>.jsonl`` its event log. A task always starts from nothing: whatever an
+interrupted earlier attempt left is removed first (DECISIONS S24).
+
+Settings precedence: the run's command-line overrides (``RunOptions.overrides``) beat the task's
+own ``settings``, as command-line flags beat every other source elsewhere (S20).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
+from orchestrator.batch.results import CheckResult, TaskResult
+from orchestrator.batch.suite import Task
+from orchestrator.events import Event, MemoryCommitted
+from orchestrator.models.types import ModelClient
+
+__all__ = [
+    "COUNTED_KINDS",
+    "ProgressSink",
+    "RunOptions",
+    "batch_environment",
+    "run_task",
+    "task_paths",
+]
+
+ProgressSink = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
+"""``(task_id, kind, payload)`` for live progress: every non-transient event of the task."""
+
+COUNTED_KINDS: Mapping[str, str] = {
+    "reflection.launch": "reflections_launched",
+    "reflection.merged": "reflections_merged",
+    "reflection.kept": "reflections_conflicted",
+    "compaction.done": "compactions",
+}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run adds to every task. ``latency`` > 0 gives the scripted model a simulated latency
+    (benchmarks); prices are USD per million tokens and make ``cost`` appear in results."""
+
+    out_dir: Path
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    latency: float = 0.0
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "overrides": dict(self.overrides),
+            "latency": self.latency,
+            "price_in": self.price_in,
+            "price_out": self.price_out,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RunOptions:
+        return cls(
+            out_dir=Path(raw["out_dir"]),
+            overrides=dict(raw.get("overrides") or {}),
+            latency=float(raw.get("latency") or 0.0),
+            price_in=raw.get("price_in"),
+            price_out=raw.get("price_out"),
+        )
+
+
+@dataclass(frozen=True)
+class _Paths:
+    home: Path
+    agent: Path
+    memory: Path
+    store: Path
+    workspace: Path
+    events: Path
+
+
+def task_paths(out_dir: Path, task_id: str) -> _Paths:
+    home = out_dir / "home"
+    agent = home / "agents" / task_id
+    return _Paths(
+        home=home,
+        agent=agent,
+        memory=agent / "memory",
+        store=home / "stores" / f"{task_id}.sqlite3",
+        workspace=out_dir / "work" / task_id,
+        events=event_log_path(out_dir, task_id),
+    )
+
+
+@contextmanager
+def batch_environment(out_dir: Path) -> Iterator[None]:
+    """Point ``REVERIE_HOME`` (and the worktree root) at the run's home for the duration, since
+    every path in reverie derives from it; the previous values come back afterwards."""
+    home = Path(os.path.abspath(out_dir / "home"))
+    wanted = {"REVERIE_HOME": str(home), "REVERIE_WORKTREES": str(home / "worktrees")}
+    saved = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> None:
+    """Remove every trace of an earlier attempt, then create the seeded memory repository."""
+    from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, init_memory_repo
+
+    shutil.rmtree(paths.agent, ignore_errors=True)
+    shutil.rmtree(paths.workspace, ignore_errors=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        paths.store.with_name(paths.store.name + suffix).unlink(missing_ok=True)
+    paths.events.unlink(missing_ok=True)
+    paths.store.parent.mkdir(parents=True, exist_ok=True)
+    paths.workspace.mkdir(parents=True, exist_ok=True)
+    files = dict(DEFAULT_MEMORY_FILES)
+    files.update(memory_files or {})
+    init_memory_repo(paths.memory, files=files)
+
+
+def _read_committed(memory: Path, rel: str) -> str | None:
+    from orchestrator.memfs.repo import run_git
+
+    proc = run_git(memory, "show", f"HEAD:{rel}", check=False)
+    return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+
+def _head(memory: Path) -> str | None:
+    from orchestrator.memfs.repo import head_revision
+
+    return head_revision(memory)
+
+
+class _EventPump:
+    """Copies the task's store events into its JSONL log and tallies the kinds the results count."""
+
+    def __init__(self, task_id: str, path: Path, sink: ProgressSink | None) -> None:
+        self.task_id = task_id
+        self.path = path
+        self.sink = sink
+        self.after_id = 0
+        self.seq = 0
+        self.counts: dict[str, int] = dict.fromkeys(COUNTED_KINDS.values(), 0)
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self._lock = anyio.Lock()
+
+    async def local(self, kind: str, payload: Mapping[str, Any], at: str) -> None:
+        """A line the runner writes itself (``task.start``, ``task.end``)."""
+        async with self._lock:
+            self.seq += 1
+            record = EventRecord(self.seq, at, self.task_id, kind, dict(payload))
+            await anyio.to_thread.run_sync(append_records, self.path, [record])
+        if self.sink is not None:
+            await self.sink(self.task_id, kind, payload)
+
+    async def pump(self, store: Any) -> None:
+        async with self._lock:
+            events = await store.events(after_id=self.after_id)
+            if not events:
+                return
+            self.after_id = events[-1].id
+            records = []
+            for event in events:
+                self.seq += 1
+                records.append(
+                    EventRecord(
+                        self.seq, event.at, self.task_id, event.kind, dict(event.payload),
+                        event.agent_id, event.conversation_id,
+                    )
+                )
+                if event.kind in COUNTED_KINDS:
+                    self.counts[COUNTED_KINDS[event.kind]] += 1
+                elif event.kind == "model.call":
+                    self.tokens_in += int(event.payload.get("prompt_tokens", 0))
+                    self.tokens_out += int(event.payload.get("completion_tokens", 0))
+            await anyio.to_thread.run_sync(append_records, self.path, records)
+        if self.sink is not None:
+            for record in records:
+                await self.sink(self.task_id, record.kind, record.payload)
+
+
+def _check_home(home: Path) -> None:
+    if os.path.abspath(os.environ.get("REVERIE_HOME", "")) != os.path.abspath(home):
+        raise RuntimeError(f"run_task needs REVERIE_HOME={home} (use batch_environment)")
+
+
+def _now() -> str:
+    from orchestrator.store.records import utc_now
+
+    return utc_now()
+
+
+async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | None = None) -> TaskResult:
+    """Run one task in a fresh agent and memory repository and check the outcome.
+
+    Needs ``REVERIE_HOME`` to be the run's home (see ``batch_environment``). Never raises for a
+    task's own failure (that is an ``error`` result); cancellation propagates.
+    """
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.session import ChatSession
+
+    started = time.perf_counter()
+    paths = task_paths(options.out_dir, task.id)
+    _check_home(paths.home)
+    settings = {**task.settings, **{k: v for k, v in options.overrides.items() if v is not None}}
+    pump = _EventPump(task.id, paths.events, progress)
+    turns = steps = 0
+    answer = ""
+    error: str | None = None
+    head: str | None = None
+    check_results: list[CheckResult] = []
+    try:
+        await anyio.to_thread.run_sync(_reset, paths, task.memory_files)
+        await pump.local("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
+        model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
+        store_ref: list[Any] = []
+
+        async def observer(event: Event) -> None:
+            if not event.transient and store_ref:
+                await pump.pump(store_ref[0])
+
+        session_cm = ChatSession.open(
+            agent_id=task.id,
+            new=True,
+            cli=settings,
+            observer=observer,
+            model=model,
+            workspace=paths.workspace,
+            store_path=paths.store,
+        )
+        async with session_cm as session:
+            store = session.runtime.store
+            store_ref.append(store)
+            head = await anyio.to_thread.run_sync(_head, paths.memory)
+            for text in task.turns:
+                outcome = await session.send(text)
+                turns += 1
+                steps += outcome.steps
+                answer = outcome.text
+                new_head = await anyio.to_thread.run_sync(_head, paths.memory)
+                if new_head != head and new_head is not None:
+                    commit = MemoryCommitted(new_head, head)
+                    await store.record_event(
+                        commit.kind, commit.payload(), agent_id=task.id, conversation_id=session.conversation_id
+                    )
+                    head = new_head
+                await pump.pump(store)
+                if outcome.status == "error":
+                    error = f"turn {turns}: {outcome.error}"
+                    break
+            await session.finish_one_shot()
+            await pump.pump(store)
+        head = await anyio.to_thread.run_sync(_head, paths.memory)
+        for check in task.checks:
+            if check.where == "answer":
+                text_or_none: str | None = answer
+            else:
+                text_or_none = await anyio.to_thread.run_sync(_read_committed, paths.memory, check.file or "")
+            check_results.append(CheckResult(check.describe(), check.passes(text_or_none)))
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    passed = sum(c.passed for c in check_results)
+    if error is not None:
+        status = "error"
+    elif passed == len(task.checks):
+        status = "passed"
+    else:
+        status = "failed"
+    cost = None
+    if options.price_in is not None or options.price_out is not None:
+        cost = round(
+            pump.tokens_in * (options.price_in or 0.0) / 1e6 + pump.tokens_out * (options.price_out or 0.0) / 1e6, 6
+        )
+    result = TaskResult(
+        id=task.id,
+        status=status,
+        checks_passed=passed,
+        checks_total=len(task.checks),
+        checks=tuple(check_results),
+        turns=turns,
+        steps=steps,
+        tokens_in=pump.tokens_in,
+        tokens_out=pump.tokens_out,
+        cost=cost,
+        wall_time=round(time.perf_counter() - started, 3),
+        memory_head=head,
+        final_answer=answer,
+        error=error,
+        worker_pid=os.getpid(),
+        settings=settings,
+        reflections_launched=pump.counts["reflections_launched"],
+        reflections_merged=pump.counts["reflections_merged"],
+        reflections_conflicted=pump.counts["reflections_conflicted"],
+        compactions=pump.counts["compactions"],
+    )
+    try:
+        await pump.local("task.end", {"status": status, "checks_passed": passed, "error": error}, _now())
+    except OSError:
+        pass
+    return result
+

@@ -1,0 +1,283 @@
+"""The task-suite format (docs/suite-format.md): one JSON object per line, validated whole before
+anything runs, so a typo on line 40 never leaves 39 finished tasks behind.
+
+Every error is a ``SuiteError`` whose message names the file, the line and the field
+(``suite.jsonl:7: settings.max_steps: expected a positive integer, got 'ten'``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SETTING_KEYS",
+    "Check",
+    "SuiteError",
+    "Task",
+    "load_suite",
+    "parse_settings",
+    "parse_suite",
+    "parse_task",
+    "task_from_json",
+    "task_to_json",
+]
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_TRIGGERS = ("off", "compaction-event", "step-count")
+_MODES = ("sliding_window", "all")
+_TASK_KEYS = ("id", "turns", "template", "settings", "checks", "description")
+_CHECK_KEYS = ("where", "file", "contains", "regex", "negate")
+
+SETTING_KEYS: Mapping[str, type] = {
+    "max_steps": int,
+    "context_window": int,
+    "model": str,
+    "reflection_trigger": str,
+    "reflection_step_count": int,
+    "compaction_mode": str,
+    "sliding_percentage": float,
+    "summarizer_model": str,
+}
+"""Per-task settings: names of ``orchestrator.config.Settings`` fields a suite may set."""
+
+
+class SuiteError(ValueError):
+    """A bad suite line; the message is one line naming the file, line and field."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """``where`` is ``answer`` (the last turn's final text) or ``memory`` (``file`` in the agent's
+    memory repository at the end of the task). Exactly one of ``contains`` / ``regex``."""
+
+    where: str
+    contains: str | None = None
+    regex: str | None = None
+    file: str | None = None
+    negate: bool = False
+
+    def describe(self) -> str:
+        target = "answer" if self.where == "answer" else f"memory:{self.file}"
+        how = f"contains {self.contains!r}" if self.contains is not None else f"matches /{self.regex}/"
+        return f"{target} {'does not ' if self.negate else ''}{how}"
+
+    def passes(self, text: str | None) -> bool:
+        """Pure: does ``text`` (``None`` for a missing file) satisfy the check?"""
+        if text is None:
+            found = False
+        elif self.contains is not None:
+            found = self.contains in text
+        else:
+            found = re.search(self.regex or "", text, re.M) is not None
+        return found != self.negate
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    turns: tuple[str, ...]
+    checks: tuple[Check, ...]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    memory_files: Mapping[str, str] | None = None
+    description: str = ""
+    line: int = 0
+
+
+def _fail(where: str, line: int, fieldname: str, message: str) -> SuiteError:
+    return SuiteError(f"{where}:{line}: {fieldname}: {message}")
+
+
+def _setting(value: Any, kind: type, fail: Any) -> Any:
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise fail(f"expected a positive integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise fail(f"expected a positive number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str) or not value.strip():
+        raise fail(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def parse_settings(raw: Any, fail_at: Any) -> dict[str, Any]:
+    """Validate a settings object; ``reflection_trigger`` also accepts ``step-count:N``."""
+    if not isinstance(raw, dict):
+        raise fail_at("settings", f"expected an object, got {type(raw).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = f"settings.{key}"
+        if key not in SETTING_KEYS:
+            raise fail_at(name, f"unknown setting (known: {', '.join(SETTING_KEYS)})")
+        out[key] = _setting(value, SETTING_KEYS[key], lambda msg, n=name: fail_at(n, msg))
+    trigger = out.get("reflection_trigger")
+    if trigger is not None:
+        base, _, count = str(trigger).partition(":")
+        if base not in _TRIGGERS:
+            raise fail_at("settings.reflection_trigger", f"{trigger!r}: use {', '.join(_TRIGGERS)} or step-count:N")
+        if count:
+            if base != "step-count" or not count.isdigit() or int(count) <= 0:
+                raise fail_at("settings.reflection_trigger", f"{trigger!r}: only step-count takes :N (N > 0)")
+            out["reflection_step_count"] = int(count)
+        out["reflection_trigger"] = base
+    if "compaction_mode" in out and out["compaction_mode"] not in _MODES:
+        raise fail_at("settings.compaction_mode", f"{out['compaction_mode']!r}: use {' or '.join(_MODES)}")
+    if "sliding_percentage" in out and not 0 < out["sliding_percentage"] <= 1:
+        raise fail_at("settings.sliding_percentage", f"{out['sliding_percentage']}: must be in (0, 1]")
+    if "context_window" in out and out["context_window"] < 256:
+        raise fail_at("settings.context_window", f"{out['context_window']}: must be at least 256 tokens")
+    return out
+
+
+def _parse_check(raw: Any, name: str, fail_at: Any) -> Check:
+    if not isinstance(raw, dict):
+        raise fail_at(name, f"expected an object, got {type(raw).__name__}")
+    for key in raw:
+        if key not in _CHECK_KEYS:
+            raise fail_at(f"{name}.{key}", f"unknown field (known: {', '.join(_CHECK_KEYS)})")
+    where = raw.get("where", "answer")
+    if where not in ("answer", "memory"):
+        raise fail_at(f"{name}.where", f"{where!r}: use 'answer' or 'memory'")
+    file = raw.get("file")
+    if where == "memory":
+        if not isinstance(file, str) or not file.strip():
+            raise fail_at(f"{name}.file", "a memory check needs the file path inside the memory repository")
+        if file.startswith("/") or ".." in Path(file).parts:
+            raise fail_at(f"{name}.file", f"{file!r}: must be a relative path inside the memory repository")
+    elif file is not None:
+        raise fail_at(f"{name}.file", "only memory checks name a file")
+    has = [k for k in ("contains", "regex") if k in raw]
+    if len(has) != 1:
+        raise fail_at(name, "give exactly one of 'contains' or 'regex'")
+    value = raw[has[0]]
+    if not isinstance(value, str) or not value:
+        raise fail_at(f"{name}.{has[0]}", f"expected a non-empty string, got {value!r}")
+    if has[0] == "regex":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise fail_at(f"{name}.regex", f"invalid regular expression: {exc}") from None
+    negate = raw.get("negate", False)
+    if not isinstance(negate, bool):
+        raise fail_at(f"{name}.negate", f"expected true or false, got {negate!r}")
+    return Check(
+        where=where,
+        contains=value if has[0] == "contains" else None,
+        regex=value if has[0] == "regex" else None,
+        file=file,
+        negate=negate,
+    )
+
+
+def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
+    """Validate one decoded suite line."""
+
+    def fail_at(fieldname: str, message: str) -> SuiteError:
+        return _fail(source, line, fieldname, message)
+
+    if not isinstance(raw, dict):
+        raise fail_at("(line)", f"expected a JSON object, got {type(raw).__name__}")
+    for key in raw:
+        if key not in _TASK_KEYS:
+            raise fail_at(key, f"unknown field (known: {', '.join(_TASK_KEYS)})")
+    task_id = raw.get("id")
+    if not isinstance(task_id, str) or not _ID.match(task_id):
+        raise fail_at("id", f"{task_id!r}: use 1-100 letters, digits, '.', '_' or '-', not starting with a symbol")
+    turns = raw.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise fail_at("turns", "expected a non-empty list of user messages")
+    for index, turn in enumerate(turns):
+        if not isinstance(turn, str) or not turn.strip():
+            raise fail_at(f"turns[{index}]", f"expected a non-empty string, got {turn!r}")
+    memory_files: dict[str, str] | None = None
+    template = raw.get("template")
+    if template is not None:
+        if not isinstance(template, dict) or set(template) - {"files"}:
+            raise fail_at("template", "expected an object with 'files' (path -> Markdown text)")
+        files = template.get("files", {})
+        if not isinstance(files, dict):
+            raise fail_at("template.files", "expected an object mapping paths to file contents")
+        for path, text in files.items():
+            if path.startswith("/") or ".." in Path(path).parts or not path.strip():
+                raise fail_at(f"template.files.{path}", "must be a relative path inside the memory repository")
+            if not isinstance(text, str):
+                raise fail_at(f"template.files.{path}", f"expected the file's text, got {type(text).__name__}")
+        memory_files = dict(files)
+    settings = parse_settings(raw.get("settings", {}), fail_at)
+    checks_raw = raw.get("checks")
+    if not isinstance(checks_raw, list) or not checks_raw:
+        raise fail_at("checks", "expected a non-empty list of checks")
+    checks = tuple(_parse_check(c, f"checks[{i}]", fail_at) for i, c in enumerate(checks_raw))
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise fail_at("description", "expected a string")
+    return Task(
+        id=task_id,
+        turns=tuple(turns),
+        checks=checks,
+        settings=settings,
+        memory_files=memory_files,
+        description=description,
+        line=line,
+    )
+
+
+def parse_suite(text: str, *, source: str = "<suite>") -> list[Task]:
+    """All tasks of a suite, or the first error. Blank lines are skipped; ids must be unique."""
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(source, number, "(line)", f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+        task = parse_task(raw, source=source, line=number)
+        if task.id in seen:
+            raise _fail(source, number, "id", f"duplicate id {task.id!r} (first on line {seen[task.id]})")
+        seen[task.id] = number
+        tasks.append(task)
+    if not tasks:
+        raise SuiteError(f"{source}: the suite has no tasks")
+    return tasks
+
+
+def load_suite(path: Path) -> list[Task]:
+    """Read and validate a suite file (blocking: call from a thread in async code)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: no such suite file") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_suite(text, source=str(path))
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    """A task as a plain object (for Ray and for sweeps that rewrite settings)."""
+    checks: list[dict[str, Any]] = []
+    for check in task.checks:
+        item: dict[str, Any] = {"where": check.where}
+        if check.file is not None:
+            item["file"] = check.file
+        item["contains" if check.contains is not None else "regex"] = check.contains or check.regex
+        if check.negate:
+            item["negate"] = True
+        checks.append(item)
+    out: dict[str, Any] = {"id": task.id, "turns": list(task.turns), "settings": dict(task.settings), "checks": checks}
+    if task.memory_files is not None:
+        out["template"] = {"files": dict(task.memory_files)}
+    if task.description:
+        out["description"] = task.description
+    return out
+
+
+def task_from_json(raw: Mapping[str, Any], line: int = 0) -> Task:
+    return parse_task(dict(raw), line=line)
