@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.events import Event
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime import Runtime
 from orchestrator.supervisor import Supervisor
 from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from subagents.reflection import ReflectionCoordinator
 
 __all__ = ["ChatSession"]
 
@@ -28,6 +30,7 @@ class ChatSession:
     conversation_id: str
     runner: TurnRunner
     supervisor: Supervisor
+    reflection: ReflectionCoordinator
 
     @classmethod
     @asynccontextmanager
@@ -48,20 +51,34 @@ class ChatSession:
             settings = await rt.agent_settings(agent_id, cli)
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
             async with Supervisor.open(rt.store, observer=observer) as supervisor:
+                reflection = ReflectionCoordinator(
+                    store=rt.store, model=rt.model, settings=settings, agent=agent, supervisor=supervisor, observer=observer
+                )
+
+                async def observe(event: Event) -> None:
+                    if observer is not None:
+                        await observer(event)
+                    await reflection.on_event(event, conv.id)
+
+                supervisor.after_turn_hooks.append(reflection.after_turn)
                 runner = TurnRunner(
                     store=rt.store,
                     model=rt.model,
                     settings=settings,
                     agent=agent,
                     workspace=rt.workspace,
-                    observer=observer,
-                    compactor=supervisor.compactor_for(rt, agent, settings, observer),
+                    observer=observe,
+                    compactor=supervisor.compactor_for(rt, agent, settings, observe),
                 )
-                yield cls(rt.with_settings(settings), agent, conv.id, runner, supervisor)
+                yield cls(rt.with_settings(settings), agent, conv.id, runner, supervisor, reflection)
 
     async def send(self, text: str) -> TurnOutcome:
         """Run one turn (serialized per conversation) and let the supervisor react to it."""
         return await self.supervisor.run_turn(self.runner, self.conversation_id, text)
+
+    async def reflect_now(self) -> str:
+        """A manual reflection (``reverie reflect``): ignores the trigger and any failure pause."""
+        return await self.reflection.maybe_launch(self.conversation_id, manual=True)
 
     async def finish_one_shot(self) -> None:
         """S23: a one-shot run waits a bounded time for the subagents it launched."""

@@ -47,6 +47,7 @@ from orchestrator.store.records import (
     format_time,
     utc_now,
 )
+from orchestrator.store.reflections import ReflectionRecord, ReflectionState
 from orchestrator.store.store import LIKE_SCAN_MESSAGES, REMINDER_QUEUE_LIMIT, Store
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "Event",
     "PendingReminder",
     "PromptRecord",
+    "ReflectionRecord",
+    "ReflectionState",
     "SearchHit",
     "Store",
     "StoreError",

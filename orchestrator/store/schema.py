@@ -117,7 +117,36 @@ CREATE VIRTUAL TABLE search_fts USING fts5(
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2 = """
+CREATE TABLE reflection_state (
+    conversation_id TEXT PRIMARY KEY REFERENCES conversations(id),
+    agent_id TEXT NOT NULL REFERENCES agents(id),
+    reflected_through_seq INTEGER NOT NULL DEFAULT 0,
+    compaction_pending INTEGER NOT NULL DEFAULT 0,
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    failed_at_step INTEGER NOT NULL DEFAULT 0,
+    paused INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE reflections (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL REFERENCES agents(id),
+    conversation_id TEXT REFERENCES conversations(id),
+    branch TEXT NOT NULL,
+    trigger TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    base_revision TEXT,
+    through_seq INTEGER NOT NULL DEFAULT 0,
+    commits TEXT NOT NULL DEFAULT '[]',
+    files TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX reflections_by_agent ON reflections(agent_id, created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

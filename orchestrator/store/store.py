@@ -33,6 +33,7 @@ from orchestrator.store.records import (
     TurnStatus,
     utc_now,
 )
+from orchestrator.store.reflections import ReflectionRecords
 from orchestrator.store.schema import PARTS_PER_MESSAGE, configure_connection
 from orchestrator.store.worker import ConnectionWorker
 
@@ -124,7 +125,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class Store:
+class Store(ReflectionRecords):
     """Async access to one SQLite conversation store. Create with ``await Store.open(path)`` or
     ``async with Store.opened(path) as store``; several processes may open the same file (WAL)."""
 

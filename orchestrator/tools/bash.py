@@ -67,6 +67,7 @@ def _environment(ctx: ToolContext) -> dict[str, str]:
     env["AGENT_ID"] = ctx.agent_id
     env["AGENT_NAME"] = ctx.agent_name
     env["CONVERSATION_ID"] = ctx.conversation_id
+    env.update(ctx.extra_env)
     if ctx.memory_dir is not None:
         env["MEMORY_DIR"] = str(ctx.memory_dir)
     return env

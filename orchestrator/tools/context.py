@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ class ToolContext:
     output_cap: int = BASH_OUTPUT_CHARS
     overflow_dir: Path | None = None
     middle_truncate: bool = True
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,167 @@
+"""Reflection bookkeeping in the store (turn-loop.md 5.15): per-conversation trigger state and one
+record per reflection run, so pending branches survive restarts and ``reverie reflections`` can list,
+merge or discard them (DECISIONS R2, S16, S17)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from orchestrator.store.records import utc_now
+
+__all__ = ["ReflectionRecord", "ReflectionRecords", "ReflectionState"]
+
+T = TypeVar("T")
+
+_STATE_COLUMNS = "conversation_id, agent_id, reflected_through_seq, compaction_pending, consecutive_failures, failed_at_step, paused"
+_RECORD_COLUMNS = (
+    "id, agent_id, conversation_id, branch, trigger, status, reason, base_revision, through_seq, commits, files, "
+    "created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class ReflectionState:
+    conversation_id: str
+    agent_id: str
+    reflected_through_seq: int = 0
+    compaction_pending: bool = False
+    consecutive_failures: int = 0
+    failed_at_step: int = 0
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class ReflectionRecord:
+    """``status``: running, merged, no_changes, kept_conflict, kept_dirty, kept_invalid, kept_failed,
+    failed, discarded."""
+
+    id: str
+    agent_id: str
+    conversation_id: str | None
+    branch: str
+    trigger: str
+    status: str
+    reason: str | None
+    base_revision: str | None
+    through_seq: int
+    commits: tuple[str, ...]
+    files: tuple[str, ...]
+    created_at: str
+    updated_at: str
+
+    @property
+    def kept(self) -> bool:
+        return self.status.startswith("kept_")
+
+
+def _record(row: Sequence[Any]) -> ReflectionRecord:
+    return ReflectionRecord(
+        id=row[0],
+        agent_id=row[1],
+        conversation_id=row[2],
+        branch=row[3],
+        trigger=row[4],
+        status=row[5],
+        reason=row[6],
+        base_revision=row[7],
+        through_seq=row[8],
+        commits=tuple(json.loads(row[9])),
+        files=tuple(json.loads(row[10])),
+        created_at=row[11],
+        updated_at=row[12],
+    )
+
+
+class ReflectionRecords:
+    """Mixed into ``Store``; every method is one job on the store's connection worker."""
+
+    _run: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
+
+    async def reflection_state(self, conversation_id: str, agent_id: str) -> ReflectionState:
+        def job(conn: sqlite3.Connection) -> ReflectionState:
+            row = conn.execute(
+                f"SELECT {_STATE_COLUMNS} FROM reflection_state WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()
+            if row is None:
+                return ReflectionState(conversation_id, agent_id)
+            return ReflectionState(row[0], row[1], row[2], bool(row[3]), row[4], row[5], bool(row[6]))
+
+        result: ReflectionState = await self._run(job)
+        return result
+
+    async def save_reflection_state(self, state: ReflectionState) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    f"INSERT OR REPLACE INTO reflection_state({_STATE_COLUMNS}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        state.conversation_id,
+                        state.agent_id,
+                        state.reflected_through_seq,
+                        int(state.compaction_pending),
+                        state.consecutive_failures,
+                        state.failed_at_step,
+                        int(state.paused),
+                        utc_now(),
+                    ),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await self._run(job)
+
+    async def save_reflection(self, record: ReflectionRecord) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    f"INSERT OR REPLACE INTO reflections({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.id,
+                        record.agent_id,
+                        record.conversation_id,
+                        record.branch,
+                        record.trigger,
+                        record.status,
+                        record.reason,
+                        record.base_revision,
+                        record.through_seq,
+                        json.dumps(list(record.commits)),
+                        json.dumps(list(record.files), ensure_ascii=False),
+                        record.created_at,
+                        utc_now(),
+                    ),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await self._run(job)
+
+    async def reflections(self, agent_id: str | None = None, *, status: str | None = None) -> list[ReflectionRecord]:
+        def job(conn: sqlite3.Connection) -> list[ReflectionRecord]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE (? IS NULL OR agent_id = ?) "
+                "AND (? IS NULL OR status = ?) ORDER BY created_at, id",
+                (agent_id, agent_id, status, status),
+            ).fetchall()
+            return [_record(r) for r in rows]
+
+        result: list[ReflectionRecord] = await self._run(job)
+        return result
+
+    async def get_reflection(self, reflection_id: str) -> ReflectionRecord | None:
+        def job(conn: sqlite3.Connection) -> ReflectionRecord | None:
+            row = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE id = ?", (reflection_id,)).fetchone()
+            return _record(row) if row else None
+
+        result: ReflectionRecord | None = await self._run(job)
+        return result

@@ -1,0 +1,288 @@
+"""The reflection subagent (turn-loop.md 5.15; DECISIONS R1-R6, S12, S16, S17).
+
+After each turn the coordinator asks the trigger policy (``subagents.triggers``) whether the
+conversation's unreflected transcript should be reflected on. A launch creates a worktree of the
+agent's memory on a branch ``reverie/reflection/<ts>-<id8>``, writes the transcript slice to a
+read-only payload file (``TRANSCRIPT_PATH``), and runs a small agent loop with
+``prompts/reflection.md`` and file and shell tools confined to the worktree. Its commits go through
+the same pre-commit hook as the main agent's. Finalisation rebases onto the parent's HEAD and
+fast-forwards under the per-repository lock (``orchestrator.memfs.merge``); a conflict, a dirty
+parent or a failure keeps the branch, records it and reminds the launching conversation (S12).
+
+Choices: one reflection per agent at a time in this process; a launch declined because one runs,
+or because the parent checkout is dirty, leaves the trigger pending for the next turn. The
+reflection loop has its own step limit (``REFLECTION_MAX_STEPS``). Nothing here raises into the
+main agent's turn; failures are recorded and counted for the backoff of S17.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import anyio
+
+from orchestrator.config import Settings
+from orchestrator.events import Event, ReflectionKept, ReflectionLaunched, ReflectionMerged
+from orchestrator.memfs.compiler import compile_system_prompt
+from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
+from orchestrator.memfs.repo import repo_status
+from orchestrator.memfs.worktrees import Worktree, create_worktree
+from orchestrator.models.types import Message, ModelClient, ModelRequest
+from orchestrator.paths import reverie_home
+from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
+from orchestrator.tools import ToolContext, run_tool, tool_specs
+from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from prompts import load_prompt
+from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
+    from orchestrator.supervisor import Supervisor
+
+__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "render_transcript"]
+
+REFLECTION_MAX_STEPS = 12
+_TOOLS = ("bash", "read_file", "write_file", "edit_file")
+
+
+def render_transcript(messages: Sequence[StoredMessage]) -> str:
+    """One block per message, ``[role] text``; tool calls and results are shown by name."""
+    lines: list[str] = []
+    for stored in messages:
+        m = stored.message
+        if m.kind in {"reminder", "memory_update"}:
+            continue
+        if m.role == "tool":
+            lines.append(f"[tool {m.name or ''}] {m.content[:2000]}")
+            continue
+        if m.content.strip():
+            lines.append(f"[{m.role}] {m.content}")
+        for call in m.tool_calls:
+            lines.append(f"[{m.role} calls {call.name}] {call.arguments[:2000]}")
+    return "\n".join(lines) + "\n"
+
+
+def _steps(messages: Sequence[StoredMessage]) -> int:
+    return sum(1 for m in messages if m.message.role == "assistant" and m.message.content.strip())
+
+
+async def _ignore(_: Event) -> None:
+    return None
+
+
+class ReflectionCoordinator:
+    """Decides, launches and finishes reflections for one agent's conversations."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ModelClient,
+        settings: Settings,
+        agent: AgentProfile,
+        supervisor: Supervisor,
+        observer: Observer | None = None,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.settings = settings
+        self.agent = agent
+        self.supervisor = supervisor
+        self.observer = observer or _ignore
+        self._active = False
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    async def on_event(self, event: Event, conversation_id: str | None) -> None:
+        """Compaction events arm the trigger (and lift a failure pause, S17)."""
+        if event.kind == "compaction.done" and conversation_id:
+            state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
+            await self.store.save_reflection_state(after_compaction(state))
+
+    async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
+        await self.retry_kept_dirty()
+        await self.maybe_launch(outcome.conversation_id)
+
+    async def retry_kept_dirty(self) -> None:
+        """5.15 step 8: a branch kept because the parent was dirty is retried once it is clean."""
+        if self._active:
+            return
+        waiting = await self.store.reflections(self.agent.agent_id, status="kept_dirty")
+        if not waiting:
+            return
+        status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
+        if status.dirty or status.in_conflict:
+            return
+        for record in waiting:
+            outcome = await merge_branch(self.agent.memory_dir, record.branch)
+            conversation_id = record.conversation_id or ""
+            if outcome.status in {"merged", "no_changes"}:
+                await self.store.save_reflection(replace(record, status=outcome.status, commits=outcome.commits))
+                if outcome.status == "merged":
+                    await self._emit(
+                        ReflectionMerged(record.id, record.branch, outcome.commit_count, outcome.new_head or ""),
+                        conversation_id,
+                    )
+            elif outcome.pending_status != "pending_parent_dirty":
+                await self.store.save_reflection(replace(record, status="kept_conflict", reason=outcome.reason))
+
+    async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
+        """Launch if the trigger says so; returns the reason for what happened."""
+        state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
+        slice_ = await self.store.transcript(conversation_id, state.reflected_through_seq)
+        steps = _steps(slice_)
+        mode = cast(TriggerMode, self.settings.reflection_trigger)
+        decision = decide_launch(mode, self.settings.reflection_step_count, state, steps, manual=manual)
+        if not decision.launch:
+            if state.compaction_pending and steps == 0:
+                await self.store.save_reflection_state(after_success(state, state.reflected_through_seq))
+            return decision.reason
+        if self._active:
+            return "a reflection is already running for this agent"
+        status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
+        if status.dirty or status.in_conflict:
+            return "the memory repository has uncommitted changes"
+        self._active = True
+        trigger = "manual" if manual else mode
+        try:
+            worktree = await create_worktree(self.agent.memory_dir, agent_id=self.agent.agent_id, kind="reflection")
+        except BaseException:
+            self._active = False
+            raise
+        record = ReflectionRecord(
+            id=worktree.id,
+            agent_id=self.agent.agent_id,
+            conversation_id=conversation_id,
+            branch=worktree.branch,
+            trigger=trigger,
+            status="running",
+            reason=None,
+            base_revision=worktree.base_revision,
+            through_seq=slice_[-1].seq,
+            commits=(),
+            files=(),
+            created_at=utc_now(),
+            updated_at=utc_now(),
+        )
+        await self.store.save_reflection(record)
+        await self._emit(ReflectionLaunched(worktree.id, worktree.branch, trigger), conversation_id)
+        self.supervisor.spawn(f"reflection {worktree.id}", partial(self._run, worktree, record, slice_, steps))
+        return decision.reason
+
+    async def _emit(self, event: Event, conversation_id: str) -> None:
+        await self.store.record_event(
+            event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
+        )
+        await self.observer(event)
+
+    async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
+        conversation_id = cast(str, record.conversation_id)
+        payload = await anyio.to_thread.run_sync(self._write_payload, worktree.id, conversation_id, render_transcript(slice_))
+        outcome: MergeOutcome | None = None
+        error: str | None = None
+        try:
+            try:
+                await self._reflect(worktree, payload, conversation_id)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            with anyio.CancelScope(shield=True):
+                outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=error is None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if outcome is None:
+                    outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
+                    error = error or "cancelled"
+                await self._finish(record, outcome, error, steps)
+                await anyio.to_thread.run_sync(partial(payload.unlink, missing_ok=True))
+                self._active = False
+
+    async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
+        compiled = await anyio.to_thread.run_sync(
+            partial(compile_system_prompt, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
+        )
+        system = load_prompt("reflection").replace("{CORE_MEMORY}", compiled.core_memory)
+        transcript = await anyio.to_thread.run_sync(partial(payload.read_text, encoding="utf-8"))
+        messages: list[Message] = [
+            Message(
+                role="user",
+                content=(
+                    f"Review this conversation (also in $TRANSCRIPT_PATH = {payload}) and update memory.\n\n"
+                    f"<transcript>\n{transcript}</transcript>"
+                ),
+            )
+        ]
+        ctx = ToolContext(
+            workspace=worktree.path,
+            agent_id=self.agent.agent_id,
+            conversation_id=conversation_id,
+            agent_name=f"{self.agent.name} (reflection)",
+            memory_dir=worktree.path,
+            bash_timeout=self.settings.bash_timeout,
+            extra_env={"TRANSCRIPT_PATH": str(payload)},
+        )
+        specs = tool_specs(list(_TOOLS))
+        for _ in range(REFLECTION_MAX_STEPS):
+            response = await self.model.complete(
+                ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.settings.model, purpose="reflect")
+            )
+            messages.append(response.message)
+            if not response.message.tool_calls:
+                return
+            for call in response.message.tool_calls:
+                result = await run_tool(call.name, call.arguments, ctx)
+                messages.append(Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name))
+        raise RuntimeError(f"reflection did not finish within {REFLECTION_MAX_STEPS} steps")
+
+    async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
+        conversation_id = cast(str, record.conversation_id)
+        if outcome.status == "merged":
+            status = "merged"
+        elif outcome.status == "no_changes":
+            status = "no_changes" if error is None else "failed"
+        else:
+            status = outcome.pending_status or "kept_failed"
+            status = {"pending_conflict": "kept_conflict", "pending_parent_dirty": "kept_dirty", "pending_invalid": "kept_invalid"}.get(status, status)
+        await self.store.save_reflection(
+            replace(record, status=status, reason=outcome.reason or error, commits=outcome.commits, files=outcome.files)
+        )
+        state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
+        consumed = status in {"merged", "no_changes", "kept_conflict", "kept_dirty", "kept_invalid"}
+        if consumed:
+            await self.store.save_reflection_state(after_success(state, record.through_seq))
+        else:
+            await self.store.save_reflection_state(after_failure(state, steps))
+        if status == "merged":
+            await self._emit(
+                ReflectionMerged(record.id, record.branch, outcome.commit_count, outcome.new_head or ""), conversation_id
+            )
+        elif outcome.status == "kept":
+            await self.store.enqueue_reminder(
+                conversation_id, f"reflection-kept:{record.id}", kept_reminder_text(outcome, record.id), priority=60
+            )
+            await self._emit(
+                ReflectionKept(record.id, record.branch, outcome.commit_count, outcome.reason or "", outcome.files),
+                conversation_id,
+            )
+        if error is not None:
+            await self.store.record_event(
+                "reflection.failed",
+                {"reflection_id": record.id, "error": error},
+                agent_id=self.agent.agent_id,
+                conversation_id=conversation_id,
+            )
+
+    def _write_payload(self, reflection_id: str, conversation_id: str, text: str) -> Path:
+        folder = reverie_home() / "transcripts" / self.agent.agent_id / conversation_id
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"payload-auto-{reflection_id}.txt"
+        path.write_text(text, encoding="utf-8")
+        os.chmod(path, stat.S_IRUSR | stat.S_IRGRP)
+        return path

@@ -1,0 +1,143 @@
+"""Reflection subagents end to end: real git worktrees, the scripted model, the real merge path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.events import Event
+from orchestrator.models.types import ToolCall
+from orchestrator.session import ChatSession
+
+pytestmark = pytest.mark.anyio
+
+
+async def _git(repo: Path, *args: str) -> str:
+    result = await anyio.run_process(["git", "-C", str(repo), *args])
+    return result.stdout.decode()
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events]
+
+
+STEP3 = {"reflection_trigger": "step-count", "reflection_step_count": 3}
+
+
+async def test_step_count_fires_after_three_steps_and_merge_reaches_main_agent(tmp_path: Path) -> None:
+    seen = Seen()
+    async with ChatSession.open(agent_id="r1", workspace=tmp_path, cli=STEP3, observer=seen) as session:
+        await session.send("my name is Ada Lovelace")
+        await session.send("what a nice day")
+        assert "reflection.launch" not in seen.kinds()
+        await session.send("tell me something")
+        assert seen.kinds().count("reflection.launch") == 1
+        assert await session.supervisor.drain(30)
+        assert "reflection.merged" in seen.kinds()
+        memory = session.agent.memory_dir
+        assert "Ada Lovelace" in (memory / "human.md").read_text(encoding="utf-8")
+        assert "(reflection)" in (await _git(memory, "log", "-1", "--format=%s"))
+        await session.send("hello again")
+        history = await session.runtime.store.in_context(session.conversation_id)
+        updates = [m for m in history if m.message.kind == "memory_update"]
+        assert updates and "Ada Lovelace" in updates[-1].message.content
+        records = await session.runtime.store.reflections("r1")
+        assert [r.status for r in records] == ["merged"]
+    worktrees = await _git(memory, "worktree", "list", "--porcelain")
+    assert worktrees.count("worktree ") == 1
+    assert "reverie/reflection" not in await _git(memory, "branch", "--list")
+
+
+async def test_conflicting_main_edit_keeps_branch_and_reminds(tmp_path: Path) -> None:
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse
+
+    gate = anyio.Event()
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose != "reflect":
+            return ModelResponse(Message("assistant", "ok"))
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(Message("assistant", "Reflection: updated human.md"))
+        await gate.wait()
+        command = (
+            "cd \"$MEMORY_DIR\" && sed -i 's/Nothing recorded yet./The user is Grace./' human.md "
+            "&& git commit -qam 'feat(reflection): name 🔮'"
+        )
+        return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+
+    seen = Seen()
+    model = ScriptedModel(script=[respond] * 10)
+    async with ChatSession.open(agent_id="r2", workspace=tmp_path, cli=STEP3, observer=seen, model=model) as session:
+        memory = session.agent.memory_dir
+        for text in ("my name is Grace Hopper", "ok", "fine"):
+            await session.send(text)
+        assert seen.kinds().count("reflection.launch") == 1
+        human = memory / "human.md"
+        text = await anyio.Path(human).read_text(encoding="utf-8")
+        await anyio.Path(human).write_text(text.replace("Nothing recorded yet.", "The user is Linus."), encoding="utf-8")
+        await _git(memory, "commit", "-qam", "main agent edits human.md")
+        gate.set()
+        assert await session.supervisor.drain(30)
+        records = await session.runtime.store.reflections("r2")
+        assert [r.status for r in records] == ["kept_conflict"]
+        kept = records[0]
+        assert kept.branch in await _git(memory, "branch", "--list", kept.branch)
+        for sha in kept.commits:
+            await _git(memory, "cat-file", "-e", sha)
+        assert "reflection.kept" in seen.kinds()
+        assert "The user is Linus." in await anyio.Path(human).read_text(encoding="utf-8")
+        pending = await session.runtime.store.pending_reminders(session.conversation_id)
+        texts = [p.text for p in pending]
+        assert any("MEMORY REFLECTION KEPT" in t and kept.branch in t and "human.md" in t for t in texts)
+        await session.send("next turn")
+        history = await session.runtime.store.in_context(session.conversation_id)
+        assert any("MEMORY REFLECTION KEPT" in m.message.content for m in history if m.message.kind == "reminder")
+    worktrees = await _git(memory, "worktree", "list", "--porcelain")
+    assert worktrees.count("worktree ") == 1
+
+
+def _bash_call(command: str) -> ToolCall:
+    return ToolCall("c1", "bash", json.dumps({"command": command}))
+
+
+async def test_cancelling_mid_reflection_leaves_no_worktree_and_a_recoverable_branch(tmp_path: Path) -> None:
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose != "reflect":
+            return ModelResponse(Message("assistant", "ok"))
+        if any(m.role == "tool" for m in request.messages):
+            await anyio.sleep(60)
+        command = "cd \"$MEMORY_DIR\" && printf -- '- likes tea\\n' >> human.md && git commit -qam 'feat(reflection): tea 🔮'"
+        return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+
+    model = ScriptedModel(script=[respond] * 10)
+    async with ChatSession.open(agent_id="r3", workspace=tmp_path, cli=STEP3, model=model) as session:
+        memory = session.agent.memory_dir
+        for text in ("a", "b", "c"):
+            await session.send(text)
+        with anyio.move_on_after(3):
+            while True:
+                branches = await _git(memory, "log", "--all", "--format=%s")
+                if "tea" in branches:
+                    break
+                await anyio.sleep(0.05)
+    worktrees = await _git(memory, "worktree", "list", "--porcelain")
+    assert worktrees.count("worktree ") == 1, worktrees
+    branch_list = await _git(memory, "branch", "--list", "reverie/reflection/*")
+    assert branch_list.strip(), "the reflection branch with its commit survives the cancellation"
+    assert "tea" in await _git(memory, "log", "--format=%s", branch_list.strip().lstrip("* "))
+    status = await _git(memory, "status", "--porcelain")
+    assert status == ""
