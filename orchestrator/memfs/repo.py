@@ -155,6 +155,7 @@ def init_memory_repo(
         raise GitError(f"{path}: directory is not empty and is not a git repository")
     path.mkdir(parents=True, exist_ok=True)
     run_git(path, "init", "-q", "-b", "main")
+    _ensure_identity(path)
     install_hook(path, policy=policy)
     contents = dict(DEFAULT_MEMORY_FILES if files is None else files)
     for rel, text in contents.items():
@@ -162,6 +163,14 @@ def init_memory_repo(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     return commit_memory(path, INITIAL_COMMIT_MESSAGE, allow_empty=True).revision
+
+
+def _ensure_identity(path: Path) -> None:
+    """A machine without a git identity (a fresh CI box) could not commit memory at all, neither the
+    harness nor the agent's own ``git commit``; give the repository a local one in that case only."""
+    for key, value in (("user.name", "reverie"), ("user.email", "reverie@localhost")):
+        if run_git(path, "config", "--get", key, check=False).returncode != 0:
+            run_git(path, "config", key, value)
 
 
 def commit_memory(

@@ -30,6 +30,7 @@ from anyio import CancelScope
 from anyio import Path as AsyncPath
 
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
+from orchestrator.memfs.repo import GitError as RepoGitError
 from orchestrator.paths import check_agent_id, worktrees_root
 
 __all__ = [
@@ -63,7 +64,7 @@ _ID = re.compile(r"^(?:\d{8}T\d{6}Z|\d{14})-[0-9a-f]{8}$")
 _KIND = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 
-class GitError(RuntimeError):
+class GitError(RepoGitError):
     """A git command failed; ``str()`` is one line naming the command and git's first error line."""
 
     def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:

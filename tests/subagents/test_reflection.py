@@ -141,3 +141,27 @@ async def test_cancelling_mid_reflection_leaves_no_worktree_and_a_recoverable_br
     assert "tea" in await _git(memory, "log", "--format=%s", branch_list.strip().lstrip("* "))
     status = await _git(memory, "status", "--porcelain")
     assert status == ""
+
+
+async def test_compaction_event_triggers_one_reflection_that_reaches_the_main_agent(tmp_path: Path) -> None:
+    seen = Seen()
+    settings = {"reflection_trigger": "compaction-event", "context_window": 3000}
+    from orchestrator.models.scripted import ScriptedModel
+
+    model = ScriptedModel()
+    async with ChatSession.open(agent_id="r4", workspace=tmp_path, cli=settings, observer=seen, model=model) as session:
+        await session.send("my name is Edsger Dijkstra " + "and I like long sentences " * 10)
+        for i in range(40):
+            if "compaction.done" in seen.kinds():
+                break
+            await session.send(f"message number {i} " + "filler words to fill the window " * 8)
+        assert "compaction.done" in seen.kinds()
+        assert await session.supervisor.drain(30)
+        assert seen.kinds().count("reflection.launch") == 1
+        assert "reflection.merged" in seen.kinds()
+        before = len(model.requests)
+        await session.send("and now?")
+        request = [r for r in model.requests[before:] if r.purpose == "chat"][0]
+        updates = [m for m in request.messages if m.kind == "memory_update"]
+        # the merged fact reaches the model: as a <memory_update>, or folded into a prompt recompiled by compaction
+        assert any("Edsger Dijkstra" in m.content for m in updates) or "Edsger Dijkstra" in request.system
