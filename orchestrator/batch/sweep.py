@@ -1,0 +1,162 @@
+"""``reverie sweep``: the same suite under each reflection-trigger setting, compared.
+
+Each setting runs into ``OUT/<label>/`` as an ordinary run (so ``--resume`` works per setting);
+the comparison is ``OUT/comparison.json``, ``OUT/comparison.md`` and one PNG per metric.
+A setting overrides every task's own trigger: the point is to compare triggers on equal tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from orchestrator.batch.charts import write_charts
+from orchestrator.batch.executors import Executor
+from orchestrator.batch.run import RunReport, run_suite
+from orchestrator.batch.runner import ProgressSink, RunOptions
+from orchestrator.batch.suite import Task
+
+__all__ = [
+    "COMPARISON_FILE",
+    "METRICS",
+    "SweepReport",
+    "SweepSetting",
+    "comparison_markdown",
+    "comparison_rows",
+    "expand_triggers",
+    "run_sweep",
+]
+
+COMPARISON_FILE = "comparison.json"
+METRICS: Mapping[str, str] = {
+    "checks_passed": "Checks passed",
+    "reflections": "Reflections launched",
+    "merges": "Reflections merged",
+    "conflicts": "Reflections kept (conflicts)",
+    "tokens": "Tokens (in + out)",
+    "wall_time": "Wall time (s, sum over tasks)",
+}
+
+
+@dataclass(frozen=True)
+class SweepSetting:
+    label: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+def expand_triggers(specs: Sequence[str]) -> list[SweepSetting]:
+    """``off``, ``compaction-event``, ``step-count:5,10,25`` (one setting per count), in order,
+    duplicates once. A bad spec is a ``ValueError`` naming it."""
+    settings: list[SweepSetting] = []
+    seen: set[str] = set()
+
+    def add(setting: SweepSetting) -> None:
+        if setting.label not in seen:
+            seen.add(setting.label)
+            settings.append(setting)
+
+    for spec in specs:
+        base, _, counts = spec.strip().partition(":")
+        if base in ("off", "compaction-event") and not counts:
+            add(SweepSetting(base, {"reflection_trigger": base}))
+        elif base == "step-count" and counts:
+            for raw in counts.split(","):
+                if not raw.strip().isdigit() or int(raw) <= 0:
+                    raise ValueError(f"--trigger {spec!r}: step counts must be positive integers, got {raw!r}")
+                n = int(raw)
+                add(SweepSetting(f"step-count-{n}", {"reflection_trigger": "step-count", "reflection_step_count": n}))
+        else:
+            raise ValueError(f"--trigger {spec!r}: use off, compaction-event or step-count:N[,N...]")
+    if not settings:
+        raise ValueError("give at least one --trigger")
+    return settings
+
+
+def comparison_rows(reports: Sequence[tuple[SweepSetting, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Pure: one row per setting from its run summary."""
+    rows = []
+    for setting, s in reports:
+        rows.append(
+            {
+                "setting": setting.label,
+                "tasks": s["tasks"],
+                "passed": s["passed"],
+                "checks_passed": s["checks_passed"],
+                "checks_total": s["checks_total"],
+                "reflections": s["reflections_launched"],
+                "merges": s["reflections_merged"],
+                "conflicts": s["reflections_conflicted"],
+                "tokens": s["tokens_in"] + s["tokens_out"],
+                "wall_time": s["wall_time"],
+            }
+        )
+    return rows
+
+
+def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    header = "| setting | tasks passed | checks passed | reflections | merges | conflicts | tokens | wall time (s) |"
+    lines = [header, "|" + "---|" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['setting']} | {r['passed']}/{r['tasks']} | {r['checks_passed']}/{r['checks_total']} | "
+            f"{r['reflections']} | {r['merges']} | {r['conflicts']} | {r['tokens']} | {r['wall_time']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    rows: tuple[dict[str, Any], ...]
+    runs: tuple[RunReport, ...]
+    charts: tuple[Path, ...]
+
+
+def _save(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    (out_dir / COMPARISON_FILE).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "comparison.md").write_text(comparison_markdown(rows), encoding="utf-8")
+    return write_charts(rows, METRICS, out_dir / "charts")
+
+
+async def run_sweep(
+    tasks: Sequence[Task],
+    settings: Sequence[SweepSetting],
+    options: RunOptions,
+    make_executor: Callable[[], Executor],
+    *,
+    resume: bool = False,
+    progress_for: Callable[[SweepSetting], ProgressSink | None] = lambda _: None,
+    on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
+    suite_name: str = "",
+) -> SweepReport:
+    """Run every setting one after another (each run already uses the executor's concurrency)."""
+    done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
+    runs: list[RunReport] = []
+    for setting in settings:
+        run_options = RunOptions(
+            out_dir=options.out_dir / setting.label,
+            overrides={**options.overrides, **setting.overrides},
+            latency=options.latency,
+            price_in=options.price_in,
+            price_out=options.price_out,
+        )
+        report = await run_suite(
+            tasks,
+            run_options,
+            make_executor(),
+            resume=resume,
+            progress=progress_for(setting),
+            suite_name=suite_name,
+        )
+        runs.append(report)
+        done.append((setting, report.summary))
+        if on_setting_done is not None:
+            await on_setting_done(setting, report)
+    rows = comparison_rows(done)
+    charts = await anyio.to_thread.run_sync(partial(_save, options.out_dir, rows))
+    return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts))
