@@ -254,7 +254,9 @@ class CompactionSubagent:
         if system is None:
             row = await self.store.get_prompt(conversation_id)
             system = row.content if row is not None else (await self._recompile(conversation_id, 0)).content
-        return await self._compact(conversation_id, system, turn_id, trigger="manual", in_turn=False, mode=mode)
+        return await self._compact(
+            conversation_id, system, turn_id, trigger="manual", in_turn=False, mode=mode
+        )
 
     async def wait_prepared(self, conversation_id: str) -> bool:
         """Wait for a running background preparation; True when one is ready (for tests and tools)."""
@@ -309,7 +311,9 @@ class CompactionSubagent:
             applied = await self._apply_prepared(conversation_id, system, turn_id, prepared)
             if applied is not None:
                 return applied
-        return await self._compact(conversation_id, system, turn_id, trigger="context_window_limit", in_turn=True)
+        return await self._compact(
+            conversation_id, system, turn_id, trigger="context_window_limit", in_turn=True
+        )
 
     def _maybe_prepare(self, conversation_id: str, system: str, history: Sequence[StoredMessage]) -> None:
         if self.supervisor is None:
@@ -375,11 +379,19 @@ class CompactionSubagent:
         plan = self._plan(messages, fixed, mode)
         if plan.evicted_count == 0:
             return CompactionResult(
-                "skipped", trigger, plan.mode, 0, plan.tokens_before, plan.tokens_before, len(history), len(history)
+                "skipped",
+                trigger,
+                plan.mode,
+                0,
+                plan.tokens_before,
+                plan.tokens_before,
+                len(history),
+                len(history),
             )
         self._state(conversation_id).prepared = None
         await self._emit(
-            CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=False), conversation_id
+            CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=False),
+            conversation_id,
         )
         if in_turn:
             await self.observer(CompactionProgress(f"summarising {len(plan.summarized)} messages"))
@@ -408,7 +420,13 @@ class CompactionSubagent:
         if should_compact(after, self.compaction.context_window):
             return None
         return await self._apply(
-            conversation_id, history[:count], appended, prepared.outcome, self._fixed(system), turn_id, background=True
+            conversation_id,
+            history[:count],
+            appended,
+            prepared.outcome,
+            self._fixed(system),
+            turn_id,
+            background=True,
         )
 
     @asynccontextmanager
@@ -422,7 +440,9 @@ class CompactionSubagent:
             return
         try:
             compiled = await anyio.to_thread.run_sync(
-                partial(compile_system_prompt, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id)
+                partial(
+                    compile_system_prompt, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id
+                )
             )
             yield compiled.core_memory or None
         finally:
@@ -477,7 +497,9 @@ class CompactionSubagent:
         plan = outcome.plan
         cut = plan.cut_index
         keep = [planned[i].id for i in plan.kept if cut is None or i < cut]
-        copies = [m for i, m in zip(plan.kept, plan.kept_messages, strict=True) if cut is not None and i >= cut]
+        copies = [
+            m for i, m in zip(plan.kept, plan.kept_messages, strict=True) if cut is not None and i >= cut
+        ]
         copy_of = [planned[i].id for i in plan.kept if cut is not None and i >= cut]
         late = [m for m in appended if m.message.kind != "memory_update"]
         keep += [m.id for m in late]
@@ -517,9 +539,12 @@ class CompactionSubagent:
                     conversation_id, message, turn_id=turn_id, metadata={"copy_of": original, "cut": True}
                 )
         tokens_before = fixed + estimate_messages([m.message for m in (*planned, *appended)])
-        tokens_after = system_prompt_tokens(prompt.content) + self._tool_tokens + estimate_message(
-            summary_message(text)
-        ) + estimate_messages(kept_messages)
+        tokens_after = (
+            system_prompt_tokens(prompt.content)
+            + self._tool_tokens
+            + estimate_message(summary_message(text))
+            + estimate_messages(kept_messages)
+        )
         result = CompactionResult(
             status=outcome.status,
             trigger=stats.trigger,

@@ -1,0 +1,64 @@
+"""``reverie compact``: compact a conversation now (compaction.md 1.3 T5, trigger ``manual``).
+
+It runs the same subagent as automatic compaction, under the conversation's turn lock, so the
+summary, the recompiled prompt, the re-armed reminders and the ``compaction.done`` event (which
+starts reflection) are exactly what a turn would produce. There is no size check: a manual
+compaction compacts whatever is there, and says so when nothing could be evicted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from orchestrator.cli.commands import ContextWindowOption, ConversationOption, run_async
+from orchestrator.cli.errors import UserError
+from orchestrator.cli.memory import AgentOption
+from orchestrator.paths import DEFAULT_AGENT_ID
+
+__all__ = ["compact", "compacted_line", "register"]
+
+_MODES = ("all", "sliding_window")
+
+
+def compacted_line(evicted: int, tokens_before: int, tokens_after: int) -> str:
+    """The same words the chat renderer prints for a ``compaction.done`` event."""
+    return f"↻ compacted {evicted} messages ({tokens_before} → {tokens_after} tokens)"
+
+
+def compact(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="all | sliding_window (default: the configured mode).")
+    ] = None,
+    context_window: ContextWindowOption = None,
+) -> None:
+    """Compact a conversation now: summarise older messages, keep the recent ones."""
+    if mode is not None and mode not in _MODES:
+        raise UserError(f"--mode {mode!r}: use one of {', '.join(_MODES)}")
+    from orchestrator.session import ChatSession
+    from subagents.compaction import CompactionSubagent
+
+    async def main() -> Any:
+        async with ChatSession.open(
+            agent_id=agent, conversation_id=conversation, cli={"context_window": context_window}
+        ) as session:
+            compactor = session.runner.compactor
+            if not isinstance(compactor, CompactionSubagent):
+                raise UserError("compaction is not available in this installation")
+            async with session.supervisor.conversation_lock(session.conversation_id):
+                return await compactor.compact_now(session.conversation_id, mode=mode)  # type: ignore[arg-type]
+
+    result = run_async(main)
+    if result.status == "skipped":
+        print(f"nothing to compact ({result.messages_before} messages in context)")
+        return
+    print(compacted_line(result.evicted, result.tokens_before, result.tokens_after))
+    if result.status == "failed":
+        print(f"the summarizer failed ({result.error}); older messages were evicted without a summary")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compact")(compact)
