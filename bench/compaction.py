@@ -9,6 +9,12 @@
   conversations seeded with DECISIONS S22 identifiers (paths, URLs, issue/PR refs, ticket ids,
   commit hashes); prints the mean identifier retention ratio and how many compactions needed the
   C6 re-prompt.
+* Search: ``Store.search`` (FTS5 trigram, BM25; DECISIONS C7/S7) against linear scans over the same
+  100k-message transcript in one run. The reference scan is what search costs without the index:
+  ``Store.transcript`` loaded and each message's text scanned in Python for every term
+  (case-insensitive), as a store without FTS would have to. A SQL ``LIKE '%term%'`` scan of the
+  messages table (no index can serve a leading wildcard) is printed too. Target (exit status 1 when
+  missed): FTS5 at least 50x faster than the transcript scan, median over the queries.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.compaction import CompactionSettings, compact, estimate_messages, plan_compaction
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ToolCall
+from orchestrator.store import Store
 
 SIZES = (1_000, 10_000, 100_000)
 RUNS = 5
@@ -123,9 +130,87 @@ async def bench_retention() -> None:
     )
 
 
+SEARCH_MESSAGES = 100_000
+SEARCH_QUERIES = ("periwinkle teapot", "OPS-4242", "kubernetes rollout", "lisbon")
+_VOCAB = (
+    "garden weather bicycle river deploy build test merge review branch commit config cache database "
+    "server client request response token window summary memory reminder agent tool result error"
+).split()
+
+
+def _like_scan(path: Path, conversation_id: str, terms: list[str]) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        sql = "SELECT id FROM messages WHERE conversation_id = ?" + " AND content LIKE ?" * len(terms)
+        return len(conn.execute(sql, [conversation_id, *(f"%{t}%" for t in terms)]).fetchall())
+    finally:
+        conn.close()
+
+
+async def bench_search() -> bool:
+    import tempfile
+
+    print()
+    print(f"search over {SEARCH_MESSAGES:,} messages: FTS5 (Store.search) vs linear scans")
+    rng = random.Random(7)
+    planted = {
+        1_234: "my favourite periwinkle teapot came from lisbon",
+        55_555: "ticket OPS-4242 blocks the kubernetes rollout",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.sqlite3"
+        async with Store.opened(path) as store:
+            await store.ensure_agent("bench")
+            conv = await store.create_conversation("bench")
+            start = time.perf_counter()
+            batch: list[Message] = []
+            for i in range(SEARCH_MESSAGES):
+                words = " ".join(rng.choice(_VOCAB) for _ in range(rng.randint(10, 60)))
+                text = f"{planted[i]} {words}" if i in planted else words
+                batch.append(Message("user" if i % 2 == 0 else "assistant", text))
+                if len(batch) == 2_000:
+                    await store.append_messages(conv.id, batch)
+                    batch = []
+            if batch:
+                await store.append_messages(conv.id, batch)
+            print(f"  filled in {time.perf_counter() - start:.1f} s")
+            fts_times, scan_times, like_times = [], [], []
+            for query in SEARCH_QUERIES:
+                terms = query.split()
+                folded = [t.casefold() for t in terms]
+                t0 = time.perf_counter()
+                hits = await store.search(query, conversation_id=conv.id, limit=10)
+                t1 = time.perf_counter()
+                transcript = await store.transcript(conv.id)
+                found = [m for m in transcript if all(t in m.message.content.casefold() for t in folded)]
+                t2 = time.perf_counter()
+                liked = await anyio.to_thread.run_sync(_like_scan, path, conv.id, terms)
+                t3 = time.perf_counter()
+                fts_times.append(t1 - t0)
+                scan_times.append(t2 - t1)
+                like_times.append(t3 - t2)
+                print(
+                    f"  {query!r:24} fts {(t1 - t0) * 1000:8.2f} ms ({len(hits)} hits)   "
+                    f"transcript scan {(t2 - t1) * 1000:8.1f} ms ({len(found)})   "
+                    f"LIKE scan {(t3 - t2) * 1000:7.1f} ms ({liked})"
+                )
+    fts, scan, like = (statistics.median(x) for x in (fts_times, scan_times, like_times))
+    ratio = scan / fts
+    ok = ratio >= 50
+    print(
+        f"median: fts {fts * 1000:.2f} ms, transcript scan {scan * 1000:.1f} ms ({ratio:.0f}x), "
+        f"LIKE scan {like * 1000:.1f} ms ({like / fts:.0f}x) (target >= 50x vs the transcript scan: "
+        f"{'met' if ok else 'MISSED'})"
+    )
+    return ok
+
+
 def main() -> int:
     ok = bench_planner()
     anyio.run(bench_retention)
+    ok = anyio.run(bench_search) and ok
     return 0 if ok else 1
 
 
