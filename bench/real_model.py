@@ -61,7 +61,7 @@ class _Proxy:
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
         self.calls: list[_Call] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +90,7 @@ class _Proxy:
                     upstream_conn.close()
                     with proxy._lock:
                         proxy.calls.append(_Call(self.path, started, time.perf_counter() - started))
+                        proxy._lock.notify_all()
 
             do_GET = _relay
             do_POST = _relay
@@ -98,6 +99,11 @@ class _Proxy:
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def wait_calls(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until ``count`` calls are recorded: a client may see ``[DONE]`` before the relay ends."""
+        with self._lock:
+            self._lock.wait_for(lambda: len(self.calls) >= count, timeout)
 
     def model_seconds(self, since: float, until: float) -> tuple[float, int]:
         with self._lock:
@@ -129,9 +135,11 @@ def _seam(proxy: _Proxy, model_id: str, calls: int, max_tokens: int) -> list[tup
                     messages=(Message(role="user", content=f"Give me fact number {n + 1} about the sea."),),
                     max_tokens=max_tokens,
                 )
+                recorded = len(proxy.calls)
                 started = time.perf_counter()
                 await model.complete(request)
                 ended = time.perf_counter()
+                await anyio.to_thread.run_sync(proxy.wait_calls, recorded + 1)
                 rows.append((ended - started, proxy.model_seconds(started, ended)[0]))
         finally:
             await model.aclose()
@@ -189,12 +197,14 @@ def _cli_turns(proxy: _Proxy, model_id: str, turns: int) -> list[tuple[float, fl
         startup = statistics.median(startups)
         rows = []
         for n in range(turns):
+            recorded = len(proxy.calls)
             started = time.perf_counter()
             wall, done = _run(
                 [reverie, "chat", "-p", f"Tell me one short thing about the number {n + 1}."], env, work
             )
             if done.returncode != 0:
                 return f"'reverie chat -p' failed ({done.returncode}): {done.stderr.strip()[-300:]}"
+            proxy.wait_calls(recorded + 1)
             model, count = proxy.model_seconds(started, started + wall)
             rows.append((wall, startup, model, count))
         return rows
