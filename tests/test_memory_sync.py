@@ -75,7 +75,7 @@ def test_rebase_in_progress_is_a_conflict(repo: Path) -> None:
 
 def test_remote_push_and_rebase_on_non_fast_forward(repo: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
     _git(repo, "remote", "add", "origin", str(remote))
     _git(repo, "push", "-qu", "origin", "main")
     (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nlocal\n")

@@ -234,12 +234,39 @@ def search(
         print(f"{hit['created_at']}  {hit.get('message_type', '')}  {str(text)[:200]}")
 
 
+def reflect(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    conversation: ConversationOption = None,
+) -> None:
+    """Reflect on the conversation now (ignores the trigger and a failure pause) and wait for the merge."""
+    from orchestrator.session import ChatSession
+
+    renderer = TerminalRenderer()
+
+    async def main() -> str:
+        async with ChatSession.open(agent_id=agent, conversation_id=conversation, observer=renderer) as session:
+            reason = await session.reflect_now()
+            await session.supervisor.drain()
+            records = await session.runtime.store.reflections(agent)
+            return records[-1].status if records else reason
+
+    result = run_async(main)
+    renderer.finish()
+    print(f"reflection: {result}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("chat")(chat)
     app.command("prompt")(prompt_cmd)
     app.command("history")(history)
     app.command("search")(search)
-    for module in ("orchestrator.cli.stress", "orchestrator.cli.reflections"):
+    app.command("reflect")(reflect)
+    for module in (
+        "orchestrator.cli.stress",
+        "orchestrator.cli.reflections",
+        "orchestrator.cli.compact",
+        "orchestrator.cli.batch",
+    ):
         try:
             mod = __import__(module, fromlist=["register"])
         except ImportError:
