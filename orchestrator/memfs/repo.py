@@ -58,7 +58,10 @@ _NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 
 
 class GitError(RuntimeError):
-    """A git command failed; the message is one line naming the command and git's own error."""
+    """A git command failed; the message is one line naming the command and git's own error, and
+    ``stderr`` keeps everything git said (callers classify failures from it)."""
+
+    stderr: str = ""
 
 
 class MemoryCommitRejected(RuntimeError):
@@ -111,8 +114,13 @@ def run_git(
         ["git", *args], cwd=repo, capture_output=True, env=full_env, input=input, check=False
     )
     if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-        raise GitError(f"git {args[0]} failed in {repo}: {detail[-1] if detail else f'exit {proc.returncode}'}")
+        said = (proc.stderr or proc.stdout).decode("utf-8", "replace")
+        lines = [line for line in said.strip().splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith(("error:", "fatal:"))]
+        detail = errors[0] if errors else (lines[-1] if lines else f"exit {proc.returncode}")
+        error = GitError(f"git {args[0]} failed in {repo}: {detail}")
+        error.stderr = said
+        raise error
     return proc
 
 

@@ -361,7 +361,11 @@ class OpenAIModel(ModelClient):
         if request.tools:
             params["tools"] = _wire_tools(request)
         if request.tool_choice:
-            params["tool_choice"] = request.tool_choice
+            choice = request.tool_choice
+            # a bare function name forces that function; the wire form is an object
+            params["tool_choice"] = (
+                choice if choice in ("auto", "none", "required") else {"type": "function", "function": {"name": choice}}
+            )
         if request.max_tokens:
             params["max_tokens"] = request.max_tokens
         text: list[str] = []

@@ -122,6 +122,12 @@ async def test_tool_call_is_assembled_and_tools_are_sent(server: LoopbackOpenAI)
     assert body["tool_choice"] == "auto"
 
 
+async def test_a_function_name_as_tool_choice_forces_that_function(server: LoopbackOpenAI) -> None:
+    server.enqueue(tool_call_reply("bash", "{}"))
+    await make_model(server).complete(ask("log please", tools=(BASH,), tool_choice="bash"))
+    assert server.chat_bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "bash"}}
+
+
 @pytest.mark.parametrize("style", ["repeat", "no_index"])
 async def test_repeated_or_unindexed_deltas_make_one_call_per_tool(
     server: LoopbackOpenAI, style: str
