@@ -57,7 +57,7 @@ def conflict_summary(status: RepoStatus) -> str:
 def check_memory(
     memory_dir: Path,
     *,
-    audit: Callable[[Path], tuple[str, ...]] | None = None,
+    audit: Callable[[Path, str], tuple[str, ...]] | None = None,
 ) -> SyncResult:
     """The ordered checks; ``audit`` returns the HEAD audit's error lines (M8), default the validator."""
     if audit is None:
@@ -73,7 +73,7 @@ def check_memory(
         return SyncResult(
             "dirty", f"{len(status.porcelain)} uncommitted memory change(s).", where, local_only, status.revision
         )
-    errors = audit(memory_dir) if status.revision else ()
+    errors = audit(memory_dir, status.revision) if status.revision else ()
     if errors:
         summary = "Committed memory fails validation:\n" + "\n".join(errors)
         return SyncResult("invalid", summary, where, local_only, status.revision, errors)
@@ -89,10 +89,20 @@ def sync_reminder_for(result: SyncResult) -> str | None:
     return sync_reminder(result.status, memory_dir=result.memory_dir, summary=result.summary, local_only=result.local_only)
 
 
-def _audit_head(memory_dir: Path) -> tuple[str, ...]:
+_AUDITED: dict[tuple[str, str], tuple[str, ...]] = {}
+_AUDIT_CACHE_SIZE = 256
+
+
+def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
+    """The M8 audit of a commit; a commit never changes, so each is audited once per process."""
     from orchestrator.memfs.validator import audit_head
 
-    return tuple(audit_head(memory_dir).errors)
+    key = (str(memory_dir), revision)
+    if key not in _AUDITED:
+        if len(_AUDITED) >= _AUDIT_CACHE_SIZE:
+            _AUDITED.pop(next(iter(_AUDITED)))
+        _AUDITED[key] = tuple(audit_head(memory_dir, revision=revision).errors)
+    return _AUDITED[key]
 
 
 def _network(memory_dir: Path, *args: str) -> None:
