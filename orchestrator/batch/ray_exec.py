@@ -11,8 +11,11 @@ only when a run uses it, so reverie works without the extra.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -23,17 +26,23 @@ from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
 from orchestrator.batch.suite import Task, task_from_json, task_to_json
 
-__all__ = ["RayExecutor", "ray_available"]
+__all__ = ["RayExecutor", "ray_available", "ray_session", "start_local_ray"]
 
 _FORWARDED = ("HOME", "PATH", "OPENAI_API_KEY", "OPENAI_BASE_URL")
 
 
 def ray_available() -> bool:
-    try:
-        importlib.import_module("ray")
-    except ImportError:
-        return False
-    return True
+    """Installed? (Without importing it: Ray reads its loopback switch at import time.)"""
+    return importlib.util.find_spec("ray") is not None
+
+
+def _loopback_only() -> None:
+    """Make a local start bind every Ray server to 127.0.0.1: Ray reads this switch when it is
+    imported (and its servers, started later, inherit the environment)."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False  # type: ignore[attr-defined]
 
 
 def _worker_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -53,6 +62,25 @@ def _ray_entry(task_json: dict[str, Any], options_json: dict[str, Any], env: dic
     return result.to_json()
 
 
+def start_local_ray(num_cpus: int) -> None:
+    """Start (blocking) a private loopback-only Ray with no dashboard, as a local run does; for
+    callers that share one Ray across several runs (tests, sweeps). Stop it with ``ray.shutdown``."""
+    RayExecutor(num_cpus)._ensure_ray()
+
+
+@asynccontextmanager
+async def ray_session(concurrency: int, address: str | None = None) -> AsyncIterator[None]:
+    """Keep one Ray connection (or private local Ray) across several runs, e.g. a sweep's settings."""
+    executor = RayExecutor(concurrency, address=address)
+    started = await anyio.to_thread.run_sync(executor._ensure_ray)
+    try:
+        yield
+    finally:
+        if started:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(importlib.import_module("ray").shutdown)
+
+
 class RayExecutor:
     name = "ray"
 
@@ -64,16 +92,16 @@ class RayExecutor:
 
     def _ensure_ray(self) -> bool:
         """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
-        try:
-            ray = importlib.import_module("ray")
-        except ImportError:
-            raise ValueError("the Ray executor needs the ray extra: pip install 'reverie[ray]'") from None
+        if not ray_available():
+            raise ValueError("the Ray executor needs the ray extra: pip install 'reverie[ray]'")
+        if not self.address:
+            _loopback_only()
+        ray = importlib.import_module("ray")
         if ray.is_initialized():
             return False
         if self.address:
             ray.init(address=self.address, log_to_driver=False)
         else:
-            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
             ray.init(
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",

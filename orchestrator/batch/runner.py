@@ -28,7 +28,11 @@ from orchestrator.batch.eventlog import EventRecord, append_records, event_log_p
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
 from orchestrator.events import Event, MemoryCommitted
+from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo, run_git
+from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
+from orchestrator.session import ChatSession
+from orchestrator.store.records import utc_now
 
 __all__ = [
     "COUNTED_KINDS",
@@ -124,8 +128,6 @@ def batch_environment(out_dir: Path) -> Iterator[None]:
 
 def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> None:
     """Remove every trace of an earlier attempt, then create the seeded memory repository."""
-    from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, init_memory_repo
-
     shutil.rmtree(paths.agent, ignore_errors=True)
     shutil.rmtree(paths.workspace, ignore_errors=True)
     for suffix in ("", "-wal", "-shm", "-journal"):
@@ -139,15 +141,11 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> None:
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:
-    from orchestrator.memfs.repo import run_git
-
     proc = run_git(memory, "show", f"HEAD:{rel}", check=False)
     return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
 
 
 def _head(memory: Path) -> str | None:
-    from orchestrator.memfs.repo import head_revision
-
     return head_revision(memory)
 
 
@@ -206,8 +204,6 @@ def _check_home(home: Path) -> None:
 
 
 def _now() -> str:
-    from orchestrator.store.records import utc_now
-
     return utc_now()
 
 
@@ -217,9 +213,6 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     Needs ``REVERIE_HOME`` to be the run's home (see ``batch_environment``). Never raises for a
     task's own failure (that is an ``error`` result); cancellation propagates.
     """
-    from orchestrator.models.scripted import ScriptedModel
-    from orchestrator.session import ChatSession
-
     started = time.perf_counter()
     paths = task_paths(options.out_dir, task.id)
     _check_home(paths.home)

@@ -11,7 +11,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -212,7 +212,10 @@ def run(
     out_dir = out or Path("runs") / suite.stem
     options = _options(out_dir, model, context_window, price_in, price_out)
     chosen = _executor(executor, concurrency, ray_address)
-    already = len({t.id for t in tasks} & set(read_results(out_dir / RESULTS_FILE))) if resume else 0
+    recorded = read_results(out_dir / RESULTS_FILE)
+    if recorded and not resume:
+        fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, or choose another --out")
+    already = len({t.id for t in tasks} & set(recorded)) if resume else 0
     with _progress(not quiet) as bar:
         tracker = RunProgress(bar, len(tasks), already)
 
@@ -270,6 +273,12 @@ def sweep(
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
     options = _options(out_dir, model, context_window, None, None)
     _executor(executor, concurrency, ray_address)
+    if not resume:
+        from orchestrator.batch.results import RESULTS_FILE
+
+        for setting in settings:
+            if (out_dir / setting.label / RESULTS_FILE).exists():
+                fail(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
 
     with _progress(not quiet) as bar:
         trackers: dict[str, RunProgress] = {}
@@ -288,10 +297,15 @@ def sweep(
                     await tracker.on_result(result)
 
         async def main() -> Any:
-            return await run_sweep(
-                tasks, settings, options, lambda: _executor(executor, concurrency, ray_address), resume=resume,
-                progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
-            )
+            async with AsyncExitStack() as stack:
+                if executor == "ray":
+                    from orchestrator.batch.ray_exec import ray_session
+
+                    await stack.enter_async_context(ray_session(concurrency, ray_address))
+                return await run_sweep(
+                    tasks, settings, options, lambda: _executor(executor, concurrency, ray_address), resume=resume,
+                    progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
+                )
 
         try:
             report = run_async(main)

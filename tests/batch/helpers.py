@@ -1,0 +1,27 @@
+"""A small suite shared by the batch tests: a rule edit, a fact, plain chat and a failing check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TINY: list[dict[str, Any]] = [
+    {"id": "rule", "turns": ["remember: always end answers with ~fin", "hello"],
+     "checks": [{"contains": "hello ~fin"}, {"where": "memory", "file": "persona.md", "contains": "~fin"}]},
+    {"id": "fact", "turns": ["remember: I live in Lisbon", "ok"],
+     "checks": [{"where": "memory", "file": "human.md", "contains": "Lisbon"}]},
+    {"id": "chat", "turns": ["just chatting"], "settings": {"reflection_trigger": "off"},
+     "checks": [{"regex": "^\\(mock\\) I heard: just chatting$"}]},
+    {"id": "seeded", "turns": ["hi"], "template": {"files": {"persona.md": "---\nname: persona\ndescription: rules\n---\n- always end answers with [t]\n"}},
+     "checks": [{"contains": "hi [t]"}]},
+    {"id": "wrong", "turns": ["hello"], "checks": [{"contains": "never said"}]},
+]
+
+
+def write_suite(path: Path, tasks: list[dict[str, Any]] | None = None) -> Path:
+    path.write_text("".join(json.dumps(t) + "\n" for t in (tasks or TINY)), encoding="utf-8")
+    return path
+
+
+EXPECTED = {"rule": "passed", "fact": "passed", "chat": "passed", "seeded": "passed", "wrong": "failed"}

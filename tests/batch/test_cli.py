@@ -1,0 +1,78 @@
+"""``reverie run | sweep | events`` through the command line (typer's runner, in-process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.cli.batch import register
+from tests.batch.helpers import TINY, write_suite
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_bad_line_names_line_and_field_and_nothing_starts(cli: typer.Typer, tmp_path: Path) -> None:
+    bad = [TINY[0], {**TINY[1], "settings": {"max_steps": -1}}]
+    suite = write_suite(tmp_path / "s.jsonl", bad)
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert f"{suite}:2: settings.max_steps: expected a positive integer" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_table_exit_code_and_events(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", TINY[:3])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(suite), "-j", "2", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "3 passed" in result.output and "results:" in result.output
+    again = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q"])
+    assert again.exit_code == 1 and "--resume" in again.output
+    resumed = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "--resume"])
+    assert resumed.exit_code == 0 and "3 task(s) already done, 0 run now" in resumed.output
+
+    listed = CliRunner().invoke(cli, ["events", str(out), "--task", "rule", "--kind", "model.call"])
+    assert listed.exit_code == 0
+    lines = listed.output.strip().splitlines()
+    assert lines and all("  rule  model.call  scripted in=" in line for line in lines)
+    raw = CliRunner().invoke(cli, ["events", str(out), "--json", "--kind", "turn.end"])
+    assert sorted({json.loads(line)["task"] for line in raw.output.splitlines()}) == ["chat", "fact", "rule"]
+
+    failing = write_suite(tmp_path / "f.jsonl", TINY[4:])
+    failed = CliRunner().invoke(cli, ["run", str(failing), "--out", str(tmp_path / "out2"), "-q"])
+    assert failed.exit_code == 1 and "never said" in failed.output
+
+
+def test_events_on_a_directory_without_a_log(cli: typer.Typer, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["events", str(tmp_path)])
+    assert result.exit_code == 1 and "no event log here" in result.output
+
+
+def test_sweep_table_and_charts(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[0], TINY[2]])
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        cli, ["sweep", str(suite), "--trigger", "off", "--trigger", "step-count:1,2", "--out", str(out), "-q", "-j", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    for label in ("off", "step-count-1", "step-count-2"):
+        assert label in result.output
+        assert (out / label / "results.jsonl").exists()
+    rows = json.loads((out / "comparison.json").read_text())
+    assert [r["setting"] for r in rows] == ["off", "step-count-1", "step-count-2"]
+    assert all(r["checks_passed"] == 3 for r in rows)
+    assert rows[0]["reflections"] == 0 and rows[1]["reflections"] >= 1
+    for metric in ("checks_passed", "reflections", "merges", "conflicts", "tokens", "wall_time"):
+        png = out / "charts" / f"{metric}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = CliRunner().invoke(cli, ["sweep", str(suite), "--trigger", "step-count:0", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 1 and "step-count:0" in bad.output

@@ -1,0 +1,127 @@
+"""Batch runs in-process: results, summary, event log, and resume after an interrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.batch.eventlog import follow_events, read_events
+from orchestrator.batch.executors import LocalExecutor
+from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
+from orchestrator.batch.run import run_suite
+from orchestrator.batch.runner import RunOptions
+from orchestrator.batch.suite import load_suite
+from tests.batch.helpers import EXPECTED, write_suite
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_small_suite_run(tmp_path: Path) -> None:
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl"))
+    out = tmp_path / "out"
+    seen: list[tuple[str, str]] = []
+
+    async def progress(task_id: str, kind: str, payload: object) -> None:
+        seen.append((task_id, kind))
+
+    report = await run_suite(tasks, RunOptions(out_dir=out, price_in=1.0, price_out=2.0), LocalExecutor(3), progress=progress)
+    assert {r.id: r.status for r in report.results} == EXPECTED
+    rule = next(r for r in report.results if r.id == "rule")
+    assert (rule.checks_passed, rule.checks_total, rule.turns) == (2, 2, 2)
+    assert rule.steps >= 3 and rule.tokens_in > 0 and rule.tokens_out > 0
+    assert rule.cost == pytest.approx(rule.tokens_in / 1e6 + 2 * rule.tokens_out / 1e6, abs=1e-6)
+    assert rule.memory_head and len(rule.memory_head) == 40
+    assert rule.final_answer.endswith("~fin")
+    wrong = next(r for r in report.results if r.id == "wrong")
+    assert wrong.checks[0].passed is False and wrong.error is None
+
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted(EXPECTED)
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert (summary["tasks"], summary["passed"], summary["failed"], summary["error"]) == (5, 4, 1, 0)
+    assert summary["turns"] == 7
+
+    events = read_events(out, task="rule")
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "task.start" and kinds[-1] == "task.end"
+    for kind in ("turn.start", "turn.end", "model.call", "tool.start", "tool.end", "memory.commit"):
+        assert kind in kinds, kind
+    call = next(e for e in events if e.kind == "model.call")
+    assert call.payload["prompt_tokens"] > 0 and "latency_ms" in call.payload
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    assert ("rule", "turn.end") in seen and ("rule", "model.call") in seen
+    followed = list(follow_events(out, task="rule", stop=lambda: True))
+    assert [e.kind for e in followed] == kinds
+    # memory edits really landed in each task's own repository
+    persona = out / "home" / "agents" / "rule" / "memory" / "persona.md"
+    assert "- always end answers with ~fin" in persona.read_text()
+
+
+async def test_resume_runs_only_missing_tasks(tmp_path: Path) -> None:
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl"))
+    clean = await run_suite(tasks, RunOptions(out_dir=tmp_path / "clean"), LocalExecutor(2))
+
+    out = tmp_path / "resumed"
+    with anyio.CancelScope() as scope:
+        recorded = 0
+
+        async def stop_after_two(_: object) -> None:
+            nonlocal recorded
+            recorded += 1
+            if recorded == 2:
+                scope.cancel()
+
+        await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2), on_result=stop_after_two)
+    assert scope.cancelled_caught
+    first = read_results(out / RESULTS_FILE)
+    assert len(first) == 2
+    assert not (out / SUMMARY_FILE).exists()
+    # an interrupted task left a partial repository behind; resume must start it from scratch
+    leftovers = [t.id for t in tasks if t.id not in first and (out / "home" / "agents" / t.id).exists()]
+
+    with pytest.raises(ValueError, match="--resume"):
+        await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2))
+    report = await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2), resume=True)
+    assert set(report.ran) == {t.id for t in tasks} - set(first)
+    assert set(report.skipped) == set(first)
+    assert report.summary["resumed"] == 2
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    assert len(lines) == len(tasks)
+
+    def outcome(results: object) -> dict[str, object]:
+        return {r.id: (r.status, r.checks, r.turns, r.steps) for r in results}  # type: ignore[attr-defined]
+
+    assert outcome(report.results) == outcome(clean.results)
+    for key in ("tasks", "passed", "failed", "error", "checks_passed", "checks_total", "turns", "statuses"):
+        assert report.summary[key] == clean.summary[key], key
+    for task_id in leftovers:
+        log = [e.kind for e in read_events(out, task=task_id)]
+        assert log.count("task.start") == 1, f"{task_id}: the old attempt's log was not discarded"
+
+
+async def test_invalid_template_is_an_error_result(tmp_path: Path) -> None:
+    bad = [{"id": "bad-template", "turns": ["hi"], "template": {"files": {"persona.md": "no frontmatter\n"}},
+            "checks": [{"contains": "hi"}]}]
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl", bad))
+    report = await run_suite(tasks, RunOptions(out_dir=tmp_path / "out"), LocalExecutor(1))
+    (result,) = report.results
+    assert result.status == "error" and result.turns == 0
+    assert result.error is not None and "persona.md" in result.error
+
+
+async def test_spans_follow_genai_conventions(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is an optional extra and not installed")
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl"))
+    out = tmp_path / "out"
+    await run_suite(tasks[:1], RunOptions(out_dir=out), LocalExecutor(1))
+    spans = [json.loads(line) for line in (out / "otel-spans.jsonl").read_text().splitlines()]
+    names = [s["name"] for s in spans]
+    assert "invoke_agent rule" in names and "chat scripted" in names and "execute_tool bash" in names
+    chat = next(s for s in spans if s["name"] == "chat scripted")
+    assert chat["attributes"]["gen_ai.operation.name"] == "chat"
+    assert chat["attributes"]["gen_ai.usage.input_tokens"] > 0
+    root = next(s for s in spans if s["name"] == "invoke_agent rule")
+    assert chat["parent_id"] == root["context"]["span_id"]

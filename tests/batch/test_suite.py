@@ -1,0 +1,97 @@
+"""Suite parsing: every mistake names the line and the field; valid lines round-trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.batch.suite import Check, SuiteError, load_suite, parse_suite, task_from_json, task_to_json
+
+GOOD = {"id": "t1", "turns": ["hi"], "checks": [{"contains": "hi"}]}
+
+
+def _suite(*lines: object) -> str:
+    return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ("{not json", ":2: (line): not valid JSON"),
+        ({**GOOD, "id": "-x"}, ":2: id:"),
+        ({**GOOD, "turns": []}, ":2: turns:"),
+        ({**GOOD, "turns": ["ok", ""]}, ":2: turns[1]:"),
+        ({**GOOD, "checks": []}, ":2: checks:"),
+        ({**GOOD, "checks": [{"where": "memory", "contains": "x"}]}, ":2: checks[0].file:"),
+        ({**GOOD, "checks": [{"contains": "x", "regex": "y"}]}, ":2: checks[0]: give exactly one"),
+        ({**GOOD, "checks": [{"regex": "("}]}, ":2: checks[0].regex: invalid regular expression"),
+        ({**GOOD, "checks": [{"contains": "a", "colour": 1}]}, ":2: checks[0].colour: unknown field"),
+        ({**GOOD, "settings": {"max_steps": "ten"}}, ":2: settings.max_steps: expected a positive integer"),
+        ({**GOOD, "settings": {"max_steps": 0}}, ":2: settings.max_steps:"),
+        ({**GOOD, "settings": {"temperature": 1}}, ":2: settings.temperature: unknown setting"),
+        ({**GOOD, "settings": {"reflection_trigger": "sometimes"}}, ":2: settings.reflection_trigger:"),
+        ({**GOOD, "settings": {"reflection_trigger": "off:3"}}, ":2: settings.reflection_trigger:"),
+        ({**GOOD, "settings": {"compaction_mode": "half"}}, ":2: settings.compaction_mode:"),
+        ({**GOOD, "settings": {"context_window": 10}}, ":2: settings.context_window:"),
+        ({**GOOD, "template": {"files": {"../x.md": "a"}}}, ":2: template.files.../x.md:"),
+        ({**GOOD, "extra": 1}, ":2: extra: unknown field"),
+        ({**GOOD, "id": "t0"}, ":2: id: duplicate id 't0' (first on line 1)"),
+        ([1, 2], ":2: (line): expected a JSON object"),
+    ],
+)
+def test_errors_name_line_and_field(bad: object, where: str) -> None:
+    first = {**GOOD, "id": "t0"}
+    with pytest.raises(SuiteError) as info:
+        parse_suite(_suite(first, bad), source="s.jsonl")
+    message = str(info.value)
+    assert message.startswith("s.jsonl" + where), message
+    assert "\n" not in message
+
+
+def test_blank_lines_and_numbering() -> None:
+    text = _suite(GOOD, "", "   ", {**GOOD, "id": "t2", "turns": ["a", "b"]})
+    tasks = parse_suite(text)
+    assert [t.id for t in tasks] == ["t1", "t2"]
+    assert [t.line for t in tasks] == [1, 4]
+    with pytest.raises(SuiteError, match="no tasks"):
+        parse_suite("\n\n")
+
+
+def test_step_count_shorthand_and_round_trip() -> None:
+    raw = {
+        **GOOD,
+        "settings": {"reflection_trigger": "step-count:5", "sliding_percentage": 1},
+        "template": {"files": {"persona.md": "---\nname: p\n---\n"}},
+        "checks": [{"where": "memory", "file": "human.md", "regex": "^- x$", "negate": True}],
+    }
+    task = parse_suite(json.dumps(raw))[0]
+    assert task.settings == {"reflection_trigger": "step-count", "reflection_step_count": 5, "sliding_percentage": 1.0}
+    again = task_from_json(task_to_json(task))
+    assert (again.settings, again.checks, again.memory_files, again.turns) == (
+        task.settings, task.checks, task.memory_files, task.turns,
+    )
+
+
+def test_check_semantics() -> None:
+    assert Check("answer", contains="fin").passes("the fin")
+    assert not Check("answer", contains="fin").passes(None)
+    assert Check("memory", regex=r"^- a$", file="x.md").passes("intro\n- a\n")
+    assert Check("memory", contains="a", file="x.md", negate=True).passes(None)
+    assert not Check("answer", contains="a", negate=True).passes("a")
+
+
+def test_example_suite_is_valid_and_covers_the_features() -> None:
+    tasks = load_suite(Path(__file__).resolve().parents[2] / "examples" / "suite.jsonl")
+    assert len(tasks) >= 20
+    triggers = {t.settings.get("reflection_trigger") for t in tasks}
+    assert {"step-count", "compaction-event", "off"} <= triggers
+    assert any("context_window" in t.settings for t in tasks)
+    assert any(t.memory_files for t in tasks)
+    assert any(c.where == "memory" for t in tasks for c in t.checks)
+
+
+def test_load_suite_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SuiteError, match="no such suite file"):
+        load_suite(tmp_path / "nope.jsonl")
