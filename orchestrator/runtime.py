@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class Runtime:
     store: Store
     model: ModelClient
     workspace: Path
+    _recovered: set[str] = field(default_factory=set)
 
     @classmethod
     @asynccontextmanager
@@ -71,6 +72,11 @@ class Runtime:
         if create:
             await anyio.to_thread.run_sync(init_memory_repo, memory_dir)
         record = await self.store.ensure_agent(agent_id)
+        if create and agent_id not in self._recovered:
+            from subagents.reflection import recover_reflections
+
+            self._recovered.add(agent_id)
+            await recover_reflections(self.store, agent_id, memory_dir)
         raw_system = str(record.settings.get("system_prompt") or load_prompt("system"))
         return AgentProfile(
             agent_id=agent_id,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from orchestrator.store import Store
     from orchestrator.supervisor import Supervisor
 
-__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "render_transcript"]
+__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "recover_reflections", "render_transcript"]
 
 REFLECTION_MAX_STEPS = 12
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
@@ -115,7 +115,9 @@ class ReflectionCoordinator:
         """5.15 step 8: a branch kept because the parent was dirty is retried once it is clean."""
         if self._active:
             return
-        waiting = await self.store.reflections(self.agent.agent_id, status="kept_dirty")
+        waiting = [
+            r for r in await self.store.reflections(self.agent.agent_id) if r.status in {"kept_dirty", "kept_recovered"}
+        ]
         if not waiting:
             return
         status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
@@ -133,6 +135,13 @@ class ReflectionCoordinator:
                     )
             elif outcome.pending_status != "pending_parent_dirty":
                 await self.store.save_reflection(replace(record, status="kept_conflict", reason=outcome.reason))
+                if record.conversation_id:
+                    await self.store.enqueue_reminder(
+                        record.conversation_id,
+                        f"reflection-kept:{record.id}",
+                        kept_reminder_text(outcome, record.id),
+                        priority=60,
+                    )
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
@@ -171,6 +180,7 @@ class ReflectionCoordinator:
             files=(),
             created_at=utc_now(),
             updated_at=utc_now(),
+            owner_pid=os.getpid(),
         )
         await self.store.save_reflection(record)
         await self._emit(ReflectionLaunched(worktree.id, worktree.branch, trigger), conversation_id)
@@ -286,3 +296,53 @@ class ReflectionCoordinator:
         path.write_text(text, encoding="utf-8")
         os.chmod(path, stat.S_IRUSR | stat.S_IRGRP)
         return path
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> list[ReflectionRecord]:
+    """R6 at agent load: reconcile git (prune, abort half-done rebases, release stale locks) and the
+    store. Runs of live processes are spared; a run whose process died keeps its branch, and every
+    unmerged reflection branch is recorded as ``kept_recovered`` so the next clean turn retries it.
+    Returns the records that are pending afterwards."""
+    from orchestrator.memfs.recovery import recover
+
+    records = await store.reflections(agent_id)
+    live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and _pid_alive(r.owner_pid)}
+    report = await recover(memory_dir, active=live)
+    pending = {b.branch: b for b in report.pending if b.branch.startswith("reverie/reflection/")}
+    known = {r.branch: r for r in records}
+    for record in records:
+        if record.status == "running" and record.id not in live and record.owner_pid != os.getpid():
+            status = "kept_recovered" if record.branch in pending else "failed"
+            await store.save_reflection(replace(record, status=status, reason=record.reason or "interrupted"))
+    for branch, item in pending.items():
+        if branch not in known:
+            await store.save_reflection(
+                ReflectionRecord(
+                    id=item.id,
+                    agent_id=agent_id,
+                    conversation_id=None,
+                    branch=branch,
+                    trigger="recovered",
+                    status="kept_recovered",
+                    reason="found unmerged at start-up",
+                    base_revision=None,
+                    through_seq=0,
+                    commits=(item.tip,),
+                    files=(),
+                    created_at=utc_now(),
+                    updated_at=utc_now(),
+                )
+            )
+    return [r for r in await store.reflections(agent_id) if r.kept]

@@ -19,7 +19,7 @@ T = TypeVar("T")
 _STATE_COLUMNS = "conversation_id, agent_id, reflected_through_seq, compaction_pending, consecutive_failures, failed_at_step, paused"
 _RECORD_COLUMNS = (
     "id, agent_id, conversation_id, branch, trigger, status, reason, base_revision, through_seq, commits, files, "
-    "created_at, updated_at"
+    "created_at, updated_at, owner_pid"
 )
 
 
@@ -37,7 +37,8 @@ class ReflectionState:
 @dataclass(frozen=True)
 class ReflectionRecord:
     """``status``: running, merged, no_changes, kept_conflict, kept_dirty, kept_invalid, kept_failed,
-    failed, discarded."""
+    kept_recovered (found unmerged at start-up; retried like kept_dirty), failed, discarded.
+    ``owner_pid``: the process running it, so start-up recovery spares live runs of other processes."""
 
     id: str
     agent_id: str
@@ -52,6 +53,7 @@ class ReflectionRecord:
     files: tuple[str, ...]
     created_at: str
     updated_at: str
+    owner_pid: int | None = None
 
     @property
     def kept(self) -> bool:
@@ -73,6 +75,7 @@ def _record(row: Sequence[Any]) -> ReflectionRecord:
         files=tuple(json.loads(row[10])),
         created_at=row[11],
         updated_at=row[12],
+        owner_pid=row[13],
     )
 
 
@@ -122,7 +125,7 @@ class ReflectionRecords:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
-                    f"INSERT OR REPLACE INTO reflections({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO reflections({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.id,
                         record.agent_id,
@@ -137,6 +140,7 @@ class ReflectionRecords:
                         json.dumps(list(record.files), ensure_ascii=False),
                         record.created_at,
                         utc_now(),
+                        record.owner_pid,
                     ),
                 )
             except BaseException:

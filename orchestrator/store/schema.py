@@ -140,6 +140,7 @@ CREATE TABLE reflections (
     through_seq INTEGER NOT NULL DEFAULT 0,
     commits TEXT NOT NULL DEFAULT '[]',
     files TEXT NOT NULL DEFAULT '[]',
+    owner_pid INTEGER,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
