@@ -123,3 +123,19 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path) -> None:
         assert proc.returncode != 0, args
         assert "Traceback" not in proc.stderr, args
         assert proc.stderr.count("\n") <= 2 and "error" in proc.stderr.lower(), (args, proc.stderr)
+
+
+def test_interactive_session_reads_turns_until_end_of_input(tmp_path: Path) -> None:
+    env = dict(os.environ, REVERIE_HOME=str(tmp_path / "home"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "chat"],
+        input="hello\nremember: always end answers with ~\nagain\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "(mock) I heard: hello" in proc.stdout
+    assert "↻ memory changed — <memory_update> injected" in proc.stdout
+    assert "(mock) I heard: again ~" in proc.stdout
