@@ -16,6 +16,7 @@ def write_charts(
     """Write ``<metric>.png`` for each ``metric -> title`` (blocking); returns the paths."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = [str(row[label_key]) for row in rows]
@@ -30,6 +31,8 @@ def write_charts(
         axes.set_title(title)
         axes.set_xlabel(label_key)
         axes.margins(y=0.15)
+        if all(v.is_integer() for v in values):
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
         axes.tick_params(axis="x", labelrotation=20, labelsize=8)
         figure.tight_layout()
         path = out_dir / f"{metric}.png"
