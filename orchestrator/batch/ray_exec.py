@@ -28,7 +28,8 @@ from orchestrator.batch.suite import Task, task_from_json, task_to_json
 
 __all__ = ["RayExecutor", "ray_available", "ray_session", "start_local_ray"]
 
-_FORWARDED = ("HOME", "PATH", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+_FORWARDED = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+_FORWARDED_LOCAL = ("HOME", "PATH")
 
 
 def ray_available() -> bool:
@@ -45,11 +46,11 @@ def _loopback_only() -> None:
         constants.ENABLE_RAY_CLUSTER = False  # type: ignore[attr-defined]
 
 
-def _worker_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a worker needs from the driver's environment: reverie's and git's variables."""
-    return {
-        k: v for k, v in environ.items() if k.startswith(("REVERIE_", "GIT_")) or k in _FORWARDED
-    }
+def _worker_env(environ: Mapping[str, str], *, local: bool) -> dict[str, str]:
+    """What a worker needs from the driver's environment: reverie's, git's and the endpoint's
+    variables; ``HOME`` and ``PATH`` too on a local Ray (another node has its own)."""
+    names = _FORWARDED + (_FORWARDED_LOCAL if local else ())
+    return {k: v for k, v in environ.items() if k.startswith(("REVERIE_", "GIT_")) or k in names}
 
 
 def _ray_entry(task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
@@ -133,7 +134,7 @@ class RayExecutor:
         async def one(task: Task) -> None:
             async with limiter:
                 with batch_environment(options.out_dir):
-                    env = _worker_env(os.environ)
+                    env = _worker_env(os.environ, local=not self.address)
                 ref = await anyio.to_thread.run_sync(
                     partial(remote.remote, task_to_json(task), options.to_json(), env)
                 )
