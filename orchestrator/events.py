@@ -6,8 +6,9 @@ the JSONL event log keep. ``docs/events.md`` documents each kind.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "CompactionDone",
@@ -18,6 +19,8 @@ __all__ = [
     "MemoryCommitted",
     "MemoryUpdateInjected",
     "ModelCalled",
+    "Observer",
+    "Publisher",
     "ReflectionKept",
     "ReflectionLaunched",
     "ReflectionMerged",
@@ -172,3 +175,35 @@ class ReflectionKept(Event):
     commits: int
     reason: str
     files: tuple[str, ...] = ()
+
+
+Observer = Callable[[Event], Awaitable[None]]
+
+
+class _Recorder(Protocol):
+    async def record_event(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        agent_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Publisher:
+    """Records an event (unless transient) and shows it to the observer: the one way the turn loop
+    and the subagents publish what happens."""
+
+    recorder: _Recorder
+    agent_id: str
+    observer: Observer | None = None
+
+    async def __call__(self, event: Event, conversation_id: str | None) -> None:
+        if not event.transient:
+            await self.recorder.record_event(
+                event.kind, event.payload(), agent_id=self.agent_id, conversation_id=conversation_id
+            )
+        if self.observer is not None:
+            await self.observer(event)

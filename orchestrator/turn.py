@@ -26,6 +26,8 @@ from orchestrator.events import (
     Event,
     MemoryUpdateInjected,
     ModelCalled,
+    Observer,
+    Publisher,
     ReminderQueued,
     TextDelta,
     ToolFinished,
@@ -50,7 +52,6 @@ __all__ = [
     "to_model_messages",
 ]
 
-Observer = Callable[[Event], Awaitable[None]]
 SYNC_REMINDER_KEY = "memory-git-sync"
 AGENT_INFO_KEY = "agent-info"
 
@@ -125,11 +126,7 @@ class TurnRunner:
         self.compactor = compactor
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
-        if not event.transient:
-            await self.store.record_event(
-                event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
-            )
-        await self.observer(event)
+        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
 
     async def run_turn(self, conversation_id: str, user_text: str) -> TurnOutcome:
         store, agent = self.store, self.agent

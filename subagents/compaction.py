@@ -64,7 +64,14 @@ from orchestrator.compaction import (
     system_prompt_tokens,
     tool_schema_tokens,
 )
-from orchestrator.events import CompactionDone, CompactionFailed, CompactionProgress, CompactionStarted, Event
+from orchestrator.events import (
+    CompactionDone,
+    CompactionFailed,
+    CompactionProgress,
+    CompactionStarted,
+    Event,
+    Publisher,
+)
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree, run_git
 from orchestrator.models.types import Message, ModelClient, Usage
@@ -287,11 +294,7 @@ class CompactionSubagent:
         return 1 if _retries_itself(self.model) else 3
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
-        if not event.transient:
-            await self.store.record_event(
-                event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
-            )
-        await self.observer(event)
+        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
 
     async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
         """Record a compaction that changed nothing; reporting itself must not fail the turn."""

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from orchestrator.config import Settings
-from orchestrator.events import Event, ReflectionKept, ReflectionLaunched, ReflectionMerged
+from orchestrator.events import Event, Publisher, ReflectionKept, ReflectionLaunched, ReflectionMerged
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
 from orchestrator.models.types import Message, ModelClient, ModelRequest
 from orchestrator.paths import reverie_home
+from orchestrator.processes import pid_alive
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, run_tool, tool_specs
 from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
@@ -188,10 +189,7 @@ class ReflectionCoordinator:
         return decision.reason
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
-        await self.store.record_event(
-            event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
-        )
-        await self.observer(event)
+        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
 
     async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
         conversation_id = cast(str, record.conversation_id)
@@ -298,18 +296,6 @@ class ReflectionCoordinator:
         return path
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> list[ReflectionRecord]:
     """R6 at agent load: reconcile git (prune, abort half-done rebases, release stale locks) and the
     store. Runs of live processes are spared; a run whose process died keeps its branch, and every
@@ -318,7 +304,7 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     from orchestrator.memfs.recovery import recover
 
     records = await store.reflections(agent_id)
-    live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and _pid_alive(r.owner_pid)}
+    live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and pid_alive(r.owner_pid)}
     report = await recover(memory_dir, active=live)
     pending = {b.branch: b for b in report.pending if b.branch.startswith("reverie/reflection/")}
     known = {r.branch: r for r in records}

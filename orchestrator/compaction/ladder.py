@@ -42,7 +42,7 @@ from orchestrator.compaction.planner import CompactionPlan, plan_compaction, pla
 from orchestrator.compaction.settings import CompactionMode, CompactionSettings
 from orchestrator.compaction.tokens import estimate_messages, estimate_text, threshold
 from orchestrator.compaction.transcript import render_transcript, shrink_transcript, summarizer_input
-from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest
+from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, is_context_overflow_text
 from prompts import load_prompt
 
 __all__ = [
@@ -63,21 +63,6 @@ _MAX_WAIT = 60.0
 _MIN_BUDGET = 256
 _MAX_NAMED = 50
 _WORD_LIMITS = {"all": 500, "sliding_window": 300}
-_OVERFLOW_TEXT = (
-    "context_length_exceeded",
-    "context window",
-    "maximum context length",
-    "max context length",
-    "prompt is too long",
-    "input is too long",
-    "too many tokens",
-    "exceeds the context",
-    "exceeded the context",
-    "reduce the length",
-    "request too large",
-    "request_too_large",
-    "model_context_window_exceeded",
-)
 
 
 @dataclass(frozen=True)
@@ -135,8 +120,7 @@ def _one_line(exc: BaseException) -> str:
 def _is_overflow(exc: BaseException) -> bool:
     if isinstance(exc, ModelError) and exc.context_overflow:
         return True
-    text = str(exc).lower()
-    return any(marker in text for marker in _OVERFLOW_TEXT)
+    return is_context_overflow_text(str(exc))
 
 
 def _is_transient(exc: BaseException) -> bool:

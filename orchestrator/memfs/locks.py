@@ -32,6 +32,8 @@ import sniffio
 from anyio import CancelScope, Lock, WouldBlock, sleep
 from filelock import FileLock, Timeout
 
+from orchestrator.processes import pid_alive
+
 __all__ = [
     "LOCK_FILE_NAME",
     "OWNER_FILE_NAME",
@@ -87,16 +89,6 @@ def common_dir_sync(repo_dir: Path) -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"{repo_dir}: not a git repository ({proc.stderr.strip()})")
     return Path(proc.stdout.strip()).resolve()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _try_acquire(lock: FileLock, owner: Path | None, token: str) -> bool:
@@ -194,7 +186,7 @@ def release_stale_lock(common_dir: Path) -> bool:
         return False
     except (OSError, ValueError, KeyError, TypeError):
         pid = -1
-    if pid > 0 and pid != os.getpid() and _pid_alive(pid):
+    if pid > 0 and pid != os.getpid() and pid_alive(pid):
         return False
     if pid == os.getpid():
         return False

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .openai_client import (
         OpenAIModel,
-        is_context_overflow_text,
         model_from_settings,
         resolve_model_client,
     )
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
         ToolCall,
         ToolSpec,
         Usage,
+        is_context_overflow_text,
     )
 
 __all__ = [
@@ -54,7 +54,6 @@ __all__ = [
 
 _HOME = {
     "OpenAIModel": "openai_client",
-    "is_context_overflow_text": "openai_client",
     "model_from_settings": "openai_client",
     "resolve_model_client": "openai_client",
     "ScriptedModel": "scripted",

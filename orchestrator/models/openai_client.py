@@ -34,7 +34,17 @@ from anyio import CancelScope, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
+from .types import (
+    Message,
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    ToolCall,
+    Usage,
+    is_context_overflow_text,
+)
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -50,31 +60,8 @@ DEFAULT_IDLE_TIMEOUT = 60.0
 DEFAULT_MAX_ATTEMPTS = 4
 _BACKOFF_BASE = 1.0
 _BACKOFF_CAP = 60.0
-_OVERFLOW_MARKERS = (
-    "context_length_exceeded",
-    "context window",
-    "maximum context length",
-    "max context length",
-    "prompt is too long",
-    "input is too long",
-    "too many tokens",
-    "exceeds the context",
-    "exceeded the context",
-    "reduce the length",
-    "request too large",
-    "request_too_large",
-    "model_context_window_exceeded",
-    "exceed_context_size_error",
-    "exceeds the available context size",
-)
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-def is_context_overflow_text(text: str) -> bool:
-    """compaction.md 5.3's substrings, case-insensitive, plus llama.cpp's ``exceed_context_size_error``."""
-    lowered = text.lower()
-    return any(marker in lowered for marker in _OVERFLOW_MARKERS)
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "is_context_overflow_text",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -123,3 +124,28 @@ class ModelClient(Protocol):
     """
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse: ...
+
+
+_OVERFLOW_MARKERS = (
+    "context_length_exceeded",
+    "context window",
+    "maximum context length",
+    "max context length",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+    "exceeds the context",
+    "exceeded the context",
+    "reduce the length",
+    "request too large",
+    "request_too_large",
+    "model_context_window_exceeded",
+    "exceed_context_size_error",
+    "exceeds the available context size",
+)
+
+
+def is_context_overflow_text(text: str) -> bool:
+    """compaction.md 5.3's substrings, case-insensitive, plus llama.cpp's ``exceed_context_size_error``."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in _OVERFLOW_MARKERS)

@@ -19,6 +19,7 @@ import anyio
 
 from orchestrator.models.types import Message, ToolCall
 from orchestrator.paths import store_path
+from orchestrator.processes import pid_alive
 from orchestrator.store.projection import fts_expression, like_pattern, parse_bound, parse_query, project
 from orchestrator.store.records import (
     Agent,
@@ -113,16 +114,6 @@ def _turn(row: tuple[Any, ...]) -> Turn:
     return Turn(
         id=row[0], conversation_id=row[1], started_at=row[2], ended_at=row[3], status=row[4], error=row[5]
     )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Store(ReflectionRecords):
@@ -851,7 +842,7 @@ class Store(ReflectionRecords):
                 rows = conn.execute(
                     "SELECT id, owner_host, owner_pid FROM turns WHERE status = 'running'"
                 ).fetchall()
-                dead = [r[0] for r in rows if r[1] == host and not _pid_alive(r[2])]
+                dead = [r[0] for r in rows if r[1] == host and not pid_alive(r[2])]
                 now = utc_now()
                 conn.executemany(
                     "UPDATE turns SET status = 'interrupted', ended_at = ?, error = 'process ended during the turn' WHERE id = ?",
