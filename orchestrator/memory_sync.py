@@ -1,10 +1,14 @@
 """Post-turn memory sync (turn-loop.md 4.2 and 4.7): classify the checkout after every turn and
 say what the agent must be reminded of at the start of its next turn.
 
-``check_memory`` is blocking (git) and runs in a worker thread; the decision of which reminder a
+``after_turn`` is the entry point of the turn loop: it tries the repository's merge lock without
+waiting and skips the sync silently (``None``) while a reflection merge holds it (4.7 item 2), so a
+half-done rebase of a merge is never reported to the agent as a conflict. ``check_memory`` is the
+blocking part (git) and runs in a worker thread under that lock; the decision of which reminder a
 status produces is pure (``orchestrator.reminders.sync_reminder``). Push and ``pull --rebase`` run
-only when the repository has an ``origin`` remote, retried with tenacity on the reference's
-transient-error texts.
+only when the repository has an ``origin`` remote, retried with tenacity (3 attempts, waiting
+500 ms then 1000 ms) only on the reference's transient errors (``is_transient_git_error``); the
+rebased tip is audited again before the second push (4.2 check 10).
 """
 
 from __future__ import annotations
@@ -12,23 +16,33 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
+import anyio
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
-from orchestrator.memfs.repo import GitError, RepoStatus, repo_status, run_git
+from orchestrator.memfs.locks import LockBusy, merge_lock
+from orchestrator.memfs.repo import GitError, RepoStatus, head_revision, repo_status, run_git
 from orchestrator.reminders import memory_invalid_reminder, sync_reminder
 
-__all__ = ["SyncResult", "check_memory", "conflict_summary", "sync_reminder_for"]
+__all__ = [
+    "SyncResult",
+    "after_turn",
+    "check_memory",
+    "conflict_summary",
+    "is_transient_git_error",
+    "sync_reminder_for",
+]
 
 _NON_FAST_FORWARD = re.compile(
     r"non-fast-forward|fetch first|failed to push some refs|updates were rejected|"
     r"remote contains work that you do not have locally|tip of your current branch is behind",
     re.IGNORECASE,
 )
-_TRANSIENT = re.compile(
-    r"HTTP 52[0-4]|remote end hung up unexpectedly|connection reset by peer|operation timed out|"
-    r"timed out|SIGTERM|ETIMEDOUT",
+_HTTP_52X = re.compile(r"(?:HTTP|returned error:)\s*52[0-4]\b", re.IGNORECASE)
+_NETWORK_FAILURE = re.compile(
+    r"remote end hung up unexpectedly|connection reset by peer|operation timed out|timed out|SIGTERM|ETIMEDOUT",
     re.IGNORECASE,
 )
 
@@ -52,6 +66,34 @@ def conflict_summary(status: RepoStatus) -> str:
         extra = len(status.conflicted) - 10
         parts.append("conflicted file(s): " + shown + (f", and {extra} more" if extra > 0 else ""))
     return "; ".join(parts)
+
+
+def is_transient_git_error(text: str) -> bool:
+    """4.2 "Git details": an HTTP 520-524 response, or ``RPC failed`` together with a network failure
+    text; anything else (authentication, a rejected push, a missing remote) is not retried."""
+    if _HTTP_52X.search(text):
+        return True
+    return "rpc failed" in text.lower() and bool(_NETWORK_FAILURE.search(text))
+
+
+async def after_turn(
+    memory_dir: Path,
+    *,
+    audit: Callable[[Path, str], tuple[str, ...]] | None = None,
+) -> SyncResult | None:
+    """The post-turn sync of 4.7: ``None`` when a merge holds the repository's merge lock (the sync
+    is skipped silently for this turn), else the result of the ordered checks, run under the lock."""
+    if not await anyio.to_thread.run_sync(_has_git, memory_dir):
+        return await anyio.to_thread.run_sync(partial(check_memory, memory_dir, audit=audit))
+    try:
+        async with merge_lock(memory_dir, wait=False):
+            return await anyio.to_thread.run_sync(partial(check_memory, memory_dir, audit=audit))
+    except LockBusy:
+        return None
+
+
+def _has_git(memory_dir: Path) -> bool:
+    return (memory_dir / ".git").exists()
 
 
 def check_memory(
@@ -79,7 +121,7 @@ def check_memory(
         return SyncResult("invalid", summary, where, local_only, status.revision, errors)
     if local_only:
         return SyncResult("skipped", "Local backend MemFS has no Letta remote to push.", where, True, status.revision)
-    return _push(memory_dir, status)
+    return _push(memory_dir, status, audit)
 
 
 def sync_reminder_for(result: SyncResult) -> str | None:
@@ -108,15 +150,15 @@ def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
 def _network(memory_dir: Path, *args: str) -> None:
     for attempt in Retrying(
         stop=stop_after_attempt(3),
-        wait=wait_fixed(0.5),
-        retry=retry_if_exception(lambda e: isinstance(e, GitError) and bool(_TRANSIENT.search(e.stderr or str(e)))),
+        wait=wait_chain(wait_fixed(0.5), wait_fixed(1.0)),
+        retry=retry_if_exception(lambda e: isinstance(e, GitError) and is_transient_git_error(f"{e.stderr}\n{e}")),
         reraise=True,
     ):
         with attempt:
             run_git(memory_dir, *args)
 
 
-def _push(memory_dir: Path, status: RepoStatus) -> SyncResult:
+def _push(memory_dir: Path, status: RepoStatus, audit: Callable[[Path, str], tuple[str, ...]]) -> SyncResult:
     where = str(memory_dir)
     counts = run_git(memory_dir, "rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
     if counts.returncode != 0:
@@ -132,10 +174,15 @@ def _push(memory_dir: Path, status: RepoStatus) -> SyncResult:
             return SyncResult("push_failed", str(exc), where, False, status.revision)
     try:
         _network(memory_dir, "pull", "--rebase")
+        rebased = head_revision(memory_dir)
+        errors = audit(memory_dir, rebased) if rebased else ()
+        if errors:
+            summary = "Committed memory fails validation:\n" + "\n".join(errors)
+            return SyncResult("invalid", summary, where, False, rebased, errors)
         _network(memory_dir, "push", "-u", "origin", "HEAD")
     except GitError as exc:
         after = repo_status(memory_dir)
         if after.in_conflict:
             return SyncResult("conflict", conflict_summary(after), where, False, after.revision)
         return SyncResult("push_failed", str(exc), where, False, after.revision)
-    return SyncResult("pushed", f"Rebased and pushed {ahead} pending memory commit(s).", where, False, status.revision)
+    return SyncResult("pushed", f"Rebased and pushed {ahead} pending memory commit(s).", where, False, rebased)

@@ -11,6 +11,7 @@ compaction or a new raw system prompt; committed memory changes reach the model 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
@@ -22,9 +23,17 @@ from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
 from orchestrator.memfs.reader import open_reader
 from orchestrator.models.types import Message
 from orchestrator.reminders import memory_update_reminder
-from orchestrator.store import PromptRecord, Store
+from orchestrator.store import PromptRecord, Store, StoredMessage
 
-__all__ = ["PromptAction", "ResolvedPrompt", "current_revision", "decide", "record_from", "resolve_system_prompt"]
+__all__ = [
+    "PromptAction",
+    "ResolvedPrompt",
+    "current_revision",
+    "decide",
+    "record_from",
+    "resolve_system_prompt",
+    "same_memory",
+]
 
 
 class PromptAction(Enum):
@@ -40,6 +49,7 @@ class ResolvedPrompt:
     action: PromptAction
     revision: str | None
     update_message_id: str | None = None
+    previous_revision: str | None = None
 
 
 def decide(row: PromptRecord | None, raw_system_hash: str, revision: str | None) -> PromptAction:
@@ -83,7 +93,9 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-async def _compile(memory_dir: Path, raw_system: str, agent_id: str, conversation_id: str, revision: str | None) -> CompiledPrompt:
+async def _compile(
+    memory_dir: Path, raw_system: str, agent_id: str, conversation_id: str, revision: str | None, message_count: int
+) -> CompiledPrompt:
     return await anyio.to_thread.run_sync(
         partial(
             compile_system_prompt,
@@ -92,8 +104,33 @@ async def _compile(memory_dir: Path, raw_system: str, agent_id: str, conversatio
             agent_id=agent_id,
             conversation_id=conversation_id,
             revision=revision,
+            previous_message_count=message_count,
         )
     )
+
+
+def same_memory(a: str, b: str) -> bool:
+    """Whether two rendered core memories say the same thing (R4's byte comparison).
+
+    A v1 core memory ends with a ``<memory_metadata>`` block holding the compile time and the
+    message count, so two compiles of one tree never compare equal; comparing them whole would turn
+    every commit (a skill, a note outside memory) into a ``<memory_update>``. The block is therefore
+    left out of the comparison; everything before it is compared byte for byte. v2 has no block.
+    """
+    return _without_metadata(a) == _without_metadata(b)
+
+
+_METADATA_OPEN = "<memory_metadata>\n- AGENT_ID: "
+_METADATA_CLOSE = "</memory_metadata>"
+
+
+def _without_metadata(core_memory: str) -> str:
+    if not core_memory.endswith(_METADATA_CLOSE):
+        return core_memory
+    start = core_memory.rfind(_METADATA_OPEN)
+    if start < 0:
+        return core_memory
+    return core_memory[:start].removesuffix("\n\n")
 
 
 async def resolve_system_prompt(
@@ -105,56 +142,66 @@ async def resolve_system_prompt(
     raw_system: str,
     turn_id: str | None = None,
 ) -> ResolvedPrompt:
-    """The prompt to send now; may persist a fresh compile or append a ``<memory_update>``."""
+    """The prompt to send now; may persist a fresh compile or append a ``<memory_update>``.
+
+    ``HEAD`` is read once and every compile is pinned to that revision. A message and the row it
+    implies are written in one transaction (rule 4), so a crash between them cannot lose an update.
+    The v1 ``<memory_metadata>`` message count is the conversation's in-context message count, as
+    compaction passes it.
+    """
     revision = await anyio.to_thread.run_sync(current_revision, memory_dir)
     row = await store.get_prompt(conversation_id)
     action = decide(row, _sha256(raw_system), revision)
     if action is PromptAction.REUSE:
         assert row is not None
-        return ResolvedPrompt(row.content, action, revision)
-    compiled = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision)
+        return ResolvedPrompt(row.content, action, revision, previous_revision=row.memfs_revision)
+    history = await store.in_context(conversation_id)
+    compiled = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision, len(history))
+    previous = row.memfs_revision if row is not None else None
     if action is PromptAction.MEMORY_CHANGED:
         assert row is not None and revision is not None
         moved = replace(row, memfs_revision=revision, compiled_at=compiled.compiled_at)
-        if compiled.core_memory == row.core_memory:
+        if same_memory(compiled.core_memory, row.core_memory):
             await store.set_prompt(moved)
-            return ResolvedPrompt(row.content, action, revision)
+            return ResolvedPrompt(row.content, action, revision, previous_revision=previous)
         stored = await store.append_message(
             conversation_id,
-            Message(role="user", content=memory_update_reminder(revision, compiled.core_memory), kind="memory_update"),
+            _update_message(revision, compiled.core_memory),
             turn_id=turn_id,
             metadata={"memfs_revision": revision, "previous_memfs_revision": row.memfs_revision},
             prompt=replace(moved, core_memory=compiled.core_memory),
         )
-        return ResolvedPrompt(row.content, action, revision, stored.id)
+        return ResolvedPrompt(row.content, action, revision, stored.id, previous)
     record = record_from(compiled, conversation_id=conversation_id, agent_id=agent_id)
-    await store.set_prompt(record)
-    update_id = await _refresh_stale_updates(store, conversation_id, compiled, turn_id)
-    return ResolvedPrompt(record.content, action, compiled.memfs_revision, update_id)
-
-
-async def _refresh_stale_updates(
-    store: Store, conversation_id: str, compiled: CompiledPrompt, turn_id: str | None
-) -> str | None:
-    """Rule 3 of 2.6: after a full compile, an older ``<memory_update>`` in context must not have the
-    last word, so a fresh one for the compiled revision follows it."""
-    if compiled.memfs_revision is None:
-        return None
-    history = await store.in_context(conversation_id)
-    updates = [m for m in history if m.message.kind == "memory_update"]
-    if not updates or updates[-1].metadata.get("memfs_revision") == compiled.memfs_revision:
-        return None
+    stale = _stale_update(history, compiled.memfs_revision)
+    if stale is None:
+        await store.set_prompt(record)
+        return ResolvedPrompt(record.content, action, compiled.memfs_revision, previous_revision=previous)
+    assert compiled.memfs_revision is not None
     stored = await store.append_message(
         conversation_id,
-        Message(
-            role="user",
-            content=memory_update_reminder(compiled.memfs_revision, compiled.core_memory),
-            kind="memory_update",
-        ),
+        _update_message(compiled.memfs_revision, compiled.core_memory),
         turn_id=turn_id,
         metadata={
             "memfs_revision": compiled.memfs_revision,
-            "previous_memfs_revision": updates[-1].metadata.get("memfs_revision"),
+            "previous_memfs_revision": stale.metadata.get("memfs_revision"),
         },
+        prompt=record,
     )
-    return stored.id
+    return ResolvedPrompt(record.content, action, compiled.memfs_revision, stored.id, previous)
+
+
+def _update_message(revision: str, core_memory: str) -> Message:
+    return Message(role="user", content=memory_update_reminder(revision, core_memory), kind="memory_update")
+
+
+def _stale_update(history: Sequence[StoredMessage], revision: str | None) -> StoredMessage | None:
+    """Rule 3 of 2.6: after a full compile (R1, R3), an older ``<memory_update>`` in context must not
+    have the last word over the fresh prompt. Returns the newest update in context when its revision
+    differs from the compiled one (a fresh update for ``revision`` must then follow it)."""
+    if revision is None:
+        return None
+    updates = [m for m in history if m.message.kind == "memory_update"]
+    if not updates or updates[-1].metadata.get("memfs_revision") == revision:
+        return None
+    return updates[-1]

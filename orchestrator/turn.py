@@ -1,13 +1,29 @@
 """One turn of a conversation (turn-loop.md 1.2): reminders, the user message, then the tool loop
 with the system prompt resolved before every request, then the post-turn memory sync.
 
-The caller (the supervisor) holds the conversation's turn lock. The post-turn sync runs shielded
-from cancellation so an interrupted turn still leaves its reminder for the next one (rule 4), and
-a model failure ends the turn with a one-line error instead of an exception (the store stays
-consistent: every write is its own transaction and a half-run tool call is settled next turn).
+The caller (the supervisor) holds the conversation's turn lock. Once the turn is recorded, whatever
+happens (end_turn, a model error, the step limit, cancellation) the turn gets its status and the
+post-turn sync runs, shielded from cancellation, so an interrupted turn still leaves its reminder
+for the next one (rule 4). A model failure ends the turn with a one-line error instead of an
+exception; the store stays consistent (every write is its own transaction and a call left without
+a result is settled with an error result before the next turn's first request).
+
+Reminders (turn-loop.md 7.1, 7.5; a documented deviation in shape, not in content): letta-code
+prepends the reminder texts as content parts of the user's message. Reverie stores them instead as
+ONE separate user-role message of kind ``reminder`` (texts in catalog order - agent-info, then
+memory-git-sync, then the rest - joined with ``\n\n``) placed immediately before the user's
+message, in the same transaction. The model sees the same texts in the same order before the
+user's words; the user's own message stays exactly what the user typed (search, transcripts and
+reflection read it unchanged), and compaction can tell harness text from user text.
 
 Step limit: ``max_steps`` counts provider requests. When the last allowed request asks for tools,
 the tools still run (so no call is left without a result) and the turn ends with ``max_steps``.
+A context overflow reported by the provider is answered by compaction and a retry, at most three
+times per request.
+
+``first_sent_at`` of the prompt row is set just before a request goes to the provider, not after
+it succeeds: a request that failed may still have been seen (and prefix-cached) by the provider,
+so from then on only R4 (a ``<memory_update>``) may deliver a memory change, never R3.
 """
 
 from __future__ import annotations
@@ -35,9 +51,9 @@ from orchestrator.events import (
     TurnEnded,
     TurnStarted,
 )
-from orchestrator.memory_sync import SyncResult, check_memory, sync_reminder_for
+from orchestrator.memory_sync import SyncResult, after_turn, sync_reminder_for
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
-from orchestrator.prompt_cache import PromptAction, resolve_system_prompt
+from orchestrator.prompt_cache import resolve_system_prompt
 from orchestrator.reminders import agent_info_reminder
 from orchestrator.skills import Skill, append_available_skills, discover_skills
 from orchestrator.store import Store, StoredMessage, TurnStatus
@@ -53,6 +69,7 @@ __all__ = [
 ]
 
 SYNC_REMINDER_KEY = "memory-git-sync"
+_OVERFLOW_RETRIES = 3
 AGENT_INFO_KEY = "agent-info"
 
 
@@ -130,21 +147,26 @@ class TurnRunner:
 
     async def run_turn(self, conversation_id: str, user_text: str) -> TurnOutcome:
         store, agent = self.store, self.agent
+        last_run = await store.last_message_at(agent.agent_id)
         await self._settle_dangling_tool_calls(conversation_id)
         turn_id = await store.begin_turn(conversation_id)
-        await self._emit(TurnStarted(turn_id, conversation_id), conversation_id)
-        await self._queue_agent_info(conversation_id)
-        await store.deliver_reminders(
-            conversation_id, followed_by=[Message(role="user", content=user_text)], turn_id=turn_id
-        )
-        skills: list[Skill] = await anyio.to_thread.run_sync(discover_skills, agent.memory_dir)
         state = _TurnState()
         status: TurnStatus = "error"
         error: str | None = None
+        sync: SyncResult | None = None
         try:
+            await self._emit(TurnStarted(turn_id, conversation_id), conversation_id)
+            await self._queue_agent_info(conversation_id, last_run)
+            await store.deliver_reminders(
+                conversation_id, followed_by=[Message(role="user", content=user_text)], turn_id=turn_id
+            )
+            skills: list[Skill] = await anyio.to_thread.run_sync(discover_skills, agent.memory_dir)
             status, error = await self._loop(conversation_id, turn_id, skills, state)
         except anyio.get_cancelled_exc_class():
             status, error = "interrupted", "the turn was interrupted"
+            raise
+        except Exception as exc:
+            status, error = "error", _one_line(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             with anyio.CancelScope(shield=True):
@@ -180,16 +202,17 @@ class TurnRunner:
                 system=system, messages=to_model_messages(history), tools=specs, model=self.settings.model
             )
             started = time.perf_counter()
+            await self.store.mark_prompt_sent(conversation_id)
             try:
                 response = await self.model.complete(request, on_text=self._text_sink(conversation_id))
             except ModelError as exc:
-                if exc.context_overflow and self.compactor and overflow_retries < 3:
+                if exc.context_overflow and self.compactor and overflow_retries < _OVERFLOW_RETRIES:
                     overflow_retries += 1
                     if await self.compactor.on_overflow(conversation_id, system, turn_id):
                         state.steps -= 1
                         continue
-                return "error", str(exc)
-            await self.store.mark_prompt_sent(conversation_id)
+                return "error", _one_line(str(exc)) or type(exc).__name__
+            overflow_retries = 0
             usage = response.usage
             state.prompt_tokens += usage.prompt_tokens
             state.completion_tokens += usage.completion_tokens
@@ -229,10 +252,7 @@ class TurnRunner:
         )
         if resolved.update_message_id is not None and resolved.revision is not None:
             state.memory_updates += 1
-            previous = state.last_revision
-            await self._emit(MemoryUpdateInjected(resolved.revision, previous), conversation_id)
-        if resolved.action is not PromptAction.REUSE or state.last_revision is None:
-            state.last_revision = resolved.revision
+            await self._emit(MemoryUpdateInjected(resolved.revision, resolved.previous_revision), conversation_id)
         return append_available_skills(resolved.content, skills)
 
     def _text_sink(self, conversation_id: str) -> Callable[[str], Awaitable[None]]:
@@ -265,8 +285,8 @@ class TurnRunner:
             )
             await self._emit(ToolFinished(call.id, call.name, result.ok, result.output), conversation_id)
 
-    async def _queue_agent_info(self, conversation_id: str) -> None:
-        last = await self.store.last_message_at(self.agent.agent_id)
+    async def _queue_agent_info(self, conversation_id: str, last: str | None) -> None:
+        """``last``: when the agent last recorded a message, read before this turn wrote anything."""
         text = agent_info_reminder(
             agent_id=self.agent.agent_id,
             agent_name=self.agent.name,
@@ -298,9 +318,14 @@ class TurnRunner:
             await self.store.append_messages(conversation_id, dangling, metadata={"ok": False, "settled": True})
 
     async def _after_turn(self, conversation_id: str) -> SyncResult | None:
-        """turn-loop.md 4.7: classify the checkout, queue or clear the reminder; never raises."""
+        """turn-loop.md 4.7: classify the checkout, queue or clear the reminder; never raises.
+
+        ``None`` when a merge held the repository (the sync is skipped silently and the queue is left
+        as it was) or when the sync failed (recorded as an event)."""
         try:
-            result = await anyio.to_thread.run_sync(check_memory, self.agent.memory_dir)
+            result = await after_turn(self.agent.memory_dir)
+            if result is None:
+                return None
             text = sync_reminder_for(result)
             if text is None:
                 await self.store.cancel_reminder(conversation_id, SYNC_REMINDER_KEY)
@@ -323,5 +348,9 @@ class _TurnState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     memory_updates: int = 0
-    last_revision: str | None = None
     tool_calls: list[str] = field(default_factory=list)
+
+
+def _one_line(text: str) -> str:
+    """An error as the one line the user sees: its first non-empty line, trimmed."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -1,16 +1,39 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 
+from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.repo import init_memory_repo
-from orchestrator.memory_sync import check_memory, sync_reminder_for
+from orchestrator.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+
+
+@asynccontextmanager
+async def hold_merge_lock(repo: Path) -> AsyncIterator[None]:
+    """Hold the repository's merge lock in another task, as a reflection merge would."""
+    held, release = anyio.Event(), anyio.Event()
+
+    async def holder() -> None:
+        async with merge_lock(repo):
+            held.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await held.wait()
+        try:
+            yield
+        finally:
+            release.set()
 
 
 @pytest.fixture
@@ -94,3 +117,41 @@ def test_remote_push_and_rebase_on_non_fast_forward(repo: Path, tmp_path: Path) 
     assert (result.status, result.summary) == ("pushed", "Rebased and pushed 1 pending memory commit(s).")
     log = _git(repo, "log", "--format=%s").stdout.split("\n")
     assert log[:3] == ["local two", "remote", "local"]
+
+
+@pytest.mark.anyio
+async def test_after_turn_skips_while_the_merge_lock_is_held(repo: Path) -> None:
+    async with hold_merge_lock(repo):
+        assert await after_turn(repo) is None
+    result = await after_turn(repo)
+    assert result is not None and result.status == "skipped"
+
+
+def test_only_52x_and_rpc_network_failures_are_transient() -> None:
+    assert is_transient_git_error("error: RPC failed; HTTP 522 curl 22 The requested URL returned error: 522")
+    assert is_transient_git_error("fatal: unable to access 'x': The requested URL returned error: 524")
+    assert is_transient_git_error("error: RPC failed; curl 56 Recv failure: Connection reset by peer")
+    assert not is_transient_git_error("fatal: the remote end hung up unexpectedly")
+    assert not is_transient_git_error("fatal: unable to access 'x': The requested URL returned error: 503")
+    assert not is_transient_git_error("remote: Permission denied; fatal: Authentication failed")
+
+
+def test_rebased_tip_is_audited_before_the_second_push(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    _git(repo, "remote", "add", "origin", str(remote))
+    _git(repo, "push", "-qu", "origin", "main")
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(remote), str(other)], check=True)
+    (other / "notes.md").write_text("no frontmatter here\n")
+    _git(other, "add", "notes.md")
+    _git(other, "commit", "--no-verify", "-qm", "remote sneaks an invalid file")
+    _git(other, "push", "-q")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nlocal\n")
+    _git(repo, "commit", "--no-verify", "-qam", "local")
+    result = check_memory(repo)
+    assert result.status == "invalid" and result.summary.startswith("Committed memory fails validation:\n")
+    assert result.revision == _git(repo, "rev-parse", "HEAD").stdout.strip()
+    assert any("notes.md" in line for line in result.audit_errors)
+    remote_head = subprocess.run(["git", "-C", str(remote), "rev-parse", "main"], capture_output=True, text=True)
+    assert remote_head.stdout.strip() == _git(other, "rev-parse", "HEAD").stdout.strip(), "nothing was pushed"
