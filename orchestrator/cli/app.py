@@ -12,7 +12,7 @@ import sys
 import typer
 
 from orchestrator.cli import memory as memory_cli
-from orchestrator.cli.errors import fail, user_error_in
+from orchestrator.cli.errors import describe, fail, interrupted, user_error_in
 
 __all__ = ["app", "main"]
 
@@ -38,11 +38,13 @@ def main() -> None:
     _register_optional()
     try:
         app()
-    except KeyboardInterrupt:
-        print("reverie: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:
-        mistake = user_error_in(exc)
-        if mistake is None or os.environ.get("REVERIE_DEBUG"):
+    except BaseException as exc:
+        if isinstance(exc, SystemExit) or os.environ.get("REVERIE_DEBUG"):
             raise
-        fail(str(mistake))
+        if interrupted(exc):
+            print("reverie: interrupted", file=sys.stderr)
+            raise SystemExit(130) from None
+        mistake = user_error_in(exc) if isinstance(exc, Exception) else None
+        if mistake is None:
+            raise
+        fail(describe(mistake))

@@ -13,12 +13,12 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import typer
 
-from orchestrator.cli.errors import UserError
+from orchestrator.cli.errors import UserError, interrupted
 from orchestrator.cli.memory import AgentOption
 from orchestrator.cli.render import TerminalRenderer
-from orchestrator.paths import DEFAULT_AGENT_ID, reverie_home
+from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id, reverie_home
 
-__all__ = ["register", "run_async"]
+__all__ = ["register", "require_agent", "require_agent_in_home", "run_async"]
 
 T = TypeVar("T")
 
@@ -31,11 +31,52 @@ ContextWindowOption = Annotated[
 
 
 def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run on trio (the default) or ``REVERIE_BACKEND=asyncio``."""
+    """Run on trio (the default) or ``REVERIE_BACKEND=asyncio``.
+
+    Ctrl-C inside a task group arrives wrapped in an exception group; it is unwrapped to a plain
+    ``KeyboardInterrupt`` so every command ends the same way (exit 130, no traceback).
+    """
     backend = os.environ.get("REVERIE_BACKEND", "trio")
     if backend not in {"trio", "asyncio"}:
         raise UserError(f"REVERIE_BACKEND={backend!r}: use trio or asyncio")
-    return anyio.run(fn, backend=backend)
+    try:
+        return anyio.run(fn, backend=backend)
+    except BaseExceptionGroup as group:
+        if interrupted(group):
+            raise KeyboardInterrupt from None
+        raise
+
+
+async def require_agent(store: Any, agent_id: str) -> None:
+    """Refuse an agent that does not exist yet: only ``chat`` creates agents, so a typo in
+    ``--agent`` cannot leave a new agent, memory repository and conversation behind."""
+    check_agent_id(agent_id)
+    record = await store.get_agent(agent_id)
+    has_repo = await anyio.to_thread.run_sync((agent_memory_dir(agent_id) / ".git").exists)
+    if record is None and not has_repo:
+        known = sorted(a.id for a in await store.list_agents())
+        listing = f" (agents: {', '.join(known)})" if known else " (no agents yet)"
+        raise UserError(f"no agent {agent_id!r}{listing}; `reverie chat --agent {agent_id}` creates it")
+
+
+async def require_agent_in_home(agent_id: str) -> None:
+    """:func:`require_agent` against this home's store, for commands that open their own session."""
+    from orchestrator.store import Store
+
+    async with Store.opened() as store:
+        await require_agent(store, agent_id)
+
+
+async def _existing_agent(rt: Any, agent_id: str) -> Any:
+    await require_agent(rt.store, agent_id)
+    return await rt.agent(agent_id, create=False)
+
+
+async def _existing_conversation(rt: Any, profile: Any, conversation_id: str | None) -> Any:
+    """``--conversation`` (checked), else the agent's latest, else None: nothing is created."""
+    if conversation_id:
+        return await rt.conversation(profile, conversation_id=conversation_id)
+    return await rt.store.latest_conversation(profile.agent_id)
 
 
 def _cli_settings(context_window: int | None = None, model: str | None = None) -> dict[str, Any]:
@@ -53,6 +94,8 @@ def chat(
     """Talk to an agent. Without -p, an interactive session (history kept; Ctrl-D to leave)."""
     from orchestrator.session import ChatSession
 
+    if prompt is not None and not prompt.strip():
+        raise UserError("--prompt is empty: give the message to send")
     renderer = TerminalRenderer()
 
     async def main() -> int:
@@ -74,30 +117,35 @@ def chat(
             await _repl(session, renderer)
             return 0
 
-    code = run_async(main)
+    history_file = reverie_home() / "chat_history"
+    if prompt is None:
+        _load_readline_history(history_file)
+    try:
+        code = run_async(main)
+    finally:
+        renderer.finish()
+        if prompt is None:
+            _save_readline_history(history_file)
     if code:
         raise typer.Exit(code)
 
 
 async def _repl(session: Any, renderer: TerminalRenderer) -> None:
-    history_file = reverie_home() / "chat_history"
-    await anyio.to_thread.run_sync(_load_readline_history, history_file)
+    """Read lines until end of input; the readline history is loaded and saved around the event loop
+    so Ctrl-C (which cancels everything inside it) still keeps what was typed."""
     print(f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} (Ctrl-D to leave)")
-    try:
-        while True:
-            try:
-                line = await anyio.to_thread.run_sync(input, "› ", abandon_on_cancel=True)
-            except EOFError:
-                print()
-                break
-            if not line.strip():
-                continue
-            outcome = await session.send(line)
-            renderer.finish()
-            if outcome.status == "error":
-                print(f"reverie: error: {outcome.error}", file=sys.stderr)
-    finally:
-        await anyio.to_thread.run_sync(_save_readline_history, history_file)
+    while True:
+        try:
+            line = await anyio.to_thread.run_sync(input, "› ", abandon_on_cancel=True)
+        except EOFError:
+            print()
+            break
+        if not line.strip():
+            continue
+        outcome = await session.send(line)
+        renderer.finish()
+        if outcome.status == "error":
+            print(f"reverie: error: {outcome.error}", file=sys.stderr)
 
 
 def _load_readline_history(path: Path) -> None:
@@ -131,14 +179,19 @@ def prompt_cmd(
 
     async def main() -> tuple[str, str]:
         async with Runtime.open() as rt:
-            profile = await rt.agent(agent)
+            profile = await _existing_agent(rt, agent)
+            if fresh and conversation:
+                await rt.conversation(profile, conversation_id=conversation)
             if not fresh:
-                conv = await rt.conversation(profile, conversation_id=conversation)
-                row = await rt.store.get_prompt(conv.id)
+                conv = await _existing_conversation(rt, profile, conversation)
+                row = await rt.store.get_prompt(conv.id) if conv is not None else None
                 if row is not None:
                     sha = (row.compiled_revision or "none")[:7]
                     return f"[cached · compiled {row.compiled_at} · memfs {sha}]", row.content
-                print("(this conversation has no cached prompt yet; compiling fresh)", file=sys.stderr)
+                what = "this conversation has" if conv is not None else f"agent {agent!r} has no conversation, so"
+                print(f"({what} no cached prompt yet; compiling fresh)", file=sys.stderr)
+            if not await anyio.to_thread.run_sync((profile.memory_dir / ".git").exists):
+                raise UserError(f"agent {agent!r} has no memory repository at {profile.memory_dir}")
             compiled = await anyio.to_thread.run_sync(
                 partial(compile_system_prompt, profile.memory_dir, profile.raw_system, agent_id=profile.agent_id)
             )
@@ -161,13 +214,15 @@ def history(
 
     async def main() -> Any:
         async with Runtime.open() as rt:
-            profile = await rt.agent(agent, create=False)
+            profile = await _existing_agent(rt, agent)
             if list_conversations:
                 return [
                     {"id": c.id, "created_at": c.created_at, "title": c.title}
                     for c in await rt.store.list_conversations(profile.agent_id)
                 ]
-            conv = await rt.conversation(profile, conversation_id=conversation)
+            conv = await _existing_conversation(rt, profile, conversation)
+            if conv is None:
+                return []
             in_context = {m.id for m in await rt.store.in_context(conv.id)}
             return [
                 {
@@ -193,6 +248,9 @@ def history(
     if as_json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return
+    if not rows:
+        what = "conversations" if list_conversations else "messages"
+        print(f"agent {agent!r} has no {what} yet", file=sys.stderr)
     for row in rows:
         if list_conversations:
             print(f"{row['id']}  {row['created_at']}  {row['title'] or ''}")
@@ -209,7 +267,7 @@ def search(
     query: Annotated[str, typer.Argument(help="Words or \"a phrase\"; every term must occur.")],
     agent: AgentOption = DEFAULT_AGENT_ID,
     conversation: ConversationOption = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Most results to show, best first.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Search everything the agent's conversations ever held (FTS5, BM25), evicted messages included."""
@@ -217,7 +275,9 @@ def search(
 
     async def main() -> list[dict[str, Any]]:
         async with Runtime.open() as rt:
-            profile = await rt.agent(agent, create=False)
+            profile = await _existing_agent(rt, agent)
+            if conversation:
+                await rt.conversation(profile, conversation_id=conversation)
             hits = await rt.store.search(
                 query, agent_id=profile.agent_id, conversation_id=conversation, limit=limit
             )
@@ -244,6 +304,7 @@ def reflect(
     renderer = TerminalRenderer()
 
     async def main() -> str:
+        await require_agent_in_home(agent)
         async with ChatSession.open(agent_id=agent, conversation_id=conversation, observer=renderer) as session:
             reason = await session.reflect_now()
             await session.supervisor.drain()

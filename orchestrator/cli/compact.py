@@ -12,7 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestrator.cli.commands import ContextWindowOption, ConversationOption, run_async
+from orchestrator.cli.commands import (
+    ContextWindowOption,
+    ConversationOption,
+    require_agent_in_home,
+    run_async,
+)
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption
 from orchestrator.paths import DEFAULT_AGENT_ID
@@ -42,6 +47,7 @@ def compact(
     from subagents.compaction import CompactionSubagent
 
     async def main() -> Any:
+        await require_agent_in_home(agent)
         async with ChatSession.open(
             agent_id=agent, conversation_id=conversation, cli={"context_window": context_window}
         ) as session:

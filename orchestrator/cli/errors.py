@@ -6,11 +6,12 @@ import sys
 from typing import NoReturn
 
 from orchestrator.config import ConfigError
+from orchestrator.memfs.gitsnapshot import GitReadError
 from orchestrator.memfs.repo import GitError, MemoryCommitRejected
 from orchestrator.models.types import ModelError
 from orchestrator.store.records import StoreError
 
-__all__ = ["USER_ERRORS", "UserError", "fail", "user_error_in"]
+__all__ = ["USER_ERRORS", "UserError", "describe", "fail", "interrupted", "user_error_in"]
 
 
 class UserError(Exception):
@@ -21,14 +22,21 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
     ConfigError,
     GitError,
+    GitReadError,
     MemoryCommitRejected,
     ModelError,
     StoreError,
-    FileNotFoundError,
-    PermissionError,
-    NotADirectoryError,
+    OSError,
     ValueError,
 )
+
+
+def describe(exc: BaseException) -> str:
+    """The report for a user error; an OS error reads ``path: reason`` rather than ``[Errno N] ...``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else None
+        return f"{where}: {exc.strerror}" if where is not None else exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -38,6 +46,15 @@ def fail(message: str, code: int = 1) -> NoReturn:
     for line in rest:
         print(line, file=sys.stderr)
     raise SystemExit(code)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """True for Ctrl-C, also when a task group wrapped the ``KeyboardInterrupt`` in a group."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(interrupted(inner) for inner in exc.exceptions)
+    return False
 
 
 def user_error_in(exc: BaseException) -> BaseException | None:

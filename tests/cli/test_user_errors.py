@@ -1,0 +1,88 @@
+"""A demanding user's mistakes through the real CLI: each ends with one clear line, never a traceback,
+and never leaves anything behind that the user did not ask for."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def reverie(home: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, REVERIE_HOME=str(home), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=stdin,
+        timeout=120,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The single ``reverie: error:`` line, after checking there is no traceback."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("reverie: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def test_read_only_commands_never_create_an_agent(home: Path) -> None:
+    for args in (("history", "-a", "typo"), ("search", "x", "-a", "typo"), ("prompt", "-a", "typo")):
+        one_line_error(reverie(home, *args), "no agent 'typo'")
+    assert not (home / "agents").exists()
+
+
+def test_history_of_an_agent_without_conversations_creates_none(home: Path) -> None:
+    assert reverie(home, "memory", "init", "-a", "bare").returncode == 0
+    shown = reverie(home, "history", "-a", "bare")
+    assert shown.returncode == 0 and "no messages yet" in shown.stderr
+    listed = reverie(home, "history", "--list", "-a", "bare")
+    assert listed.returncode == 0 and listed.stdout == ""
+
+
+def test_empty_prompt_is_refused(home: Path) -> None:
+    one_line_error(reverie(home, "chat", "-p", "  "), "--prompt is empty")
+
+
+def test_ctrl_c_in_the_repl_exits_130_and_keeps_history(home: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, REVERIE_HOME=str(home)),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("hello there\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    seen = ""
+    while "I heard: hello there" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert (home / "chat_history").exists()
+    history = reverie(home, "history")
+    assert "hello there" in history.stdout
