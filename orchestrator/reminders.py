@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from orchestrator.memfs.frontmatter import js_trim_end
+
 __all__ = [
     "AGENT_INFO_TEMPLATE",
     "MEMORY_INVALID_TEMPLATE",
@@ -121,8 +123,9 @@ def iso_utc(moment: datetime) -> str:
 
 
 def memory_update_block(revision: str | None, core_memory: str) -> str:
-    """turn-loop.md 3.1: trailing whitespace of the memory removed, leading kept."""
-    return MEMORY_UPDATE_TEMPLATE.format(revision=revision or "unknown", core_memory=core_memory.rstrip())
+    """turn-loop.md 3.1: trailing whitespace of the memory removed (JavaScript's ``trimEnd`` set, as
+    the reference trims), leading kept."""
+    return MEMORY_UPDATE_TEMPLATE.format(revision=revision or "unknown", core_memory=js_trim_end(core_memory))
 
 
 def memory_update_reminder(revision: str, core_memory: str) -> str:
@@ -138,15 +141,17 @@ def agent_info_reminder(
     conversation_id: str | None,
     memory_dir: str | None,
     last_run: datetime | None,
+    now: datetime | None = None,
 ) -> str:
-    """turn-loop.md 7.2 with the 7.5 changes: ISO-8601 UTC last-run time, memory line with MemFS."""
+    """turn-loop.md 7.2 with the 7.5 changes: ISO-8601 UTC last-run time, memory line with MemFS.
+    ``now`` (default the current time) is what the relative "... ago" is measured from."""
     return AGENT_INFO_TEMPLATE.format(
         agent_id=agent_id,
         conversation_line=_CONVERSATION_LINE.format(conversation_id=conversation_id) if conversation_id else "",
         memory_dir_line=_MEMORY_DIR_LINE.format(memory_dir=memory_dir) if memory_dir else "",
         agent_name=agent_name or "(unnamed)",
         agent_description=agent_description or "(no description)",
-        last_message=_last_message(last_run),
+        last_message=_last_message(last_run, now),
     )
 
 
