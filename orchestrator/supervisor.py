@@ -62,10 +62,26 @@ class Supervisor:
         return self._locks[conversation_id]
 
     async def run_turn(self, runner: TurnRunner, conversation_id: str, text: str) -> TurnOutcome:
+        """One turn under the conversation's lock, then the after-turn hooks (reflection triggers).
+
+        A failing hook is recorded like a failed subagent (``failures`` and a ``subagent.failed`` event
+        named ``after-turn:<hook>``) and never changes the turn's result (turn-loop.md 1.2 rule 6): the
+        turn and its post-turn sync are already done.
+        """
         async with self.conversation_lock(conversation_id):
             outcome = await runner.run_turn(conversation_id, text)
         for hook in list(self.after_turn_hooks):
-            await hook(runner, outcome)
+            try:
+                await hook(runner, outcome)
+            except Exception as exc:
+                name = f"after-turn:{getattr(hook, '__qualname__', type(hook).__name__)}"
+                detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+                message = f"{name} failed: {type(exc).__name__}: {detail}"
+                self.failures.append(message)
+                with anyio.CancelScope(shield=True):
+                    await self.store.record_event(
+                        "subagent.failed", {"name": name, "error": message}, conversation_id=conversation_id
+                    )
         return outcome
 
     def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:

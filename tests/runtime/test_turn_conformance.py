@@ -259,3 +259,21 @@ async def test_update_event_names_the_previous_revision(tmp_path: Path) -> None:
         await session.send("two")
     injected = [e for e in events if isinstance(e, MemoryUpdateInjected)]
     assert [(e.revision, e.previous_revision) for e in injected] == [(new, row.memfs_revision)]
+
+
+# -- 1.2 rule 6: an after-turn hook never breaks the turn ---------------------------------------------
+
+
+async def test_failing_after_turn_hook_is_recorded_not_raised(tmp_path: Path) -> None:
+    async def broken(runner: TurnRunner, outcome: Any) -> None:
+        raise RuntimeError("reflection trigger exploded\nsecond line")
+
+    async with ChatSession.open(agent_id="a1", model=ScriptedModel(), workspace=tmp_path) as session:
+        session.supervisor.after_turn_hooks.insert(0, broken)
+        outcome = await session.send("hi")
+        assert outcome.status == "end_turn"
+        events = await session.runtime.store.events(conversation_id=session.conversation_id, kinds=["subagent.failed"])
+        assert [e.payload["error"] for e in events] == [
+            "after-turn:test_failing_after_turn_hook_is_recorded_not_raised.<locals>.broken failed: "
+            "RuntimeError: reflection trigger exploded"
+        ]
