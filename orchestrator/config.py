@@ -1,13 +1,18 @@
 """Settings and where they come from (DECISIONS S20).
 
 Precedence, highest first: CLI flag > environment > per-agent settings > ``$REVERIE_HOME/config.toml``
-> defaults. Every source is flattened to dotted keys (``model.base_url``) so one validation pass
-names the offending key and source in a one-line error.
+> defaults. Every value remembers where it came from, so a bad one is reported in the words the user
+wrote it in: ``config.toml: turn.max_steps``, ``REVERIE_MAX_STEPS``, ``--context-window``.
+
+Choices made here (the specs leave them open): integers must be whole (``1.5`` is refused rather
+than truncated), the context window has the same 256-token floor as ``--context-window`` and suite
+settings, and ``reflection.trigger`` also takes ``step-count:N`` as suites and ``reverie sweep`` do.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -68,8 +73,14 @@ _ENV: Mapping[str, str] = {
     "REVERIE_MODEL": "model",
     "REVERIE_CONTEXT_WINDOW": "context_window",
     "REVERIE_MAX_STEPS": "max_steps",
+    "REVERIE_STREAM_IDLE_TIMEOUT": "stream_idle_timeout",
 }
+_CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
 _TYPES = {f.name: f.type for f in fields(Settings)}
+_MINIMUM = {"context_window": 256}
+_TRIGGERS = ("off", "compaction-event", "step-count")
+_MODES = ("sliding_window", "all")
+_FILE_KEY = {attr: dotted for dotted, attr in _KEYS.items()}
 
 
 def read_config_file(path: Path | None = None) -> dict[str, Any]:
@@ -79,10 +90,14 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         raw = path.read_bytes()
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     flat: dict[str, Any] = {}
     for section, values in data.items():
         if not isinstance(values, dict):
@@ -95,28 +110,50 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     return flat
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+def _coerce(name: str, value: Any, where: str) -> Any:
+    """``value`` as the setting's type, or a ConfigError that starts with ``where``."""
     kind = str(_TYPES[name])
-    try:
-        if value is None:
-            if "None" in kind:
-                return None
-            raise ValueError("must not be empty")
-        if kind.startswith("int"):
-            if isinstance(value, bool):
-                raise ValueError("expected an integer")
-            number = int(value)
-            if number <= 0:
-                raise ValueError("must be positive")
-            return number
-        if kind.startswith("float"):
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"{where} = {value!r}: {reason}")
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if "None" in kind:
+            return None
+        raise bad("must not be empty")
+    if kind.startswith("int"):
+        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+            raise bad("expected a whole number")
+        try:
+            number = int(value.strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise bad("expected a whole number") from None
+        if number < _MINIMUM.get(name, 1):
+            raise bad(f"must be at least {_MINIMUM[name]}" if name in _MINIMUM else "must be positive")
+        return number
+    if kind.startswith("float"):
+        if isinstance(value, bool):
+            raise bad("expected a number")
+        try:
             real = float(value)
-            if real <= 0:
-                raise ValueError("must be positive")
-            return real
-        return str(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: setting {name!r} = {value!r}: {exc}") from None
+        except (TypeError, ValueError):
+            raise bad("expected a number") from None
+        if not real > 0 or real == float("inf"):
+            raise bad("must be a positive number")
+        return real
+    if not isinstance(value, str):
+        raise bad("expected a string (in quotes)")
+    return value
+
+
+def _where(source: str, name: str) -> str:
+    if source == "environment":
+        return next(var for var, attr in _ENV.items() if attr == name)
+    if source == "command line":
+        return _CLI_FLAGS.get(name, f"--{name.replace('_', '-')}")
+    if source == "agent settings":
+        return f"agent setting {name}"
+    return f"{source}: {_FILE_KEY.get(name, name)}"
 
 
 def load_settings(
@@ -129,6 +166,7 @@ def load_settings(
     """Resolve the settings; ``None`` values in ``cli`` mean "flag not given"."""
     environ = os.environ if environ is None else environ
     settings = Settings()
+    origin: dict[str, str] = {}
     layers: list[tuple[str, Mapping[str, Any]]] = [
         (str(path or config_path()), read_config_file(path)),
         ("agent settings", dict(agent or {})),
@@ -136,18 +174,40 @@ def load_settings(
         ("command line", {k: v for k, v in (cli or {}).items() if v is not None}),
     ]
     for source, values in layers:
-        updates = {}
+        updates: dict[str, Any] = {}
         for name, value in values.items():
             if name not in _TYPES:
                 raise ConfigError(f"{source}: unknown setting {name!r}")
-            updates[name] = _coerce(name, value, source)
+            where = _where(source, name)
+            if name == "reflection_trigger" and isinstance(value, str) and ":" in value:
+                value, count = _split_trigger(value, where)
+                updates["reflection_step_count"] = count
+                origin["reflection_step_count"] = where
+            updates[name] = _coerce(name, value, where)
+            origin[name] = where
         settings = replace(settings, **updates)
-    if settings.compaction_mode not in {"sliding_window", "all"}:
-        raise ConfigError(f"compaction mode {settings.compaction_mode!r}: use 'sliding_window' or 'all'")
-    if not 0 < settings.sliding_percentage <= 1:
-        raise ConfigError(f"sliding percentage {settings.sliding_percentage}: must be in (0, 1]")
-    if settings.reflection_trigger not in {"off", "compaction-event", "step-count"}:
-        raise ConfigError(
-            f"reflection trigger {settings.reflection_trigger!r}: use off, compaction-event or step-count"
-        )
+    _check_choices(settings, origin)
     return settings
+
+
+def _split_trigger(value: str, where: str) -> tuple[str, int]:
+    base, _, count = value.partition(":")
+    if base != "step-count" or not count.strip().isdigit() or int(count) <= 0:
+        raise ConfigError(f"{where} = {value!r}: only step-count takes :N (a positive whole number)")
+    return base, int(count)
+
+
+def _check_choices(settings: Settings, origin: Mapping[str, str]) -> None:
+    def where(name: str) -> str:
+        return origin.get(name, f"default {name}")
+
+    if settings.compaction_mode not in _MODES:
+        raise ConfigError(f"{where('compaction_mode')} = {settings.compaction_mode!r}: use {' or '.join(_MODES)}")
+    if not 0 < settings.sliding_percentage <= 1:
+        raise ConfigError(f"{where('sliding_percentage')} = {settings.sliding_percentage}: must be in (0, 1]")
+    if settings.reflection_trigger not in _TRIGGERS:
+        raise ConfigError(
+            f"{where('reflection_trigger')} = {settings.reflection_trigger!r}: use {', '.join(_TRIGGERS)} or step-count:N"
+        )
+    if settings.base_url is not None and not re.match(r"^https?://[^\s/]+", settings.base_url):
+        raise ConfigError(f"{where('base_url')} = {settings.base_url!r}: expected an http:// or https:// URL")

@@ -86,3 +86,8 @@ def test_ctrl_c_in_the_repl_exits_130_and_keeps_history(home: Path) -> None:
     assert (home / "chat_history").exists()
     history = reverie(home, "history")
     assert "hello there" in history.stdout
+
+
+def test_malformed_config_is_one_line_naming_file_and_key(home: Path) -> None:
+    (home / "config.toml").write_text('[turn]\nmax_steps = "lots"\n', encoding="utf-8")
+    one_line_error(reverie(home, "chat", "-p", "hi"), "config.toml: turn.max_steps = 'lots'")
