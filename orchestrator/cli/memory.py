@@ -12,7 +12,7 @@ from rich.tree import Tree
 from orchestrator.cli.errors import UserError
 from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir
 
-__all__ = ["AgentOption", "app", "resolve_memory_dir"]
+__all__ = ["AgentOption", "app", "repo_in_trouble", "resolve_memory_dir"]
 
 app = typer.Typer(help="Create, locate, inspect and validate memory repositories.", no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)
@@ -24,15 +24,44 @@ _POLICIES = ("root-marker", "legacy-only", "shared-memory")
 
 
 def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
-    """An explicit directory wins; otherwise the agent's repository, which must exist."""
+    """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
+    a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
+    from orchestrator.memfs.repo import run_git
+
     if directory is not None:
         if not directory.is_dir():
             raise UserError(f"{directory}: no such directory")
-        return directory
-    path = agent_memory_dir(agent)
-    if not (path / ".git").exists():
-        raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
+        path = directory
+    else:
+        path = agent_memory_dir(agent)
+        if not (path / ".git").exists():
+            raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
+    probe = run_git(path, "rev-parse", "--show-toplevel", check=False)
+    if probe.returncode != 0:
+        said = [ln for ln in probe.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        reason = said[0] if said else f"git exit {probe.returncode}"
+        raise UserError(f"{path}: not a readable git repository ({reason})")
+    if Path(probe.stdout.decode().strip()).resolve() != path.resolve():
+        raise UserError(f"{path}: not the top level of a git repository")
     return path
+
+
+def repo_in_trouble(repo: Path) -> str | None:
+    """Why the checkout cannot be worked on now (a rebase or merge stopped half-way, unmerged files),
+    with the git commands that finish or undo it; None when it is fine. Nothing is changed."""
+    from orchestrator.memfs.repo import repo_status
+
+    status = repo_status(repo)
+    if not status.in_conflict:
+        return None
+    files = f" (unmerged: {', '.join(status.conflicted)})" if status.conflicted else ""
+    if status.operation == "rebase in progress":
+        how = f"finish it with `git -C {repo} rebase --continue` or undo it with `git -C {repo} rebase --abort`"
+    elif status.operation == "merge in progress":
+        how = f"finish it with `git -C {repo} commit` or undo it with `git -C {repo} merge --abort`"
+    else:
+        how = "resolve the files, `git add` them and commit"
+    return f"{repo}: {status.operation or 'unresolved conflict'}{files}; {how}"
 
 
 @app.command("init")
@@ -60,9 +89,15 @@ def validate(
     agent: AgentOption = DEFAULT_AGENT_ID,
 ) -> None:
     """Validate the staged tree (what `git commit` would check) and print the hook's report."""
+    from orchestrator.memfs.repo import head_revision
     from orchestrator.memfs.validator import audit_head, format_report, validate_staged
 
     repo = resolve_memory_dir(directory, agent)
+    trouble = repo_in_trouble(repo)
+    if trouble is not None:
+        raise UserError(trouble)
+    if head and head_revision(repo) is None:
+        raise UserError(f"{repo}: no commits yet, so there is no HEAD to audit")
     result = audit_head(repo) if head else validate_staged(repo)
     if result.ok:
         _out.print(f"{'HEAD' if head else 'staged tree'} of {repo}: valid")
@@ -97,6 +132,9 @@ def tree(
     from orchestrator.memfs.repo import head_revision, run_git
 
     repo = resolve_memory_dir(directory, agent)
+    trouble = repo_in_trouble(repo)
+    if trouble is not None:
+        typer.echo(f"reverie: warning: {trouble}", err=True)
     revision = head_revision(repo)
     if revision is None:
         _out.print(f"{repo}: no commits yet")

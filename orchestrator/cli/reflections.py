@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.cli.errors import UserError
-from orchestrator.cli.memory import AgentOption, resolve_memory_dir
+from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
 from orchestrator.memfs.merge import discard_branch, merge_branch
 from orchestrator.memfs.worktrees import list_reflections
 from orchestrator.paths import DEFAULT_AGENT_ID, store_path
@@ -67,6 +67,9 @@ def merge(
     from orchestrator.cli.commands import run_async
 
     repo = resolve_memory_dir(memory_dir, agent)
+    trouble = repo_in_trouble(repo)
+    if trouble is not None:
+        raise UserError(f"{trouble}; then retry the merge (the branch is kept)")
     outcome = run_async(lambda: merge_branch(repo, id))
     status = "merged" if outcome.status == "merged" else ("no_changes" if outcome.status == "no_changes" else None)
     if status is not None:

@@ -1,7 +1,8 @@
 """How a running turn looks in a terminal: streamed text, tool lines, memory and subagent notices.
 
 The renderer is an ``Observer`` of turn events; it keeps track of whether the cursor is at the
-start of a line so tool lines never glue onto streamed text.
+start of a line so tool lines never glue onto streamed text. A post-turn memory sync that finds the
+repository in trouble is shown too: the agent gets a reminder, and the user should know why.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from orchestrator.events import (
     MemoryUpdateInjected,
     ReflectionKept,
     ReflectionMerged,
+    ReminderQueued,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -29,6 +31,14 @@ __all__ = ["TerminalRenderer", "one_line"]
 def one_line(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+_SYNC_TROUBLE = {
+    "conflict": "has a rebase or merge stopped half-way",
+    "dirty": "has uncommitted changes",
+    "invalid": "has a HEAD that fails validation",
+    "push_failed": "could not be pushed",
+}
 
 
 def _compact_args(arguments: str) -> str:
@@ -77,5 +87,10 @@ class TerminalRenderer:
             self._line(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
         elif isinstance(event, ReflectionMerged):
             self._line(f"  ↻ reflection merged {event.commits} commit{'s' if event.commits != 1 else ''}")
+        elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
+            self._line(
+                f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it"
+                " (details: `reverie memory validate`)"
+            )
         elif isinstance(event, ReflectionKept):
             self._line(f"  ⚠ reflection conflict: kept on {event.branch}")

@@ -91,3 +91,44 @@ def test_ctrl_c_in_the_repl_exits_130_and_keeps_history(home: Path) -> None:
 def test_malformed_config_is_one_line_naming_file_and_key(home: Path) -> None:
     (home / "config.toml").write_text('[turn]\nmax_steps = "lots"\n', encoding="utf-8")
     one_line_error(reverie(home, "chat", "-p", "hi"), "config.toml: turn.max_steps = 'lots'")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False).stdout
+
+
+def test_a_memory_repo_mid_rebase_is_named_and_left_alone(home: Path) -> None:
+    assert reverie(home, "chat", "-p", "hi").returncode == 0
+    memory = home / "agents" / "agent-default" / "memory"
+    _git(memory, "checkout", "-q", "-b", "side")
+    with (memory / "human.md").open("a") as f:
+        f.write("- side\n")
+    _git(memory, "commit", "-qam", "feat: side")
+    _git(memory, "checkout", "-q", "main")
+    with (memory / "human.md").open("a") as f:
+        f.write("- main\n")
+    _git(memory, "commit", "-qam", "feat: main")
+    main_tip = _git(memory, "rev-parse", "main").strip()
+    _git(memory, "rebase", "side")
+    assert (memory / ".git" / "rebase-merge").exists()
+
+    one_line_error(reverie(home, "memory", "validate"), "rebase in progress (unmerged: human.md)", "rebase --abort")
+    _git(memory, "branch", "reverie/reflection/20260101T000000Z-bbbbbbbb", main_tip)
+    merge = reverie(home, "reflections", "merge", "20260101T000000Z-bbbbbbbb")
+    one_line_error(merge, "rebase in progress", "the branch is kept")
+    chat = reverie(home, "chat", "-p", "hello")
+    assert chat.returncode == 0, chat.stderr
+    assert "⚠ memory repository has a rebase or merge stopped half-way" in chat.stdout
+    tree = reverie(home, "memory", "tree")
+    assert tree.returncode == 0 and "reverie: warning:" in tree.stderr and "rebase in progress" in tree.stderr
+
+    assert (memory / ".git" / "rebase-merge").exists(), "the user's rebase is left for the user"
+    assert _git(memory, "rev-parse", "main").strip() == main_tip
+    assert _git(memory, "rev-parse", "--verify", "-q", "reverie/reflection/20260101T000000Z-bbbbbbbb").strip() == main_tip
+
+
+def test_memory_commands_refuse_a_directory_that_is_not_a_repository(home: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    one_line_error(reverie(home, "memory", "validate", str(plain)), "not a readable git repository")
+    one_line_error(reverie(home, "memory", "tree", str(plain)), "not a readable git repository")
