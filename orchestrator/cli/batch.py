@@ -125,10 +125,14 @@ def _progress(enabled: bool) -> Iterator[Progress | None]:
 def _load(suite: Path) -> list[Any]:
     from orchestrator.batch.suite import SuiteError, load_suite
 
+    if suite.is_dir():
+        fail(f"{suite}: is a directory; give the suite file (JSONL) (nothing was run)")
     try:
         return load_suite(suite)
     except SuiteError as exc:
         fail(f"{exc} (nothing was run)")
+    except OSError as exc:
+        fail(f"{suite}: cannot read the suite file: {exc.strerror or exc} (nothing was run)")
 
 
 def _options(out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None) -> Any:
@@ -333,9 +337,14 @@ def events(
     kind: Annotated[list[str] | None, typer.Option("--kind", "-k", help="Only these kinds (repeatable), e.g. model.call.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON lines.")] = False,
 ) -> None:
-    """Print a run's event log (turns, model calls with tokens and latency, tools, commits, reminders,
-    compactions, reflections), oldest first."""
-    from orchestrator.batch.eventlog import EVENTS_DIR, follow_events, format_record, read_events
+    """Print a run's event log, oldest first: turns, model calls with tokens and latency, tools, commits, reminders, compactions, reflections."""
+    from orchestrator.batch.eventlog import (
+        EVENTS_DIR,
+        event_log_path,
+        follow_events,
+        format_record,
+        read_events,
+    )
     from orchestrator.batch.results import SUMMARY_FILE
 
     kinds = tuple(kind or ())
@@ -346,14 +355,25 @@ def events(
         else:
             print(format_record(record), flush=True)
 
+    if not run_dir.is_dir():
+        fail(f"{run_dir}: no such run directory")
     if not (run_dir / EVENTS_DIR).is_dir() and not follow:
         nested = sorted(p.parent.name for p in run_dir.glob(f"*/{EVENTS_DIR}"))
         hint = f" (a sweep? try {run_dir / nested[0]})" if nested else ""
         fail(f"{run_dir}: no event log here{hint}")
+    if task is not None and not follow and not event_log_path(run_dir, task).exists():
+        known = sorted(p.stem for p in (run_dir / EVENTS_DIR).glob("*.jsonl"))
+        fail(f"{run_dir}: no events of task {task!r} (tasks: {', '.join(known) or 'none'})")
     if not follow:
-        for record in read_events(run_dir, task=task, kinds=kinds):
+        records = read_events(run_dir, task=task, kinds=kinds)
+        for record in records:
             show(record)
+        if kinds and not records:
+            seen = sorted({r.kind for r in read_events(run_dir, task=task)})
+            print(f"no events of kind {', '.join(kinds)} (kinds in this log: {', '.join(seen) or 'none'})", file=sys.stderr)
         return
+    if not (run_dir / EVENTS_DIR).is_dir():
+        _err.print(f"waiting for events in {run_dir / EVENTS_DIR} (Ctrl-C to stop)")
     summary = run_dir / SUMMARY_FILE
     before = summary.stat().st_mtime_ns if summary.exists() else None
 

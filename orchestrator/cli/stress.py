@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,20 +32,22 @@ def stress(
         Path | None, typer.Option("--workdir", help="Keep the repository here instead of a temporary directory.")
     ] = None,
 ) -> None:
-    """Stress merge-back: N writers in their own worktrees commit M times each, merged in batches
-    through the reflection merge-back while a main writer commits on the main checkout.
+    """Stress merge-back: N writers in their own worktrees commit M times each, merged in batches through the reflection merge-back while a main writer commits on the main checkout.
 
-    Reports commits merged, kept on branches after conflicts, lost (recorded but unreachable from
-    any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds.
+    Reports commits merged, kept on branches after conflicts, lost (recorded but unreachable from any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds. Exits 1 when a commit was lost or invalid.
     """
     try:
         config = StressConfig(writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if workdir is not None and workdir.exists() and not workdir.is_dir():
+        raise UserError(f"--workdir {workdir}: not a directory")
     if workdir is not None and workdir.exists() and any(workdir.iterdir()):
         raise UserError(f"--workdir {workdir}: directory is not empty")
+    from orchestrator.cli.commands import run_async
+
     if as_json:
-        report = anyio.run(lambda: run_stress(config, workdir=workdir))
+        report = run_async(lambda: run_stress(config, workdir=workdir))
         _out.print(json.dumps(report.to_json()))
     else:
         with Progress(
@@ -57,7 +58,7 @@ def stress(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            report = anyio.run(lambda: run_stress(config, workdir=workdir, progress=progress))
+            report = run_async(lambda: run_stress(config, workdir=workdir, progress=progress))
         _out.print(_table(report))
     if report.lost or report.invalid:
         raise typer.Exit(1)
