@@ -15,7 +15,7 @@ import typer
 
 from orchestrator.cli.errors import UserError, interrupted
 from orchestrator.cli.memory import AgentOption
-from orchestrator.cli.render import TerminalRenderer
+from orchestrator.cli.render import TerminalRenderer, one_line
 from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id, reverie_home
 
 __all__ = ["register", "require_agent", "require_agent_in_home", "run_async"]
@@ -134,9 +134,10 @@ async def _repl(session: Any, renderer: TerminalRenderer) -> None:
     """Read lines until end of input; the readline history is loaded and saved around the event loop
     so Ctrl-C (which cancels everything inside it) still keeps what was typed."""
     print(f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} (Ctrl-D to leave)")
+    marker = "› " if sys.stdin.isatty() else ""
     while True:
         try:
-            line = await anyio.to_thread.run_sync(input, "› ", abandon_on_cancel=True)
+            line = await anyio.to_thread.run_sync(input, marker, abandon_on_cancel=True)
         except EOFError:
             print()
             break
@@ -273,6 +274,9 @@ def search(
     """Search everything the agent's conversations ever held (FTS5, BM25), evicted messages included."""
     from orchestrator.runtime import Runtime
 
+    if not query.strip():
+        raise UserError("the search query is empty: give words or \"a phrase\"")
+
     async def main() -> list[dict[str, Any]]:
         async with Runtime.open() as rt:
             profile = await _existing_agent(rt, agent)
@@ -291,7 +295,7 @@ def search(
         print(f"no messages match {query!r}")
     for hit in results:
         text = hit.get("content") or hit.get("reasoning") or hit.get("tool_return") or json.dumps(hit, ensure_ascii=False)
-        print(f"{hit['created_at']}  {hit.get('message_type', '')}  {str(text)[:200]}")
+        print(f"{hit['created_at']}  {hit.get('message_type', '')}  {one_line(str(text), 200)}")
 
 
 def reflect(
@@ -306,10 +310,14 @@ def reflect(
     async def main() -> str:
         await require_agent_in_home(agent)
         async with ChatSession.open(agent_id=agent, conversation_id=conversation, observer=renderer) as session:
+            before = {r.id for r in await session.runtime.store.reflections(agent)}
             reason = await session.reflect_now()
             await session.supervisor.drain()
-            records = await session.runtime.store.reflections(agent)
-            return records[-1].status if records else reason
+            launched = [r for r in await session.runtime.store.reflections(agent) if r.id not in before]
+            if not launched:
+                return f"not started: {reason}"
+            record = launched[-1]
+            return f"{record.status} ({record.reason})" if record.reason else record.status
 
     result = run_async(main)
     renderer.finish()

@@ -34,9 +34,9 @@ def one_line(text: str, limit: int = 160) -> str:
 
 
 _SYNC_TROUBLE = {
-    "conflict": "has a rebase or merge stopped half-way",
-    "dirty": "has uncommitted changes",
-    "invalid": "has a HEAD that fails validation",
+    "conflict": "has a rebase or merge stopped half-way (details: `reverie memory validate`)",
+    "dirty": "has uncommitted changes (see `git status` in `reverie memory path`)",
+    "invalid": "has a HEAD that fails validation (details: `reverie memory validate --head`)",
     "push_failed": "could not be pushed",
 }
 
@@ -88,9 +88,6 @@ class TerminalRenderer:
         elif isinstance(event, ReflectionMerged):
             self._line(f"  ↻ reflection merged {event.commits} commit{'s' if event.commits != 1 else ''}")
         elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
-            self._line(
-                f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it"
-                " (details: `reverie memory validate`)"
-            )
+            self._line(f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it")
         elif isinstance(event, ReflectionKept):
             self._line(f"  ⚠ reflection conflict: kept on {event.branch}")

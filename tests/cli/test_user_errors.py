@@ -118,7 +118,7 @@ def test_a_memory_repo_mid_rebase_is_named_and_left_alone(home: Path) -> None:
     one_line_error(merge, "rebase in progress", "the branch is kept")
     chat = reverie(home, "chat", "-p", "hello")
     assert chat.returncode == 0, chat.stderr
-    assert "⚠ memory repository has a rebase or merge stopped half-way" in chat.stdout
+    assert "⚠ memory repository has a rebase or merge stopped half-way (details: `reverie memory validate`)" in chat.stdout
     tree = reverie(home, "memory", "tree")
     assert tree.returncode == 0 and "reverie: warning:" in tree.stderr and "rebase in progress" in tree.stderr
 
@@ -132,3 +132,18 @@ def test_memory_commands_refuse_a_directory_that_is_not_a_repository(home: Path,
     plain.mkdir()
     one_line_error(reverie(home, "memory", "validate", str(plain)), "not a readable git repository")
     one_line_error(reverie(home, "memory", "tree", str(plain)), "not a readable git repository")
+
+
+def test_search_refuses_an_empty_query_and_prints_one_line_per_hit(home: Path) -> None:
+    assert reverie(home, "chat", "-p", "hello world").returncode == 0
+    one_line_error(reverie(home, "search", " "), "the search query is empty")
+    found = reverie(home, "search", "hello")
+    assert found.returncode == 0 and len(found.stdout.splitlines()) == 2, found.stdout
+
+
+def test_reflect_says_when_nothing_was_started_instead_of_an_old_status(home: Path) -> None:
+    assert reverie(home, "chat", "-p", "remember that I like tea").returncode == 0
+    first = reverie(home, "reflect")
+    assert first.returncode == 0 and first.stdout.strip() == "reflection: no_changes", first.stdout
+    again = reverie(home, "reflect")
+    assert again.stdout.strip() == "reflection: not started: nothing to reflect on", again.stdout
