@@ -106,6 +106,12 @@ def chat(
             cli=_cli_settings(context_window, model),
             observer=renderer,
         ) as session:
+            if model and not session.runtime.settings.uses_endpoint:
+                print(
+                    f"reverie: warning: --model {model} has no effect without an endpoint "
+                    "(set REVERIE_BASE_URL or model.base_url); using the scripted model",
+                    file=sys.stderr,
+                )
             if prompt is not None:
                 outcome = await session.send(prompt)
                 renderer.finish()

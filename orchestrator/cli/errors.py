@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from typing import NoReturn
 
@@ -28,11 +29,16 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     StoreError,
     OSError,
     ValueError,
+    sqlite3.DatabaseError,
 )
 
 
 def describe(exc: BaseException) -> str:
     """The report for a user error; an OS error reads ``path: reason`` rather than ``[Errno N] ...``."""
+    if isinstance(exc, sqlite3.DatabaseError):
+        from orchestrator.paths import store_path
+
+        return f"conversation store {store_path()}: {exc}"
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if exc.filename is not None else None
         return f"{where}: {exc.strerror}" if where is not None else exc.strerror

@@ -147,3 +147,13 @@ def test_reflect_says_when_nothing_was_started_instead_of_an_old_status(home: Pa
     assert first.returncode == 0 and first.stdout.strip() == "reflection: no_changes", first.stdout
     again = reverie(home, "reflect")
     assert again.stdout.strip() == "reflection: not started: nothing to reflect on", again.stdout
+
+
+def test_a_damaged_store_is_one_line_naming_it(home: Path) -> None:
+    (home / "reverie.sqlite3").write_bytes(b"this is not a database, it is garbage" * 100)
+    one_line_error(reverie(home, "chat", "-p", "hi"), "conversation store", "reverie.sqlite3", "not a database")
+
+
+def test_model_without_an_endpoint_is_flagged(home: Path) -> None:
+    chat = reverie(home, "chat", "-p", "hi", "--model", "gpt-9")
+    assert chat.returncode == 0 and "--model gpt-9 has no effect without an endpoint" in chat.stderr
