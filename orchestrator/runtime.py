@@ -71,7 +71,13 @@ class Runtime:
         memory_dir = agent_memory_dir(agent_id)
         if create:
             await anyio.to_thread.run_sync(init_memory_repo, memory_dir)
-        record = await self.store.ensure_agent(agent_id)
+        if create:
+            record = await self.store.ensure_agent(agent_id)
+        else:
+            found = await self.store.get_agent(agent_id)
+            if found is None:
+                raise StoreError(f"no agent {agent_id!r}; `reverie chat --agent {agent_id}` creates it")
+            record = found
         if create and agent_id not in self._recovered:
             from subagents.reflection import recover_reflections
 

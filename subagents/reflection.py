@@ -158,7 +158,9 @@ class ReflectionCoordinator:
         if self._active:
             return "a reflection is already running for this agent"
         status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
-        if status.dirty or status.in_conflict:
+        if status.in_conflict:
+            return f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
+        if status.dirty:
             return "the memory repository has uncommitted changes"
         self._active = True
         trigger = "manual" if manual else mode

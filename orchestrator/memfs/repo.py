@@ -159,6 +159,9 @@ def init_memory_repo(
         revision = head_revision(path)
         if revision is not None:
             return revision
+    elif (path / ".git").exists():
+        said = run_git(path, "rev-parse", "--show-toplevel", check=False).stderr.decode("utf-8", "replace").strip()
+        raise GitError(f"{path}: the memory repository is damaged: {said.splitlines()[-1] if said else 'not a git top level'}")
     elif path.exists() and any(path.iterdir()):
         raise GitError(f"{path}: directory is not empty and is not a git repository")
     path.mkdir(parents=True, exist_ok=True)

@@ -133,10 +133,16 @@ class Store(ReflectionRecords):
         target = Path(path) if path is not None else store_path()
         await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
         worker = ConnectionWorker(target, configure_connection)
-        await worker.start()
+        try:
+            await worker.start()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{target}: not a usable reverie store ({exc})") from None
         store = cls(worker, target)
         try:
             await store.recover_interrupted_turns()
+        except sqlite3.DatabaseError as exc:
+            await worker.close()
+            raise StoreError(f"{target}: not a usable reverie store ({exc})") from None
         except BaseException:
             await worker.close()
             raise

@@ -68,3 +68,11 @@ def test_hand_typed_commit_of_invalid_tree_is_rejected_by_the_hook(tmp_path: Pat
     proc = subprocess.run(["git", "-C", str(repo), "commit", "-qam", "oops"], capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr == "Memory validation failed:\n\n  persona.md: missing frontmatter (must start with ---)\n"
+
+
+def test_damaged_repository_is_named_as_such(tmp_path: Path) -> None:
+    repo = tmp_path / "memory"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("garbage\n")
+    with pytest.raises(GitError, match="damaged"):
+        init_memory_repo(repo)
