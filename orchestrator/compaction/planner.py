@@ -32,8 +32,8 @@ from fractions import Fraction
 
 from orchestrator.compaction.settings import CompactionMode, CompactionSettings
 from orchestrator.compaction.tokens import estimate_message, threshold
-from orchestrator.compaction.transcript import clip_middle
 from orchestrator.models.types import Message
+from orchestrator.tools.truncation import clip_middle
 
 __all__ = [
     "CompactionPlan",

@@ -9,11 +9,11 @@ handed over as a pinned block to update, C5), and ``memory_update`` reminders ar
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from orchestrator.compaction.tokens import estimate_text
 from orchestrator.models.types import Message
+from orchestrator.tools.truncation import clip_middle, clip_tool_result
 
 __all__ = [
     "EMPTY_TRANSCRIPT",
@@ -62,31 +62,9 @@ def render_transcript(messages: Sequence[Message], *, tool_limit: int = TOOL_RET
     return _HEAD + "\n".join(lines) + _TAIL
 
 
-def clip_middle(text: str, max_chars: int, marker: Callable[[int], str]) -> str:
-    """Cut ``text`` to about ``max_chars`` by dropping its middle, marker included in the budget.
-
-    Two passes settle the marker's own length (its number of omitted characters depends on it), as
-    in compaction.md 7.6; head gets the odd character so the tail, usually the newest text, is whole.
-    """
-    if len(text) <= max_chars:
-        return text
-    omitted = len(text) - max_chars
-    head = tail = 0
-    for _ in range(2):
-        keep = max(0, max_chars - len(marker(omitted)))
-        head = math.ceil(keep / 2)
-        tail = keep - head
-        omitted = len(text) - head - tail
-    return text[:head] + marker(omitted) + (text[-tail:] if tail > 0 else "")
-
-
-def _load_marker(omitted: int) -> str:
-    return f"\n[Tool result truncated during local transcript repair: omitted {omitted} chars]\n"
-
-
 def clip_tool_result_on_load(text: str, max_chars: int = LOAD_CLIP_CHARS) -> str:
     """compaction.md 7.6: applied to tool results when a conversation is loaded; storage keeps the whole text."""
-    return clip_middle(text, max_chars, _load_marker)
+    return clip_tool_result(text, max_chars)
 
 
 def _budget_marker(dropped: int) -> str:

@@ -14,6 +14,7 @@ __all__ = [
     "READ_OUTPUT_CHARS",
     "TOOL_RETURN_MAX_CHARS",
     "TRANSCRIPT_CLIP_CHARS",
+    "clip_middle",
     "clip_tool_result",
     "truncate_array",
     "truncate_by_chars",
@@ -117,15 +118,24 @@ def _clip_marker(omitted: int) -> str:
     return f"\n[Tool result truncated during local transcript repair: omitted {omitted} chars]\n"
 
 
-def clip_tool_result(text: str, limit: int = TRANSCRIPT_CLIP_CHARS) -> str:
-    """7.6: the transcript-load clip; at most ``limit`` characters, head and tail kept."""
-    if len(text) <= limit:
+def clip_middle(text: str, max_chars: int, marker: Callable[[int], str]) -> str:
+    """Cut ``text`` to about ``max_chars`` by dropping its middle, marker included in the budget.
+
+    Two passes settle the marker's own length (its number of omitted characters depends on it), as
+    in compaction.md 7.6; head gets the odd character so the tail, usually the newest text, is whole.
+    """
+    if len(text) <= max_chars:
         return text
-    omitted = len(text) - limit
+    omitted = len(text) - max_chars
     head = tail = 0
     for _ in range(2):
-        keep = max(0, limit - len(_clip_marker(omitted)))
+        keep = max(0, max_chars - len(marker(omitted)))
         head = math.ceil(keep / 2)
         tail = keep - head
         omitted = len(text) - head - tail
-    return text[:head] + _clip_marker(omitted) + (text[-tail:] if tail > 0 else "")
+    return text[:head] + marker(omitted) + (text[-tail:] if tail > 0 else "")
+
+
+def clip_tool_result(text: str, limit: int = TRANSCRIPT_CLIP_CHARS) -> str:
+    """7.6: the transcript-load clip; at most ``limit`` characters, head and tail kept."""
+    return clip_middle(text, limit, _clip_marker)
