@@ -76,7 +76,10 @@ class Runtime:
         else:
             found = await self.store.get_agent(agent_id)
             if found is None:
-                raise StoreError(f"no agent {agent_id!r}; `reverie chat --agent {agent_id}` creates it")
+                # `reverie memory init` makes an agent without touching the store
+                if not await anyio.Path(memory_dir / ".git").exists():
+                    raise StoreError(f"no agent {agent_id!r}; `reverie chat --agent {agent_id}` creates it")
+                found = await self.store.ensure_agent(agent_id)
             record = found
         if create and agent_id not in self._recovered:
             from subagents.reflection import recover_reflections

@@ -136,13 +136,13 @@ class Store(ReflectionRecords):
         try:
             await worker.start()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{target}: not a usable reverie store ({exc})") from None
+            raise StoreError(f"conversation store {target}: not usable ({exc})") from None
         store = cls(worker, target)
         try:
             await store.recover_interrupted_turns()
         except sqlite3.DatabaseError as exc:
             await worker.close()
-            raise StoreError(f"{target}: not a usable reverie store ({exc})") from None
+            raise StoreError(f"conversation store {target}: not usable ({exc})") from None
         except BaseException:
             await worker.close()
             raise
