@@ -193,7 +193,9 @@ def prompt_cmd(
                 conv = await _existing_conversation(rt, profile, conversation)
                 row = await rt.store.get_prompt(conv.id) if conv is not None else None
                 if row is not None:
-                    sha = (row.compiled_revision or "none")[:7]
+                    # like the seed: the revision the model was last told of (a <memory_update> moves it),
+                    # while the content stays as first compiled
+                    sha = (row.memfs_revision or "none")[:7]
                     return f"[cached · compiled {row.compiled_at} · memfs {sha}]", row.content
                 what = "this conversation has" if conv is not None else f"agent {agent!r} has no conversation, so"
                 print(f"({what} no cached prompt yet; compiling fresh)", file=sys.stderr)

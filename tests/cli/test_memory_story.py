@@ -72,6 +72,8 @@ def test_cached_prompt_lacks_the_rule_and_fresh_has_it(story: dict[str, subproce
     assert story["cached"].stderr.startswith("[cached · compiled ")
     assert RULE in story["fresh"].stdout
     assert story["fresh"].stderr.startswith("[fresh · compiled ")
+    fresh_sha = story["fresh"].stderr.split("memfs ")[1][:7]
+    assert story["cached"].stderr.split("memfs ")[1][:7] == fresh_sha, "the row already names the new revision"
 
 
 def test_new_conversation_prompt_has_the_rule(story: dict[str, subprocess.CompletedProcess[str]]) -> None:
