@@ -7,7 +7,7 @@ turn lock, compaction, post-turn sync and reflection triggers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +80,13 @@ class ChatSession:
         """A manual reflection (``reverie reflect``): ignores the trigger and any failure pause."""
         return await self.reflection.maybe_launch(self.conversation_id, manual=True)
 
-    async def finish_one_shot(self) -> None:
-        """S23: a one-shot run waits a bounded time for the subagents it launched."""
-        await self.supervisor.drain(30.0)
+    async def finish_one_shot(self, notify: Callable[[str], None] | None = None) -> bool:
+        """S23: a one-shot run waits up to 30 s for the subagents it launched, telling ``notify``
+        what it waits for; what is still running then is left to start-up recovery (R6)."""
+        count = self.supervisor.running
+        if count and notify is not None:
+            notify(f"… waiting up to 30 s for {count} background subagent{'s' if count != 1 else ''} (reflection, compaction)")
+        finished = await self.supervisor.drain(30.0)
+        if not finished and notify is not None:
+            notify("… left unfinished subagent work to start-up recovery: nothing is lost")
+        return finished

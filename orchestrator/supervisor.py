@@ -58,6 +58,11 @@ class Supervisor:
             finally:
                 tg.cancel_scope.cancel()
 
+    @property
+    def running(self) -> int:
+        """Subagent tasks still running."""
+        return self._running
+
     def conversation_lock(self, conversation_id: str) -> anyio.Lock:
         return self._locks[conversation_id]
 

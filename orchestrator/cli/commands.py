@@ -115,7 +115,7 @@ def chat(
             if prompt is not None:
                 outcome = await session.send(prompt)
                 renderer.finish()
-                await session.finish_one_shot()
+                await session.finish_one_shot(lambda line: print(line, file=sys.stderr, flush=True))
                 if outcome.status == "error":
                     print(f"reverie: error: {outcome.error}", file=sys.stderr)
                     return 1

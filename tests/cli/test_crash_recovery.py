@@ -31,6 +31,7 @@ def test_kill_during_merge_then_restart_loses_nothing(tmp_path: Path, step: str)
     (home / "config.toml").write_text('[reflection]\ntrigger = "step-count"\nstep_count = 1\n')
     crashed = _reverie(home, "chat", "-p", "my name is Ada Lovelace", fault=step)
     assert crashed.returncode == -9, crashed.stderr
+    assert "waiting up to 30 s for 1 background subagent" in crashed.stderr, "S23's progress line"
     memory = home / "agents" / "agent-default" / "memory"
     assert "(reflection)" in _git(memory, "log", "--all", "--format=%s"), "the reflection committed before the kill"
 
