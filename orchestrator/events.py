@@ -19,6 +19,7 @@ __all__ = [
     "MemoryCommitted",
     "MemoryUpdateInjected",
     "ModelCalled",
+    "ModelRetrying",
     "Observer",
     "Publisher",
     "ReflectionKept",
@@ -76,6 +77,15 @@ class ModelCalled(Event):
     completion_tokens: int
     latency_ms: float
     purpose: str = "chat"
+
+
+@dataclass(frozen=True)
+class ModelRetrying(Event):
+    """A transient model failure about to be retried; shown, not stored (the final outcome is)."""
+
+    kind: ClassVar[str] = "model.retry"
+    transient: ClassVar[bool] = True
+    message: str
 
 
 @dataclass(frozen=True)

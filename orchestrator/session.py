@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.events import Event
+from orchestrator.events import Event, ModelRetrying
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime import Runtime
 from orchestrator.supervisor import Supervisor
@@ -61,6 +61,12 @@ class ChatSession:
                     await reflection.on_event(event, conv.id)
 
                 supervisor.after_turn_hooks.append(reflection.after_turn)
+                if observer is not None and hasattr(rt.model, "on_retry"):
+
+                    async def retrying(message: str) -> None:
+                        await observer(ModelRetrying(message))
+
+                    rt.model.on_retry = retrying
                 runner = TurnRunner(
                     store=rt.store,
                     model=rt.model,

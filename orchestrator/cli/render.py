@@ -17,6 +17,7 @@ from orchestrator.events import (
     CompactionProgress,
     Event,
     MemoryUpdateInjected,
+    ModelRetrying,
     ReflectionKept,
     ReflectionMerged,
     ReminderQueued,
@@ -77,6 +78,8 @@ class TerminalRenderer:
         elif isinstance(event, ToolFinished):
             mark = "✓" if event.ok else "✗"
             self._line(f"  {mark} {one_line(event.output) or '(no output)'}")
+        elif isinstance(event, ModelRetrying):
+            self._line(f"  ⚠ model: {event.message}")
         elif isinstance(event, MemoryUpdateInjected):
             self._line("  ↻ memory changed — <memory_update> injected")
         elif isinstance(event, CompactionProgress):

@@ -247,6 +247,8 @@ class OpenAIModel(ModelClient):
         self._api_key = api_key or "sk-no-key"
         self._request_timeout = request_timeout
         self._sleep: Sleep = sleep or anyio_sleep
+        self.on_retry: Callable[[str], Awaitable[None]] | None = None
+        """Told before each retry wait (a chat shows it), so a slow or failing server is never silent."""
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._http_client = http_client
@@ -282,6 +284,14 @@ class OpenAIModel(ModelClient):
             return min(exc.retry_after, self._backoff_cap)
         return min(self._backoff_base * 2 ** (state.attempt_number - 1), self._backoff_cap)
 
+    async def _before_retry(self, state: RetryCallState) -> None:
+        if self.on_retry is None:
+            return
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        reason = _one_line(str(exc), 160) if exc is not None else "no answer"
+        await self.on_retry(f"{reason}; retry {state.attempt_number + 1}/{self.max_attempts} in {wait:.0f} s")
+
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
         relay = _TextRelay(on_text)
         retrying = AsyncRetrying(
@@ -289,6 +299,7 @@ class OpenAIModel(ModelClient):
             wait=self._wait,
             retry=retry_if_exception(_is_transient),
             sleep=self._sleep,
+            before_sleep=self._before_retry,
             reraise=True,
         )
         try:

@@ -105,3 +105,19 @@ async def test_repeated_id_deltas_make_one_tool_call_that_runs(server: LoopbackO
         assert [(c.id, c.name) for c in assistant.message.tool_calls] == [("call_fixed", "bash")]
         tool = [m for m in history if m.message.role == "tool"][-1]
         assert tool.message.content.strip() == "assembled-a1"
+
+
+async def test_retries_are_shown_to_the_user_while_they_happen(server: LoopbackOpenAI, tmp_path: Path) -> None:
+    from orchestrator.events import Event, ModelRetrying
+
+    seen: list[Event] = []
+
+    async def observe(event: Event) -> None:
+        seen.append(event)
+
+    server.enqueue(server_error("upstream hiccup"), text_reply("fine"))
+    async with ChatSession.open(agent_id="a1", model=_model(server, Waits()), workspace=tmp_path, observer=observe) as session:
+        outcome = await session.send("hi")
+    assert outcome.text == "fine"
+    notices = [e.message for e in seen if isinstance(e, ModelRetrying)]
+    assert len(notices) == 1 and "upstream hiccup" in notices[0] and "retry 2/3" in notices[0]
