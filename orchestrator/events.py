@@ -29,6 +29,7 @@ __all__ = [
     "TextDelta",
     "ToolFinished",
     "ToolStarted",
+    "ignore_event",
     "TurnEnded",
     "TurnStarted",
 ]
@@ -188,6 +189,11 @@ class ReflectionKept(Event):
 
 
 Observer = Callable[[Event], Awaitable[None]]
+
+
+async def ignore_event(_: Event) -> None:
+    """The observer of nobody watching."""
+    return None
 
 
 class _Recorder(Protocol):

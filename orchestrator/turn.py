@@ -50,6 +50,7 @@ from orchestrator.events import (
     ToolStarted,
     TurnEnded,
     TurnStarted,
+    ignore_event,
 )
 from orchestrator.memory_sync import SyncResult, after_turn, sync_reminder_for
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
@@ -116,10 +117,6 @@ def to_model_messages(stored: Sequence[StoredMessage]) -> tuple[Message, ...]:
     return tuple(s.message for s in stored)
 
 
-async def _ignore(_: Event) -> None:
-    return None
-
-
 class TurnRunner:
     """Runs turns for one agent; one instance may serve many conversations (it holds no turn state)."""
 
@@ -139,7 +136,7 @@ class TurnRunner:
         self.settings = settings
         self.agent = agent
         self.workspace = workspace
-        self.observer = observer or _ignore
+        self.observer = observer or ignore_event
         self.compactor = compactor
 
     async def _emit(self, event: Event, conversation_id: str) -> None:

@@ -71,6 +71,7 @@ from orchestrator.events import (
     CompactionStarted,
     Event,
     Publisher,
+    ignore_event,
 )
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree, run_git
@@ -173,10 +174,6 @@ def _usage_anchor(history: Sequence[StoredMessage]) -> tuple[Usage | None, int |
     return None, None
 
 
-async def _ignore(_: Event) -> None:
-    return None
-
-
 class CompactionSubagent:
     """The ``Compactor`` of a ``TurnRunner`` (see the module docstring), one per agent and session.
 
@@ -200,7 +197,7 @@ class CompactionSubagent:
         self.model = model
         self.settings = settings
         self.agent = agent
-        self.observer = observer or _ignore
+        self.observer = observer or ignore_event
         self.supervisor = supervisor
         self.sleep = sleep
         self.compaction = compaction or CompactionSettings.from_config(settings)

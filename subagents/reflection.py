@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from orchestrator.config import Settings
-from orchestrator.events import Event, Publisher, ReflectionKept, ReflectionLaunched, ReflectionMerged
+from orchestrator.events import (
+    Event,
+    Publisher,
+    ReflectionKept,
+    ReflectionLaunched,
+    ReflectionMerged,
+    ignore_event,
+)
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
@@ -73,10 +80,6 @@ def _steps(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for m in messages if m.message.role == "assistant" and m.message.content.strip())
 
 
-async def _ignore(_: Event) -> None:
-    return None
-
-
 class ReflectionCoordinator:
     """Decides, launches and finishes reflections for one agent's conversations."""
 
@@ -95,7 +98,7 @@ class ReflectionCoordinator:
         self.settings = settings
         self.agent = agent
         self.supervisor = supervisor
-        self.observer = observer or _ignore
+        self.observer = observer or ignore_event
         self._active = False
 
     @property

@@ -1,39 +1,17 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 import pytest
 
-from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
+from tests.support import hold_merge_lock
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-
-
-@asynccontextmanager
-async def hold_merge_lock(repo: Path) -> AsyncIterator[None]:
-    """Hold the repository's merge lock in another task, as a reflection merge would."""
-    held, release = anyio.Event(), anyio.Event()
-
-    async def holder() -> None:
-        async with merge_lock(repo):
-            held.set()
-            await release.wait()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(holder)
-        await held.wait()
-        try:
-            yield
-        finally:
-            release.set()
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from orchestrator.testing.openai_server import (
     text_reply,
     tool_call_reply,
 )
+from tests.support import SleepRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -44,14 +45,6 @@ BASH = ToolSpec(
 def server() -> Iterator[LoopbackOpenAI]:
     with LoopbackOpenAI() as loopback:
         yield loopback
-
-
-class SleepRecorder:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
 
 
 def make_model(server: LoopbackOpenAI, sleep: SleepRecorder | None = None, **options: float) -> OpenAIModel:

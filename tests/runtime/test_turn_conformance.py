@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -16,7 +15,6 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.events import Event, MemoryUpdateInjected
 from orchestrator.memfs.compiler import compile_system_prompt
-from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ModelError, ModelRequest, ModelResponse, ToolCall
@@ -24,6 +22,7 @@ from orchestrator.prompt_cache import record_from, resolve_system_prompt, same_m
 from orchestrator.session import ChatSession
 from orchestrator.store import Store, StoredMessage
 from orchestrator.turn import AgentProfile, TurnRunner
+from tests.support import hold_merge_lock
 
 pytestmark = pytest.mark.anyio
 
@@ -59,25 +58,6 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     async with Store.opened(tmp_path / "store.sqlite") as opened:
         await opened.ensure_agent("a1")
         yield opened
-
-
-@asynccontextmanager
-async def hold_merge_lock(repo: Path) -> AsyncIterator[None]:
-    """Hold the repository's merge lock in another task, as a reflection merge would."""
-    held, release = anyio.Event(), anyio.Event()
-
-    async def holder() -> None:
-        async with merge_lock(repo):
-            held.set()
-            await release.wait()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(holder)
-        await held.wait()
-        try:
-            yield
-        finally:
-            release.set()
 
 
 def _updates(history: Sequence[StoredMessage]) -> list[StoredMessage]:

@@ -20,6 +20,7 @@ from orchestrator.testing.openai_server import (
     text_reply,
     tool_call_reply,
 )
+from tests.support import SleepRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -30,25 +31,17 @@ def server() -> Iterator[LoopbackOpenAI]:
         yield srv
 
 
-class Waits:
-    def __init__(self) -> None:
-        self.seen: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.seen.append(seconds)
-
-
-def _model(server: LoopbackOpenAI, waits: Waits, **kw: object) -> OpenAIModel:
+def _model(server: LoopbackOpenAI, waits: SleepRecorder, **kw: object) -> OpenAIModel:
     return OpenAIModel(base_url=server.base_url, model="loopback-model", sleep=waits, max_attempts=3, **kw)  # type: ignore[arg-type]
 
 
 async def test_rate_limited_then_success_completes_the_turn(server: LoopbackOpenAI, tmp_path: Path) -> None:
-    waits = Waits()
+    waits = SleepRecorder()
     server.enqueue(rate_limited(retry_after=7), text_reply("hello back"))
     async with ChatSession.open(agent_id="a1", model=_model(server, waits), workspace=tmp_path) as session:
         outcome = await session.send("hi")
         assert outcome.status == "end_turn" and outcome.text == "hello back"
-        assert 7 in waits.seen
+        assert 7 in waits.delays
         history = await session.runtime.store.in_context(session.conversation_id)
         assert [m.message.role for m in history][-2:] == ["user", "assistant"]
 
@@ -56,7 +49,7 @@ async def test_rate_limited_then_success_completes_the_turn(server: LoopbackOpen
 async def test_persistent_500_ends_turn_with_clear_error_and_consistent_store(
     server: LoopbackOpenAI, tmp_path: Path
 ) -> None:
-    waits = Waits()
+    waits = SleepRecorder()
     server.enqueue(*[server_error("upstream exploded")] * 3, text_reply("recovered"))
     async with ChatSession.open(agent_id="a1", model=_model(server, waits), workspace=tmp_path) as session:
         outcome = await session.send("hi")
@@ -73,7 +66,7 @@ async def test_persistent_500_ends_turn_with_clear_error_and_consistent_store(
 
 async def test_malformed_tool_arguments_become_an_error_result(server: LoopbackOpenAI, tmp_path: Path) -> None:
     server.enqueue(tool_call_reply("bash", '{"command": "echo hi'), text_reply("sorry"))
-    async with ChatSession.open(agent_id="a1", model=_model(server, Waits()), workspace=tmp_path) as session:
+    async with ChatSession.open(agent_id="a1", model=_model(server, SleepRecorder()), workspace=tmp_path) as session:
         outcome = await session.send("run it")
         assert outcome.status == "end_turn"
         history = await session.runtime.store.in_context(session.conversation_id)
@@ -87,7 +80,7 @@ async def test_malformed_tool_arguments_become_an_error_result(server: LoopbackO
 
 async def test_stalled_stream_hits_the_idle_timeout(server: LoopbackOpenAI, tmp_path: Path) -> None:
     server.enqueue(*[stall(seconds=5)] * 3)
-    model = _model(server, Waits(), idle_timeout=0.3)
+    model = _model(server, SleepRecorder(), idle_timeout=0.3)
     async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
         outcome = await session.send("hi")
         assert outcome.status == "error" and outcome.error is not None
@@ -97,7 +90,7 @@ async def test_stalled_stream_hits_the_idle_timeout(server: LoopbackOpenAI, tmp_
 async def test_repeated_id_deltas_make_one_tool_call_that_runs(server: LoopbackOpenAI, tmp_path: Path) -> None:
     call = PlannedToolCall("bash", json.dumps({"command": "echo assembled-$AGENT_ID"}), "call_fixed")
     server.enqueue(Planned(tool_calls=(call,), tool_call_style="repeat", chunk_size=3), text_reply("done"))
-    async with ChatSession.open(agent_id="a1", model=_model(server, Waits()), workspace=tmp_path) as session:
+    async with ChatSession.open(agent_id="a1", model=_model(server, SleepRecorder()), workspace=tmp_path) as session:
         outcome = await session.send("go")
         assert outcome.tool_calls == ("bash",)
         history = await session.runtime.store.in_context(session.conversation_id)
@@ -116,7 +109,7 @@ async def test_retries_are_shown_to_the_user_while_they_happen(server: LoopbackO
         seen.append(event)
 
     server.enqueue(server_error("upstream hiccup"), text_reply("fine"))
-    async with ChatSession.open(agent_id="a1", model=_model(server, Waits()), workspace=tmp_path, observer=observe) as session:
+    async with ChatSession.open(agent_id="a1", model=_model(server, SleepRecorder()), workspace=tmp_path, observer=observe) as session:
         outcome = await session.send("hi")
     assert outcome.text == "fine"
     notices = [e.message for e in seen if isinstance(e, ModelRetrying)]
