@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	REVERIE_WORKTREES=$(CURDIR)/worktrees $(BIN)/python -m orchestrator.demo
+	REVERIE_WORKTREES=$(CURDIR)/worktrees $(BIN)/python -m orchestrator.app.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator subagents prompts tests bench

@@ -38,8 +38,8 @@ def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., 
 
 
 def _instrument() -> None:
-    import orchestrator.prompt_cache as prompt_cache
-    import orchestrator.turn as turn
+    import orchestrator.agent.prompt_cache as prompt_cache
+    import orchestrator.agent.turn as turn
     from orchestrator.store.store import Store
 
     Store._run = _timed_async("sqlite", Store._run)  # type: ignore[method-assign]
@@ -55,7 +55,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float]]:
-    from orchestrator.session import ChatSession
+    from orchestrator.app.session import ChatSession
 
     _spent.clear()
     durations: list[float] = []

@@ -1,7 +1,9 @@
 """reverie: an async multi-agent orchestrator whose agents keep their memory in git.
 
-The runtime lives in subpackages, one concept each (``memfs``, ``models``, ``store``, ``tools``,
-``compaction``, ``cli``); this top-level module only names the version.
+Layers, lowest first: ``base`` (values) -> the I/O seams ``memfs``, ``store``, ``models``, ``tools``
+-> ``compaction`` -> ``agent`` (one turn) -> ``runtime`` (process, supervisor) -> the top-level
+``subagents`` package (plugins) -> the composition root ``app``, ``cli`` and ``batch``. This module
+only names the version.
 """
 
 __all__ = ["__version__"]

@@ -45,6 +45,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from orchestrator.agent.prompt_cache import record_from
+from orchestrator.base.events import (
+    CompactionDone,
+    CompactionFailed,
+    CompactionProgress,
+    CompactionStarted,
+    Event,
+    Publisher,
+    ignore_event,
+)
 from orchestrator.compaction import (
     CompactionMode,
     CompactionOutcome,
@@ -64,26 +74,16 @@ from orchestrator.compaction import (
     system_prompt_tokens,
     tool_schema_tokens,
 )
-from orchestrator.events import (
-    CompactionDone,
-    CompactionFailed,
-    CompactionProgress,
-    CompactionStarted,
-    Event,
-    Publisher,
-    ignore_event,
-)
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree, run_git
 from orchestrator.models.types import Message, ModelClient, Usage
-from orchestrator.prompt_cache import record_from
 from orchestrator.store import PromptRecord, Store, StoredMessage
 from orchestrator.tools import tool_specs
 
 if TYPE_CHECKING:
-    from orchestrator.config import Settings
-    from orchestrator.supervisor import Supervisor
-    from orchestrator.turn import AgentProfile, Observer
+    from orchestrator.agent.turn import AgentProfile, Observer
+    from orchestrator.base.config import Settings
+    from orchestrator.runtime.supervisor import Supervisor
 
 __all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent"]
 

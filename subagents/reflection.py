@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from orchestrator.config import Settings
-from orchestrator.events import (
+from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.base.config import Settings
+from orchestrator.base.events import (
     Event,
     Publisher,
     ReflectionKept,
@@ -36,22 +37,21 @@ from orchestrator.events import (
     ReflectionMerged,
     ignore_event,
 )
+from orchestrator.base.paths import reverie_home
+from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
 from orchestrator.models.types import Message, ModelClient, ModelRequest
-from orchestrator.paths import reverie_home
-from orchestrator.processes import pid_alive
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, run_tool, tool_specs
-from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
 from prompts import load_prompt
 from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
 if TYPE_CHECKING:
+    from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.store import Store
-    from orchestrator.supervisor import Supervisor
 
 __all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "recover_reflections", "render_transcript"]
 

@@ -5,7 +5,7 @@ say what the agent must be reminded of at the start of its next turn.
 waiting and skips the sync silently (``None``) while a reflection merge holds it (4.7 item 2), so a
 half-done rebase of a merge is never reported to the agent as a conflict. ``check_memory`` is the
 blocking part (git) and runs in a worker thread under that lock; the decision of which reminder a
-status produces is pure (``orchestrator.reminders.sync_reminder``). Push and ``pull --rebase`` run
+status produces is pure (``orchestrator.agent.reminders.sync_reminder``). Push and ``pull --rebase`` run
 only when the repository has an ``origin`` remote, retried with tenacity (3 attempts, waiting
 500 ms then 1000 ms) only on the reference's transient errors (``is_transient_git_error``); the
 rebased tip is audited again before the second push (4.2 check 10).
@@ -22,9 +22,9 @@ from pathlib import Path
 import anyio
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
+from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.memfs.locks import LockBusy, merge_lock
 from orchestrator.memfs.repo import GitError, RepoStatus, head_revision, repo_status, run_git
-from orchestrator.reminders import memory_invalid_reminder, sync_reminder
 
 __all__ = [
     "SyncResult",

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import anyio
 
+from orchestrator.agent.reminders import memory_update_reminder
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
 from orchestrator.memfs.reader import open_reader
 from orchestrator.models.types import Message
-from orchestrator.reminders import memory_update_reminder
 from orchestrator.store import PromptRecord, Store, StoredMessage
 
 __all__ = [

@@ -37,8 +37,12 @@ from typing import Protocol
 
 import anyio
 
-from orchestrator.config import Settings
-from orchestrator.events import (
+from orchestrator.agent.memory_sync import SyncResult, after_turn, sync_reminder_for
+from orchestrator.agent.prompt_cache import resolve_system_prompt
+from orchestrator.agent.reminders import agent_info_reminder
+from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
+from orchestrator.base.config import Settings
+from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
     ModelCalled,
@@ -52,11 +56,7 @@ from orchestrator.events import (
     TurnStarted,
     ignore_event,
 )
-from orchestrator.memory_sync import SyncResult, after_turn, sync_reminder_for
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
-from orchestrator.prompt_cache import resolve_system_prompt
-from orchestrator.reminders import agent_info_reminder
-from orchestrator.skills import Skill, append_available_skills, discover_skills
 from orchestrator.store import Store, StoredMessage, TurnStatus
 from orchestrator.tools import ToolContext, run_tool, tool_specs
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.events import Event, ModelRetrying
+from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.base.events import Event, ModelRetrying
 from orchestrator.models.types import ModelClient
-from orchestrator.runtime import Runtime
-from orchestrator.supervisor import Supervisor
-from orchestrator.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.runtime.runtime import Runtime
+from orchestrator.runtime.supervisor import Supervisor
 from subagents.reflection import ReflectionCoordinator
 
 __all__ = ["ChatSession"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.paths import config_path
+from orchestrator.base.paths import config_path
 
 __all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
 

@@ -24,14 +24,14 @@ from typing import Any
 
 import anyio
 
+from orchestrator.app.session import ChatSession
+from orchestrator.base.events import Event, MemoryCommitted
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
-from orchestrator.events import Event, MemoryCommitted
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo, run_git
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
-from orchestrator.session import ChatSession
 from orchestrator.store.records import utc_now
 
 __all__ = [

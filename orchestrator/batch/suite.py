@@ -43,7 +43,7 @@ SETTING_KEYS: Mapping[str, type] = {
     "sliding_percentage": float,
     "summarizer_model": str,
 }
-"""Per-task settings: names of ``orchestrator.config.Settings`` fields a suite may set."""
+"""Per-task settings: names of ``orchestrator.base.config.Settings`` fields a suite may set."""
 
 
 class SuiteError(ValueError):

@@ -13,10 +13,10 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import typer
 
+from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id, reverie_home
 from orchestrator.cli.errors import UserError, interrupted
 from orchestrator.cli.memory import AgentOption
 from orchestrator.cli.render import TerminalRenderer, one_line
-from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id, reverie_home
 
 __all__ = ["register", "require_agent", "require_agent_in_home", "run_async"]
 
@@ -92,7 +92,7 @@ def chat(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model name (with an endpoint configured).")] = None,
 ) -> None:
     """Talk to an agent. Without -p, an interactive session (history kept; Ctrl-D to leave)."""
-    from orchestrator.session import ChatSession
+    from orchestrator.app.session import ChatSession
 
     if prompt is not None and not prompt.strip():
         raise UserError("--prompt is empty: give the message to send")
@@ -182,7 +182,7 @@ def prompt_cmd(
 ) -> None:
     """Print the system prompt the conversation uses (its cached compile), or a fresh compile."""
     from orchestrator.memfs.compiler import compile_system_prompt
-    from orchestrator.runtime import Runtime
+    from orchestrator.runtime.runtime import Runtime
 
     async def main() -> tuple[str, str]:
         async with Runtime.open() as rt:
@@ -219,7 +219,7 @@ def history(
     list_conversations: Annotated[bool, typer.Option("--list", help="List the agent's conversations instead.")] = False,
 ) -> None:
     """Show a conversation's whole durable transcript (evicted messages included)."""
-    from orchestrator.runtime import Runtime
+    from orchestrator.runtime.runtime import Runtime
 
     async def main() -> Any:
         async with Runtime.open() as rt:
@@ -280,7 +280,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Search everything the agent's conversations ever held (FTS5, BM25), evicted messages included."""
-    from orchestrator.runtime import Runtime
+    from orchestrator.runtime.runtime import Runtime
 
     if not query.strip():
         raise UserError("the search query is empty: give words or \"a phrase\"")
@@ -311,7 +311,7 @@ def reflect(
     conversation: ConversationOption = None,
 ) -> None:
     """Reflect on the conversation now (ignores the trigger and a failure pause) and wait for the merge."""
-    from orchestrator.session import ChatSession
+    from orchestrator.app.session import ChatSession
 
     renderer = TerminalRenderer()
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.commands import (
     ContextWindowOption,
     ConversationOption,
@@ -20,7 +21,6 @@ from orchestrator.cli.commands import (
 )
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption
-from orchestrator.paths import DEFAULT_AGENT_ID
 
 __all__ = ["compact", "compacted_line", "register"]
 
@@ -43,7 +43,7 @@ def compact(
     """Compact a conversation now: summarise older messages, keep the recent ones."""
     if mode is not None and mode not in _MODES:
         raise UserError(f"--mode {mode!r}: use one of {', '.join(_MODES)}")
-    from orchestrator.session import ChatSession
+    from orchestrator.app.session import ChatSession
     from subagents.compaction import CompactionSubagent
 
     async def main() -> Any:

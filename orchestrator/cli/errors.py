@@ -6,7 +6,7 @@ import sqlite3
 import sys
 from typing import NoReturn
 
-from orchestrator.config import ConfigError
+from orchestrator.base.config import ConfigError
 from orchestrator.memfs.gitsnapshot import GitReadError
 from orchestrator.memfs.repo import GitError, MemoryCommitRejected
 from orchestrator.models.types import ModelError
@@ -36,7 +36,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 def describe(exc: BaseException) -> str:
     """The report for a user error; an OS error reads ``path: reason`` rather than ``[Errno N] ...``."""
     if isinstance(exc, sqlite3.DatabaseError):
-        from orchestrator.paths import store_path
+        from orchestrator.base.paths import store_path
 
         return f"conversation store {store_path()}: {exc}"
     if isinstance(exc, OSError) and exc.strerror:

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.tree import Tree
 
+from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
 from orchestrator.cli.errors import UserError
-from orchestrator.paths import DEFAULT_AGENT_ID, agent_memory_dir
 
 __all__ = ["AgentOption", "app", "repo_in_trouble", "resolve_memory_dir"]
 

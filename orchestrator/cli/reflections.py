@@ -14,11 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.base.paths import DEFAULT_AGENT_ID, store_path
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
 from orchestrator.memfs.merge import discard_branch, merge_branch
 from orchestrator.memfs.worktrees import list_reflections
-from orchestrator.paths import DEFAULT_AGENT_ID, store_path
 from orchestrator.store import ReflectionRecord, Store
 
 __all__ = ["app", "register"]

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import TextIO
 
-from orchestrator.events import (
+from orchestrator.base.events import (
     CompactionDone,
     CompactionFailed,
     CompactionProgress,

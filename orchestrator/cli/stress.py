@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from orchestrator.app.stress import StressConfig, StressReport, run_stress
 from orchestrator.cli.errors import UserError
-from orchestrator.stress import StressConfig, StressReport, run_stress
 
 __all__ = ["register", "stress"]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from orchestrator.config import Settings
+from orchestrator.base.config import Settings
 
 __all__ = ["DEFAULT_CLIP_CHARS", "CompactionMode", "CompactionSettings", "CompactionSettingsError"]
 
@@ -116,7 +116,7 @@ class CompactionSettings:
 
     @classmethod
     def from_config(cls, settings: Settings) -> CompactionSettings:
-        """Build from the resolved configuration (``orchestrator.config.Settings``, S20)."""
+        """Build from the resolved configuration (``orchestrator.base.config.Settings``, S20)."""
         return cls(
             mode=settings.compaction_mode,  # type: ignore[arg-type]
             sliding_percentage=settings.sliding_percentage,

@@ -32,7 +32,7 @@ import sniffio
 from anyio import CancelScope, Lock, WouldBlock, sleep
 from filelock import FileLock, Timeout
 
-from orchestrator.processes import pid_alive
+from orchestrator.base.processes import pid_alive
 
 __all__ = [
     "LOCK_FILE_NAME",

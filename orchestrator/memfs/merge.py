@@ -35,6 +35,12 @@ import anyio.to_thread
 from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
 
+from orchestrator.agent.reminders import (
+    MEMORY_INVALID_TEMPLATE,
+    REFLECTION_KEPT_TEMPLATE,
+    memory_invalid_reminder,
+    reflection_kept_reminder,
+)
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
@@ -45,12 +51,6 @@ from orchestrator.memfs.worktrees import (
     remove_worktree,
     run_git,
     worktrees_root,
-)
-from orchestrator.reminders import (
-    MEMORY_INVALID_TEMPLATE,
-    REFLECTION_KEPT_TEMPLATE,
-    memory_invalid_reminder,
-    reflection_kept_reminder,
 )
 
 __all__ = [

@@ -29,9 +29,9 @@ import anyio.to_thread
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.base.paths import check_agent_id, worktrees_root
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 from orchestrator.memfs.repo import GitError as RepoGitError
-from orchestrator.paths import check_agent_id, worktrees_root
 
 __all__ = [
     "BRANCH_PREFIX",

@@ -15,13 +15,13 @@ from typing import Any
 
 import anyio
 
-from orchestrator.config import Settings, load_settings
+from orchestrator.agent.turn import AgentProfile
+from orchestrator.base.config import Settings, load_settings
+from orchestrator.base.paths import agent_memory_dir, check_agent_id
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
-from orchestrator.paths import agent_memory_dir, check_agent_id
 from orchestrator.store import Conversation, Store, StoreError
-from orchestrator.turn import AgentProfile
 from prompts import load_prompt
 
 __all__ = ["Runtime", "build_model"]

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.store import Store
-from orchestrator.turn import Compactor, Observer, TurnOutcome, TurnRunner
 
 if TYPE_CHECKING:
-    from orchestrator.config import Settings
-    from orchestrator.runtime import Runtime
-    from orchestrator.turn import AgentProfile
+    from orchestrator.agent.turn import AgentProfile
+    from orchestrator.base.config import Settings
+    from orchestrator.runtime.runtime import Runtime
 
 __all__ = ["Supervisor"]
 

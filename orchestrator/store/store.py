@@ -17,9 +17,9 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
+from orchestrator.base.paths import store_path
+from orchestrator.base.processes import pid_alive
 from orchestrator.models.types import Message, ToolCall
-from orchestrator.paths import store_path
-from orchestrator.processes import pid_alive
 from orchestrator.store.projection import fts_expression, like_pattern, parse_bound, parse_query, project
 from orchestrator.store.records import (
     Agent,
@@ -129,7 +129,7 @@ class Store(ReflectionRecords):
     @classmethod
     async def open(cls, path: Path | str | None = None) -> Store:
         """Open (creating and migrating if needed) and mark turns left ``running`` by a dead process as
-        ``interrupted``. ``path`` defaults to ``orchestrator.paths.store_path()``."""
+        ``interrupted``. ``path`` defaults to ``orchestrator.base.paths.store_path()``."""
         target = Path(path) if path is not None else store_path()
         await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
         worker = ConnectionWorker(target, configure_connection)

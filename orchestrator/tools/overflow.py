@@ -8,7 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
-from orchestrator.paths import reverie_home
+from orchestrator.base.paths import reverie_home
 
 __all__ = ["OVERFLOW_MAX_AGE_SECONDS", "cleanup_overflow_files", "overflow_dir_for", "write_overflow"]
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.agent.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
 from orchestrator.memfs.repo import init_memory_repo
-from orchestrator.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
 from tests.support import hold_merge_lock
 
 

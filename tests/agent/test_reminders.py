@@ -9,9 +9,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.agent.reminders import (
+    agent_info_reminder,
+    join_reminders,
+    memory_update_reminder,
+    sync_reminder,
+)
+from orchestrator.app.session import ChatSession
 from orchestrator.models.scripted import ScriptedModel
-from orchestrator.reminders import agent_info_reminder, join_reminders, memory_update_reminder, sync_reminder
-from orchestrator.session import ChatSession
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

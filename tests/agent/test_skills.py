@@ -6,7 +6,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.skills import Skill, append_available_skills, discover_skills, render_available_skills
+from orchestrator.agent.skills import Skill, append_available_skills, discover_skills, render_available_skills
 
 EXAMPLE = (
     "You are Axiom.\n"

@@ -5,10 +5,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.agent.prompt_cache import PromptAction, decide
+from orchestrator.app.session import ChatSession
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ModelRequest, ModelResponse, ToolCall
-from orchestrator.prompt_cache import PromptAction, decide
-from orchestrator.session import ChatSession
 from orchestrator.store import PromptRecord
 
 pytestmark = pytest.mark.anyio

@@ -12,16 +12,16 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator.config import Settings
-from orchestrator.events import Event, MemoryUpdateInjected
+from orchestrator.agent.prompt_cache import record_from, resolve_system_prompt, same_memory
+from orchestrator.agent.turn import AgentProfile, TurnRunner
+from orchestrator.app.session import ChatSession
+from orchestrator.base.config import Settings
+from orchestrator.base.events import Event, MemoryUpdateInjected
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ModelError, ModelRequest, ModelResponse, ToolCall
-from orchestrator.prompt_cache import record_from, resolve_system_prompt, same_memory
-from orchestrator.session import ChatSession
 from orchestrator.store import Store, StoredMessage
-from orchestrator.turn import AgentProfile, TurnRunner
 from tests.support import hold_merge_lock
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.session import ChatSession
 from orchestrator.models.openai_client import OpenAIModel
-from orchestrator.session import ChatSession
 from orchestrator.testing.openai_server import (
     LoopbackOpenAI,
     Planned,
@@ -101,7 +101,7 @@ async def test_repeated_id_deltas_make_one_tool_call_that_runs(server: LoopbackO
 
 
 async def test_retries_are_shown_to_the_user_while_they_happen(server: LoopbackOpenAI, tmp_path: Path) -> None:
-    from orchestrator.events import Event, ModelRetrying
+    from orchestrator.base.events import Event, ModelRetrying
 
     seen: list[Event] = []
 

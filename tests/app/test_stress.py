@@ -5,7 +5,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from orchestrator.stress import StressConfig, StressReport, percentile, run_stress
+from orchestrator.app.stress import StressConfig, StressReport, percentile, run_stress
 from tests.memfs.reflection_helpers import git
 
 

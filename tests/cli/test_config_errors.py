@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import ConfigError, load_settings
+from orchestrator.base.config import ConfigError, load_settings
 
 
 def _load(tmp_path: Path, toml: str | None = None, **environ: str) -> object:

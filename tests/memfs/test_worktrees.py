@@ -9,6 +9,7 @@ import pytest
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.base.paths import worktrees_root
 from orchestrator.memfs.worktrees import (
     GitError,
     branch_for,
@@ -19,7 +20,6 @@ from orchestrator.memfs.worktrees import (
     parse_worktree_list,
     remove_worktree,
 )
-from orchestrator.paths import worktrees_root
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
 
 

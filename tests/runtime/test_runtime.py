@@ -5,7 +5,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.runtime import Runtime
+from orchestrator.runtime.runtime import Runtime
 from orchestrator.store import Store, StoreError
 
 pytestmark = pytest.mark.anyio

@@ -15,15 +15,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from orchestrator.app.session import ChatSession
+from orchestrator.base.events import CompactionDone, CompactionProgress, Event
+from orchestrator.base.paths import worktrees_root
 from orchestrator.cli.compact import register
 from orchestrator.compaction import EMERGENCY_SUMMARY
-from orchestrator.events import CompactionDone, CompactionProgress, Event
 from orchestrator.memfs.repo import commit_memory
 from orchestrator.models.openai_client import OpenAIModel
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ModelClient
-from orchestrator.paths import worktrees_root
-from orchestrator.session import ChatSession
 from orchestrator.store import Store
 from orchestrator.testing.openai_server import (
     LoopbackOpenAI,

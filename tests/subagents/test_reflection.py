@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.events import Event
+from orchestrator.app.session import ChatSession
+from orchestrator.base.events import Event
 from orchestrator.models.types import ToolCall
-from orchestrator.session import ChatSession
 
 pytestmark = pytest.mark.anyio
 
