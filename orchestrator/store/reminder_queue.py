@@ -1,0 +1,173 @@
+"""The reminder queue (DECISIONS T2, S15; turn-loop.md 4.7): text queued for the start of a
+conversation's next turn, deduplicated by key, delivered as one ``reminder`` message in the same
+transaction as the user's message, and one-shot flags (agent-info) that survive restarts until re-armed."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.models.types import Message
+from orchestrator.store.jobs import StoreJobs, require_conversation, transaction
+from orchestrator.store.records import PendingReminder, StoredMessage, utc_now
+from orchestrator.store.transcript import insert_messages
+
+__all__ = ["REMINDER_QUEUE_LIMIT", "ReminderQueue", "rearm_keys"]
+
+REMINDER_QUEUE_LIMIT = 25
+"""turn-loop.md 4.7 item 6: the pending queue keeps the newest 25 entries."""
+
+
+def _pending(conn: sqlite3.Connection, conversation_id: str) -> list[PendingReminder]:
+    rows = conn.execute(
+        "SELECT key, text, priority, once, enqueued_at FROM reminders "
+        "WHERE conversation_id = ? AND delivered_at IS NULL ORDER BY priority, id",
+        (conversation_id,),
+    ).fetchall()
+    return [
+        PendingReminder(key=r[0], text=r[1], priority=r[2], once=bool(r[3]), enqueued_at=r[4]) for r in rows
+    ]
+
+
+def _was_sent(conn: sqlite3.Connection, conversation_id: str, key: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM reminder_flags WHERE conversation_id = ? AND key = ?", (conversation_id, key)
+    ).fetchone()
+    return row is not None
+
+
+def rearm_keys(conn: sqlite3.Connection, conversation_id: str, keys: Sequence[str]) -> None:
+    conn.executemany(
+        "DELETE FROM reminder_flags WHERE conversation_id = ? AND key = ?",
+        [(conversation_id, k) for k in keys],
+    )
+
+
+class ReminderQueue(StoreJobs):
+    """Mixed into ``Store``: the ``reminders`` and ``reminder_flags`` tables."""
+
+    async def enqueue_reminder(
+        self, conversation_id: str, key: str, text: str, *, priority: int = 100, once: bool = False
+    ) -> bool:
+        """Queue ``text`` for the start of the conversation's next turn (DECISIONS T2, S15).
+
+        ``key`` dedups: a pending reminder with the same key is replaced (new text, same place), so a
+        reminder queued after every turn is delivered once per turn, never accumulating. Delivery order
+        is ``priority`` (lower first), then queueing order. ``once=True`` makes it a one-shot reminder
+        (agent-info): it is not queued if already sent, and delivering it marks it sent until
+        ``rearm``. Returns whether the reminder is now pending."""
+
+        def job(conn: sqlite3.Connection) -> bool:
+            with transaction(conn):
+                require_conversation(conn, conversation_id)
+                if once and _was_sent(conn, conversation_id, key):
+                    return False
+                updated = conn.execute(
+                    "UPDATE reminders SET text = ?, priority = ?, once = ? "
+                    "WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+                    (text, priority, int(once), conversation_id, key),
+                ).rowcount
+                if not updated:
+                    conn.execute(
+                        "INSERT INTO reminders(conversation_id, key, text, priority, once, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        (conversation_id, key, text, priority, int(once), utc_now()),
+                    )
+                conn.execute(
+                    "DELETE FROM reminders WHERE id IN (SELECT id FROM reminders WHERE conversation_id = ? "
+                    "AND delivered_at IS NULL ORDER BY id DESC LIMIT -1 OFFSET ?)",
+                    (conversation_id, REMINDER_QUEUE_LIMIT),
+                )
+                return True
+
+        return await self._run(job)
+
+    async def cancel_reminder(self, conversation_id: str, key: str) -> bool:
+        """Drop a pending reminder (e.g. the repository became clean before the next turn)."""
+
+        def job(conn: sqlite3.Connection) -> bool:
+            with transaction(conn):
+                return (
+                    conn.execute(
+                        "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+                        (conversation_id, key),
+                    ).rowcount
+                    > 0
+                )
+
+        return await self._run(job)
+
+    async def pending_reminders(self, conversation_id: str) -> list[PendingReminder]:
+        def job(conn: sqlite3.Connection) -> list[PendingReminder]:
+            return _pending(conn, conversation_id)
+
+        return await self._run(job)
+
+    async def deliver_reminders(
+        self,
+        conversation_id: str,
+        *,
+        followed_by: Sequence[Message] = (),
+        turn_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[StoredMessage]:
+        """Turn start, one transaction: take every pending reminder, append them as ONE user-role message
+        of kind ``reminder`` (texts joined with ``\\n\\n``, in delivery order; metadata
+        ``reminder_keys``), then append ``followed_by`` (the user's message, with ``metadata``), mark the
+        reminders delivered and the one-shot ones sent. With nothing pending only ``followed_by`` is
+        appended. Returns the stored messages in order."""
+        extra = list(followed_by)
+
+        def job(conn: sqlite3.Connection) -> list[StoredMessage]:
+            with transaction(conn):
+                pending = _pending(conn, conversation_id)
+                drafts: list[tuple[Message, dict[str, Any]]] = []
+                if pending:
+                    text = "\n\n".join(p.text for p in pending)
+                    drafts.append(
+                        (
+                            Message(role="user", content=text, kind="reminder"),
+                            {"reminder_keys": [p.key for p in pending]},
+                        )
+                    )
+                drafts.extend((m, dict(metadata or {})) for m in extra)
+                stored = insert_messages(conn, conversation_id, drafts, turn_id)
+                if pending:
+                    now = utc_now()
+                    conn.execute(
+                        "UPDATE reminders SET delivered_at = ?, message_id = ? WHERE conversation_id = ? AND delivered_at IS NULL",
+                        (now, stored[0].id, conversation_id),
+                    )
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO reminder_flags(conversation_id, key, sent_at) VALUES (?, ?, ?)",
+                        [(conversation_id, p.key, now) for p in pending if p.once],
+                    )
+            return stored
+
+        return await self._run(job)
+
+    async def mark_sent(self, conversation_id: str, *keys: str) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                now = utc_now()
+                conn.executemany(
+                    "INSERT OR REPLACE INTO reminder_flags(conversation_id, key, sent_at) VALUES (?, ?, ?)",
+                    [(conversation_id, k, now) for k in keys],
+                )
+
+        await self._run(job)
+
+    async def was_sent(self, conversation_id: str, key: str) -> bool:
+        def job(conn: sqlite3.Connection) -> bool:
+            return _was_sent(conn, conversation_id, key)
+
+        return await self._run(job)
+
+    async def rearm(self, conversation_id: str, *keys: str) -> None:
+        """Forget that these one-shot reminders were sent, so they go out again (after compaction)."""
+
+        def job(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                rearm_keys(conn, conversation_id, keys)
+
+        await self._run(job)
