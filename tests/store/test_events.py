@@ -1,0 +1,30 @@
+"""The event log. Real SQLite files, on trio and asyncio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.store.support import open_with_conversation
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_events(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    try:
+        first = await store.record_event(
+            "compaction.started", {"trigger": "auto"}, agent_id="a1", conversation_id=conv
+        )
+        await store.record_event("reflection.launched", {"branch": "b"}, agent_id="a1")
+        await store.record_event("other", agent_id="a2")
+        assert [e.kind for e in await store.events(agent_id="a1")] == [
+            "compaction.started",
+            "reflection.launched",
+        ]
+        got = await store.events(conversation_id=conv)
+        assert got == [first] and got[0].payload == {"trigger": "auto"}
+        assert [e.kind for e in await store.events(after_id=first.id, kinds=["other"])] == ["other"]
+    finally:
+        await store.close()
