@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.models.types import Message
@@ -13,10 +14,28 @@ from orchestrator.store.jobs import StoreJobs, require_conversation, transaction
 from orchestrator.store.records import PendingReminder, StoredMessage, utc_now
 from orchestrator.store.transcript import insert_messages
 
-__all__ = ["REMINDER_QUEUE_LIMIT", "ReminderQueue", "rearm_keys"]
+__all__ = ["REMINDER_QUEUE_LIMIT", "EnqueuePlan", "ReminderQueue", "plan_enqueue", "rearm_keys"]
 
 REMINDER_QUEUE_LIMIT = 25
 """turn-loop.md 4.7 item 6: the pending queue keeps the newest 25 entries."""
+
+
+@dataclass(frozen=True)
+class EnqueuePlan:
+    replace: bool
+    """A pending reminder has this key: it takes the new text in its place in the queue."""
+    evict: tuple[str, ...]
+    """Keys of the oldest pending reminders to drop so the queue keeps the newest ``limit``."""
+
+
+def plan_enqueue(queued: Sequence[str], key: str, limit: int = REMINDER_QUEUE_LIMIT) -> EnqueuePlan:
+    """The queue's policy, apart from its SQL: ``queued`` is the pending keys oldest first (unique, as
+    the table's index guarantees); queueing ``key`` either replaces its namesake or appends and pushes
+    the oldest entries out beyond ``limit``."""
+    if key in queued:
+        return EnqueuePlan(replace=True, evict=())
+    overflow = max(0, len(queued) + 1 - limit)
+    return EnqueuePlan(replace=False, evict=tuple(queued[:overflow]))
 
 
 def _pending(conn: sqlite3.Connection, conversation_id: str) -> list[PendingReminder]:
@@ -63,20 +82,28 @@ class ReminderQueue(StoreJobs):
                 require_conversation(conn, conversation_id)
                 if once and _was_sent(conn, conversation_id, key):
                     return False
-                updated = conn.execute(
-                    "UPDATE reminders SET text = ?, priority = ?, once = ? "
-                    "WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
-                    (text, priority, int(once), conversation_id, key),
-                ).rowcount
-                if not updated:
+                queued = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT key FROM reminders WHERE conversation_id = ? AND delivered_at IS NULL ORDER BY id",
+                        (conversation_id,),
+                    )
+                ]
+                plan = plan_enqueue(queued, key)
+                if plan.replace:
+                    conn.execute(
+                        "UPDATE reminders SET text = ?, priority = ?, once = ? "
+                        "WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+                        (text, priority, int(once), conversation_id, key),
+                    )
+                else:
                     conn.execute(
                         "INSERT INTO reminders(conversation_id, key, text, priority, once, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
                         (conversation_id, key, text, priority, int(once), utc_now()),
                     )
-                conn.execute(
-                    "DELETE FROM reminders WHERE id IN (SELECT id FROM reminders WHERE conversation_id = ? "
-                    "AND delivered_at IS NULL ORDER BY id DESC LIMIT -1 OFFSET ?)",
-                    (conversation_id, REMINDER_QUEUE_LIMIT),
+                conn.executemany(
+                    "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+                    [(conversation_id, k) for k in plan.evict],
                 )
                 return True
 

@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.models.types import Message
 from orchestrator.store import Store
+from orchestrator.store.reminder_queue import EnqueuePlan, plan_enqueue
 from tests.store.support import open_with_conversation
 
 pytestmark = pytest.mark.anyio
@@ -57,5 +58,29 @@ async def test_reminder_queue_is_bounded(tmp_path: Path) -> None:
             await store.enqueue_reminder(conv, f"k{i}", f"t{i}")
         pending = await store.pending_reminders(conv)
         assert [p.key for p in pending] == [f"k{i}" for i in range(5, 30)]
+    finally:
+        await store.close()
+
+
+def test_plan_replaces_a_pending_key_in_place_and_caps_the_queue_oldest_first() -> None:
+    assert plan_enqueue(["a", "b"], "a") == EnqueuePlan(replace=True, evict=())
+    assert plan_enqueue(["a", "b"], "c", limit=3) == EnqueuePlan(replace=False, evict=())
+    assert plan_enqueue(["a", "b", "c"], "d", limit=3) == EnqueuePlan(replace=False, evict=("a",))
+    assert plan_enqueue(["a", "b", "c"], "c", limit=2) == EnqueuePlan(replace=True, evict=())
+
+
+async def test_replacing_a_reminder_keeps_its_place_and_the_newest_entries(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    try:
+        for i in range(25):
+            await store.enqueue_reminder(conv, f"k{i}", f"t{i}")
+        await store.enqueue_reminder(conv, "k0", "t0 again")
+        pending = await store.pending_reminders(conv)
+        assert [p.key for p in pending][:2] == ["k0", "k1"] and pending[0].text == "t0 again"
+        await store.enqueue_reminder(conv, "new", "n")
+        assert [p.key for p in await store.pending_reminders(conv)] == [
+            *(f"k{i}" for i in range(1, 25)),
+            "new",
+        ]
     finally:
         await store.close()
