@@ -22,12 +22,15 @@ from rich.table import Table
 
 from orchestrator.cli.errors import fail
 
-__all__ = ["RunProgress", "events", "register", "run", "sweep"]
+__all__ = ["MAX_CONCURRENCY", "RunProgress", "events", "register", "run", "sweep"]
 
 _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 _err = Console(stderr=True, highlight=False)
 
-ConcurrencyOption = Annotated[int, typer.Option("--concurrency", "-j", min=1, max=256, help="Tasks run at once.")]
+MAX_CONCURRENCY = 4096
+"""DECISIONS D8: a batch run may keep thousands of sessions in flight."""
+
+ConcurrencyOption = Annotated[int, typer.Option("--concurrency", "-j", min=1, max=MAX_CONCURRENCY, help="Tasks run at once.")]
 ResumeOption = Annotated[bool, typer.Option("--resume", help="Skip tasks already in results.jsonl; rerun the rest from scratch.")]
 ExecutorOption = Annotated[str, typer.Option("--executor", help="local (in this process) or ray.")]
 RayAddressOption = Annotated[
@@ -40,6 +43,13 @@ WindowOption = Annotated[
 ]
 PriceInOption = Annotated[float | None, typer.Option("--price-in", min=0, help="USD per million input tokens (adds cost).")]
 PriceOutOption = Annotated[float | None, typer.Option("--price-out", min=0, help="USD per million output tokens.")]
+ScriptedLatencyOption = Annotated[
+    float,
+    typer.Option(
+        "--scripted-latency", min=0, max=3600, metavar="SECONDS",
+        help="Give the embedded model this simulated latency per call (size concurrency before paying for a real model).",
+    ),
+]
 _COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
 _LIVE_KIND = {
     "turn.end": "turns",
@@ -135,11 +145,13 @@ def _load(suite: Path) -> list[Any]:
         fail(f"{suite}: cannot read the suite file: {exc.strerror or exc} (nothing was run)")
 
 
-def _options(out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None) -> Any:
+def _options(
+    out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None, latency: float = 0.0
+) -> Any:
     from orchestrator.batch.runner import RunOptions
 
     overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
-    return RunOptions(out_dir=out, overrides=overrides, price_in=price_in, price_out=price_out)
+    return RunOptions(out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out)
 
 
 def _executor(kind: str, concurrency: int, ray_address: str | None) -> Any:
@@ -205,6 +217,7 @@ def run(
     context_window: WindowOption = None,
     price_in: PriceInOption = None,
     price_out: PriceOutOption = None,
+    scripted_latency: ScriptedLatencyOption = 0.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
@@ -214,7 +227,7 @@ def run(
 
     tasks = _load(suite)
     out_dir = out or Path("runs") / suite.stem
-    options = _options(out_dir, model, context_window, price_in, price_out)
+    options = _options(out_dir, model, context_window, price_in, price_out, scripted_latency)
     chosen = _executor(executor, concurrency, ray_address)
     recorded = read_results(out_dir / RESULTS_FILE)
     if recorded and not resume:

@@ -76,3 +76,19 @@ def test_sweep_table_and_charts(cli: typer.Typer, tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = CliRunner().invoke(cli, ["sweep", str(suite), "--trigger", "step-count:0", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 1 and "step-count:0" in bad.output
+
+
+def test_scripted_latency_slows_every_model_call_and_concurrency_reaches_4096(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[2]])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["run", str(suite), "-j", "4096", "--scripted-latency", "0.05", "--out", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["concurrency"] == 4096 and run["options"]["latency"] == 0.05
+    raw = CliRunner().invoke(cli, ["events", str(out), "--json", "--kind", "model.call"])
+    calls = [json.loads(line)["payload"] for line in raw.output.splitlines()]
+    assert calls and all(c["latency_ms"] >= 50 for c in calls)
+    too_many = CliRunner().invoke(cli, ["run", str(suite), "-j", "4097", "--out", str(tmp_path / "x"), "-q"])
+    assert too_many.exit_code != 0 and not (tmp_path / "x").exists()
