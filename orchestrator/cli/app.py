@@ -1,5 +1,12 @@
 """The ``reverie`` command: a typer app that parses, calls the runtime, and prints.
 
+Start-up is lazy (issue 14.4): a command's module is imported only when that command runs, so
+``reverie chat -p`` does not pay for typer's rich help, the batch runner, stress or matplotlib, and
+``reverie --version`` imports nothing at all. ``COMMANDS`` names the module of every command; with no
+command, ``--help`` or a name it does not know, every module is registered, so help is complete even
+when the table is behind a module's ``register``. A module that fails to import keeps its commands:
+they are listed with the reason and running one says why in one line.
+
 User mistakes (bad paths, bad settings, invalid memory, unreachable endpoints) end with one line on
 stderr and a non-zero exit, never a traceback; ``REVERIE_DEBUG=1`` shows the traceback for bugs.
 """
@@ -8,43 +15,141 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
-from orchestrator.cli import memory as memory_cli
-from orchestrator.cli.errors import describe, fail, interrupted, user_error_in
+__all__ = ["COMMANDS", "GROUPS", "build_app", "main", "version_line"]
 
-__all__ = ["app", "main"]
+# command name -> module whose ``register(app)`` adds it
+COMMANDS: dict[str, str] = {
+    "chat": "orchestrator.cli.chat",
+    "prompt": "orchestrator.cli.commands",
+    "history": "orchestrator.cli.commands",
+    "search": "orchestrator.cli.commands",
+    "reflect": "orchestrator.cli.commands",
+    "compact": "orchestrator.cli.compact",
+    "stress": "orchestrator.cli.stress",
+    "reflections": "orchestrator.cli.reflections",
+    "run": "orchestrator.cli.batch",
+    "sweep": "orchestrator.cli.batch",
+    "events": "orchestrator.cli.batch",
+}
+# command groups: name -> module whose ``app`` is the group
+GROUPS: dict[str, str] = {"memory": "orchestrator.cli.memory"}
 
-app = typer.Typer(
-    name="reverie",
-    help="Agents whose memory is Markdown in git, with background reflection and compaction.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode="rich",
-)
-app.add_typer(memory_cli.app, name="memory")
+_HELP = "Agents whose memory is Markdown in git, with background reflection and compaction."
 
 
-def _register_optional() -> None:
-    """Attach command groups that live in their own modules."""
-    from orchestrator.cli.commands import register
+def version_line() -> str:
+    from orchestrator import __version__
 
-    register(app)
+    return f"reverie {__version__}"
 
 
-def main() -> None:
-    _register_optional()
+def _version_callback(value: bool) -> None:
+    if value:
+        import typer
+
+        print(version_line())
+        raise typer.Exit()
+
+
+def _requested(argv: list[str]) -> str | None:
+    """The command named first on the command line (the main app's own options are flags that
+    come before it and mean "show everything")."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
+def _unavailable(app: typer.Typer, name: str, module: str, exc: BaseException) -> None:
+    reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+    def broken() -> None:
+        from orchestrator.cli.errors import fail
+
+        fail(f"the `{name}` command is unavailable: {module} failed to import ({reason})")
+
+    app.command(
+        name,
+        help=f"(unavailable: {module} failed to import: {reason})",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(broken)
+
+
+def _register_module(app: typer.Typer, module: str, names: list[str]) -> None:
+    import importlib
+
     try:
-        app()
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        if os.environ.get("REVERIE_DEBUG"):
+            raise
+        for name in names:
+            _unavailable(app, name, module, exc)
+        return
+    if module in GROUPS.values():
+        for name in names:
+            app.add_typer(mod.app, name=name)
+    else:
+        mod.register(app)
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The typer app with ``command``'s module only, or with every module when ``command`` is None
+    or unknown."""
+    import typer
+
+    app = typer.Typer(
+        name="reverie",
+        help=_HELP,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        rich_markup_mode="rich",
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", "-V", help="Print the version and exit.", is_eager=True, callback=_version_callback
+        ),
+    ) -> None:
+        """Agents whose memory is Markdown in git, with background reflection and compaction."""
+
+    table: dict[str, list[str]] = {}
+    for name, module in {**GROUPS, **COMMANDS}.items():
+        table.setdefault(module, []).append(name)
+    wanted = COMMANDS.get(command or "") or GROUPS.get(command or "")
+    if wanted is not None:
+        _register_module(app, wanted, table[wanted])
+        return app
+    for module, names in table.items():
+        _register_module(app, module, names)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["--version"], ["-V"]):
+        print(version_line())
+        return
+    try:
+        app = build_app(_requested(args))
+        app(args=args, prog_name="reverie")
     except BaseException as exc:
-        if isinstance(exc, SystemExit) or os.environ.get("REVERIE_DEBUG"):
-            raise
-        if interrupted(exc):
-            print("reverie: interrupted", file=sys.stderr)
-            raise SystemExit(130) from None
-        mistake = user_error_in(exc) if isinstance(exc, Exception) else None
-        if mistake is None:
-            raise
-        fail(describe(mistake))
+        _report(exc)
+
+
+def _report(exc: BaseException) -> Any:
+    if isinstance(exc, SystemExit) or os.environ.get("REVERIE_DEBUG"):
+        raise exc
+    from orchestrator.cli.errors import describe, fail, interrupted, user_error_in
+
+    if interrupted(exc):
+        print("reverie: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    mistake = user_error_in(exc) if isinstance(exc, Exception) else None
+    if mistake is None:
+        raise exc
+    fail(describe(mistake))

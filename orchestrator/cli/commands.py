@@ -1,50 +1,22 @@
-"""``reverie chat | prompt | history | search``: talk to an agent and look at what it has seen."""
+"""``reverie prompt | history | search | reflect``: look at what an agent has seen, reflect now."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import anyio
 import typer
 
-from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id, reverie_home
-from orchestrator.cli.errors import UserError, interrupted
-from orchestrator.cli.memory import AgentOption
+from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id
+from orchestrator.cli.aio import run_async
+from orchestrator.cli.errors import UserError
+from orchestrator.cli.options import AgentOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer, one_line
 
 __all__ = ["register", "require_agent", "require_agent_in_home", "run_async"]
-
-T = TypeVar("T")
-
-ConversationOption = Annotated[
-    str | None, typer.Option("--conversation", "-c", help="Conversation id (default: the agent's latest).")
-]
-ContextWindowOption = Annotated[
-    int | None, typer.Option("--context-window", help="Context window in tokens (compaction triggers near it).", min=256)
-]
-
-
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run on trio (the default) or ``REVERIE_BACKEND=asyncio``.
-
-    Ctrl-C inside a task group arrives wrapped in an exception group; it is unwrapped to a plain
-    ``KeyboardInterrupt`` so every command ends the same way (exit 130, no traceback).
-    """
-    backend = os.environ.get("REVERIE_BACKEND", "trio")
-    if backend not in {"trio", "asyncio"}:
-        raise UserError(f"REVERIE_BACKEND={backend!r}: use trio or asyncio")
-    try:
-        return anyio.run(fn, backend=backend)
-    except BaseExceptionGroup as group:
-        if interrupted(group):
-            raise KeyboardInterrupt from None
-        raise
 
 
 async def require_agent(store: Any, agent_id: str) -> None:
@@ -77,102 +49,6 @@ async def _existing_conversation(rt: Any, profile: Any, conversation_id: str | N
     if conversation_id:
         return await rt.conversation(profile, conversation_id=conversation_id)
     return await rt.store.latest_conversation(profile.agent_id)
-
-
-def _cli_settings(context_window: int | None = None, model: str | None = None) -> dict[str, Any]:
-    return {"context_window": context_window, "model": model}
-
-
-def chat(
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Send one message and exit (no REPL).")] = None,
-    agent: AgentOption = DEFAULT_AGENT_ID,
-    conversation: ConversationOption = None,
-    new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
-    context_window: ContextWindowOption = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model name (with an endpoint configured).")] = None,
-) -> None:
-    """Talk to an agent. Without -p, an interactive session (history kept; Ctrl-D to leave)."""
-    from orchestrator.app.session import ChatSession
-
-    if prompt is not None and not prompt.strip():
-        raise UserError("--prompt is empty: give the message to send")
-    renderer = TerminalRenderer()
-
-    async def main() -> int:
-        async with ChatSession.open(
-            agent_id=agent,
-            conversation_id=conversation,
-            new=new,
-            cli=_cli_settings(context_window, model),
-            observer=renderer,
-        ) as session:
-            if model and not session.runtime.settings.uses_endpoint:
-                print(
-                    f"reverie: warning: --model {model} has no effect without an endpoint "
-                    "(set REVERIE_BASE_URL or model.base_url); using the scripted model",
-                    file=sys.stderr,
-                )
-            if prompt is not None:
-                outcome = await session.send(prompt)
-                renderer.finish()
-                await session.finish_one_shot(lambda line: print(line, file=sys.stderr, flush=True))
-                if outcome.status == "error":
-                    print(f"reverie: error: {outcome.error}", file=sys.stderr)
-                    return 1
-                return 0
-            await _repl(session, renderer)
-            return 0
-
-    history_file = reverie_home() / "chat_history"
-    if prompt is None:
-        _load_readline_history(history_file)
-    try:
-        code = run_async(main)
-    finally:
-        renderer.finish()
-        if prompt is None:
-            _save_readline_history(history_file)
-    if code:
-        raise typer.Exit(code)
-
-
-async def _repl(session: Any, renderer: TerminalRenderer) -> None:
-    """Read lines until end of input; the readline history is loaded and saved around the event loop
-    so Ctrl-C (which cancels everything inside it) still keeps what was typed."""
-    print(f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} (Ctrl-D to leave)")
-    marker = "› " if sys.stdin.isatty() else ""
-    while True:
-        try:
-            line = await anyio.to_thread.run_sync(input, marker, abandon_on_cancel=True)
-        except EOFError:
-            print()
-            break
-        if not line.strip():
-            continue
-        outcome = await session.send(line)
-        renderer.finish()
-        if outcome.status == "error":
-            print(f"reverie: error: {outcome.error}", file=sys.stderr)
-
-
-def _load_readline_history(path: Path) -> None:
-    try:
-        import readline
-
-        if path.exists():
-            readline.read_history_file(path)
-    except (ImportError, OSError):
-        pass
-
-
-def _save_readline_history(path: Path) -> None:
-    try:
-        import readline
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        readline.write_history_file(path)
-    except (ImportError, OSError):
-        pass
 
 
 def prompt_cmd(
@@ -333,19 +209,7 @@ def reflect(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("chat")(chat)
     app.command("prompt")(prompt_cmd)
     app.command("history")(history)
     app.command("search")(search)
     app.command("reflect")(reflect)
-    for module in (
-        "orchestrator.cli.stress",
-        "orchestrator.cli.reflections",
-        "orchestrator.cli.compact",
-        "orchestrator.cli.batch",
-    ):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        mod.register(app)

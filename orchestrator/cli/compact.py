@@ -13,14 +13,10 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.base.paths import DEFAULT_AGENT_ID
-from orchestrator.cli.commands import (
-    ContextWindowOption,
-    ConversationOption,
-    require_agent_in_home,
-    run_async,
-)
+from orchestrator.cli.aio import run_async
+from orchestrator.cli.commands import require_agent_in_home
 from orchestrator.cli.errors import UserError
-from orchestrator.cli.memory import AgentOption
+from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
 
 __all__ = ["compact", "compacted_line", "register"]
 

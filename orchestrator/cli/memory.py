@@ -11,15 +11,13 @@ from rich.tree import Tree
 
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
 from orchestrator.cli.errors import UserError
+from orchestrator.cli.options import AgentOption
 
 __all__ = ["AgentOption", "app", "repo_in_trouble", "resolve_memory_dir"]
 
 app = typer.Typer(help="Create, locate, inspect and validate memory repositories.", no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)
 
-AgentOption = Annotated[
-    str, typer.Option("--agent", "-a", help="Agent id (a folder name under $REVERIE_HOME/agents).", envvar="REVERIE_AGENT")
-]
 _POLICIES = ("root-marker", "legacy-only", "shared-memory")
 
 

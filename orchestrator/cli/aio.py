@@ -1,0 +1,32 @@
+"""Running a command's async main on the chosen backend, with Ctrl-C reported as one thing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+from orchestrator.cli.errors import UserError, interrupted
+
+__all__ = ["run_async"]
+
+T = TypeVar("T")
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run on trio (the default) or ``REVERIE_BACKEND=asyncio``.
+
+    Ctrl-C inside a task group arrives wrapped in an exception group; it is unwrapped to a plain
+    ``KeyboardInterrupt`` so every command ends the same way (exit 130, no traceback).
+    """
+    backend = os.environ.get("REVERIE_BACKEND", "trio")
+    if backend not in {"trio", "asyncio"}:
+        raise UserError(f"REVERIE_BACKEND={backend!r}: use trio or asyncio")
+    try:
+        return anyio.run(fn, backend=backend)
+    except BaseExceptionGroup as group:
+        if interrupted(group):
+            raise KeyboardInterrupt from None
+        raise
