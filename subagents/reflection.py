@@ -29,6 +29,7 @@ import anyio
 
 from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
+from orchestrator.base.errors import ReverieError
 from orchestrator.base.events import (
     Event,
     Publisher,
@@ -53,10 +54,14 @@ if TYPE_CHECKING:
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.store import Store
 
-__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "recover_reflections", "render_transcript"]
+__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
 REFLECTION_MAX_STEPS = 12
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
+
+
+class ReflectionError(ReverieError, RuntimeError):
+    """A reflection gave up (its step limit); recorded as the reflection's failure, never raised into a turn."""
 
 
 def render_transcript(messages: Sequence[StoredMessage]) -> str:
@@ -252,7 +257,7 @@ class ReflectionCoordinator:
             for call in response.message.tool_calls:
                 result = await run_tool(call.name, call.arguments, ctx)
                 messages.append(Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name))
-        raise RuntimeError(f"reflection did not finish within {REFLECTION_MAX_STEPS} steps")
+        raise ReflectionError(f"reflection did not finish within {REFLECTION_MAX_STEPS} steps")
 
     async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
         conversation_id = cast(str, record.conversation_id)

@@ -43,6 +43,7 @@ import anyio.to_thread
 from anyio import Path as AsyncPath
 from anyio import create_task_group, sleep
 
+from orchestrator.base.errors import UsageError
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.merge import REASON_DIRTY, AuditFn, MergeOutcome, default_audit, merge_back
 from orchestrator.memfs.policy import ROOT_MARKER
@@ -74,11 +75,11 @@ class StressConfig:
 
     def __post_init__(self) -> None:
         if self.writers < 1:
-            raise ValueError(f"--writers must be at least 1, got {self.writers}")
+            raise UsageError(f"--writers must be at least 1, got {self.writers}")
         if self.commits < 1:
-            raise ValueError(f"--commits must be at least 1, got {self.commits}")
+            raise UsageError(f"--commits must be at least 1, got {self.commits}")
         if not 0.0 <= self.conflict_rate <= 1.0:
-            raise ValueError(f"--conflict-rate must be between 0 and 1, got {self.conflict_rate}")
+            raise UsageError(f"--conflict-rate must be between 0 and 1, got {self.conflict_rate}")
 
 
 @dataclass(frozen=True)

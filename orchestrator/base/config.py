@@ -19,12 +19,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import config_path
 
 __all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
 
 
-class ConfigError(ValueError):
+class ConfigError(ReverieError, ValueError):
     """A bad setting; the message names the source and the key."""
 
 

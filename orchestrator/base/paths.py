@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from orchestrator.base.errors import UsageError
+
 __all__ = [
     "DEFAULT_AGENT_ID",
     "agent_dir",
@@ -32,9 +34,9 @@ def reverie_home() -> Path:
 
 
 def check_agent_id(agent_id: str) -> str:
-    """Return ``agent_id`` if it is safe as a directory name, else raise ``ValueError`` saying why."""
+    """Return ``agent_id`` if it is safe as a directory name, else raise ``UsageError`` saying why."""
     if not _AGENT_ID.match(agent_id):
-        raise ValueError(
+        raise UsageError(
             f"invalid agent id {agent_id!r}: use letters, digits, '.', '_' or '-' (at most 128, not starting with a symbol)"
         )
     return agent_id

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import anyio
 
+from orchestrator.base.errors import UsageError
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
 from orchestrator.batch.suite import Task
@@ -42,7 +43,7 @@ class LocalExecutor:
 
     def __init__(self, concurrency: int = 1) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency {concurrency}: must be at least 1")
+            raise UsageError(f"concurrency {concurrency}: must be at least 1")
         self.concurrency = concurrency
 
     async def run(
@@ -71,10 +72,10 @@ def make_executor(kind: str, concurrency: int, *, ray_address: str | None = None
     """``local`` or ``ray``; a bad name is a ``ValueError`` for the command line to report."""
     if kind == "local":
         if ray_address:
-            raise ValueError("--ray-address needs --executor ray")
+            raise UsageError("--ray-address needs --executor ray")
         return LocalExecutor(concurrency)
     if kind == "ray":
         from orchestrator.batch.ray_exec import RayExecutor
 
         return RayExecutor(concurrency, address=ray_address)
-    raise ValueError(f"executor {kind!r}: use local or ray")
+    raise UsageError(f"executor {kind!r}: use local or ray")

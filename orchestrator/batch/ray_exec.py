@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base.errors import UsageError
 from orchestrator.batch.executors import ResultSink
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
@@ -87,14 +88,14 @@ class RayExecutor:
 
     def __init__(self, concurrency: int = 1, *, address: str | None = None) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency {concurrency}: must be at least 1")
+            raise UsageError(f"concurrency {concurrency}: must be at least 1")
         self.concurrency = concurrency
         self.address = address
 
     def _ensure_ray(self) -> bool:
         """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
         if not ray_available():
-            raise ValueError("the Ray executor needs the ray extra: pip install 'reverie[ray]'")
+            raise UsageError("the Ray executor needs the ray extra: pip install 'reverie[ray]'")
         if not self.address:
             _loopback_only()
         ray = importlib.import_module("ray")

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base.errors import UsageError
 from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.executors import Executor
 from orchestrator.batch.results import (
@@ -55,7 +56,7 @@ def _prepare(out_dir: Path, resume: bool, meta: dict[str, Any]) -> dict[str, Tas
     results_path = out_dir / RESULTS_FILE
     existing = read_results(results_path)
     if existing and not resume:
-        raise ValueError(
+        raise UsageError(
             f"{out_dir} already holds results of {len(existing)} task(s): use --resume to finish that run, "
             "or choose another --out"
         )

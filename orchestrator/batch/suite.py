@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.errors import ReverieError
+
 __all__ = [
     "SETTING_KEYS",
     "Check",
@@ -46,7 +48,7 @@ SETTING_KEYS: Mapping[str, type] = {
 """Per-task settings: names of ``orchestrator.base.config.Settings`` fields a suite may set."""
 
 
-class SuiteError(ValueError):
+class SuiteError(ReverieError, ValueError):
     """A bad suite line; the message is one line naming the file, line and field."""
 
 

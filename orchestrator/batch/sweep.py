@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
 from orchestrator.batch.executors import Executor
 from orchestrator.batch.run import RunReport, run_suite
@@ -68,13 +69,13 @@ def expand_triggers(specs: Sequence[str]) -> list[SweepSetting]:
         elif base == "step-count" and counts:
             for raw in counts.split(","):
                 if not raw.strip().isdigit() or int(raw) <= 0:
-                    raise ValueError(f"--trigger {spec!r}: step counts must be positive integers, got {raw!r}")
+                    raise UsageError(f"--trigger {spec!r}: step counts must be positive integers, got {raw!r}")
                 n = int(raw)
                 add(SweepSetting(f"step-count-{n}", {"reflection_trigger": "step-count", "reflection_step_count": n}))
         else:
-            raise ValueError(f"--trigger {spec!r}: use off, compaction-event or step-count:N[,N...]")
+            raise UsageError(f"--trigger {spec!r}: use off, compaction-event or step-count:N[,N...]")
     if not settings:
-        raise ValueError("give at least one --trigger")
+        raise UsageError("give at least one --trigger")
     return settings
 
 

@@ -1,4 +1,11 @@
-"""Which exceptions are the user's to fix, and how they are reported."""
+"""Which exceptions are the user's to fix, and how they are reported.
+
+The rule (tree in ``orchestrator.base.errors``): a ``ReverieError`` is reported as its one line; so is a
+``sqlite3.DatabaseError`` (a damaged conversation store found mid-query, named with its file). Any
+other exception is a bug and keeps its traceback, ``ValueError`` and ``OSError`` included: the CLI
+checks the paths the user names where it takes them (``memory validate DIR``, ``run SUITE``, ``events
+RUN_DIR``, ``stress --workdir``) and the seams translate their own OS errors (the store's directory).
+"""
 
 from __future__ import annotations
 
@@ -6,42 +13,23 @@ import sqlite3
 import sys
 from typing import NoReturn
 
-from orchestrator.base.config import ConfigError
-from orchestrator.memfs.gitsnapshot import GitReadError
-from orchestrator.memfs.repo import GitError, MemoryCommitRejected
-from orchestrator.models.types import ModelError
-from orchestrator.store.records import StoreError
+from orchestrator.base.errors import ReverieError
+from orchestrator.base.paths import store_path
 
 __all__ = ["USER_ERRORS", "UserError", "describe", "fail", "interrupted", "user_error_in"]
 
 
-class UserError(Exception):
+class UserError(ReverieError):
     """A mistake in the command line or its inputs; the message is the whole report."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    UserError,
-    ConfigError,
-    GitError,
-    GitReadError,
-    MemoryCommitRejected,
-    ModelError,
-    StoreError,
-    OSError,
-    ValueError,
-    sqlite3.DatabaseError,
-)
+USER_ERRORS: tuple[type[BaseException], ...] = (ReverieError, sqlite3.DatabaseError)
 
 
 def describe(exc: BaseException) -> str:
-    """The report for a user error; an OS error reads ``path: reason`` rather than ``[Errno N] ...``."""
+    """The one line for a user error; a store failure names the store's file."""
     if isinstance(exc, sqlite3.DatabaseError):
-        from orchestrator.base.paths import store_path
-
         return f"conversation store {store_path()}: {exc}"
-    if isinstance(exc, OSError) and exc.strerror:
-        where = exc.filename if exc.filename is not None else None
-        return f"{where}: {exc.strerror}" if where is not None else exc.strerror
     return str(exc) or type(exc).__name__
 
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.compaction.settings import CompactionMode, CompactionSettings
 from orchestrator.compaction.tokens import estimate_message, threshold
 from orchestrator.models.types import Message
@@ -49,7 +50,7 @@ __all__ = [
 EMERGENCY_PERCENTAGE = 0.5
 
 
-class PlanningError(ValueError):
+class PlanningError(ReverieError, ValueError):
     """No valid sliding cutoff; the routine falls back to ``all`` (never a compaction failure)."""
 
 

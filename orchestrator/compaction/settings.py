@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from orchestrator.base.config import Settings
+from orchestrator.base.errors import ReverieError
 
 __all__ = ["DEFAULT_CLIP_CHARS", "CompactionMode", "CompactionSettings", "CompactionSettingsError"]
 
@@ -19,7 +20,7 @@ CompactionMode = Literal["sliding_window", "all"]
 DEFAULT_CLIP_CHARS = 50_000
 
 
-class CompactionSettingsError(ValueError):
+class CompactionSettingsError(ReverieError, ValueError):
     """A bad compaction setting; the message names the field."""
 
 

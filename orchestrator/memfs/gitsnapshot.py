@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import MappingProxyType
 
+from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.policy import (
     LEGACY_ONLY,
     POLICY_FILE_NAME,
@@ -35,7 +36,7 @@ __all__ = [
 _EMPTY: dict[str, Entry] = {}
 
 
-class GitReadError(RuntimeError):
+class GitReadError(MemfsError, RuntimeError):
     """Git could not list or read what validation needs."""
 
 

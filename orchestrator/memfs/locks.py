@@ -33,6 +33,7 @@ from anyio import CancelScope, Lock, WouldBlock, sleep
 from filelock import FileLock, Timeout
 
 from orchestrator.base.processes import pid_alive
+from orchestrator.memfs.errors import MemfsError
 
 __all__ = [
     "LOCK_FILE_NAME",
@@ -54,7 +55,7 @@ _MAX_POLL_SECONDS = 0.1
 _locks: weakref.WeakKeyDictionary[Any, dict[tuple[Path, str], Lock]] = weakref.WeakKeyDictionary()
 
 
-class LockBusy(RuntimeError):
+class LockBusy(MemfsError, RuntimeError):
     """The merge lock is held elsewhere and the caller asked not to wait."""
 
 
@@ -87,7 +88,7 @@ def common_dir_sync(repo_dir: Path) -> Path:
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{repo_dir}: not a git repository ({proc.stderr.strip()})")
+        raise MemfsError(f"{repo_dir}: not a git repository ({proc.stderr.strip()})")
     return Path(proc.stdout.strip()).resolve()
 
 

@@ -41,6 +41,7 @@ from orchestrator.agent.reminders import (
     memory_invalid_reminder,
     reflection_kept_reminder,
 )
+from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
@@ -65,6 +66,7 @@ __all__ = [
     "AuditFn",
     "MergeOutcome",
     "MergeStatus",
+    "ReflectionBranchError",
     "default_audit",
     "discard_branch",
     "fault_point",
@@ -88,6 +90,10 @@ PRE_REBASE_REF_PREFIX = "refs/reverie/pre-rebase/"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
 _FF_ATTEMPTS = 3
 _BUSY_ATTEMPTS = 20
+
+
+class ReflectionBranchError(MemfsError, ValueError):
+    """The named reflection branch does not exist, or is not reverie's to discard."""
 
 
 @dataclass(frozen=True)
@@ -358,12 +364,12 @@ async def _delete_merged_branch(repo: Path, branch: str) -> None:
 
 
 async def resolve_branch(repo_dir: Path, name_or_id: str) -> str:
-    """A ``reverie/…`` branch name from itself or its id; ``ValueError`` (one line) if unknown."""
+    """A ``reverie/…`` branch name from itself or its id; ``ReflectionBranchError`` (one line) if unknown."""
     candidates = await list_reflections(Path(repo_dir), kind=None)
     for item in candidates:
         if name_or_id in (item.branch, item.id, f"refs/heads/{item.branch}"):
             return item.branch
-    raise ValueError(f"no reflection branch {name_or_id!r} in {repo_dir} (see `reverie reflections list`)")
+    raise ReflectionBranchError(f"no reflection branch {name_or_id!r} in {repo_dir} (see `reverie reflections list`)")
 
 
 async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = default_audit) -> MergeOutcome:
@@ -404,7 +410,7 @@ async def discard_branch(repo_dir: Path, name_or_id: str) -> tuple[str, ...]:
     repo = Path(repo_dir)
     branch = await resolve_branch(repo, name_or_id)
     if not branch.startswith(BRANCH_PREFIX):
-        raise ValueError(f"refusing to discard {branch!r}: not a reverie branch")
+        raise ReflectionBranchError(f"refusing to discard {branch!r}: not a reverie branch")
     item = {b.branch: b for b in await list_reflections(repo, kind=None)}[branch]
     async with merge_lock(repo):
         dropped = await run_git(repo, "rev-list", "--reverse", f"HEAD..{item.tip}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, cast
 
+from orchestrator.base.errors import UsageError
+
 __all__ = [
     "LEGACY_ONLY",
     "POLICIES",
@@ -43,5 +45,5 @@ def parse_policy(text: str | None) -> LayoutPolicy:
 def policy_file_text(policy: LayoutPolicy | str) -> str:
     """What the installer writes: the name and one LF."""
     if policy not in POLICIES:
-        raise ValueError(f"unknown layout policy {policy!r} (expected one of {', '.join(POLICIES)})")
+        raise UsageError(f"unknown layout policy {policy!r} (expected one of {', '.join(POLICIES)})")
     return f"{policy}\n"

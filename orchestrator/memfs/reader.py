@@ -30,6 +30,9 @@ from typing import Final
 
 import git
 
+from orchestrator.base.errors import UsageError
+from orchestrator.memfs.errors import MemfsError
+
 __all__ = [
     "DEFAULT_POOL",
     "ObjectReader",
@@ -59,7 +62,7 @@ _CLEARED_GIT_VARIABLES: Final = (
 )
 
 
-class ReaderError(Exception):
+class ReaderError(MemfsError):
     """The git object reader failed (process died, repository vanished, corrupt object)."""
 
 
@@ -317,7 +320,7 @@ class ReaderPool:
 
     def __init__(self, max_readers: int = 32) -> None:
         if max_readers < 1:
-            raise ValueError("max_readers must be at least 1")
+            raise UsageError("max_readers must be at least 1")
         self.max_readers = max_readers
         self._lock = threading.Lock()
         self._readers: OrderedDict[str, tuple[tuple[int, int], ObjectReader]] = OrderedDict()

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.memfs.errors import MemfsError
+
 __all__ = [
     "DEFAULT_MEMORY_FILES",
     "INITIAL_COMMIT_MESSAGE",
@@ -57,14 +59,14 @@ DEFAULT_MEMORY_FILES: Mapping[str, str] = {
 _NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 
 
-class GitError(RuntimeError):
+class GitError(MemfsError, RuntimeError):
     """A git command failed; the message is one line naming the command and git's own error, and
     ``stderr`` keeps everything git said (callers classify failures from it)."""
 
     stderr: str = ""
 
 
-class MemoryCommitRejected(RuntimeError):
+class MemoryCommitRejected(MemfsError, RuntimeError):
     """The staged memory failed validation; ``report`` is the validator's report, verbatim."""
 
     def __init__(self, report: str, errors: Sequence[str]) -> None:

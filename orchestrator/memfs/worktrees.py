@@ -29,6 +29,7 @@ import anyio.to_thread
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 from orchestrator.memfs.repo import GitError as RepoGitError
@@ -190,15 +191,15 @@ def new_worktree_id(now: datetime | None = None, token: str | None = None) -> st
     moment = (now or datetime.now(UTC)).astimezone(UTC)
     suffix = token if token is not None else secrets.token_hex(4)
     if not re.fullmatch(r"[0-9a-f]{8}", suffix):
-        raise ValueError(f"worktree id token must be 8 lowercase hex digits, got {suffix!r}")
+        raise UsageError(f"worktree id token must be 8 lowercase hex digits, got {suffix!r}")
     return f"{moment:%Y%m%dT%H%M%SZ}-{suffix}"
 
 
 def branch_for(worktree_id: str, kind: str = "reflection") -> str:
     if not _KIND.match(kind):
-        raise ValueError(f"invalid worktree kind {kind!r}: use lowercase letters, digits and '-'")
+        raise UsageError(f"invalid worktree kind {kind!r}: use lowercase letters, digits and '-'")
     if not _ID.match(worktree_id):
-        raise ValueError(f"invalid worktree id {worktree_id!r}: expected YYYYmmddTHHMMSSZ-xxxxxxxx")
+        raise UsageError(f"invalid worktree id {worktree_id!r}: expected YYYYmmddTHHMMSSZ-xxxxxxxx")
     return f"{BRANCH_PREFIX}{kind}/{worktree_id}"
 
 

@@ -34,6 +34,9 @@ from anyio import CancelScope, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from orchestrator.base.config import ConfigError
+from orchestrator.base.errors import UsageError
+
 from .types import (
     Message,
     ModelClient,
@@ -239,7 +242,7 @@ class OpenAIModel(ModelClient):
         http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+            raise UsageError(f"max_attempts must be at least 1, got {max_attempts}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.idle_timeout = idle_timeout
@@ -432,11 +435,11 @@ def model_from_settings(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     sleep: Sleep | None = None,
 ) -> OpenAIModel:
-    """An ``OpenAIModel`` from resolved settings; a clear one-line ``ValueError`` for bad ones."""
+    """An ``OpenAIModel`` from resolved settings; a one-line ``ConfigError`` for bad ones."""
     if not re.match(r"^https?://[^\s/]+", base_url or ""):
-        raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
+        raise ConfigError(f"model base_url must be an http(s) URL, got {base_url!r}")
     if not model:
-        raise ValueError(
+        raise ConfigError(
             f"no model name configured for {base_url} (set REVERIE_MODEL or model in config.toml)"
         )
     return OpenAIModel(

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from orchestrator.base.errors import ReverieError
+
 __all__ = [
     "Message",
     "MessageKind",
@@ -93,7 +95,7 @@ class ModelResponse:
     model: str = ""
 
 
-class ModelError(Exception):
+class ModelError(ReverieError):
     """A model call that failed after retries.
 
     ``transient`` marks errors worth retrying (429, 5xx, timeouts, resets); ``context_overflow``

@@ -17,6 +17,7 @@ import anyio
 
 from orchestrator.agent.turn import AgentProfile
 from orchestrator.base.config import Settings, load_settings
+from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
@@ -109,7 +110,7 @@ class Runtime:
         """``--conversation`` names one (it must belong to the agent); ``--new`` starts one; otherwise
         the agent's most recent conversation, created if there is none."""
         if conversation_id and new:
-            raise ValueError("--conversation and --new cannot be used together")
+            raise UsageError("--conversation and --new cannot be used together")
         if conversation_id:
             conv = await self.store.get_conversation(conversation_id)
             if conv is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.models.types import Message
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
 TurnStatus = Literal["running", "end_turn", "error", "interrupted", "max_steps", "cancelled"]
 
 
-class StoreError(Exception):
+class StoreError(ReverieError):
     """A request the store cannot honour (unknown conversation, a message id not in context, ...)."""
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from orchestrator.store.records import StoreError
+
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "MIGRATIONS",
@@ -164,7 +166,7 @@ def migrate(conn: sqlite3.Connection) -> int:
     """Apply the missing migrations; return the version reached. Refuses a database from the future."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > SCHEMA_VERSION:
-        raise RuntimeError(
+        raise StoreError(
             f"store schema version {current} is newer than this reverie understands ({SCHEMA_VERSION}); upgrade reverie"
         )
     if current == SCHEMA_VERSION:

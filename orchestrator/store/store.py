@@ -51,11 +51,14 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
         """Open (creating and migrating if needed) and mark turns left ``running`` by a dead process as
         ``interrupted``. ``path`` defaults to ``orchestrator.base.paths.store_path()``."""
         target = Path(path) if path is not None else store_path()
-        await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
+        try:
+            await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
+        except OSError as exc:
+            raise StoreError(f"conversation store {target}: cannot create {target.parent}: {exc.strerror or exc}") from None
         worker = ConnectionWorker(target, configure_connection)
         try:
             await worker.start()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
             raise StoreError(f"conversation store {target}: not usable ({exc})") from None
         store = cls(worker, target)
         try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.tools.truncation import BASH_OUTPUT_CHARS
 
 if TYPE_CHECKING:
@@ -48,5 +49,5 @@ class ToolResult:
     output: str
 
 
-class ToolError(Exception):
+class ToolError(ReverieError):
     """A tool refusing or failing in a way the model should read: the message is one line, no traceback."""

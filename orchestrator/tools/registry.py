@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.base.errors import UsageError
 from orchestrator.models.types import ToolSpec
 from orchestrator.tools.bash import run_bash
-from orchestrator.tools.context import ToolContext, ToolResult
+from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, write_file
 from orchestrator.tools.search import DEFAULT_SEARCH_LIMIT, conversation_search
 from orchestrator.tools.truncation import TOOL_RETURN_MAX_CHARS, truncate_by_chars
@@ -161,7 +162,7 @@ def tool_specs(names: Sequence[str] | None = None) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in _TOOLS.values())
     unknown = [n for n in names if n not in _TOOLS]
     if unknown:
-        raise ValueError(f"unknown tool {unknown[0]!r}; known tools: {', '.join(TOOL_NAMES)}")
+        raise UsageError(f"unknown tool {unknown[0]!r}; known tools: {', '.join(TOOL_NAMES)}")
     return tuple(_TOOLS[n].spec for n in names)
 
 
@@ -176,25 +177,25 @@ def _type_ok(value: Any, expected: str) -> bool:
 
 
 def parse_arguments(spec: ToolSpec, raw: str) -> dict[str, Any]:
-    """Decode and check ``raw`` against the tool's schema; ``ValueError`` with a one-line reason.
+    """Decode and check ``raw`` against the tool's schema; ``ToolError`` with a one-line reason.
 
     Whole-number floats (``5.0``) are accepted for integers: some models emit them."""
     text = raw.strip() if raw else ""
     try:
         args = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
-        raise ValueError(
+        raise ToolError(
             f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
     if not isinstance(args, dict):
-        raise ValueError(f"arguments must be a JSON object, not {type(args).__name__}")
+        raise ToolError(f"arguments must be a JSON object, not {type(args).__name__}")
     properties: Mapping[str, Mapping[str, Any]] = spec.parameters.get("properties", {})
     for name in spec.parameters.get("required", []):
         if name not in args or args[name] is None:
-            raise ValueError(f'missing required argument "{name}"')
+            raise ToolError(f'missing required argument "{name}"')
     for name, value in list(args.items()):
         if name not in properties:
-            raise ValueError(f'unknown argument "{name}" (expected: {", ".join(properties)})')
+            raise ToolError(f'unknown argument "{name}" (expected: {", ".join(properties)})')
         if value is None:
             del args[name]
             continue
@@ -202,7 +203,7 @@ def parse_arguments(spec: ToolSpec, raw: str) -> dict[str, Any]:
         if expected == "integer" and isinstance(value, float) and value.is_integer():
             args[name] = value = int(value)
         if not _type_ok(value, expected):
-            raise ValueError(f'argument "{name}" must be {expected}, not {type(value).__name__}')
+            raise ToolError(f'argument "{name}" must be {expected}, not {type(value).__name__}')
     return args
 
 
@@ -213,7 +214,7 @@ async def run_tool(name: str, raw_args: str, ctx: ToolContext) -> ToolResult:
         return ToolResult(False, f"Error: unknown tool {name!r}; available tools: {', '.join(TOOL_NAMES)}")
     try:
         args = parse_arguments(tool.spec, raw_args)
-    except ValueError as exc:
+    except ToolError as exc:
         return ToolResult(False, f"Error: {name}: {exc}")
     try:
         result = await tool.handler(ctx, args)

@@ -1,0 +1,51 @@
+"""The root of every error reverie raises on purpose, and the rule for which ones reach the user.
+
+A ``ReverieError`` is a failure someone outside the code can act on: a bad setting, a damaged
+repository, an unreachable model, a flag out of range. Its ``str()`` is one line naming the thing and,
+where there is one, the fix; the CLI prints exactly that line. Anything that is not a ``ReverieError``
+is a bug and the CLI shows its traceback (``ValueError``, ``KeyError``, ``OSError`` from deep inside
+included), so a mistake in reverie is never dressed up as a mistake of the user's.
+
+Each layer raises its own subclass and translates the outside system's failures at its seam (SQLite in
+the store, git in memfs, the SDK in models), so the exception a caller catches names the layer that
+failed, not the library underneath. Classes that were ``ValueError``/``RuntimeError`` before the root
+existed keep that base as a mixin, so code written against the old base still catches them::
+
+    ReverieError                          orchestrator/base/errors.py
+    ├── UsageError (ValueError)           orchestrator/base/errors.py: arguments that contradict each
+    │                                     other or fall out of range (a flag, a constructor argument)
+    ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
+    ├── StoreError                        orchestrator/store/records.py: the conversation store
+    ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
+    │   ├── GitError (RuntimeError)       memfs/repo.py (memfs/worktrees.py refines it): a git command
+    │   ├── GitReadError (RuntimeError)   memfs/gitsnapshot.py: git could not list what validation reads
+    │   ├── ReaderError                   memfs/reader.py: the long-lived object reader failed
+    │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
+    │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
+    │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
+    ├── ModelError                        orchestrator/models/types.py: a model call failed after retries
+    ├── ToolError                         orchestrator/tools/context.py: a tool refused; the model reads it
+    ├── CompactionSettingsError (ValueError)  orchestrator/compaction/settings.py: a compaction setting
+    ├── PlanningError (ValueError)        orchestrator/compaction/planner.py: no valid cutoff (caught)
+    ├── ReflectionError (RuntimeError)    subagents/reflection.py: a reflection gave up (recorded)
+    ├── SuiteError (ValueError)           orchestrator/batch/suite.py: a bad suite line
+    └── UserError                         orchestrator/cli/errors.py: a command line the CLI refuses
+
+Deliberately outside the tree (bugs, so a traceback): ``WorkerClosedError`` (the store used after
+close) and the private control-flow exceptions (``_Failed``, ``_Unreadable``). ``tests/base/
+test_errors.py`` fails when a public exception class is added outside the tree or this drawing
+misses one.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ReverieError", "UsageError"]
+
+
+class ReverieError(Exception):
+    """An expected failure with a one-line message for whoever can fix it; the CLI prints ``str()``."""
+
+
+class UsageError(ReverieError, ValueError):
+    """Arguments that contradict each other or fall outside their range, named as the user wrote them
+    (``--writers must be at least 1, got 0``); a ``ValueError`` too, as these were before the root."""

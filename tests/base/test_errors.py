@@ -1,0 +1,73 @@
+"""The error tree: every public exception reverie defines hangs under ``ReverieError`` and is drawn in
+``orchestrator.base.errors``; the CLI reports those as one line and nothing else."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import sqlite3
+
+import pytest
+
+import orchestrator
+import subagents
+from orchestrator.base import errors
+from orchestrator.base.config import ConfigError
+from orchestrator.base.errors import ReverieError, UsageError
+from orchestrator.cli.errors import UserError, user_error_in
+from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.repo import GitError
+
+# Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie.
+_OUTSIDE_THE_TREE = {"WorkerClosedError", "LlamaServerError"}
+
+
+def _public_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for package in (orchestrator, subagents):
+        for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for name, value in vars(module).items():
+                if (
+                    inspect.isclass(value)
+                    and issubclass(value, BaseException)
+                    and value.__module__ == module.__name__
+                    and not name.startswith("_")
+                ):
+                    found[name] = value
+    return found
+
+
+def test_every_public_exception_is_a_reverie_error_or_a_named_exception() -> None:
+    strays = sorted(n for n, c in _public_exceptions().items() if not issubclass(c, ReverieError))
+    assert set(strays) <= _OUTSIDE_THE_TREE, f"not under ReverieError: {strays}"
+
+
+def test_the_docstring_draws_every_class_of_the_tree() -> None:
+    drawing = errors.__doc__ or ""
+    tree = {n for n, c in _public_exceptions().items() if issubclass(c, ReverieError)}
+    missing = sorted(n for n in tree if n not in drawing)
+    assert not missing, f"orchestrator.base.errors does not draw {missing}"
+
+
+def test_layer_errors_keep_the_builtin_base_they_had_before_the_root() -> None:
+    assert issubclass(ConfigError, ValueError)
+    assert issubclass(UsageError, ValueError)
+    assert issubclass(GitError, MemfsError) and issubclass(GitError, RuntimeError)
+
+
+@pytest.mark.parametrize("bug", [ValueError("x"), OSError(2, "No such file"), KeyError("k"), RuntimeError("r")])
+def test_a_bug_is_not_taken_for_a_user_mistake(bug: Exception) -> None:
+    assert user_error_in(bug) is None
+    assert user_error_in(ExceptionGroup("g", [bug])) is None
+
+
+def test_a_reverie_error_is_found_inside_task_group_wrappers() -> None:
+    mistake = ConfigError("config.toml: [turn] max_steps: not a whole number")
+    wrapped = BaseExceptionGroup("outer", [ExceptionGroup("inner", [ValueError("bug"), mistake])])
+    assert user_error_in(wrapped) is mistake
+    assert user_error_in(UserError("--prompt is empty")) is not None
+    assert user_error_in(sqlite3.DatabaseError("file is not a database")) is not None
