@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean bwrap
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) bwrap
 	$(BIN)/python -m pytest -q
+
+# The bash tool's sandbox (DECISIONS D11) is tested with real bubblewrap; install it when missing.
+bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "bubblewrap is missing: installing it (apt-get install -y bubblewrap) for the bash sandbox tests"; \
+	    apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
+	  else \
+	    echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (the bash sandbox tests need it)"; exit 1; \
+	  fi; }
 
 test: lint typecheck unit
 

@@ -244,6 +244,9 @@ class ReflectionCoordinator:
             agent_name=f"{self.agent.name} (reflection)",
             memory_dir=worktree.path,
             bash_timeout=self.settings.bash_timeout,
+            sandbox=self.settings.sandbox,
+            network=self.settings.network,
+            env_names=self.settings.tool_env,
             extra_env={"TRANSCRIPT_PATH": str(payload)},
         )
         specs = tool_specs(list(_TOOLS))

@@ -66,6 +66,7 @@ __all__ = [
     "Observer",
     "TurnOutcome",
     "TurnRunner",
+    "max_steps_line",
     "to_model_messages",
 ]
 
@@ -236,7 +237,7 @@ class TurnRunner:
                 return "end_turn", None
             await self._run_tools(conversation_id, turn_id, message.tool_calls, state)
             if state.steps >= self.settings.max_steps:
-                return "max_steps", f"stopped after {state.steps} model requests (max steps {self.settings.max_steps})"
+                return "max_steps", max_steps_line(state.steps)
 
     async def _system_prompt(self, conversation_id: str, turn_id: str, skills: list[Skill], state: _TurnState) -> str:
         resolved = await resolve_system_prompt(
@@ -269,6 +270,9 @@ class TurnRunner:
             memory_dir=self.agent.memory_dir,
             store=self.store,
             bash_timeout=self.settings.bash_timeout,
+            sandbox=self.settings.sandbox,
+            network=self.settings.network,
+            env_names=self.settings.tool_env,
         )
         for call in calls:
             state.tool_calls.append(call.name)
@@ -346,6 +350,14 @@ class _TurnState:
     completion_tokens: int = 0
     memory_updates: int = 0
     tool_calls: list[str] = field(default_factory=list)
+
+
+def max_steps_line(steps: int) -> str:
+    """DECISIONS D13's line, shown by ``chat -p`` (exit 3) and the REPL when a turn hits the limit."""
+    return (
+        f"stopped after {steps} steps (max_steps); send another message to continue, "
+        "or raise [turn] max_steps / REVERIE_MAX_STEPS"
+    )
 
 
 def _one_line(text: str) -> str:

@@ -45,6 +45,11 @@ class Settings:
     fallback_summarizer_model: str | None = None
     reflection_trigger: str = "compaction-event"
     reflection_step_count: int = 25
+    request_timeout: float = 600.0
+    max_response_chars: int = 1_000_000
+    sandbox: str = "auto"
+    network: bool = True
+    tool_env: tuple[str, ...] = ()
 
     @property
     def uses_endpoint(self) -> bool:
@@ -67,6 +72,11 @@ _KEYS: Mapping[str, str] = {
     "compaction.fallback_summarizer_model": "fallback_summarizer_model",
     "reflection.trigger": "reflection_trigger",
     "reflection.step_count": "reflection_step_count",
+    "model.request_timeout": "request_timeout",
+    "model.max_response_chars": "max_response_chars",
+    "tools.sandbox": "sandbox",
+    "tools.network": "network",
+    "tools.env": "tool_env",
 }
 _ENV: Mapping[str, str] = {
     "REVERIE_BASE_URL": "base_url",
@@ -75,10 +85,28 @@ _ENV: Mapping[str, str] = {
     "REVERIE_CONTEXT_WINDOW": "context_window",
     "REVERIE_MAX_STEPS": "max_steps",
     "REVERIE_STREAM_IDLE_TIMEOUT": "stream_idle_timeout",
+    "REVERIE_REQUEST_TIMEOUT": "request_timeout",
+    "REVERIE_MAX_RESPONSE_CHARS": "max_response_chars",
+    "REVERIE_SANDBOX": "sandbox",
 }
 _CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
 _TYPES = {f.name: f.type for f in fields(Settings)}
 _MINIMUM = {"context_window": 256}
+_DAY = 86_400.0
+_MAXIMUM: Mapping[str, float] = {
+    "max_steps": 100_000,
+    "bash_timeout": _DAY,
+    "stream_idle_timeout": _DAY,
+    "request_timeout": _DAY,
+    "context_window": 100_000_000,
+    "summary_reserve": 10_000_000,
+    "reflection_step_count": 1_000_000,
+    "max_response_chars": 100_000_000,
+}
+"""Upper bounds: a value past them is a typo or a unit mistake (``1e308`` seconds), never intended."""
+_SANDBOX_MODES = ("auto", "bwrap", "off")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_NAME = re.compile(r"API_?KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _TRIGGERS = ("off", "compaction-event", "step-count")
 _MODES = ("sliding_window", "all")
 _FILE_KEY = {attr: dotted for dotted, attr in _KEYS.items()}
@@ -131,6 +159,8 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise bad("expected a whole number") from None
         if number < _MINIMUM.get(name, 1):
             raise bad(f"must be at least {_MINIMUM[name]}" if name in _MINIMUM else "must be positive")
+        if name in _MAXIMUM and number > _MAXIMUM[name]:
+            raise bad(f"must be at most {_MAXIMUM[name]:,.0f}")
         return number
     if kind.startswith("float"):
         if isinstance(value, bool):
@@ -141,10 +171,40 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise bad("expected a number") from None
         if not real > 0 or real == float("inf"):
             raise bad("must be a positive number")
+        if name in _MAXIMUM and real > _MAXIMUM[name]:
+            raise bad(f"must be at most {_MAXIMUM[name]:,.0f}")
         return real
+    if kind.startswith("bool"):
+        return _boolean(value, bad)
+    if kind.startswith("tuple"):
+        return _names(value, bad)
     if not isinstance(value, str):
         raise bad("expected a string (in quotes)")
     return value
+
+
+def _boolean(value: Any, bad: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise bad("expected true or false")
+
+
+def _names(value: Any, bad: Any) -> tuple[str, ...]:
+    """``[tools] env``: environment variable names passed to the bash tool; secrets never are."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise bad("expected a list of environment variable names")
+    names = tuple(item.strip() for item in items if item.strip())
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise bad(f"{name!r} is not an environment variable name")
+        if _SECRET_NAME.search(name):
+            raise bad(f"{name} looks like a secret; the bash tool never receives API keys or tokens")
+    return names
 
 
 def _where(source: str, name: str) -> str:
@@ -202,6 +262,8 @@ def _check_choices(settings: Settings, origin: Mapping[str, str]) -> None:
     def where(name: str) -> str:
         return origin.get(name, f"default {name}")
 
+    if settings.sandbox not in _SANDBOX_MODES:
+        raise ConfigError(f"{where('sandbox')} = {settings.sandbox!r}: use {', '.join(_SANDBOX_MODES)}")
     if settings.compaction_mode not in _MODES:
         raise ConfigError(f"{where('compaction_mode')} = {settings.compaction_mode!r}: use {' or '.join(_MODES)}")
     if not 0 < settings.sliding_percentage <= 1:

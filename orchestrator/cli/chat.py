@@ -18,6 +18,16 @@ from orchestrator.cli.render import TerminalRenderer
 __all__ = ["chat", "register"]
 
 
+def _require_utf8(option: str, value: str) -> None:
+    """Arguments arrive decoded with surrogate escapes; a byte that is not UTF-8 is a user mistake."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a character"
+        raise UserError(f"{option} is not valid UTF-8 text ({shown} at position {exc.start})") from None
+
+
 def _cli_settings(context_window: int | None = None, model: str | None = None) -> dict[str, Any]:
     return {"context_window": context_window, "model": model}
 
@@ -35,6 +45,8 @@ def chat(
 
     if prompt is not None and not prompt.strip():
         raise UserError("--prompt is empty: give the message to send")
+    if prompt is not None:
+        _require_utf8("--prompt", prompt)
     renderer = TerminalRenderer()
 
     async def main() -> int:
@@ -58,6 +70,9 @@ def chat(
                 if outcome.status == "error":
                     print(f"reverie: error: {outcome.error}", file=sys.stderr)
                     return 1
+                if outcome.status == "max_steps":
+                    print(outcome.error, file=sys.stderr)
+                    return 3
                 return 0
             await _repl(session, renderer)
             return 0
@@ -92,6 +107,8 @@ async def _repl(session: Any, renderer: TerminalRenderer) -> None:
         renderer.finish()
         if outcome.status == "error":
             print(f"reverie: error: {outcome.error}", file=sys.stderr)
+        elif outcome.status == "max_steps":
+            print(outcome.error, file=sys.stderr)
 
 
 def _load_readline_history(path: Path) -> None:

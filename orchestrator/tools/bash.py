@@ -6,10 +6,13 @@ forbids; a thread keeps the spawn, the pipe reads and the wait off every loop al
 cancellation kills the process group at once (the thread is abandoned and finishes when the pipe
 closes).
 
-Behaviour: the command runs in its own session (process group); when the timeout passes the whole group
-gets SIGKILL. A background job that outlives ``bash`` and keeps the output pipe open does not hold the
-tool: output is collected for a short grace period after ``bash`` exits, then the tool returns and the
-job keeps running. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
+Behaviour: the command runs with the allowlisted environment, inside bubblewrap unless
+``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, DECISIONS D11), in its own session
+(process group); when the timeout passes or the call is cancelled the whole group gets SIGKILL. Inside
+the sandbox the command has its own PID namespace, so every child ends when ``bash`` does (D11: that
+is intended). Unconfined, a background job that outlives ``bash`` and keeps the output pipe open does
+not hold the tool: output is collected for a short grace period after ``bash`` exits, then the tool
+returns. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import anyio
 
 from orchestrator.tools.context import ToolContext, ToolResult
 from orchestrator.tools.overflow import write_overflow
+from orchestrator.tools.sandbox import SandboxUnavailable, plan_command
 from orchestrator.tools.truncation import truncate_by_chars
 
 __all__ = ["run_bash"]
@@ -62,22 +66,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _environment(ctx: ToolContext) -> dict[str, str]:
-    env = dict(os.environ)
-    env["AGENT_ID"] = ctx.agent_id
-    env["AGENT_NAME"] = ctx.agent_name
-    env["CONVERSATION_ID"] = ctx.conversation_id
-    env.update(ctx.extra_env)
-    if ctx.memory_dir is not None:
-        env["MEMORY_DIR"] = str(ctx.memory_dir)
-    return env
-
-
 def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
+    argv, env = plan_command(ctx, ["bash", "-c", command])
     proc = subprocess.Popen(
-        ["bash", "-c", command],
+        argv,
         cwd=ctx.workspace,
-        env=_environment(ctx),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -153,7 +147,11 @@ async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None =
     run = _Run()
 
     def work() -> ToolResult:
-        return _render(_execute(command, ctx, limit, run), ctx, limit)
+        try:
+            outcome = _execute(command, ctx, limit, run)
+        except SandboxUnavailable as exc:
+            return ToolResult(False, str(exc))
+        return _render(outcome, ctx, limit)
 
     try:
         return await anyio.to_thread.run_sync(partial(work), abandon_on_cancel=True)

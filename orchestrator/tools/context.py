@@ -26,6 +26,9 @@ class ToolContext:
     ``overflow_dir``: where a truncated output's full text is written (compaction.md 7.5); None turns
     overflow files off. ``middle_truncate`` False keeps the head instead of head and tail. The config
     layer maps ``REVERIE_TOOL_OVERFLOW_TO_FILE`` / ``REVERIE_TOOL_MIDDLE_TRUNCATE`` onto these.
+
+    ``sandbox``, ``network`` and ``env_names`` are ``[tools] sandbox``, ``network`` and ``env``
+    (DECISIONS D11; ``orchestrator.tools.sandbox``).
     """
 
     workspace: Path
@@ -39,6 +42,9 @@ class ToolContext:
     overflow_dir: Path | None = None
     middle_truncate: bool = True
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    sandbox: str = "auto"
+    network: bool = True
+    env_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,11 @@
 
 Confinement works on real paths: a relative path is taken from the workspace, then every symlink and
 ``..`` is resolved, and the result must lie inside the real workspace or the real memory directory. So a
-symlink inside the workspace that points elsewhere is refused like ``../../etc/passwd``. All file I/O
-runs in worker threads.
+symlink inside the workspace that points elsewhere is refused like ``../../etc/passwd``. Anything in a
+``.git`` directory (or, for a memory worktree, its git dir and the common dir) is refused too, reads
+included: a model must not rewrite the validation hook or read credentials from ``.git/config``.
+``edit_file`` refuses a file that is not UTF-8 rather than replacing its bytes with U+FFFD. All file
+I/O runs in worker threads.
 
 ``read_file`` numbers lines like ``cat -n`` (six-wide number, a tab, the line); ``offset`` is the
 1-based first line, ``limit`` the number of lines (default 2,000). Notices are compaction.md 7.4's.
@@ -17,6 +20,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
+from orchestrator.tools.sandbox import git_dirs
 from orchestrator.tools.truncation import READ_MAX_CHARS_PER_LINE, READ_MAX_LINES, READ_OUTPUT_CHARS
 
 __all__ = ["edit_file", "read_file", "resolve_confined", "write_file"]
@@ -39,10 +43,27 @@ def resolve_confined(ctx: ToolContext, raw: str) -> Path:
     if not candidate.is_absolute():
         candidate = ctx.workspace / candidate
     real = candidate.resolve()
-    if not any(real == root or real.is_relative_to(root) for root in _roots(ctx)):
+    roots = _roots(ctx)
+    if not any(real == root or real.is_relative_to(root) for root in roots):
         allowed = "the workspace" if ctx.memory_dir is None else "the workspace and the memory directory"
         raise ToolError(f"{raw}: outside {allowed} (resolves to {real}); access refused")
+    if _in_git_internals(ctx, real, roots):
+        raise ToolError(
+            f"{raw}: inside a .git directory; repository internals are off limits to file tools (use git commands)"
+        )
     return real
+
+
+def _in_git_internals(ctx: ToolContext, real: Path, roots: list[Path]) -> bool:
+    """Whether ``real`` is in a ``.git`` directory under a root, or in the memory worktree's git dirs."""
+    for root in roots:
+        if real.is_relative_to(root) and ".git" in real.relative_to(root).parts:
+            return True
+    if ctx.memory_dir is not None:
+        dirs = git_dirs(ctx.memory_dir)
+        if dirs is not None:
+            return any(real.is_relative_to(d.resolve()) for d in dirs)
+    return False
 
 
 def _shown(ctx: ToolContext, path: Path) -> str:
@@ -51,7 +72,7 @@ def _shown(ctx: ToolContext, path: Path) -> str:
     return str(path.relative_to(workspace)) if path.is_relative_to(workspace) else str(path)
 
 
-def _read_text(path: Path, raw: str) -> str:
+def _read_text(path: Path, raw: str, *, strict: bool = False) -> str:
     if not path.exists():
         raise ToolError(f"{raw}: no such file")
     if path.is_dir():
@@ -59,6 +80,14 @@ def _read_text(path: Path, raw: str) -> str:
     data = path.read_bytes()
     if b"\x00" in data[:8192]:
         raise ToolError(f"{raw}: looks like a binary file; not shown")
+    if strict:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ToolError(
+                f"{raw}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                "edit_file would corrupt it, so it is left unchanged"
+            ) from None
     return data.decode("utf-8", errors="replace")
 
 
@@ -124,7 +153,7 @@ def _edit_sync(ctx: ToolContext, raw: str, old: str, new: str) -> str:
     if old == new:
         raise ToolError("old_string and new_string are identical; nothing to change")
     path = resolve_confined(ctx, raw)
-    text = _read_text(path, raw)
+    text = _read_text(path, raw, strict=True)
     found = text.count(old)
     if found == 0:
         raise ToolError(f"old_string not found in {raw}; read the file and copy the text exactly")

@@ -119,3 +119,57 @@ async def test_read_notices(tmp_path: Path) -> None:
     await AsyncPath(ctx.workspace / "bin").write_bytes(b"\x00\x01\x02")
     assert "binary" in (await run_tool("read_file", _args(path="bin"), ctx)).output
     assert "is a directory" in (await run_tool("read_file", _args(path="."), ctx)).output
+
+
+async def _memory_repo(tmp_path: Path) -> Path:
+    from orchestrator.memfs.repo import init_memory_repo
+
+    repo = tmp_path / "memory"
+    await anyio.to_thread.run_sync(init_memory_repo, repo)
+    return repo
+
+
+async def test_git_internals_are_refused_reads_included(tmp_path: Path) -> None:
+    repo = await _memory_repo(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ctx = ToolContext(workspace=ws, memory_dir=repo, agent_id="a", conversation_id="c")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    before = await AsyncPath(hook).read_bytes()
+    await AsyncPath(ws / "link-to-git").symlink_to(repo / ".git")
+    calls = [
+        ("write_file", _args(path=str(hook), content="#!/bin/sh\nexit 0\n")),
+        ("write_file", _args(path=str(repo / ".git" / "hooks" / "post-commit"), content="x")),
+        ("edit_file", _args(path=str(hook), old_string="exec", new_string="exit 0 #")),
+        ("read_file", _args(path=str(repo / ".git" / "config"))),
+        ("read_file", _args(path="link-to-git/config")),
+        ("read_file", _args(path=f"{repo}/sub/../.git/HEAD")),
+    ]
+    for name, args in calls:
+        result = await run_tool(name, args, ctx)
+        assert not result.ok, (name, args)
+        assert "inside a .git directory" in result.output and "\n" not in result.output
+    assert await AsyncPath(hook).read_bytes() == before
+    assert not await AsyncPath(repo / ".git" / "hooks" / "post-commit").exists()
+    assert (await run_tool("read_file", _args(path=str(repo / "persona.md")), ctx)).ok
+
+
+async def test_worktree_git_dirs_are_refused(tmp_path: Path) -> None:
+    from orchestrator.memfs.worktrees import create_worktree
+
+    repo = await _memory_repo(tmp_path)
+    worktree = await create_worktree(repo, agent_id="a", root=tmp_path / "wts")
+    ctx = ToolContext(workspace=worktree.path, memory_dir=worktree.path, agent_id="a", conversation_id="c")
+    for path in (".git", str(repo / ".git" / "hooks" / "pre-commit"), str(repo / ".git" / "worktrees")):
+        result = await run_tool("read_file", _args(path=path), ctx)
+        assert not result.ok and "\n" not in result.output
+
+
+async def test_edit_file_refuses_invalid_utf8_and_leaves_it(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    data = b"caf\xe9 latin-1\nsecond line\n"
+    await AsyncPath(ctx.workspace / "latin.txt").write_bytes(data)
+    result = await run_tool("edit_file", _args(path="latin.txt", old_string="second", new_string="2nd"), ctx)
+    assert not result.ok and "\n" not in result.output
+    assert "not valid UTF-8 (byte 0xe9 at offset 3)" in result.output
+    assert await AsyncPath(ctx.workspace / "latin.txt").read_bytes() == data

@@ -1,0 +1,254 @@
+"""What a bash tool call may touch (DECISIONS D11): its environment and, with bubblewrap, its file system.
+
+Why these choices:
+
+* **Environment allowlist, always** (confined or not): a model that runs ``env`` must never see an
+  API key. The child gets ``PATH``, ``HOME``, ``LANG``, ``TERM``, a few locale and git identity
+  names (so ``git commit`` in the memory repo works as the user's own shell would), every variable
+  reverie sets for the tool (``AGENT_ID``, ``MEMORY_DIR``, ``TRANSCRIPT_PATH``, ...), and the names
+  the user lists in ``[tools] env``. A value equal to the configured API key is dropped whatever its
+  name.
+* **bubblewrap** (``sandbox = auto | bwrap``): the whole file system read-only, a private ``/tmp``,
+  the workspace and the memory directory writable. For a memory repo (or a worktree of one) the git
+  common directory stays writable, because commits write objects, refs, logs and the index, but its
+  ``hooks``, ``config`` and the layout policy file are mounted read-only over it, so a command
+  cannot disable the validation hook. Overflow files (D6) and reverie's ``config.toml`` are
+  read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
+  the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
+  and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
+* Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
+  visible: their top-level ``/tmp`` entry is bound read-only first, then the writable roots inside
+  it, so ``echo > ../outside.txt`` fails instead of landing in the private ``/tmp``.
+* ``auto`` falls back to an unconfined run (clean environment, process-group kill) with one warning
+  per process when bubblewrap cannot run; ``bwrap`` refuses instead.
+
+Blocking (``stat``, one probe process, once per process); call from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.base.paths import config_path
+from orchestrator.tools.context import ToolContext
+
+__all__ = [
+    "BASE_ENV_NAMES",
+    "SandboxUnavailable",
+    "bwrap_argv",
+    "bwrap_problem",
+    "git_dirs",
+    "plan_command",
+    "tool_environment",
+]
+
+BASE_ENV_NAMES: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TERM",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_NOSYSTEM",
+)
+"""Passed through from reverie's own environment when set."""
+
+_KEY_VARIABLES = ("OPENAI_API_KEY",)
+_POLICY_FILE = "letta-memory-layout-policy"
+_TMP = Path("/tmp")
+_PROBE_TIMEOUT = 15.0
+
+_probe_lock = threading.Lock()
+_probe_result: list[str | None] = []
+_warned: list[bool] = []
+
+
+class SandboxUnavailable(Exception):
+    """``sandbox = bwrap`` and bubblewrap cannot run; the message is the one line the model sees."""
+
+
+def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment (see the module docstring)."""
+    source = os.environ if environ is None else environ
+    env = {name: source[name] for name in (*BASE_ENV_NAMES, *ctx.env_names) if name in source}
+    env.setdefault("PATH", os.defpath)
+    env["AGENT_ID"] = ctx.agent_id
+    env["AGENT_NAME"] = ctx.agent_name
+    env["CONVERSATION_ID"] = ctx.conversation_id
+    if ctx.memory_dir is not None:
+        env["MEMORY_DIR"] = str(ctx.memory_dir)
+    env.update(ctx.extra_env)
+    secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)}
+    return {name: value for name, value in env.items() if value not in secrets}
+
+
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot run here (one line), or None when it can; probed once per process."""
+    with _probe_lock:
+        if not _probe_result:
+            _probe_result.append(_probe())
+        return _probe_result[0]
+
+
+def _probe() -> str | None:
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    argv = [binary, *_base_args(), "--unshare-pid", "--die-with-parent", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not start: {exc}"
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bwrap fails here: {detail[-1] if detail else f'exit status {done.returncode}'}"
+    return None
+
+
+def _warn_unconfined(reason: str) -> None:
+    with _probe_lock:
+        if _warned:
+            return
+        _warned.append(True)
+    sys.stderr.write(
+        f"reverie: warning: bash commands run unconfined ({reason}); "
+        "set [tools] sandbox = bwrap to require the sandbox\n"
+    )
+    sys.stderr.flush()
+
+
+@dataclass(frozen=True)
+class _Mounts:
+    writable: tuple[Path, ...]
+    readonly: tuple[Path, ...]
+    hidden: tuple[Path, ...]
+
+
+def _base_args() -> list[str]:
+    return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+
+
+def _real(path: Path | str) -> Path | None:
+    try:
+        real = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return None
+    return real if real.exists() else None
+
+
+def git_dirs(repo: Path) -> tuple[Path, Path] | None:
+    """(git dir, common dir) of ``repo``, read from ``.git`` itself (no git process)."""
+    dotgit = repo / ".git"
+    if dotgit.is_dir():
+        return dotgit, dotgit
+    try:
+        text = dotgit.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(text.removeprefix("gitdir:").strip())
+    gitdir = gitdir if gitdir.is_absolute() else repo / gitdir
+    try:
+        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return gitdir, gitdir
+    common_path = Path(common)
+    return gitdir, common_path if common_path.is_absolute() else gitdir / common_path
+
+
+def _mounts(ctx: ToolContext, env: Mapping[str, str]) -> _Mounts:
+    writable: list[Path | None] = [_real(ctx.workspace)]
+    readonly: list[Path | None] = []
+    if ctx.memory_dir is not None:
+        writable.append(_real(ctx.memory_dir))
+        dirs = git_dirs(ctx.memory_dir)
+        if dirs is not None:
+            gitdir, common = dirs
+            writable.append(_real(common))
+            for protected in ("hooks", "config", "config.worktree", _POLICY_FILE):
+                readonly.append(_real(common / protected))
+            readonly.append(_real(gitdir / "config.worktree"))
+    if ctx.overflow_dir is not None:
+        readonly.append(_real(ctx.overflow_dir))
+    for value in ctx.extra_env.values():
+        if value.startswith("/"):
+            readonly.append(_real(value))
+    for entry in env.get("PATH", "").split(":"):
+        if entry.startswith("/"):
+            readonly.append(_real(entry))
+    hidden = _real(config_path())
+    roots = tuple(dict.fromkeys(p for p in writable if p is not None))
+    return _Mounts(
+        writable=roots,
+        readonly=tuple(dict.fromkeys(p for p in readonly if p is not None and _needs_bind(p, roots))),
+        hidden=(hidden,) if hidden is not None and hidden.is_file() else (),
+    )
+
+
+def _needs_bind(path: Path, roots: Sequence[Path]) -> bool:
+    """A read-only path needs its own mount only where the base mounts would not show it read-only:
+    inside a writable root, or under the private /tmp."""
+    return path.is_relative_to(_TMP) or any(path.is_relative_to(root) for root in roots)
+
+
+def _tmp_tops(paths: Sequence[Path]) -> list[Path]:
+    """The top-level ``/tmp`` entries holding ``paths``, so they stay visible over the private /tmp."""
+    tops: dict[Path, None] = {}
+    for path in paths:
+        if path != _TMP and path.is_relative_to(_TMP):
+            tops[_TMP / path.relative_to(_TMP).parts[0]] = None
+    return list(tops)
+
+
+def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str]) -> list[str]:
+    """The bubblewrap command line that runs ``command`` confined (see the module docstring)."""
+    mounts = _mounts(ctx, env)
+    argv = ["bwrap", *_base_args()]
+    for top in _tmp_tops([*mounts.writable, *mounts.readonly, _real(sys.executable) or _TMP]):
+        argv += ["--ro-bind", str(top), str(top)]
+    for path in sorted(mounts.writable, key=lambda p: len(p.parts)):
+        argv += ["--bind", str(path), str(path)]
+    for path in mounts.readonly:
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in mounts.hidden:
+        argv += ["--ro-bind", os.devnull, str(path)]
+    argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    if not ctx.network:
+        argv.append("--unshare-net")
+    workspace = _real(ctx.workspace)
+    if workspace is not None:
+        argv += ["--chdir", str(workspace)]
+    return [*argv, "--", *command]
+
+
+def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment for one call under ``ctx.sandbox``; ``SandboxUnavailable`` when the
+    sandbox is required and cannot run."""
+    env = tool_environment(ctx)
+    if ctx.sandbox == "off":
+        return list(command), env
+    problem = bwrap_problem()
+    if problem is None:
+        return bwrap_argv(ctx, env, command), env
+    if ctx.sandbox == "bwrap":
+        raise SandboxUnavailable(
+            f"the bash sandbox is required ([tools] sandbox = bwrap) but {problem}; command not run"
+        )
+    _warn_unconfined(problem)
+    return list(command), env

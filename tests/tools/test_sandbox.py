@@ -1,0 +1,214 @@
+"""The bash sandbox with real bubblewrap and real git: environment allowlist, what is writable, the
+memory repo's hooks and config, worktrees, network, and the auto/bwrap/off modes (DECISIONS D11)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.memfs.repo import init_memory_repo, run_git
+from orchestrator.memfs.worktrees import create_worktree
+from orchestrator.tools import ToolContext, run_bash, run_tool
+from orchestrator.tools import sandbox as sandbox_module
+from orchestrator.tools.sandbox import bwrap_problem, tool_environment
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-test-0123456789abcdef-SECRET"
+
+
+@pytest.fixture(autouse=True)
+def _bwrap_runs() -> None:
+    problem = bwrap_problem()
+    assert problem is None, f"these tests need bubblewrap (make test installs it): {problem}"
+
+
+def _ctx(tmp_path: Path, memory: Path | None = None, **kw: object) -> ToolContext:
+    ws = tmp_path / "project" / "ws"
+    ws.mkdir(parents=True, exist_ok=True)
+    if memory is None:
+        memory = tmp_path / "mem"
+        memory.mkdir(exist_ok=True)
+    kw.setdefault("sandbox", "bwrap")
+    kw.setdefault("workspace", ws)
+    return ToolContext(memory_dir=memory, agent_id="agent-1", agent_name="Ada", conversation_id="c-1", **kw)  # type: ignore[arg-type]
+
+
+async def _memory(tmp_path: Path) -> Path:
+    repo = tmp_path / "memory"
+    await anyio.to_thread.run_sync(init_memory_repo, repo)
+    return repo
+
+
+async def _git(repo: Path, *args: str) -> str:
+    done = await anyio.to_thread.run_sync(lambda: run_git(repo, *args))
+    return done.stdout.decode().strip()
+
+
+async def test_environment_is_an_allowlist_without_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("SOME_SECRETISH", "not-passed")
+    monkeypatch.setenv("MY_TOOL_SETTING", "passed")
+    monkeypatch.setenv("COPY_OF_KEY", KEY)
+    ctx = _ctx(tmp_path, env_names=("MY_TOOL_SETTING", "COPY_OF_KEY"), extra_env={"PARENT_AGENT_ID": "p-1"})
+    result = await run_bash("env; cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n'", ctx)
+    assert result.ok, result.output
+    assert KEY not in result.output
+    names = {line.split("=", 1)[0] for line in result.output.splitlines() if "=" in line}
+    assert "SOME_SECRETISH" not in names
+    assert {"PATH", "HOME", "AGENT_ID", "AGENT_NAME", "CONVERSATION_ID", "MEMORY_DIR", "PARENT_AGENT_ID", "MY_TOOL_SETTING"} <= names
+    assert "COPY_OF_KEY" not in names
+
+
+def test_unconfined_environment_is_the_same_allowlist(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, sandbox="off")
+    env = tool_environment(ctx, {"OPENAI_API_KEY": KEY, "PATH": "/usr/bin", "HOME": "/h", "EDITOR": "vi"})
+    assert env["PATH"] == "/usr/bin" and env["HOME"] == "/h"
+    assert "OPENAI_API_KEY" not in env and "EDITOR" not in env
+
+
+async def test_writes_land_only_in_workspace_and_memory(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    home = Path(os.environ["HOME"])
+    result = await run_bash("echo pwned > ../outside.txt", ctx)
+    assert not result.ok and "Read-only file system" in result.output
+    for target in (f"{home}/pwned.txt", f"{tmp_path}/pwned.txt", f"{os.environ['REVERIE_HOME']}/pwned.txt"):
+        assert not (await run_bash(f"echo pwned > {target}", ctx)).ok
+    ok = await run_bash('echo a > in-ws.txt && echo b > "$MEMORY_DIR/in-mem.txt" && echo c > /tmp/private.txt && cat /tmp/private.txt', ctx)
+    assert ok.ok and ok.output == "c"
+    assert (ctx.workspace / "in-ws.txt").read_text() == "a\n"
+    assert ctx.memory_dir is not None and (ctx.memory_dir / "in-mem.txt").read_text() == "b\n"
+    for absent in (Path("/tmp/private.txt"), tmp_path / "project" / "outside.txt", home / "pwned.txt", tmp_path / "pwned.txt"):
+        assert not await anyio.Path(absent).exists(), absent
+
+
+async def test_reverie_config_file_is_hidden(tmp_path: Path) -> None:
+    config = Path(os.environ["REVERIE_HOME"]) / "config.toml"
+    config.write_text(f'[model]\napi_key = "{KEY}"\n')
+    result = await run_bash(f"cat {config}; echo end", _ctx(tmp_path))
+    assert result.ok and KEY not in result.output
+
+
+async def test_memory_git_works_but_hooks_and_config_are_read_only(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    before, config_before = hook.read_bytes(), (repo / ".git" / "config").read_bytes()
+    ctx = _ctx(tmp_path, memory=repo)
+    for attack in (
+        'echo "exit 0" > "$MEMORY_DIR/.git/hooks/pre-commit"',
+        'rm -f "$MEMORY_DIR/.git/hooks/pre-commit"',
+        'echo x > "$MEMORY_DIR/.git/hooks/post-commit"',
+        'git -C "$MEMORY_DIR" config core.hooksPath /tmp',
+        'mv "$MEMORY_DIR/.git/hooks" "$MEMORY_DIR/.git/hooks-old"',
+    ):
+        assert not (await run_bash(attack, ctx)).ok, attack
+    assert hook.read_bytes() == before and (repo / ".git" / "config").read_bytes() == config_before
+    assert not (repo / ".git" / "hooks" / "post-commit").exists()
+    commit = await run_bash(
+        'cd "$MEMORY_DIR" && printf -- "---\\nname: sandboxed\\ndescription: notes\\n---\\nhello\\n" > sandboxed.md '
+        '&& git add sandboxed.md && git commit -q -m "from the sandbox" && git log -1 --format=%s',
+        ctx,
+    )
+    assert commit.ok, commit.output
+    assert commit.output.endswith("from the sandbox")
+    assert await _git(repo, "log", "-1", "--format=%s") == "from the sandbox"
+    rejected = await run_bash(
+        'cd "$MEMORY_DIR" && printf "no frontmatter\\n" > bad.md && git add bad.md && git commit -q -m bad',
+        ctx,
+    )
+    assert not rejected.ok and "frontmatter" in rejected.output.lower()
+
+
+async def test_worktree_commits_write_the_common_dir(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    before = hook.read_bytes()
+    ctx = _ctx(tmp_path, memory=worktree.path, workspace=worktree.path)
+    assert not (await run_bash(f'echo "exit 0" > {hook}', ctx)).ok
+    commit = await run_bash(
+        'printf -- "---\\nname: wt\\ndescription: wt\\n---\\nfrom worktree\\n" > wt.md && git add wt.md '
+        '&& git commit -q -m "worktree commit"',
+        ctx,
+    )
+    assert commit.ok, commit.output
+    assert hook.read_bytes() == before
+    assert await _git(repo, "rev-parse", worktree.branch) != await _git(repo, "rev-parse", "HEAD")
+    assert await _git(repo, "log", "-1", "--format=%s", worktree.branch) == "worktree commit"
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.sendall(b"hello-from-loopback\n")
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+async def test_network_on_by_default_and_off_when_asked(tmp_path: Path, listener: int) -> None:
+    probe = f"{sys.executable} -c \"import socket; s=socket.create_connection(('127.0.0.1', {listener}), 3); print(s.recv(64).decode().strip())\""
+    on = await run_bash(probe, _ctx(tmp_path))
+    assert on.ok and on.output == "hello-from-loopback"
+    off = await run_bash(probe, _ctx(tmp_path, network=False))
+    assert not off.ok and "hello-from-loopback" not in off.output
+
+
+@pytest.fixture
+def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A PATH without bubblewrap, and a fresh probe, as on a machine that lacks it."""
+    bindir = tmp_path / "bin-without-bwrap"
+    bindir.mkdir()
+    for tool in ("bash", "env", "echo", "cat"):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if found:
+            (bindir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bindir))
+    saved = list(sandbox_module._probe_result), list(sandbox_module._warned)
+    sandbox_module._probe_result.clear()
+    sandbox_module._warned.clear()
+    yield
+    sandbox_module._probe_result[:] = saved[0]
+    sandbox_module._warned[:] = saved[1]
+
+
+async def test_required_sandbox_refuses_in_one_line(tmp_path: Path, no_bwrap: None) -> None:
+    result = await run_tool("bash", '{"command": "echo ran > ran.txt"}', _ctx(tmp_path, sandbox="bwrap"))
+    assert not result.ok and "\n" not in result.output
+    assert "sandbox = bwrap" in result.output and "bwrap is not installed" in result.output
+    assert not (tmp_path / "project" / "ws" / "ran.txt").exists()
+
+
+async def test_auto_falls_back_with_one_warning(tmp_path: Path, no_bwrap: None, capfd: pytest.CaptureFixture[str]) -> None:
+    ctx = _ctx(tmp_path, sandbox="auto")
+    first = await run_bash("echo one", ctx)
+    second = await run_bash("echo two", ctx)
+    assert first.ok and second.ok
+    err = capfd.readouterr().err
+    assert err.count("bash commands run unconfined") == 1 and "bwrap is not installed" in err
