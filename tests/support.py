@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,3 +39,37 @@ class SleepRecorder:
 
     async def __call__(self, seconds: float) -> None:
         self.delays.append(seconds)
+
+
+def running_with(marker: str) -> list[int]:
+    """Live host pids whose command line contains ``marker`` (pids printed inside the sandbox are
+    its own namespace's, so tests look processes up by a unique argument instead)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if marker in cmdline and _pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def none_left_within(marker: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not running_with(marker):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pid_alive(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.split(")")[1].split()[0] != "Z"

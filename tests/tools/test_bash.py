@@ -11,6 +11,7 @@ import pytest
 from anyio import Path as AsyncPath
 
 from orchestrator.tools import ToolContext, run_bash, run_tool
+from tests.support import none_left_within
 
 pytestmark = pytest.mark.anyio
 
@@ -47,31 +48,6 @@ def _dies_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def running_with(marker: str) -> list[int]:
-    """Live host pids whose command line contains ``marker`` (pids printed inside the sandbox are
-    its own namespace's, so tests look processes up by a unique argument instead)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if marker in cmdline and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
-def none_left_within(marker: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not running_with(marker):
             return True
         time.sleep(0.05)
     return False
