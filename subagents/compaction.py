@@ -28,9 +28,12 @@ What it decides, and reverie's choices where the specs leave room:
   ``compaction.failed`` and the request goes on with the context unchanged. Only cancellation escapes.
 * **Nothing to do.** A plan that would evict nothing but a previous summary is skipped, so a context
   that stays above the trigger because of a large system prompt does not re-summarise every request.
-* **S5 cut.** When ``all`` has to cut the newest user message, the store cannot keep a modified copy
-  under the same id: the kept tail from that message on is appended again as copies (metadata
-  ``copy_of``) right after the commit point; the originals stay in the transcript.
+* **D4 cut.** The planner never evicts the newest user message and cuts it (or the current step's
+  tool results) only when it alone overflows the window. The store cannot keep a modified copy under
+  the same id: the kept tail from the first cut message on is appended again as copies (metadata
+  ``copy_of``) right after the commit point; the originals stay in the transcript. A window too small
+  for even the newest message raises ``ContextWindowTooSmall`` (before any summarizer call), which the
+  turn loop turns into its one-line refusal.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from orchestrator.compaction import (
     CompactionPlan,
     CompactionSettings,
     ContextSize,
+    ContextWindowTooSmall,
     context_size,
     estimate_message,
     estimate_messages,
@@ -217,7 +221,7 @@ class CompactionSubagent:
                 changed = (await self._at_trigger(conversation_id, system, turn_id)).changed
             elif should_prepare(size.tokens, window, Fraction(str(self.compaction.soft_threshold_fraction))):
                 self._maybe_prepare(conversation_id, system, history)
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), ContextWindowTooSmall):
             raise
         except Exception as exc:
             await self._report(conversation_id, "context_window_limit", exc)
@@ -229,7 +233,7 @@ class CompactionSubagent:
             result = await self._compact(
                 conversation_id, system, turn_id, trigger="context_window_overflow", in_turn=True
             )
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), ContextWindowTooSmall):
             raise
         except Exception as exc:
             await self._report(conversation_id, "context_window_overflow", exc)
@@ -340,7 +344,7 @@ class CompactionSubagent:
             history = await self.store.in_context(conversation_id)
             messages = [m.message for m in history]
             plan = self._plan(messages, fixed, None)
-            if plan.evicted_count == 0:
+            if plan.evicted_count == 0 or plan.refused:
                 return
             await self._emit(
                 CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=True),
@@ -377,7 +381,9 @@ class CompactionSubagent:
         fixed = self._fixed(system)
         messages = [m.message for m in history]
         plan = self._plan(messages, fixed, mode)
-        if plan.evicted_count == 0:
+        if plan.needed_tokens is not None:
+            raise ContextWindowTooSmall(self.compaction.context_window, plan.needed_tokens)
+        if plan.evicted_count == 0 and plan.cut_index is None:
             return CompactionResult(
                 "skipped",
                 trigger,

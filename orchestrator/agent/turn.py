@@ -19,7 +19,9 @@ reflection read it unchanged), and compaction can tell harness text from user te
 Step limit: ``max_steps`` counts provider requests. When the last allowed request asks for tools,
 the tools still run (so no call is left without a result) and the turn ends with ``max_steps``.
 A context overflow reported by the provider is answered by compaction and a retry, at most three
-times per request.
+times per request. A window too small for the system prompt, tool schemas and the newest message
+(DECISIONS D4) ends the turn with the compactor's one-line ``ContextWindowTooSmall`` instead of a
+request carrying a hollowed message.
 
 ``first_sent_at`` of the prompt row is set just before a request goes to the provider, not after
 it succeeds: a request that failed may still have been seen (and prefix-cached) by the provider,
@@ -56,6 +58,7 @@ from orchestrator.base.events import (
     TurnStarted,
     ignore_event,
 )
+from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
 from orchestrator.store import Store, StoredMessage, TurnStatus
 from orchestrator.tools import ToolContext, run_tool, tool_specs
@@ -193,8 +196,11 @@ class TurnRunner:
         while True:
             state.steps += 1
             system = await self._system_prompt(conversation_id, turn_id, skills, state)
-            if self.compactor and await self.compactor.before_request(conversation_id, system, turn_id):
-                system = await self._system_prompt(conversation_id, turn_id, skills, state)
+            try:
+                if self.compactor and await self.compactor.before_request(conversation_id, system, turn_id):
+                    system = await self._system_prompt(conversation_id, turn_id, skills, state)
+            except ContextWindowTooSmall as exc:
+                return "error", str(exc)
             history = await self.store.in_context(conversation_id)
             request = ModelRequest(
                 system=system, messages=to_model_messages(history), tools=specs, model=self.settings.model
@@ -206,7 +212,11 @@ class TurnRunner:
             except ModelError as exc:
                 if exc.context_overflow and self.compactor and overflow_retries < _OVERFLOW_RETRIES:
                     overflow_retries += 1
-                    if await self.compactor.on_overflow(conversation_id, system, turn_id):
+                    try:
+                        evicted = await self.compactor.on_overflow(conversation_id, system, turn_id)
+                    except ContextWindowTooSmall as refusal:
+                        return "error", str(refusal)
+                    if evicted:
                         state.steps -= 1
                         continue
                 return "error", _one_line(str(exc)) or type(exc).__name__

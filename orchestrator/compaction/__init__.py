@@ -23,12 +23,16 @@ from orchestrator.compaction.packaging import (
     summary_message_text,
 )
 from orchestrator.compaction.planner import (
+    MIN_KEPT_CHARS,
     CompactionPlan,
+    ContextWindowTooSmall,
     PlanningError,
     find_sliding_cutoff,
+    hard_limit,
     plan_all,
     plan_compaction,
     plan_emergency,
+    summary_allowance,
 )
 from orchestrator.compaction.settings import CompactionMode, CompactionSettings, CompactionSettingsError
 from orchestrator.compaction.tokens import (
@@ -52,6 +56,7 @@ from orchestrator.compaction.transcript import (
 )
 
 __all__ = [
+    "MIN_KEPT_CHARS",
     "EMERGENCY_SUMMARY",
     "EMPTY_SUMMARY",
     "CompactionMode",
@@ -60,6 +65,7 @@ __all__ = [
     "CompactionSettings",
     "CompactionSettingsError",
     "CompactionStats",
+    "ContextWindowTooSmall",
     "ContextSize",
     "PlanningError",
     "Retention",
@@ -73,6 +79,7 @@ __all__ = [
     "estimate_text",
     "extract_identifiers",
     "find_sliding_cutoff",
+    "hard_limit",
     "missing_identifiers",
     "plan_all",
     "plan_compaction",
@@ -87,6 +94,7 @@ __all__ = [
     "summarize_with_fallback",
     "summarizer_input",
     "summarizer_system_prompt",
+    "summary_allowance",
     "summary_message",
     "summary_message_text",
     "system_prompt_tokens",

@@ -32,6 +32,7 @@ from orchestrator.compaction.identifiers import Retention, retention
 from orchestrator.compaction.packaging import (
     EMERGENCY_SUMMARY,
     EMPTY_SUMMARY,
+    SUMMARY_CLIP_SUFFIX,
     CompactionStats,
     clip_summary,
     raw_summary_from_text,
@@ -319,6 +320,7 @@ async def summarize_with_fallback(
                 messages=(Message(role="user", content=content),),
                 model=rung_model,
                 purpose="summarize",
+                max_tokens=plan.summary_tokens or None,
             )
             try:
                 text = await caller.call(request, rung=rung, budget=budget, chars=len(transcript))
@@ -334,7 +336,7 @@ async def summarize_with_fallback(
                 settings,
                 caller,
                 request,
-                clip_summary(text, settings.clip_chars),
+                clip_summary(text, _clip_chars(settings, plan)),
                 summarized=summarized,
                 budget=budget,
                 chars=len(transcript),
@@ -360,6 +362,16 @@ async def summarize_with_fallback(
         error=last_error,
         **common,
     )
+
+
+def _clip_chars(settings: CompactionSettings, plan: CompactionPlan) -> int | None:
+    """The summary's character cap: the setting, and in a small window the size the plan counted on
+    (D4: a summary longer than planned would crowd out the newest message)."""
+    if not plan.summary_tokens or plan.summary_tokens >= settings.summary_reserve:
+        return settings.clip_chars
+    wrapper = len(summary_message_text("", mode=plan.mode, evicted_count=plan.evicted_count))
+    cap = max(1, plan.summary_tokens * 4 - wrapper - len(SUMMARY_CLIP_SUFFIX))
+    return cap if settings.clip_chars is None else min(cap, settings.clip_chars)
 
 
 def _has_line(message: Message) -> bool:
@@ -401,7 +413,7 @@ async def _checked(
         except Exception:
             text = None
         if text is not None:
-            candidate = clip_summary(text, settings.clip_chars)
+            candidate = clip_summary(text, _clip_chars(settings, plan))
             second = retention(source, candidate)
             if second.ratio >= kept.ratio:
                 summary, kept = candidate, second

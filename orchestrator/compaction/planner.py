@@ -14,9 +14,16 @@ Rules, and reverie's choices where the specs leave room:
   tried; if ``all`` does not fit either but the largest valid sliding cutoff does, that one is used
   (letta-code would accept an over-threshold result and compact again next turn, W4). When nothing
   fits, the smaller of the two is returned with ``fits`` false.
-- ``all`` keeps the newest user message and everything after it (C5, S5); if that alone exceeds the
-  threshold, the newest user message is cut in the middle with a notice (its text stays in the
-  durable transcript). Without any user message, ``all`` keeps a trailing pending tool call.
+- ``all`` keeps the newest user message and everything after it (C5, S5). Without any user message,
+  ``all`` keeps a trailing pending tool call.
+- The newest user message is never evicted, by any mode (DECISIONS D4). When a plan still does not fit
+  under the threshold, the earlier steps of the current turn go too, keeping the newest user message
+  and the current step (the last tool call and its results). Only when the request would then exceed
+  the hard limit (``hard_limit``: the window less a twentieth for the answer and estimation error)
+  is anything cut: first the current step's tool results, then the newest user message, in the middle
+  with a notice (their text stays in the durable transcript), keeping as much as fits. A cut never
+  yields more characters than it removes; when fewer than ``MIN_KEPT_CHARS`` of the message would
+  remain, the plan carries ``needed_tokens`` and the turn is refused (``ContextWindowTooSmall``).
 - ``memory_update`` messages leave the context without being summarised (turn-loop.md 3.4). A previous
   summary among the evicted messages is pinned for the summarizer to update (C5) and is not counted
   in ``k`` (S4); every other message leaving the context is.
@@ -32,12 +39,14 @@ from fractions import Fraction
 
 from orchestrator.base.errors import ReverieError
 from orchestrator.compaction.settings import CompactionMode, CompactionSettings
-from orchestrator.compaction.tokens import estimate_message, threshold
+from orchestrator.compaction.tokens import estimate_message, estimate_text, threshold
 from orchestrator.models.types import Message
 from orchestrator.tools.truncation import clip_middle
 
 __all__ = [
+    "MIN_KEPT_CHARS",
     "CompactionPlan",
+    "ContextWindowTooSmall",
     "PlanningError",
     "find_sliding_cutoff",
     "normalise_percentage",
@@ -45,13 +54,48 @@ __all__ = [
     "plan_compaction",
     "plan_emergency",
     "round_half_up",
+    "hard_limit",
+    "summary_allowance",
 ]
 
 EMERGENCY_PERCENTAGE = 0.5
+MIN_KEPT_CHARS = 200
+_MIN_SUMMARY_TOKENS = 64
 
 
 class PlanningError(ReverieError, ValueError):
     """No valid sliding cutoff; the routine falls back to ``all`` (never a compaction failure)."""
+
+
+class ContextWindowTooSmall(Exception):
+    """The system prompt, tool schemas and the newest message cannot share the window (D4): the turn
+    is refused with this one line instead of sending a hollowed message."""
+
+    def __init__(self, window: int, needed: int) -> None:
+        self.window = window
+        self.needed = needed
+        super().__init__(
+            f"the context window ({window:,} tokens) is too small for this request: the system prompt, "
+            f"tool schemas and your message need at least {needed:,}; raise it with --context-window "
+            "(or [compaction] context_window in config.toml)"
+        )
+
+
+def hard_limit(window: int | None) -> int | None:
+    """What a request may never exceed: the window less a twentieth (room for the answer and for the
+    chars/4 estimate being off)."""
+    if window is None or window <= 0:
+        return None
+    return window - max(1, window // 20)
+
+
+def summary_allowance(reserve: int, window: int | None, fixed: int) -> int:
+    """The summary size planned for (and asked of the summarizer): the reserve (S20), less in a small
+    window so a summary never crowds out the newest message; at least 64 tokens."""
+    limit = threshold(window)
+    if limit is None:
+        return reserve
+    return min(reserve, max(_MIN_SUMMARY_TOKENS, (limit - fixed) // 2))
 
 
 @dataclass(frozen=True)
@@ -80,6 +124,15 @@ class CompactionPlan:
     tokens_after: int
     threshold: int | None
     escalated: bool
+    window: int | None = None
+    needed_tokens: int | None = None
+    cut_indices: tuple[int, ...] = ()
+    summary_tokens: int = 0
+
+    @property
+    def refused(self) -> bool:
+        """True when not even the newest message fits (D4): the turn must be refused."""
+        return self.needed_tokens is not None
 
     @property
     def evicted_count(self) -> int:
@@ -177,6 +230,138 @@ def _cut_marker(omitted: int) -> str:
     )
 
 
+def _tool_cut_marker(omitted: int) -> str:
+    return (
+        f"\n[... {omitted:,} characters were cut from the middle of this tool result to fit the context "
+        "window; the whole result remains in the conversation transcript ...]\n"
+    )
+
+
+def _current_step(messages: Sequence[Message], newest: int) -> int:
+    """Where the current step starts: the last assistant message after the newest user message."""
+    for i in range(len(messages) - 1, newest, -1):
+        if messages[i].role == "assistant":
+            return i
+    return len(messages)
+
+
+def _rebuild(
+    messages: Sequence[Message],
+    costs: _Costs,
+    plan: CompactionPlan,
+    keep: Sequence[int],
+    *,
+    fixed: int,
+    summary_reserve: int,
+) -> CompactionPlan:
+    return replace(
+        _build(
+            messages,
+            costs,
+            mode=plan.mode,
+            requested_mode=plan.requested_mode,
+            cutoff=min(keep, default=len(messages)),
+            keep_from=keep,
+            fixed=fixed,
+            summary_reserve=summary_reserve,
+            limit=plan.threshold,
+            escalated=plan.escalated,
+        ),
+        window=plan.window,
+        summary_tokens=plan.summary_tokens,
+    )
+
+
+def _window_needed(tokens: int) -> int:
+    """The smallest window whose ``hard_limit`` admits ``tokens``."""
+    window = tokens + tokens // 19 + 1
+    while window > 1 and (hard_limit(window - 1) or 0) >= tokens:
+        window -= 1
+    while (hard_limit(window) or 0) < tokens:
+        window += 1
+    return window
+
+
+def _fit_window(
+    messages: Sequence[Message],
+    costs: _Costs,
+    plan: CompactionPlan,
+    *,
+    newest: int | None,
+    fixed: int,
+    summary_reserve: int,
+    window: int | None,
+) -> CompactionPlan:
+    """D4, in order: keep the newest user message; if the plan misses the threshold, drop the earlier
+    steps of the current turn; if the request would still pass the hard limit, plan a shorter summary
+    (down to 64 tokens), then cut the current step's tool results, then the message itself, or refuse
+    when under ``MIN_KEPT_CHARS`` of it would stay."""
+    plan = replace(plan, window=window, summary_tokens=summary_reserve)
+    if newest is None:
+        return plan
+    if newest not in plan.kept:
+        plan = _rebuild(
+            messages, costs, plan, sorted({newest, *plan.kept}), fixed=fixed, summary_reserve=summary_reserve
+        )
+    if not plan.fits:
+        step = _current_step(messages, newest)
+        tight = _rebuild(
+            messages,
+            costs,
+            plan,
+            [newest, *(i for i in plan.kept if i >= step)],
+            fixed=fixed,
+            summary_reserve=summary_reserve,
+        )
+        if tight.tokens_after < plan.tokens_after:
+            plan = replace(tight, mode="all", escalated=plan.requested_mode != "all")
+    limit = hard_limit(window)
+    if limit is None or plan.tokens_after <= limit:
+        return plan
+    if summary_reserve > _MIN_SUMMARY_TOKENS:
+        smaller = max(_MIN_SUMMARY_TOKENS, summary_reserve - (plan.tokens_after - limit))
+        plan = replace(
+            plan, tokens_after=plan.tokens_after - summary_reserve + smaller, summary_tokens=smaller
+        )
+        summary_reserve = smaller
+        if plan.tokens_after <= limit:
+            return plan
+    kept = dict(zip(plan.kept, plan.kept_messages, strict=True))
+    over = plan.tokens_after - limit
+    cuts: list[int] = []
+    results = [i for i in plan.kept if i > newest and messages[i].role == "tool"]
+    total = sum(len(messages[i].content) for i in results)
+    if results and total:
+        share = max(0, total - over * 4)
+        for i in results:
+            text = messages[i].content
+            allowed = max(MIN_KEPT_CHARS + len(_tool_cut_marker(len(text))), len(text) * share // total)
+            clipped = clip_middle(text, allowed, _tool_cut_marker)
+            if len(clipped) < len(text):
+                kept[i] = replace(messages[i], content=clipped)
+                over -= costs.est[i] - estimate_message(kept[i])
+                cuts.append(i)
+    user = messages[newest]
+    if over > 0:
+        room = (costs.est[newest] - over) * 4
+        clipped = clip_middle(user.content, max(0, room), _cut_marker)
+        if len(clipped) >= len(user.content) or len(clipped) - len(_cut_marker(len(user.content))) < MIN_KEPT_CHARS:
+            floor = min(costs.est[newest], estimate_text(user.content[:MIN_KEPT_CHARS] + _cut_marker(len(user.content))))
+            others = sum(estimate_message(kept[i]) for i in plan.kept if i != newest)
+            return replace(plan, needed_tokens=_window_needed(fixed + summary_reserve + others + floor))
+        kept[newest] = replace(user, content=clipped)
+        over -= costs.est[newest] - estimate_message(kept[newest])
+        cuts.append(newest)
+    cut_indices = tuple(sorted(cuts))
+    return replace(
+        plan,
+        kept_messages=tuple(kept[i] for i in plan.kept),
+        cut_index=cut_indices[0] if cut_indices else None,
+        cut_indices=cut_indices,
+        tokens_after=fixed + summary_reserve + sum(estimate_message(kept[i]) for i in plan.kept),
+    )
+
+
 def _build(
     messages: Sequence[Message],
     costs: _Costs,
@@ -254,22 +439,7 @@ def plan_all(
         limit=limit,
         escalated=requested_mode != "all",
     )
-    if newest is None or plan.fits or limit is None:
-        return plan
-    user = messages[newest]
-    own = costs.est[newest]
-    budget_tokens = limit - 1 - (plan.tokens_after - own)
-    max_chars = max(0, budget_tokens) * 4
-    if len(user.content) <= max_chars:
-        return plan
-    cut = replace(user, content=clip_middle(user.content, max_chars, _cut_marker))
-    kept_messages = tuple(cut if i == newest else messages[i] for i in plan.kept)
-    return replace(
-        plan,
-        kept_messages=kept_messages,
-        cut_index=newest,
-        tokens_after=plan.tokens_after - own + estimate_message(cut),
-    )
+    return plan
 
 
 def plan_compaction(
@@ -280,9 +450,37 @@ def plan_compaction(
     tool_tokens: int,
     mode: CompactionMode | None = None,
 ) -> CompactionPlan:
-    """The plan a compaction applies; never raises (a failed sliding search escalates to ``all``)."""
-    requested: CompactionMode = mode or settings.mode
+    """The plan a compaction applies; never raises (a failed sliding search escalates to ``all``; a
+    window too small for the newest message shows as ``plan.refused``)."""
+    fixed = system_prompt_tokens + tool_tokens
+    reserve = summary_allowance(settings.summary_reserve, settings.context_window, fixed)
+    if reserve != settings.summary_reserve:
+        settings = replace(settings, summary_reserve=reserve)
     costs = _Costs(messages)
+    plan = _choose(
+        messages, settings, costs, system_prompt_tokens=system_prompt_tokens, tool_tokens=tool_tokens, mode=mode
+    )
+    return _fit_window(
+        messages,
+        costs,
+        plan,
+        newest=_newest_user(messages),
+        fixed=fixed,
+        summary_reserve=reserve,
+        window=settings.context_window,
+    )
+
+
+def _choose(
+    messages: Sequence[Message],
+    settings: CompactionSettings,
+    costs: _Costs,
+    *,
+    system_prompt_tokens: int,
+    tool_tokens: int,
+    mode: CompactionMode | None,
+) -> CompactionPlan:
+    requested: CompactionMode = mode or settings.mode
     window = settings.context_window
     common = {"system_prompt_tokens": system_prompt_tokens, "tool_tokens": tool_tokens}
     try:
@@ -356,25 +554,42 @@ def plan_emergency(
     valid cutoff, keep the last user message and a trailing pending tool call. ``summary_tokens`` is
     the fixed emergency text's estimate, so ``tokens_after`` is what will really be sent."""
     costs = _Costs(messages)
-    common = {"system_prompt_tokens": system_prompt_tokens, "tool_tokens": tool_tokens}
+    fixed = system_prompt_tokens + tool_tokens
+    newest = _newest_user(messages)
     try:
         cut = find_sliding_cutoff(messages, EMERGENCY_PERCENTAGE, None, _costs=costs)
     except PlanningError:
         n = len(messages)
-        newest = _newest_user(messages)
         keep = [i for i in (newest, n - 1 if _pending_tool_call(messages) else None) if i is not None]
-        return _build(
+        plan = _build(
             messages,
             costs,
             mode="all",
             requested_mode=settings.mode,
             cutoff=min(keep) if keep else n,
             keep_from=sorted(set(keep)),
-            fixed=system_prompt_tokens + tool_tokens,
+            fixed=fixed,
             summary_reserve=summary_tokens,
             limit=threshold(settings.context_window),
             escalated=settings.mode != "all",
         )
-    return _sliding_plan(
-        messages, costs, cut, settings, settings.mode, summary_reserve=summary_tokens, **common
+    else:
+        plan = _sliding_plan(
+            messages,
+            costs,
+            cut,
+            settings,
+            settings.mode,
+            summary_reserve=summary_tokens,
+            system_prompt_tokens=system_prompt_tokens,
+            tool_tokens=tool_tokens,
+        )
+    return _fit_window(
+        messages,
+        costs,
+        plan,
+        newest=newest,
+        fixed=fixed,
+        summary_reserve=summary_tokens,
+        window=settings.context_window,
     )

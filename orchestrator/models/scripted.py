@@ -134,6 +134,7 @@ _ISSUE = re.compile(r"(?<![\w#])#\d+\b")
 _TICKET = re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b")
 _HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
 _PATH_EXT = re.compile(r"/[^/\s]*\.[A-Za-z0-9]{1,10}\b|^[^/\s]+/\S*\.[A-Za-z0-9]{1,10}\b")
+_JSON_CONTENT = re.compile(r'"(?:content|text|summary)":\s*"((?:[^"\\]|\\.)*)"')
 _ERROR_WORDS = re.compile(r"\b(?:error|errors|failed|failure|exception|traceback|fatal)\b", re.I)
 
 
@@ -319,6 +320,14 @@ def _hit_texts(result: str) -> Iterator[str]:
     try:
         data: Any = json.loads(result)
     except ValueError:
+        fields = _JSON_CONTENT.findall(result)
+        if fields:  # a JSON result cut in the middle to fit the window: its whole fields still count
+            for raw in fields:
+                try:
+                    yield _REMINDER_BLOCK.sub("", json.loads(f'"{raw}"')).strip()
+                except ValueError:
+                    continue
+            return
         yield from (line.strip() for line in result.splitlines() if line.strip())
         return
     if isinstance(data, dict):

@@ -123,6 +123,8 @@ def clip_middle(text: str, max_chars: int, marker: Callable[[int], str]) -> str:
 
     Two passes settle the marker's own length (its number of omitted characters depends on it), as
     in compaction.md 7.6; head gets the odd character so the tail, usually the newest text, is whole.
+    A clip never yields more characters than it removes: when the marker would not be shorter than
+    what it replaces, ``text`` comes back whole (the caller decides what else to give up).
     """
     if len(text) <= max_chars:
         return text
@@ -133,7 +135,8 @@ def clip_middle(text: str, max_chars: int, marker: Callable[[int], str]) -> str:
         head = math.ceil(keep / 2)
         tail = keep - head
         omitted = len(text) - head - tail
-    return text[:head] + marker(omitted) + (text[-tail:] if tail > 0 else "")
+    clipped = text[:head] + marker(omitted) + (text[-tail:] if tail > 0 else "")
+    return clipped if len(clipped) < len(text) else text
 
 
 def clip_tool_result(text: str, limit: int = TRANSCRIPT_CLIP_CHARS) -> str:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.compaction import CompactionSettings, PlanningError, find_sliding_cutoff, plan_compaction
-from orchestrator.compaction.planner import plan_all
+from orchestrator.compaction.planner import MIN_KEPT_CHARS, hard_limit, summary_allowance
 from orchestrator.compaction.tokens import estimate_messages, threshold
 from orchestrator.models.types import Message, MessageKind, ToolCall
+from orchestrator.tools.truncation import clip_middle
 
 _sizes = st.integers(min_value=0, max_value=6000)
 
@@ -78,28 +81,79 @@ def test_plan_partitions_and_fits_whenever_possible(
     assert all(messages[i].kind == "summary" for i in plan.pinned)
     assert plan.evicted_count == len(plan.evicted) - len(plan.pinned)
     assert _calls_kept_with_results(messages, plan.kept)
-    assert plan.tokens_after == 2 * fixed + 1000 + estimate_messages(plan.kept_messages)
+    allowance = summary_allowance(1000, window, 2 * fixed)
+    reserve = plan.summary_tokens
+    assert min(64, allowance) <= reserve <= allowance
     for i, message in zip(plan.kept, plan.kept_messages, strict=True):
-        assert message == messages[i] or i == plan.cut_index
+        assert message == messages[i] or i in plan.cut_indices
+        assert len(message.content) <= len(messages[i].content)
 
     limit = threshold(window)
-    assert limit is not None
-
-    def fits(kept: list[Message]) -> bool:
-        return 2 * fixed + 1000 + estimate_messages(kept) < limit
-
-    possible = False
-    pending = n > 0 and messages[-1].role == "assistant" and bool(messages[-1].tool_calls)
-    for cut in range(1, n - (2 if pending else 1)):
-        if messages[cut].role == "assistant" and n >= 4:
-            if fits([m for m in messages[cut:] if m.kind != "memory_update"]):
-                possible = True
-    possible = (
-        possible
-        or plan_all(
-            messages, window=window, system_prompt_tokens=fixed, tool_tokens=fixed, summary_reserve=1000
-        ).fits
+    hard = hard_limit(window)
+    assert limit is not None and hard is not None
+    newest = next(
+        (i for i in range(n - 1, -1, -1) if messages[i].role == "user" and messages[i].kind == "message"), None
     )
-    if possible:
-        assert plan.fits
-        assert plan.tokens_after < limit
+    if newest is None:
+        return
+    assert newest in plan.kept
+    if plan.refused:
+        assert plan.needed_tokens is not None and plan.needed_tokens > window
+        return
+    assert plan.tokens_after == 2 * fixed + reserve + estimate_messages(plan.kept_messages)
+    step = next((i for i in range(n - 1, newest, -1) if messages[i].role == "assistant"), n)
+    tight = [messages[newest], *(m for m in messages[step:] if m.kind != "memory_update")]
+    if 2 * fixed + allowance + estimate_messages(tight) < limit:
+        assert plan.fits and plan.tokens_after < limit and reserve == allowance
+    if 2 * fixed + min(64, allowance) + estimate_messages(tight) <= hard:
+        assert not plan.cut_indices
+    assert plan.tokens_after <= hard
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=3000), st.integers(min_value=0, max_value=4000))
+def test_no_clip_is_longer_than_its_input(text: str, max_chars: int) -> None:
+    for marker in (lambda o: f"[... {o:,} characters were cut ...]", lambda o: "[cut]"):
+        clipped = clip_middle(text, max_chars, marker)
+        assert len(clipped) <= len(text)
+        assert clipped == text or len(clipped) < len(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=3000), min_size=0, max_size=8),
+    st.integers(min_value=0, max_value=20000),
+    st.integers(min_value=256, max_value=8000),
+    st.integers(min_value=0, max_value=3000),
+    st.sampled_from(["sliding_window", "all"]),
+)
+def test_newest_message_is_intact_or_the_turn_is_refused(
+    history: list[int], newest_chars: int, window: int, fixed: int, mode: str
+) -> None:
+    messages: list[Message] = []
+    for i, size in enumerate(history):
+        messages.append(Message("user", "u" * size))
+        messages.append(Message("assistant", f"answer {i} " + "a" * size))
+    newest_text = "".join(chr(97 + i % 26) for i in range(newest_chars))
+    messages.append(Message("user", newest_text))
+    config = CompactionSettings(mode=mode, context_window=window)  # type: ignore[arg-type]
+    plan = plan_compaction(messages, config, system_prompt_tokens=fixed, tool_tokens=0)
+    hard = hard_limit(window)
+    assert hard is not None
+    kept_newest = plan.kept_messages[plan.kept.index(len(messages) - 1)].content
+    alone = fixed + plan.summary_tokens + -(-newest_chars // 4)
+    if plan.refused:
+        assert alone > hard
+        return
+    assert plan.tokens_after <= hard
+    if alone <= hard:
+        assert kept_newest == newest_text
+    else:
+        assert len(kept_newest) < newest_chars
+        assert "characters were cut from the middle of this message" in kept_newest
+        marker = re.search(r"\n\[\.\.\. .*? \.\.\.\]\n", kept_newest)
+        assert marker is not None
+        kept_chars = len(kept_newest) - len(marker.group(0))
+        assert newest_text.startswith(kept_newest[: marker.start()])
+        assert newest_text.endswith(kept_newest[marker.end() :])
+        assert kept_chars >= MIN_KEPT_CHARS

@@ -25,6 +25,7 @@ from orchestrator.compaction import (
     CompactionSettings,
     CompactionSettingsError,
     CompactionStats,
+    ContextWindowTooSmall,
     PlanningError,
     clip_tool_result_on_load,
     context_size,
@@ -302,8 +303,27 @@ def test_b7_sliding_result_over_threshold_escalates() -> None:
     messages = [U(), A(), U(), A(), U("q" * 6000)]
     plan = plan_compaction(messages, settings, system_prompt_tokens=0, tool_tokens=0)
     assert plan.mode == "all" and plan.escalated and plan.requested_mode == "sliding_window"
-    assert plan.cut_index == 4 and plan.kept == (4,)
-    assert plan.fits and plan.tokens_after < 2400
+    # D4: over the threshold but within the window, the newest message stays whole
+    assert plan.cut_index is None and plan.kept == (4,) and plan.kept_messages[0].content == "q" * 6000
+    assert not plan.fits and plan.tokens_after <= 2850 and not plan.refused
+
+
+def test_d4_message_that_alone_overflows_is_cut_keeping_what_fits() -> None:
+    settings = CompactionSettings(context_window=3000, summary_reserve=1000)
+    messages = [U(), A(), U("h" * 6000 + "t" * 6000)]
+    plan = plan_compaction(messages, settings, system_prompt_tokens=500, tool_tokens=500)
+    assert plan.cut_index == 2 and plan.tokens_after <= 2850
+    text = plan.kept_messages[-1].content
+    assert text.startswith("h") and text.endswith("t") and len(text) < 12000
+    assert len(text) > (2850 - 1000 - plan.summary_tokens - 1) * 4 - 8
+
+
+def test_d4_window_too_small_refuses_with_the_needed_size() -> None:
+    settings = CompactionSettings(context_window=600)
+    plan = plan_compaction([U("anything else")], settings, system_prompt_tokens=1200, tool_tokens=700)
+    assert plan.refused and plan.needed_tokens is not None and plan.needed_tokens > 1900
+    line = str(ContextWindowTooSmall(600, plan.needed_tokens))
+    assert "600" in line and "--context-window" in line and "\n" not in line
 
 
 def test_goal_met_but_threshold_not_keeps_searching() -> None:
@@ -317,7 +337,7 @@ def test_goal_met_but_threshold_not_keeps_searching() -> None:
 def test_pb1_single_huge_user_message_is_cut_in_the_middle() -> None:
     settings = CompactionSettings(context_window=1000, summary_reserve=100)
     plan = plan_compaction([U("a" * 2000 + "b" * 2000)], settings, system_prompt_tokens=0, tool_tokens=0)
-    assert plan.mode == "all" and plan.escalated and plan.cut_index == 0 and plan.fits
+    assert plan.mode == "all" and plan.escalated and plan.cut_index == 0 and plan.tokens_after <= 950
     text = plan.kept_messages[0].content
     assert text.startswith("a") and text.endswith("b")
     assert "characters were cut from the middle of this message" in text and "conversation_search" in text
