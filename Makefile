@@ -4,7 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean bwrap
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: demo test lint typecheck unit bench clean bwrap test-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +23,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) bwrap
-	$(BIN)/python -m pytest -q
+# The report tests render HTML in Debian's headless chromium (driven by Playwright from the dev extra).
+test-deps: $(STAMP)
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  echo "make: $(CHROMIUM) is missing: installing Debian's chromium with apt-get (for the report's browser tests)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "make: not root: run 'sudo apt-get install -y chromium'" >&2; exit 1; fi; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
+	    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }; \
+	fi
+
+unit: $(STAMP) bwrap test-deps
+	REVERIE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
 # The bash tool's sandbox (DECISIONS D11) is tested with real bubblewrap; install it when missing.
 bwrap:

@@ -56,10 +56,12 @@ class TaskResult:
     compactions: int = 0
     wall_time: float = 0.0
     memory_head: str | None = None
+    memory_base: str | None = None
     final_answer: str = ""
     error: str | None = None
     worker_pid: int = 0
     settings: Mapping[str, Any] = field(default_factory=dict)
+    attempts: int = 1
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -126,8 +126,9 @@ def batch_environment(out_dir: Path) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> None:
-    """Remove every trace of an earlier attempt, then create the seeded memory repository."""
+def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
+    """Remove every trace of an earlier attempt, then create the seeded memory repository; returns
+    its first commit (the task's memory base, what the report diffs against)."""
     shutil.rmtree(paths.agent, ignore_errors=True)
     shutil.rmtree(paths.workspace, ignore_errors=True)
     for suffix in ("", "-wal", "-shm", "-journal"):
@@ -137,7 +138,7 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> None:
     paths.workspace.mkdir(parents=True, exist_ok=True)
     files = dict(DEFAULT_MEMORY_FILES)
     files.update(memory_files or {})
-    init_memory_repo(paths.memory, files=files)
+    return init_memory_repo(paths.memory, files=files)
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:
@@ -222,9 +223,10 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     answer = ""
     error: str | None = None
     head: str | None = None
+    base: str | None = None
     check_results: list[CheckResult] = []
     try:
-        await anyio.to_thread.run_sync(_reset, paths, task.memory_files)
+        base = await anyio.to_thread.run_sync(_reset, paths, task.memory_files)
         await pump.local("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
         model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
         store_ref: list[Any] = []
@@ -300,6 +302,7 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         cost=cost,
         wall_time=round(time.perf_counter() - started, 3),
         memory_head=head,
+        memory_base=base,
         final_answer=answer,
         error=error,
         worker_pid=os.getpid(),

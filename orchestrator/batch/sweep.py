@@ -25,6 +25,7 @@ from orchestrator.batch.suite import Task
 
 __all__ = [
     "COMPARISON_FILE",
+    "SWEEP_FILE",
     "METRICS",
     "SweepReport",
     "SweepSetting",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 COMPARISON_FILE = "comparison.json"
+SWEEP_FILE = "sweep.json"
 METRICS: Mapping[str, str] = {
     "checks_passed": "Checks passed",
     "reflections": "Reflections launched",
@@ -124,6 +126,11 @@ def _save(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
     return write_charts(rows, METRICS, out_dir / "charts")
 
 
+def _write_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SWEEP_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
 async def run_sweep(
     tasks: Sequence[Task],
     settings: Sequence[SweepSetting],
@@ -135,7 +142,11 @@ async def run_sweep(
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
     suite_name: str = "",
 ) -> SweepReport:
-    """Run every setting one after another (each run already uses the executor's concurrency)."""
+    """Run every setting one after another (each run already uses the executor's concurrency).
+    ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
+    recognisable as one."""
+    meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}
+    await anyio.to_thread.run_sync(partial(_write_meta, options.out_dir, meta))
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
     runs: list[RunReport] = []
     for setting in settings:

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "run": "orchestrator.cli.batch",
     "sweep": "orchestrator.cli.batch",
     "events": "orchestrator.cli.batch",
+    "report": "orchestrator.cli.report",
 }
 # command groups: name -> module whose ``app`` is the group
 GROUPS: dict[str, str] = {"memory": "orchestrator.cli.memory"}

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.cli.errors import fail
+from orchestrator.cli.report import after_run
 
 __all__ = ["MAX_CONCURRENCY", "RunProgress", "events", "register", "run", "sweep"]
 
@@ -50,6 +51,7 @@ ScriptedLatencyOption = Annotated[
         help="Give the embedded model this simulated latency per call (size concurrency before paying for a real model).",
     ),
 ]
+ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
 _COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
 _LIVE_KIND = {
     "turn.end": "turns",
@@ -219,6 +221,7 @@ def run(
     price_out: PriceOutOption = None,
     scripted_latency: ScriptedLatencyOption = 0.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    write_report: ReportOption = False,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
@@ -259,6 +262,7 @@ def run(
     if report.skipped:
         _out.print(f"resumed: {len(report.skipped)} task(s) already done, {len(report.ran)} run now")
     _out.print(f"results: {out_dir / RESULTS_FILE}   summary: {out_dir / SUMMARY_FILE}   events: {out_dir / 'events'}")
+    after_run(out_dir, write=write_report)
     if summary["failed"] or summary["error"]:
         raise typer.Exit(1)
 
@@ -277,6 +281,7 @@ def sweep(
     model: ModelOption = None,
     context_window: WindowOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    write_report: ReportOption = False,
 ) -> None:
     """Run the suite under each reflection-trigger setting and compare them (table and PNG charts)."""
     from orchestrator.batch.sweep import COMPARISON_FILE, expand_triggers, run_sweep
@@ -341,6 +346,7 @@ def sweep(
         )
     _out.print(table)
     _out.print(f"comparison: {out_dir / COMPARISON_FILE}   charts: {', '.join(str(p) for p in report.charts)}")
+    after_run(out_dir, write=write_report)
 
 
 def events(

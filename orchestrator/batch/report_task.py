@@ -1,0 +1,274 @@
+"""One task's detail for the HTML report: the transcript rebuilt from its conversation store, the
+memory diff from the task's base to its final HEAD, reflections, compactions and the timeline.
+
+Reads only what a finished run left on disk (the store opened read-only, git plumbing in the
+memory repository, the task's event log), so a report can be written while nothing runs and
+never changes the run. Everything is capped: a report stays small enough to open however
+chatty a task was, and each cut says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.batch.eventlog import EventRecord
+from orchestrator.memfs.repo import run_git
+
+__all__ = [
+    "MAX_EVENTS",
+    "MAX_MESSAGE_CHARS",
+    "MAX_PATCH_CHARS",
+    "compactions_of",
+    "event_brief",
+    "memory_diff",
+    "reflections_of",
+    "task_detail",
+    "transcript",
+]
+
+MAX_MESSAGE_CHARS = 20_000
+MAX_PATCH_CHARS = 200_000
+MAX_EVENTS = 2_000
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[… {len(text) - limit:,} more characters not shown in the report]"
+
+
+def _json(text: str | None, default: Any) -> Any:
+    try:
+        return json.loads(text) if text else default
+    except ValueError:
+        return default
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def _connect(store: Path) -> sqlite3.Connection | None:
+    if not store.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+
+
+def transcript(store: Path) -> dict[str, Any]:
+    """Turns of every conversation with their messages and tool calls (blocking). A message that
+    is no longer in the context (evicted by a compaction) is marked ``evicted``; a compaction's
+    summary message carries its stats. ``{"error": ...}`` when the store cannot be read."""
+    conn = _connect(store)
+    if conn is None:
+        return {"conversations": [], "error": f"no conversation store at {store}"}
+    try:
+        tables = _tables(conn)
+        if "messages" not in tables:
+            return {"conversations": [], "error": f"{store}: no messages table"}
+        in_context = (
+            {row[0] for row in conn.execute("SELECT message_id FROM in_context")} if "in_context" in tables else set()
+        )
+        conversations = [
+            {"id": row[0], "agent_id": row[1], "hidden": bool(row[2]), "turns": []}
+            for row in conn.execute("SELECT id, agent_id, hidden FROM conversations ORDER BY created_at, id")
+        ]
+        statuses: dict[str, tuple[str, str | None]] = {}
+        if "turns" in tables:
+            statuses = {row[0]: (row[1], row[2]) for row in conn.execute("SELECT id, status, error FROM turns")}
+        by_conv = {c["id"]: c for c in conversations}
+        rows = conn.execute(
+            "SELECT seq, id, conversation_id, role, kind, content, tool_calls, tool_call_id, name, metadata, "
+            "created_at, turn_id FROM messages ORDER BY seq"
+        ).fetchall()
+    except sqlite3.Error as exc:
+        return {"conversations": [], "error": f"{store}: {exc}"}
+    finally:
+        conn.close()
+    for seq, mid, conv_id, role, kind, content, calls, call_id, name, meta_text, at, turn_id in rows:
+        conv = by_conv.get(conv_id)
+        if conv is None:
+            conv = by_conv[conv_id] = {"id": conv_id, "agent_id": None, "hidden": False, "turns": []}
+            conversations.append(conv)
+        turns: list[dict[str, Any]] = conv["turns"]
+        if not turns or turns[-1]["id"] != turn_id:
+            status, error = statuses.get(turn_id or "", ("", None))
+            turns.append({"id": turn_id, "status": status, "error": error, "messages": []})
+        meta = _json(meta_text, {})
+        message: dict[str, Any] = {
+            "seq": seq,
+            "role": role,
+            "kind": kind,
+            "content": _clip(content or "", MAX_MESSAGE_CHARS),
+            "at": at,
+            "evicted": mid not in in_context,
+        }
+        tool_calls = _json(calls, [])
+        if tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.get("id"),
+                    "name": c.get("name"),
+                    "arguments": _clip(str(c.get("arguments", "")), MAX_MESSAGE_CHARS),
+                }
+                for c in tool_calls
+                if isinstance(c, Mapping)
+            ]
+        if call_id:
+            message["tool_call_id"] = call_id
+            message["name"] = name
+            message["ok"] = meta.get("ok")
+        if isinstance(meta.get("compaction"), Mapping):
+            stats = meta["compaction"].get("stats") or {}
+            message["compaction"] = {
+                k: stats.get(k)
+                for k in ("trigger", "context_tokens_before", "context_tokens_after", "messages_count_before",
+                          "messages_count_after")
+            }
+        if meta.get("copy_of"):
+            message["copy_of"] = meta["copy_of"]
+        turns[-1]["messages"].append(message)
+    for conv in conversations:
+        conv["messages"] = sum(len(t["messages"]) for t in conv["turns"])
+    return {"conversations": conversations, "error": None}
+
+
+def _root_commit(memory: Path, head: str) -> str | None:
+    proc = run_git(memory, "rev-list", "--max-parents=0", head, check=False)
+    roots = proc.stdout.decode().split()
+    return roots[-1] if proc.returncode == 0 and roots else None
+
+
+def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, Any]:
+    """Files and lines changed from ``base`` (the task's seeded first commit; its root commit when
+    the result does not say) to ``head`` (blocking)."""
+    out: dict[str, Any] = {"base": base, "head": head, "files": [], "patch": "", "error": None}
+    if head is None:
+        out["error"] = "the task has no final memory HEAD"
+        return out
+    if not (memory / ".git").exists() and not (memory / "HEAD").exists():
+        out["error"] = f"no memory repository at {memory}"
+        return out
+    if base is None:
+        base = out["base"] = _root_commit(memory, head)
+    if base is None or base == head:
+        return out
+    numstat = run_git(memory, "diff", "--numstat", "-z", "--no-renames", base, head, check=False)
+    if numstat.returncode != 0:
+        out["error"] = numstat.stderr.decode("utf-8", "replace").strip() or "git diff failed"
+        return out
+    for item in numstat.stdout.decode("utf-8", "replace").split("\0"):
+        parts = item.split("\t", 2)
+        if len(parts) == 3:
+            added, removed, path = parts
+            out["files"].append(
+                {"path": path, "added": int(added) if added.isdigit() else None,
+                 "removed": int(removed) if removed.isdigit() else None}
+            )
+    patch = run_git(memory, "diff", "--no-color", "--no-renames", base, head, check=False)
+    out["patch"] = _clip(patch.stdout.decode("utf-8", "replace"), MAX_PATCH_CHARS)
+    return out
+
+
+def reflections_of(store: Path, events: Sequence[EventRecord]) -> list[dict[str, Any]]:
+    """The store's reflection records (status, reason, files, commits) when it has them, else what
+    the events say; each with its outcome."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in events:
+        if not record.kind.startswith("reflection."):
+            continue
+        rid = str(record.payload.get("reflection_id", ""))
+        item = found.setdefault(rid, {"id": rid, "trigger": None, "status": "running", "reason": None,
+                                      "files": [], "commits": [], "branch": None, "at": record.at})
+        outcome = record.kind.split(".", 1)[1]
+        if outcome == "launch":
+            item["trigger"] = record.payload.get("trigger")
+        else:
+            item["status"] = outcome
+        for key in ("branch", "reason", "files", "commits"):
+            if record.payload.get(key):
+                item[key] = record.payload[key]
+        if record.payload.get("error"):
+            item["reason"] = record.payload["error"]
+    conn = _connect(store)
+    if conn is not None:
+        try:
+            if "reflections" in _tables(conn):
+                for rid, trigger, status, reason, branch, commits, files in conn.execute(
+                    "SELECT id, trigger, status, reason, branch, commits, files FROM reflections ORDER BY created_at"
+                ):
+                    item = found.setdefault(rid, {"id": rid, "at": None})
+                    item.update({"trigger": trigger, "status": status, "reason": reason, "branch": branch,
+                                 "commits": _json(commits, []), "files": _json(files, [])})
+        except sqlite3.Error:
+            pass
+        finally:
+            conn.close()
+    return list(found.values())
+
+
+def compactions_of(events: Sequence[EventRecord]) -> list[dict[str, Any]]:
+    """Each compaction with its mode, evicted messages and tokens before/after (failed ones too)."""
+    out = []
+    for record in events:
+        if record.kind not in ("compaction.done", "compaction.failed"):
+            continue
+        p = record.payload
+        raw_stats = p.get("stats")
+        stats: Mapping[str, Any] = raw_stats if isinstance(raw_stats, Mapping) else {}
+        out.append({
+            "at": record.at,
+            "status": record.kind.split(".", 1)[1],
+            "mode": p.get("mode"),
+            "evicted": p.get("evicted"),
+            "tokens_before": p.get("tokens_before"),
+            "tokens_after": p.get("tokens_after"),
+            "trigger": stats.get("trigger"),
+            "error": p.get("error"),
+        })
+    return out
+
+
+def event_brief(record: EventRecord) -> str:
+    """A short human description of an event's payload, for the timeline."""
+    p = record.payload
+    if record.kind == "model.call":
+        return (f"{p.get('purpose', 'chat')} · {p.get('model')} · in {p.get('prompt_tokens')} "
+                f"out {p.get('completion_tokens')} · {p.get('latency_ms')} ms")
+    if record.kind in ("tool.start", "tool.end"):
+        return str(p.get("name")) + ("" if record.kind == "tool.start" else f" ok={p.get('ok')}")
+    if record.kind == "turn.end":
+        return f"{p.get('status')} · {p.get('steps')} steps" + (f" · {p['error']}" if p.get("error") else "")
+    if record.kind == "compaction.done":
+        return f"{p.get('mode')} · evicted {p.get('evicted')} · {p.get('tokens_before')} → {p.get('tokens_after')} tokens"
+    if record.kind in ("memory.commit", "memory.update_injected"):
+        return f"{str(p.get('previous_revision') or '')[:8]} → {str(p.get('revision') or '')[:8]}"
+    if record.kind == "task.start":
+        return json.dumps(p.get("settings") or {}, ensure_ascii=False)
+    text = json.dumps(dict(p), ensure_ascii=False, default=str, separators=(",", ":"))
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def task_detail(
+    result: Mapping[str, Any], events: Sequence[EventRecord], *, store: Path, memory: Path
+) -> dict[str, Any]:
+    """Everything the report shows when a task is opened (blocking)."""
+    timeline = [{"at": r.at, "kind": r.kind, "text": event_brief(r)} for r in events[:MAX_EVENTS]]
+    return {
+        "checks": [dict(c) for c in result.get("checks", ())],
+        "final_answer": _clip(str(result.get("final_answer") or ""), MAX_MESSAGE_CHARS),
+        "error": result.get("error"),
+        "settings": dict(result.get("settings") or {}),
+        "transcript": transcript(store),
+        "diff": memory_diff(memory, result.get("memory_base"), result.get("memory_head")),
+        "reflections": reflections_of(store, events),
+        "compactions": compactions_of(events),
+        "timeline": timeline,
+        "timeline_cut": max(0, len(events) - MAX_EVENTS),
+    }

@@ -1,0 +1,142 @@
+"""``reverie report``: the data gathered from a real run, and the page rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.batch.eventlog import EventRecord
+from orchestrator.batch.report_data import gather, task_row, token_split
+from orchestrator.batch.report_html import render_report
+from orchestrator.cli import report as report_cli
+from orchestrator.cli.batch import register
+from tests.batch.browser import open_report
+from tests.batch.helpers import TINY, write_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+_EXAMPLES = {json.loads(line)["id"]: json.loads(line) for line in (ROOT / "examples" / "suite.jsonl").read_text().splitlines() if line.strip()}
+# Fails its check after editing persona.md; its first turn would end a script block if embedded raw.
+BROKEN = {"id": "broken-rule", "turns": ["remember: always end answers with </script><b>x", "hello"],
+          "checks": [{"contains": "never said"}]}
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    report_cli.register(app)
+    return app
+
+
+def _run(cli: typer.Typer, tmp_path: Path, tasks: list[dict[str, Any]], *extra: str) -> Path:
+    suite = write_suite(tmp_path / "s.jsonl", tasks)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "-j", "3", *extra])
+    assert result.exit_code in (0, 1), result.output
+    return out
+
+
+def test_token_split_separates_main_agent_from_subagents() -> None:
+    def call(purpose: str | None, tin: int, tout: int) -> EventRecord:
+        payload: dict[str, Any] = {"prompt_tokens": tin, "completion_tokens": tout}
+        if purpose:
+            payload["purpose"] = purpose
+        return EventRecord(1, "2026-01-01T00:00:00.000Z", "t", "model.call", payload)
+
+    split = token_split([call("chat", 100, 5), call(None, 10, 1), call("summarize", 40, 7), call("reflect", 3, 2)])
+    assert (split["main_in"], split["main_out"], split["sub_in"], split["sub_out"]) == (110, 6, 43, 9)
+    assert split["by_purpose"] == {"chat": 116, "summarize": 47, "reflect": 5}
+    row = task_row({"id": "t", "status": "failed", "checks": [{"check": "a", "passed": False}],
+                    "subagent_tokens_in": 7}, [call("reflect", 1, 1)])
+    assert row["tokens_main"] == 0 and row["tokens_sub"] == 2
+    assert row["failed_checks"] == ["a"] and row["reported"] == {"subagent_tokens_in": 7}
+
+
+def test_run_report_data_transcript_evictions_and_memory_diff(cli: typer.Typer, tmp_path: Path) -> None:
+    out = _run(cli, tmp_path, [TINY[0], BROKEN, _EXAMPLES["compact-sliding"]])
+    data = gather(out)
+    rows = {r["id"]: r for r in data.index["runs"][0]["rows"]}
+    assert set(rows) == {"rule", "broken-rule", "compact-sliding"}
+    summary = data.index["runs"][0]["summary"]
+    assert (summary["passed"], summary["failed"], summary["error"]) == (2, 1, 0)
+    assert summary["elapsed"] is not None and summary["compactions"] == rows["compact-sliding"]["compactions"] >= 1
+
+    broken = data.details[rows["broken-rule"]["n"]]
+    assert [c["passed"] for c in broken["checks"]] == [False]
+    assert [f["path"] for f in broken["diff"]["files"]] == ["persona.md"]
+    assert "+- always end answers with </script><b>x" in broken["diff"]["patch"]
+    texts = [m["content"] for c in broken["transcript"]["conversations"] for t in c["turns"] for m in t["messages"]]
+    assert "remember: always end answers with </script><b>x" in texts
+    calls = [tc["name"] for c in broken["transcript"]["conversations"] for t in c["turns"]
+             for m in t["messages"] for tc in m.get("tool_calls", ())]
+    assert calls, "the memory edit's tool call is in the transcript"
+
+    compact = data.details[rows["compact-sliding"]["n"]]
+    messages = [m for c in compact["transcript"]["conversations"] for t in c["turns"] for m in t["messages"]]
+    assert any(m["evicted"] for m in messages) and not messages[-1]["evicted"]
+    assert any(m["kind"] == "summary" and m.get("compaction") for m in messages)
+    assert compact["compactions"] and all(c["tokens_after"] < c["tokens_before"] for c in compact["compactions"])
+
+    html = render_report(data)
+    assert "</script><b>" not in html and html.count("<script") == html.count("</script>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "nothing loads over the network"
+
+
+def test_run_report_renders_in_chromium(cli: typer.Typer, tmp_path: Path) -> None:
+    out = _run(cli, tmp_path, [*TINY, BROKEN], "--report")
+    report = out / "report.html"
+    assert report.exists()
+    with open_report(report, tmp_path / "profile") as loaded:
+        page = loaded.page
+        ids = page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId)")
+        assert sorted(ids) == sorted([t["id"] for t in TINY] + ["broken-rule"])
+        assert "2 failed" in page.inner_text("#summary")
+        page.select_option("#status-filter", "failed")
+        assert sorted(page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId)")) == ["broken-rule", "wrong"]
+        page.click("tr.task-row[data-task-id='broken-rule']")
+        detail = page.locator(".sections[data-task-id='broken-rule']")
+        assert detail.locator(".transcript").is_visible()
+        assert "remember: always end answers with </script><b>x" in detail.locator(".transcript").inner_text()
+        assert detail.locator(".diff table.files").is_visible()
+        assert "persona.md" in detail.locator(".diff").inner_text()
+        assert "FAILED" in detail.locator(".checks").inner_text()
+        page.fill("#text-filter", "never said")
+        assert page.locator("tr.task-row").count() == 2
+        page.screenshot(path=str(tmp_path / "run-report.png"), full_page=True)
+        assert loaded.foreign == [] and loaded.errors == []
+    assert (tmp_path / "run-report.png").stat().st_size > 0
+
+
+def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[0], TINY[2], TINY[4]])
+    out = tmp_path / "sweep"
+    swept = CliRunner().invoke(
+        cli, ["sweep", str(suite), "--trigger", "off", "--trigger", "step-count:2", "--out", str(out), "-q", "-j", "3"]
+    )
+    assert swept.exit_code == 0, swept.output
+    assert f"reverie report {out}" in swept.output
+    made = CliRunner().invoke(cli, ["report", str(out)])
+    assert made.exit_code == 0 and f"report: {out / 'report.html'}" in made.output
+    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+        page = loaded.page
+        assert page.eval_on_selector_all("#settings td.id", "tds => tds.map(t => t.textContent)") == ["off", "step-count-2"]
+        cells = page.eval_on_selector_all(
+            "#matrix tbody tr", "trs => trs.map(tr => [...tr.children].map(td => td.textContent))"
+        )
+        assert cells == [["rule", "✓ pass", "✓ pass"], ["chat", "✓ pass", "✓ pass"], ["wrong", "✗ fail", "✗ fail"]]
+        assert page.locator(".charts svg.chart").count() >= 5
+        page.click("#matrix td.cell[title='wrong · step-count-2']")
+        assert page.locator(".sections[data-task-id='wrong'] .transcript").is_visible()
+        page.screenshot(path=str(tmp_path / "sweep-report.png"), full_page=True)
+        assert loaded.foreign == [] and loaded.errors == []
+
+
+def test_report_of_a_directory_that_is_no_run(cli: typer.Typer, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert result.exit_code == 1 and "no results.jsonl here" in result.output
