@@ -29,6 +29,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── PlanningError (ValueError)        orchestrator/compaction/planner.py: no valid cutoff (caught)
     ├── ReflectionError (RuntimeError)    subagents/reflection.py: a reflection gave up (recorded)
     ├── SuiteError (ValueError)           orchestrator/batch/suite.py: a bad suite line
+    ├── ReportError (ValueError)          orchestrator/batch/report_data.py: not a run or sweep directory
     └── UserError                         orchestrator/cli/errors.py: a command line the CLI refuses
 
 Deliberately outside the tree (bugs, so a traceback): ``WorkerClosedError`` (the store used after

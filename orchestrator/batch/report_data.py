@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.batch.eventlog import EventRecord, event_log_path
 from orchestrator.batch.report_task import task_detail
 from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
@@ -45,7 +46,7 @@ _RUN_FILE = "run.json"
 _REFLECTION_OUTCOMES = ("launch", "merged", "resolved", "kept", "failed")
 
 
-class ReportError(ValueError):
+class ReportError(ReverieError, ValueError):
     """The directory is neither a run nor a sweep; the message says what was expected."""
 
 
