@@ -219,6 +219,14 @@ class TurnRunner:
                     if evicted:
                         state.steps -= 1
                         continue
+                if exc.partial_text:
+                    await self.store.append_message(
+                        conversation_id,
+                        Message(role="assistant", content=exc.partial_text),
+                        turn_id=turn_id,
+                        metadata={"partial": True},
+                    )
+                    state.text = exc.partial_text
                 return "error", _one_line(str(exc)) or type(exc).__name__
             overflow_retries = 0
             usage = response.usage

@@ -15,6 +15,12 @@ Why it looks the way it does:
   inside a running loop would otherwise read files on the event-loop thread.
 * When a retry follows a stream that already sent text to ``on_text``, the repeated prefix is not
   sent again; only text beyond what was shown is.
+* Bounds (DECISIONS D12): each attempt has a total deadline (``request_timeout``, default 600 s)
+  and a size cap (``max_response_chars``, default 1,000,000 characters of text and tool-call
+  arguments). Going over either cuts the stream and counts as one transient failure, so the usual
+  retries apply; when they are spent the error carries the last attempt's partial text, never more
+  than the cap. Worst case at defaults: 4 attempts x 600 s + 3 backoff waits (at most 60 s each,
+  1 + 2 + 4 s without ``Retry-After``) = 2,407 s, at most 2,580 s.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import httpx2
 import openai
-from anyio import CancelScope, fail_after, move_on_after, to_thread
+from anyio import CancelScope, current_time, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -52,6 +58,8 @@ from .types import (
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_RESPONSE_CHARS",
+    "DEFAULT_REQUEST_TIMEOUT",
     "OpenAIModel",
     "is_context_overflow_text",
     "model_from_settings",
@@ -60,6 +68,8 @@ __all__ = [
 ]
 
 DEFAULT_IDLE_TIMEOUT = 60.0
+DEFAULT_REQUEST_TIMEOUT = 600.0
+DEFAULT_MAX_RESPONSE_CHARS = 1_000_000
 DEFAULT_MAX_ATTEMPTS = 4
 _BACKOFF_BASE = 1.0
 _BACKOFF_CAP = 60.0
@@ -234,7 +244,8 @@ class OpenAIModel(ModelClient):
         api_key: str = "",
         model: str,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-        request_timeout: float = 600.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         sleep: Sleep | None = None,
         backoff_base: float = _BACKOFF_BASE,
@@ -249,6 +260,8 @@ class OpenAIModel(ModelClient):
         self.max_attempts = max_attempts
         self._api_key = api_key or "sk-no-key"
         self._request_timeout = request_timeout
+        self.request_timeout = request_timeout
+        self.max_response_chars = max_response_chars
         self._sleep: Sleep = sleep or anyio_sleep
         self.on_retry: Callable[[str], Awaitable[None]] | None = None
         """Told before each retry wait (a chat shows it), so a slow or failing server is never silent."""
@@ -317,6 +330,7 @@ class OpenAIModel(ModelClient):
                     transient=True,
                     status=exc.status,
                     retry_after=exc.retry_after,
+                    partial_text=exc.partial_text,
                 ) from exc
             raise
         raise ModelError(f"model error: no attempt was made against {self.base_url}")
@@ -369,61 +383,103 @@ class OpenAIModel(ModelClient):
             )
         if request.max_tokens:
             params["max_tokens"] = request.max_tokens
-        text: list[str] = []
-        calls = _CallAssembler()
-        usage = Usage()
-        finish: str | None = None
-        model_name = ""
-        stream: Any = None
+        reply = _Reply(self.max_response_chars)
         try:
-            try:
-                with fail_after(self.idle_timeout):
-                    stream = await (await self._sdk()).chat.completions.create(**params)
-                iterator = stream.__aiter__()
-                while True:
-                    with fail_after(self.idle_timeout):
-                        try:
-                            chunk = await iterator.__anext__()
-                        except StopAsyncIteration:
-                            break
-                    model_name = chunk.model or model_name
-                    if chunk.usage is not None:
-                        usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                    for choice in chunk.choices or ():
-                        delta = choice.delta
-                        if delta is not None and delta.content:
-                            text.append(delta.content)
-                            await relay.feed(delta.content)
-                        for part in (delta.tool_calls if delta is not None else None) or ():
-                            function = part.function
-                            calls.add(
-                                part.index,
-                                part.id,
-                                function.name if function else None,
-                                function.arguments if function else None,
-                            )
-                        if choice.finish_reason:
-                            finish = choice.finish_reason
-            except TimeoutError:
-                raise self._error(
-                    f"{self.base_url} sent nothing for {self.idle_timeout:g} s (stream idle timeout)",
-                    transient=True,
-                ) from None
-            except (openai.OpenAIError, httpx2.HTTPError) as exc:
-                raise self._translate(exc) from exc
+            with CancelScope(deadline=current_time() + self.request_timeout) as deadline:
+                try:
+                    await self._read(params, reply, relay)
+                except TimeoutError:
+                    raise self._error(
+                        f"{self.base_url} sent nothing for {self.idle_timeout:g} s (stream idle timeout)",
+                        transient=True,
+                    ) from None
+                except (openai.OpenAIError, httpx2.HTTPError) as exc:
+                    raise self._translate(exc) from exc
         finally:
-            if stream is not None:
+            if reply.stream is not None:
                 with CancelScope(shield=True), move_on_after(5):
-                    await stream.close()
-        if finish is None:
+                    await reply.stream.close()
+        if deadline.cancelled_caught:
+            raise self._error(
+                f"response from {self.base_url} took longer than {self.request_timeout:g} s (request_timeout)",
+                transient=True,
+                partial_text=reply.partial(f"[response cut: no end after {self.request_timeout:g} s (request_timeout)]"),
+            )
+        if reply.over_cap:
+            raise self._error(
+                f"response from {self.base_url} exceeded {self.max_response_chars:,} characters (max_response_chars)",
+                transient=True,
+                partial_text=reply.partial(
+                    f"[response cut at {self.max_response_chars:,} characters (max_response_chars)]"
+                ),
+            )
+        if reply.finish is None:
             raise self._error(f"stream from {self.base_url} ended before the model finished", transient=True)
-        tool_calls = calls.result()
-        if tool_calls:
-            finish = "tool_calls"
-        message = Message(role="assistant", content="".join(text), tool_calls=tool_calls)
+        tool_calls = reply.calls.result()
+        finish = "tool_calls" if tool_calls else reply.finish
+        message = Message(role="assistant", content="".join(reply.text), tool_calls=tool_calls)
         return ModelResponse(
-            message=message, usage=usage, finish_reason=finish, model=model_name or params["model"]
+            message=message, usage=reply.usage, finish_reason=finish, model=reply.model_name or params["model"]
         )
+
+    async def _read(self, params: dict[str, Any], reply: _Reply, relay: _TextRelay) -> None:
+        """Stream one response into ``reply``; stops early (``reply.over_cap``) at the size cap."""
+        with fail_after(self.idle_timeout):
+            reply.stream = await (await self._sdk()).chat.completions.create(**params)
+        iterator = reply.stream.__aiter__()
+        while True:
+            with fail_after(self.idle_timeout):
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+            reply.model_name = chunk.model or reply.model_name
+            if chunk.usage is not None:
+                reply.usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if delta is not None and delta.content:
+                    kept = reply.take(delta.content)
+                    if kept:
+                        reply.text.append(kept)
+                        await relay.feed(kept)
+                for part in (delta.tool_calls if delta is not None else None) or ():
+                    function = part.function
+                    arguments = reply.take(function.arguments) if function and function.arguments else None
+                    reply.calls.add(part.index, part.id, function.name if function else None, arguments)
+                if choice.finish_reason:
+                    reply.finish = choice.finish_reason
+            if reply.over_cap:
+                return
+
+
+@dataclass
+class _Reply:
+    """One attempt's response as it streams in, with the size cap (D12) applied as it grows."""
+
+    cap: int
+    text: list[str] = field(default_factory=list)
+    calls: _CallAssembler = field(default_factory=lambda: _CallAssembler())
+    usage: Usage = field(default_factory=Usage)
+    finish: str | None = None
+    model_name: str = ""
+    stream: Any = None
+    size: int = 0
+    over_cap: bool = False
+
+    def take(self, piece: str) -> str:
+        """The part of ``piece`` that fits under the cap; past it, ``over_cap`` is set."""
+        room = self.cap - self.size
+        if len(piece) > room:
+            self.over_cap = True
+            piece = piece[: max(room, 0)]
+        self.size += len(piece)
+        return piece
+
+    def partial(self, mark: str) -> str:
+        """The text received so far, marked as cut (never more than the cap plus the mark)."""
+        said = "".join(self.text)
+        return f"{said}\n\n{mark}" if said else mark
 
 
 def model_from_settings(
@@ -432,6 +488,8 @@ def model_from_settings(
     model: str,
     *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     sleep: Sleep | None = None,
 ) -> OpenAIModel:
@@ -447,6 +505,8 @@ def model_from_settings(
         api_key=api_key or "",
         model=model,
         idle_timeout=idle_timeout,
+        request_timeout=request_timeout,
+        max_response_chars=max_response_chars,
         max_attempts=max_attempts,
         sleep=sleep,
     )

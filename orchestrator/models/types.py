@@ -100,6 +100,7 @@ class ModelError(ReverieError):
 
     ``transient`` marks errors worth retrying (429, 5xx, timeouts, resets); ``context_overflow``
     marks a request too large for the model's window, which compaction answers by shrinking.
+    ``partial_text``: what a response cut by a bound (DECISIONS D12) had said, already capped.
     """
 
     def __init__(
@@ -110,12 +111,14 @@ class ModelError(ReverieError):
         context_overflow: bool = False,
         status: int | None = None,
         retry_after: float | None = None,
+        partial_text: str = "",
     ) -> None:
         super().__init__(message)
         self.transient = transient
         self.context_overflow = context_overflow
         self.status = status
         self.retry_after = retry_after
+        self.partial_text = partial_text
 
 
 class ModelClient(Protocol):

@@ -34,7 +34,12 @@ def build_model(settings: Settings) -> ModelClient:
         from orchestrator.models.openai_client import model_from_settings
 
         return model_from_settings(
-            settings.base_url, settings.api_key, settings.model, idle_timeout=settings.stream_idle_timeout
+            settings.base_url,
+            settings.api_key,
+            settings.model,
+            idle_timeout=settings.stream_idle_timeout,
+            request_timeout=settings.request_timeout,
+            max_response_chars=settings.max_response_chars,
         )
     return ScriptedModel()
 

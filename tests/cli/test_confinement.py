@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,38 @@ def test_kill_9_of_reverie_leaves_no_tool_child(tmp_path: Path, backend: str) ->
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _tree_size(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.mark.slow
+@BACKENDS
+def test_endless_stream_ends_with_one_line_within_a_minute(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "home").mkdir()
+    endless = Planned(text="tick " * 400_000, chunk_size=5, chunk_delay=0.01)
+    with LoopbackOpenAI(fallback=endless) as server:
+        started = time.monotonic()
+        done = _chat(tmp_path, server, backend, "talk forever", REVERIE_REQUEST_TIMEOUT="5")
+        elapsed = time.monotonic() - started
+    assert elapsed < 60
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("reverie: error:")]
+    assert len(errors) == 1 and "request_timeout" in errors[0], done.stderr
+
+
+@BACKENDS
+def test_a_30_mb_answer_leaves_the_home_small(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "home").mkdir()
+    huge = Planned(text="z" * 30_000_000, chunk_size=65_536)
+    with LoopbackOpenAI(fallback=huge) as server:
+        done = _chat(tmp_path, server, backend, "say a lot")
+    assert done.returncode == 1
+    assert "max_response_chars" in done.stderr
+    assert _tree_size(tmp_path / "home") < 20_000_000
+    assert len(done.stdout) <= 1_100_000
+    with closing(sqlite3.connect(tmp_path / "home" / "reverie.sqlite3")) as db:
+        kept = db.execute("SELECT content FROM messages WHERE role = 'assistant' ORDER BY seq").fetchall()
+    assert [len(row[0]) for row in kept] and kept[-1][0].count("z") == 1_000_000
+    assert kept[-1][0].endswith("[response cut at 1,000,000 characters (max_response_chars)]")
