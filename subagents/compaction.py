@@ -79,7 +79,8 @@ from orchestrator.compaction import (
     tool_schema_tokens,
 )
 from orchestrator.memfs.compiler import compile_system_prompt
-from orchestrator.memfs.worktrees import create_worktree, remove_worktree, run_git
+from orchestrator.memfs.git import arun
+from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.store import PromptRecord, Store, StoredMessage
 from orchestrator.tools import tool_specs
@@ -454,7 +455,7 @@ class CompactionSubagent:
         finally:
             with anyio.CancelScope(shield=True):
                 await remove_worktree(memory_dir, worktree)
-                await run_git(memory_dir, "branch", "-D", worktree.branch, check=False)
+                await arun(memory_dir, "branch", "-D", worktree.branch, check=False, harness=True)
 
     async def _summarize(
         self, history: Sequence[StoredMessage], plan: CompactionPlan, fixed: int, trigger: str

@@ -23,8 +23,9 @@ import anyio
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
+from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
 from orchestrator.memfs.locks import LockBusy, merge_lock
-from orchestrator.memfs.repo import GitError, RepoStatus, head_revision, repo_status, run_git
+from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
 
 __all__ = [
     "SyncResult",
@@ -155,12 +156,12 @@ def _network(memory_dir: Path, *args: str) -> None:
         reraise=True,
     ):
         with attempt:
-            run_git(memory_dir, *args)
+            run(memory_dir, *args, git_timeout=NETWORK_TIMEOUT)
 
 
 def _push(memory_dir: Path, status: RepoStatus, audit: Callable[[Path, str], tuple[str, ...]]) -> SyncResult:
     where = str(memory_dir)
-    counts = run_git(memory_dir, "rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
+    counts = run(memory_dir, "rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
     if counts.returncode != 0:
         return SyncResult("clean", "Memory repo is clean and has no pending commits to push.", where, False, status.revision)
     ahead = int(counts.stdout.split()[0])

@@ -44,13 +44,14 @@ from anyio import Path as AsyncPath
 from anyio import create_task_group, sleep
 
 from orchestrator.base.errors import UsageError
+from orchestrator.memfs.git import arun
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.merge import REASON_DIRTY, AuditFn, MergeOutcome, default_audit, merge_back
 from orchestrator.memfs.policy import ROOT_MARKER
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
 from orchestrator.memfs.snapshot import Entry, Snapshot, build_snapshot, diff_status, path_order_key
 from orchestrator.memfs.validator import audit_snapshot, validate_snapshot
-from orchestrator.memfs.worktrees import Worktree, create_worktree, remove_worktree, run_git
+from orchestrator.memfs.worktrees import Worktree, create_worktree, remove_worktree
 
 __all__ = ["BATCH_SIZE", "HOT_FILE", "ProgressFn", "StressConfig", "StressReport", "percentile", "run_stress"]
 
@@ -142,15 +143,15 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     (``repo.init_memory_repo`` commits with the ambient git identity, which a bare machine lacks.)
     """
     await AsyncPath(repo).mkdir(parents=True)
-    await run_git(repo, "init", "-q", "-b", "main")
+    await arun(repo, "init", "-q", "-b", "main", harness=True)
     await anyio.to_thread.run_sync(lambda: install_hook(repo, ROOT_MARKER))
     await anyio.to_thread.run_sync(_write_files, repo, files)
     snapshot = await anyio.to_thread.run_sync(lambda: build_snapshot(_read_tree_files(repo)))
     errors = validate_snapshot(snapshot, ROOT_MARKER).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
-    await run_git(repo, "add", "-A")
-    await run_git(repo, "commit", "-q", "-m", "chore: initialize local memory")
+    await arun(repo, "add", "-A", harness=True)
+    await arun(repo, "commit", "-q", "-m", "chore: initialize local memory", harness=True)
 
 
 @dataclass
@@ -211,7 +212,7 @@ async def _commit(checkout: Path, rel: str, text: str, message: str) -> str:
     if errors:
         raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
     for attempt in range(_COMMIT_RETRIES):
-        out = await run_git(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, check=False)
+        out = await arun(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, check=False, harness=True)
         found = _SHA_IN_SUMMARY.search(out.stdout)
         if out.ok and found:
             return found.group(1)
@@ -373,7 +374,7 @@ async def run_stress(
                     tg.start_soon(_writer, i, repo, root, config, state, audit)
             stop[0] = True
         finals = [state.final(sha) for sha in state.recorded]
-        reachable = set((await run_git(repo, "rev-list", "--all")).stdout.split())
+        reachable = set((await arun(repo, "rev-list", "--all", harness=True)).stdout.split())
         lost = sum(1 for sha in finals if sha not in reachable)
         present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
         invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)

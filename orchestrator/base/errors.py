@@ -17,8 +17,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
-    │   ├── GitError (RuntimeError)       memfs/repo.py (memfs/worktrees.py refines it): a git command
-    │   ├── GitReadError (RuntimeError)   memfs/gitsnapshot.py: git could not list what validation reads
+    │   ├── GitError (RuntimeError)       memfs/git.py: a git command or in-process git read failed
     │   ├── ReaderError                   memfs/reader.py: the long-lived object reader failed
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused

@@ -29,7 +29,8 @@ from orchestrator.base.events import Event, MemoryCommitted
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
-from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo, run_git
+from orchestrator.memfs.git import run
+from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
 from orchestrator.store.records import utc_now
@@ -142,8 +143,8 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:
-    proc = run_git(memory, "show", f"HEAD:{rel}", check=False)
-    return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+    proc = run(memory, "show", f"HEAD:{rel}", check=False)
+    return proc.out.decode("utf-8", "replace") if proc.returncode == 0 else None
 
 
 def _head(memory: Path) -> str | None:

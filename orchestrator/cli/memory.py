@@ -24,7 +24,7 @@ _POLICIES = ("root-marker", "legacy-only", "shared-memory")
 def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
     """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
     a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
-    from orchestrator.memfs.repo import run_git
+    from orchestrator.memfs.git import run
 
     if directory is not None:
         if not directory.is_dir():
@@ -34,12 +34,12 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
         path = agent_memory_dir(agent)
         if not (path / ".git").exists():
             raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
-    probe = run_git(path, "rev-parse", "--show-toplevel", check=False)
+    probe = run(path, "rev-parse", "--show-toplevel", check=False)
     if probe.returncode != 0:
-        said = [ln for ln in probe.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        said = [ln for ln in probe.stderr.splitlines() if ln.strip()]
         reason = said[0] if said else f"git exit {probe.returncode}"
         raise UserError(f"{path}: not a readable git repository ({reason})")
-    if Path(probe.stdout.decode().strip()).resolve() != path.resolve():
+    if Path(probe.stdout.strip()).resolve() != path.resolve():
         raise UserError(f"{path}: not the top level of a git repository")
     return path
 
@@ -127,7 +127,8 @@ def tree(
     agent: AgentOption = DEFAULT_AGENT_ID,
 ) -> None:
     """Show the committed memory as a tree: core files, indexed folders, deferred files, skills."""
-    from orchestrator.memfs.repo import head_revision, run_git
+    from orchestrator.memfs.git import run
+    from orchestrator.memfs.repo import head_revision
 
     repo = resolve_memory_dir(directory, agent)
     trouble = repo_in_trouble(repo)
@@ -137,7 +138,7 @@ def tree(
     if revision is None:
         _out.print(f"{repo}: no commits yet")
         return
-    listing = run_git(repo, "ls-tree", "-r", "-z", "--name-only", revision).stdout.decode("utf-8", "replace")
+    listing = run(repo, "ls-tree", "-r", "-z", "--name-only", revision).out.decode("utf-8", "replace")
     paths = [p for p in listing.split("\0") if p]
     all_paths = set(paths)
     root = Tree(f"[bold]{repo}[/] @ {revision[:7]}")

@@ -8,12 +8,11 @@ module, so it stays free of heavy imports. Git inherits the caller's environment
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from types import MappingProxyType
 
-from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.git import GitError, GitResult, run
 from orchestrator.memfs.policy import (
     LEGACY_ONLY,
     POLICY_FILE_NAME,
@@ -25,7 +24,6 @@ from orchestrator.memfs.policy import (
 from orchestrator.memfs.snapshot import Entry, Snapshot, diff_status, path_order_key
 
 __all__ = [
-    "GitReadError",
     "audit_policy",
     "git_common_dir",
     "read_commit_snapshot",
@@ -36,16 +34,8 @@ __all__ = [
 _EMPTY: dict[str, Entry] = {}
 
 
-class GitReadError(MemfsError, RuntimeError):
-    """Git could not list or read what validation needs."""
-
-
-def _git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    result = subprocess.run(["git", *args], cwd=repo, input=stdin, capture_output=True, check=False)
-    if check and result.returncode != 0:
-        message = result.stderr.decode("utf-8", "replace").strip()
-        raise GitReadError(f"git {args[0]} failed in {repo}: {message}")
-    return result
+def _git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> GitResult:
+    return run(repo, *args, input=stdin, check=check, inherit_location=True)
 
 
 def _name(raw: bytes) -> str:
@@ -54,7 +44,7 @@ def _name(raw: bytes) -> str:
 
 def git_common_dir(repo: Path) -> Path:
     """The common git directory (shared by linked worktrees)."""
-    out = _git(repo, "rev-parse", "--git-common-dir").stdout.decode("utf-8", "surrogateescape").strip()
+    out = _git(repo, "rev-parse", "--git-common-dir").stdout.strip()
     return (repo / out).resolve()
 
 
@@ -62,14 +52,14 @@ def read_policy(repo: Path) -> LayoutPolicy:
     """The policy file of ``repo`` (missing or unreadable: legacy, as the hook treats it)."""
     try:
         text = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, GitReadError):
+    except (OSError, UnicodeDecodeError, GitError):
         return LEGACY_ONLY
     return parse_policy(text)
 
 
 def _read_index(repo: Path) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    for record in _git(repo, "ls-files", "-s", "-z").stdout.split(b"\0"):
+    for record in _git(repo, "ls-files", "-s", "-z").out.split(b"\0"):
         if not record:
             continue
         meta, _, path = record.partition(b"\t")
@@ -83,10 +73,10 @@ def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
     result = _git(repo, "ls-tree", "-r", "-z", "--full-tree", revision, "--", check=False)
     if result.returncode != 0:
         if _git(repo, "rev-parse", "-q", "--verify", f"{revision}^{{commit}}", check=False).returncode == 0:
-            raise GitReadError(f"git ls-tree failed in {repo}: {result.stderr.decode('utf-8', 'replace').strip()}")
+            raise GitError(("ls-tree",), result.returncode, result.stderr, repo)
         return None
     entries: dict[str, Entry] = {}
-    for record in result.stdout.split(b"\0"):
+    for record in result.out.split(b"\0"):
         if not record:
             continue
         meta, _, path = record.partition(b"\t")
@@ -97,7 +87,7 @@ def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
 
 def _read_changes(repo: Path) -> dict[str, str]:
     """``git diff --cached --name-status`` with git's own rename detection; renames under the new path."""
-    fields = _git(repo, "diff", "--cached", "-z", "--name-status", "--no-ext-diff").stdout.split(b"\0")
+    fields = _git(repo, "diff", "--cached", "-z", "--name-status", "--no-ext-diff").out.split(b"\0")
     changes: dict[str, str] = {}
     i = 0
     while i < len(fields) and fields[i]:
@@ -115,7 +105,7 @@ def _read_blobs(repo: Path, oids: Iterable[str]) -> dict[str, bytes]:
     wanted = sorted(set(oids))
     if not wanted:
         return {}
-    out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in wanted).encode()).stdout
+    out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in wanted).encode()).out
     blobs: dict[str, bytes] = {}
     pos = 0
     for oid in wanted:
@@ -179,7 +169,7 @@ def audit_policy(repo: Path, revision: str, marker_in_tree: bool) -> LayoutPolic
     """The audit's policy (memfs.md 1.5): the file's choice, refined by history for ``root-marker``."""
     try:
         text: str | None = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError, GitReadError):
+    except (OSError, UnicodeDecodeError, GitError):
         text = None
     if text in (LEGACY_ONLY, SHARED_MEMORY):
         return parse_policy(text)

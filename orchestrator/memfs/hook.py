@@ -4,17 +4,17 @@ The installed ``.git/hooks/pre-commit`` is a two-line shell script that execs th
 reverie runs in (absolute ``sys.executable``) on this module, so it works from a plain shell
 ``git commit`` without reverie on ``PATH``. The hook validates the index exactly as
 ``validator.validate_staged`` does, prints the report on stderr and exits 1 when it rejects.
-This module imports only the validation modules and ``subprocess``: it starts once per commit.
+This module imports only the validation modules and the git seam: it starts once per commit.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator.memfs.git import GitError, run
 from orchestrator.memfs.policy import POLICY_FILE_NAME, ROOT_MARKER, LayoutPolicy, policy_file_text
 
 __all__ = ["HOOK_MARKER", "hook_script", "install_hook", "main"]
@@ -29,9 +29,7 @@ def hook_script(python: str | None = None) -> str:
 
 
 def _rev_parse(repo: Path, *args: str) -> Path:
-    out = subprocess.run(
-        ["git", "rev-parse", *args], cwd=repo, capture_output=True, check=True
-    ).stdout.decode("utf-8", "surrogateescape").strip()
+    out = run(repo, "rev-parse", *args).stdout.strip()
     return (repo / out).resolve()
 
 
@@ -62,12 +60,11 @@ def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = 
 
 def main(argv: list[str] | None = None) -> int:
     """Validate the index of the repository git runs the hook in; 0 accept, 1 reject."""
-    from orchestrator.memfs.gitsnapshot import GitReadError
     from orchestrator.memfs.validator import format_report, validate_staged
 
     try:
         result = validate_staged(Path.cwd())
-    except (GitReadError, OSError):
+    except (GitError, OSError):
         _emit("Memory validation could not read Git contents. No files were committed.\n")
         return 1
     if result.ok:

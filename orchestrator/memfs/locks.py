@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -34,6 +33,7 @@ from filelock import FileLock, Timeout
 
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.git import run
 
 __all__ = [
     "LOCK_FILE_NAME",
@@ -80,15 +80,7 @@ def _process_lock(common: Path, name: str) -> Lock:
 
 def common_dir_sync(repo_dir: Path) -> Path:
     """The resolved git common directory of ``repo_dir`` (blocking; lock keys compare equal)."""
-    proc = subprocess.run(
-        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-        cwd=repo_dir,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise MemfsError(f"{repo_dir}: not a git repository ({proc.stderr.strip()})")
+    proc = run(repo_dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
     return Path(proc.stdout.strip()).resolve()
 
 

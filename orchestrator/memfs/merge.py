@@ -42,15 +42,14 @@ from orchestrator.agent.reminders import (
     reflection_kept_reminder,
 )
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.git import GitError, arun
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
-    GitError,
     Worktree,
     id_from_branch,
     list_reflections,
     remove_worktree,
-    run_git,
     worktrees_root,
 )
 
@@ -180,7 +179,7 @@ def _split_z(raw: str) -> tuple[str, ...]:
 
 
 async def _parent_state(repo_dir: Path) -> tuple[str, bool]:
-    out = await run_git(repo_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal")
+    out = await arun(repo_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal", harness=True)
     head, dirty = _parse_status_v2(out.stdout)
     if head is None:
         raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
@@ -188,17 +187,17 @@ async def _parent_state(repo_dir: Path) -> tuple[str, bool]:
 
 
 async def _changed_files(checkout: Path, base: str, tip: str) -> tuple[str, ...]:
-    out = await run_git(checkout, "diff", "--name-only", "-z", "--no-renames", f"{base}...{tip}", check=False)
+    out = await arun(checkout, "diff", "--name-only", "-z", "--no-renames", f"{base}...{tip}", check=False, harness=True)
     return _split_z(out.stdout) if out.ok else ()
 
 
 async def _clean_worktree(worktree: Path) -> str:
     """Discard uncommitted edits in the worktree (never committed, turn-loop 5.15 step 2); its HEAD."""
-    out = await run_git(worktree, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal")
+    out = await arun(worktree, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal", harness=True)
     tip, dirty = _parse_status_v2(out.stdout)
     if dirty:
-        await run_git(worktree, "reset", "-q", "--hard")
-        await run_git(worktree, "clean", "-q", "-fd")
+        await arun(worktree, "reset", "-q", "--hard", harness=True)
+        await arun(worktree, "clean", "-q", "-fd", harness=True)
     if tip is None:
         raise GitError(("status",), 1, f"{worktree}: the worktree has no commits")
     return tip
@@ -219,12 +218,12 @@ async def _merge_locked(repo_dir: Path, worktree: Path, branch: str, audit: Audi
     attempt = 0
     while True:
         head, dirty = await _parent_state(repo_dir)
-        sides = await run_git(worktree, "rev-list", "--reverse", "--left-right", f"{head}...{tip}")
+        sides = await arun(worktree, "rev-list", "--reverse", "--left-right", f"{head}...{tip}", harness=True)
         behind = [line[1:] for line in sides.stdout.split() if line.startswith("<")]
         commits = tuple(line[1:] for line in sides.stdout.split() if line.startswith(">"))
         if not commits:
             if pinned:
-                await run_git(repo_dir, "update-ref", "-d", pin, check=False)
+                await arun(repo_dir, "update-ref", "-d", pin, check=False, harness=True)
             return MergeOutcome("no_changes", None, branch, (), (), head, rewritten)
         if dirty:
             files = await _changed_files(worktree, head, tip)
@@ -232,18 +231,18 @@ async def _merge_locked(repo_dir: Path, worktree: Path, branch: str, audit: Audi
         if behind:
             if not pinned:
                 # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
-                await run_git(repo_dir, "update-ref", pin, original_tip, "", check=False)
+                await arun(repo_dir, "update-ref", pin, original_tip, "", check=False, harness=True)
                 pinned = True
             await fault_point("before-rebase")
-            rebase = await run_git(worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
+            rebase = await arun(worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False, harness=True)
             if not rebase.ok:
-                conflicted = await run_git(worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
+                conflicted = await arun(worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False, harness=True)
                 files = _split_z(conflicted.stdout)
-                await run_git(worktree, "rebase", "--abort", check=False)
-                restored = await run_git(worktree, "rev-parse", "HEAD")
+                await arun(worktree, "rebase", "--abort", check=False, harness=True)
+                restored = await arun(worktree, "rev-parse", "HEAD", harness=True)
                 if restored.stdout.strip() == original_tip:
-                    await run_git(repo_dir, "update-ref", "-d", pin, original_tip, check=False)
-                old_commits = await run_git(worktree, "rev-list", "--reverse", f"{head}..{restored.stdout.strip()}")
+                    await arun(repo_dir, "update-ref", "-d", pin, original_tip, check=False, harness=True)
+                old_commits = await arun(worktree, "rev-list", "--reverse", f"{head}..{restored.stdout.strip()}", harness=True)
                 if not files:
                     files = await _changed_files(worktree, head, restored.stdout.strip())
                 return MergeOutcome(
@@ -256,7 +255,7 @@ async def _merge_locked(repo_dir: Path, worktree: Path, branch: str, audit: Audi
                     rewritten,
                     errors=tuple((rebase.stderr.strip().splitlines() or ["rebase failed"])[-1:]),
                 )
-            new = await run_git(worktree, "rev-list", "--reverse", f"{head}..HEAD")
+            new = await arun(worktree, "rev-list", "--reverse", f"{head}..HEAD", harness=True)
             new_commits = tuple(new.stdout.split())
             if len(new_commits) == len(commits):
                 rewritten = _compose(rewritten, tuple(zip(commits, new_commits, strict=True)))
@@ -266,11 +265,11 @@ async def _merge_locked(repo_dir: Path, worktree: Path, branch: str, audit: Audi
         if errors:
             files = await _changed_files(worktree, head, tip)
             return MergeOutcome("kept", REASON_INVALID, branch, commits, files, head, rewritten, tuple(errors))
-        ff = await run_git(repo_dir, "merge", "--ff-only", "-q", tip, check=False)
+        ff = await arun(repo_dir, "merge", "--ff-only", "-q", tip, check=False, harness=True)
         if ff.ok:
             await fault_point("after-ff")
             if pinned:
-                await run_git(repo_dir, "update-ref", "-d", pin, check=False)
+                await arun(repo_dir, "update-ref", "-d", pin, check=False, harness=True)
             files = await _changed_files(worktree, head, tip)
             return MergeOutcome("merged", None, branch, commits, files, tip, rewritten)
         message = ff.stderr
@@ -336,7 +335,7 @@ async def finalize_worktree(
             else:
                 tip = await _clean_worktree(worktree.path)
                 head, _ = await _parent_state(repo)
-                listed = await run_git(repo, "rev-list", "--reverse", f"{head}..{tip}")
+                listed = await arun(repo, "rev-list", "--reverse", f"{head}..{tip}", harness=True)
                 commits = tuple(listed.stdout.split())
                 if commits:
                     files = await _changed_files(repo, head, tip)
@@ -354,13 +353,13 @@ async def finalize_worktree(
 async def _delete_merged_branch(repo: Path, branch: str) -> None:
     """Delete ``branch`` only if ``HEAD`` contains it (never drops a commit)."""
     ref = f"refs/heads/{branch}"
-    tip = await run_git(repo, "rev-parse", "--verify", "-q", ref, check=False)
+    tip = await arun(repo, "rev-parse", "--verify", "-q", ref, check=False, harness=True)
     if not tip.ok:
         return
-    contained = await run_git(repo, "merge-base", "--is-ancestor", tip.stdout.strip(), "HEAD", check=False)
+    contained = await arun(repo, "merge-base", "--is-ancestor", tip.stdout.strip(), "HEAD", check=False, harness=True)
     if contained.ok:
-        await run_git(repo, "update-ref", "-d", ref, tip.stdout.strip(), check=False)
-        await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
+        await arun(repo, "update-ref", "-d", ref, tip.stdout.strip(), check=False, harness=True)
+        await arun(repo, "update-ref", "-d", _pin_ref(branch), check=False, harness=True)
 
 
 async def resolve_branch(repo_dir: Path, name_or_id: str) -> str:
@@ -387,7 +386,7 @@ async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = defa
         temporary = worktrees_root() / "_merge" / f"merge-{bid}"
         await AsyncPath(temporary.parent).mkdir(parents=True, exist_ok=True)
         async with worktree_admin_lock(repo):
-            await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
+            await arun(repo, "worktree", "add", "--quiet", str(temporary), branch, harness=True)
     try:
         outcome = await merge_back(repo, existing or temporary or repo, branch, audit=audit)
     finally:
@@ -413,10 +412,10 @@ async def discard_branch(repo_dir: Path, name_or_id: str) -> tuple[str, ...]:
         raise ReflectionBranchError(f"refusing to discard {branch!r}: not a reverie branch")
     item = {b.branch: b for b in await list_reflections(repo, kind=None)}[branch]
     async with merge_lock(repo):
-        dropped = await run_git(repo, "rev-list", "--reverse", f"HEAD..{item.tip}")
+        dropped = await arun(repo, "rev-list", "--reverse", f"HEAD..{item.tip}", harness=True)
         with CancelScope(shield=True):
             if item.worktree is not None:
                 await remove_worktree(repo, item.worktree)
-            await run_git(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip)
-            await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
+            await arun(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip, harness=True)
+            await arun(repo, "update-ref", "-d", _pin_ref(branch), check=False, harness=True)
     return tuple(dropped.stdout.split())

@@ -19,7 +19,6 @@ not name a commit.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import git
 
 from orchestrator.base.errors import UsageError
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.git import GitError, run
 
 __all__ = [
     "DEFAULT_POOL",
@@ -50,16 +50,6 @@ _TREE_MODE: Final = "40000"
 _SYMLINK_MODE: Final = "120000"
 _GITLINK_MODE: Final = "160000"
 _SHA1_BYTES: Final = 20
-_CLEARED_GIT_VARIABLES: Final = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_COMMON_DIR",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-)
 
 
 class ReaderError(MemfsError):
@@ -136,29 +126,15 @@ def _text(value: str | bytes) -> str:
     return value.decode("ascii") if isinstance(value, bytes) else value
 
 
-def _clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in _CLEARED_GIT_VARIABLES:
-        env.pop(name, None)
-    return env
-
-
 def _locate_repository(directory: Path) -> tuple[Path, Path] | None:
     """(absolute git dir, top level) when ``directory`` is a repository's top level, else None."""
     try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--absolute-git-dir", "--show-toplevel"],
-            cwd=directory,
-            env=_clean_env(),
-            capture_output=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
+        done = run(directory, "rev-parse", "--absolute-git-dir", "--show-toplevel", check=False)
+    except GitError:
         return None
     if done.returncode != 0:
         return None
-    lines = done.stdout.decode("utf-8", "surrogateescape").split("\n")
+    lines = done.stdout.split("\n")
     if len(lines) < 2 or not lines[0] or not lines[1]:
         return None
     git_dir, top_level = Path(lines[0]), Path(lines[1])

@@ -27,6 +27,7 @@ from pathlib import Path
 import anyio.to_thread
 from anyio import Path as AsyncPath
 
+from orchestrator.memfs.git import arun
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.worktrees import (
@@ -38,7 +39,6 @@ from orchestrator.memfs.worktrees import (
     list_reflections,
     parse_worktree_records,
     remove_worktree,
-    run_git,
 )
 
 __all__ = ["RecoveryReport", "recover"]
@@ -55,7 +55,7 @@ class RecoveryReport:
 
 
 async def _rebase_in_progress(worktree: Path) -> bool:
-    out = await run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False)
+    out = await arun(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False, harness=True)
     if not out.ok:
         return False
     git_dir = AsyncPath(out.stdout.strip())
@@ -63,7 +63,7 @@ async def _rebase_in_progress(worktree: Path) -> bool:
 
 
 async def _is_ancestor(repo: Path, rev: str) -> bool:
-    return (await run_git(repo, "merge-base", "--is-ancestor", rev, "HEAD", check=False)).ok
+    return (await arun(repo, "merge-base", "--is-ancestor", rev, "HEAD", check=False, harness=True)).ok
 
 
 async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:
@@ -77,18 +77,18 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     restored: list[str] = []
     async with merge_lock(repo, common_dir=common):
         async with worktree_admin_lock(repo, common_dir=common):
-            await run_git(repo, "worktree", "prune")
-        listing = await run_git(repo, "worktree", "list", "--porcelain", "-z")
+            await arun(repo, "worktree", "prune", harness=True)
+        listing = await arun(repo, "worktree", "list", "--porcelain", "-z", harness=True)
         for path, branch in parse_worktree_records(listing.stdout)[1:]:
             wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)
             if wid is None or wid in active:
                 continue
             if await _rebase_in_progress(path):
-                await run_git(path, "rebase", "--abort", check=False)
+                await arun(path, "rebase", "--abort", check=False, harness=True)
                 aborted.append(path)
             await remove_worktree(repo, path)
             removed.append(path)
-        pins = await run_git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", PRE_REBASE_REF_PREFIX)
+        pins = await arun(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", PRE_REBASE_REF_PREFIX, harness=True)
         branches = {b.branch: b for b in await list_reflections(repo, kind=None)}
         by_id = {b.id: b for b in branches.values()}
         for line in pins.stdout.splitlines():
@@ -103,15 +103,15 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
                 # The branch is gone but its pinned commits are not in HEAD: list them again.
                 name = f"{BRANCH_PREFIX}reflection/{pid}"
                 if id_from_branch(name) is not None:
-                    await run_git(repo, "update-ref", f"refs/heads/{name}", tip, "")
+                    await arun(repo, "update-ref", f"refs/heads/{name}", tip, "", harness=True)
                     restored.append(name)
                 continue
-            await run_git(repo, "update-ref", "-d", ref, tip, check=False)
+            await arun(repo, "update-ref", "-d", ref, tip, check=False, harness=True)
         for item in await list_reflections(repo, kind=None):
             if item.id in active:
                 continue
             if item.merged:
-                await run_git(repo, "update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False)
+                await arun(repo, "update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False, harness=True)
                 deleted.append(item.branch)
         pending = tuple(b for b in await list_reflections(repo, kind=None) if not b.merged and b.id not in active)
     return RecoveryReport(

@@ -8,19 +8,17 @@ commit typed by hand in a shell is still guarded by the installed hook.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.git import GitError, run
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
     "INITIAL_COMMIT_MESSAGE",
     "CommitResult",
-    "GitError",
     "MemoryCommitRejected",
     "RepoStatus",
     "commit_memory",
@@ -28,7 +26,6 @@ __all__ = [
     "init_memory_repo",
     "is_memory_repo",
     "repo_status",
-    "run_git",
 ]
 
 INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
@@ -57,13 +54,6 @@ DEFAULT_MEMORY_FILES: Mapping[str, str] = {
 }
 
 _NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
-
-
-class GitError(MemfsError, RuntimeError):
-    """A git command failed; the message is one line naming the command and git's own error, and
-    ``stderr`` keeps everything git said (callers classify failures from it)."""
-
-    stderr: str = ""
 
 
 class MemoryCommitRejected(MemfsError, RuntimeError):
@@ -101,42 +91,17 @@ class RepoStatus:
         return self.operation is not None or bool(self.conflicted)
 
 
-def run_git(
-    repo: Path | str,
-    *args: str,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    input: bytes | None = None,
-) -> subprocess.CompletedProcess[bytes]:
-    full_env = None
-    if env:
-        full_env = dict(os.environ)
-        full_env.update(env)
-    proc = subprocess.run(
-        ["git", *args], cwd=repo, capture_output=True, env=full_env, input=input, check=False
-    )
-    if check and proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).decode("utf-8", "replace")
-        lines = [line for line in said.strip().splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith(("error:", "fatal:"))]
-        detail = errors[0] if errors else (lines[-1] if lines else f"exit {proc.returncode}")
-        error = GitError(f"git {args[0]} failed in {repo}: {detail}")
-        error.stderr = said
-        raise error
-    return proc
-
-
 def is_memory_repo(path: Path) -> bool:
     """True when ``path`` is the top level of a git work tree."""
     if not path.is_dir():
         return False
-    proc = run_git(path, "rev-parse", "--show-toplevel", check=False)
-    return proc.returncode == 0 and Path(proc.stdout.decode().strip()).resolve() == path.resolve()
+    proc = run(path, "rev-parse", "--show-toplevel", check=False)
+    return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
 
 
 def head_revision(path: Path) -> str | None:
-    proc = run_git(path, "rev-parse", "--verify", "-q", "HEAD", check=False)
-    out = proc.stdout.decode().strip()
+    proc = run(path, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    out = proc.stdout.strip()
     return out if proc.returncode == 0 and out else None
 
 
@@ -155,19 +120,19 @@ def init_memory_repo(
     from orchestrator.memfs.hook import install_hook
 
     if path.exists() and not path.is_dir():
-        raise GitError(f"{path}: exists and is not a directory")
+        raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
     if is_memory_repo(path):
         install_hook(path, policy=policy)
         revision = head_revision(path)
         if revision is not None:
             return revision
     elif (path / ".git").exists():
-        said = run_git(path, "rev-parse", "--show-toplevel", check=False).stderr.decode("utf-8", "replace").strip()
-        raise GitError(f"{path}: the memory repository is damaged: {said.splitlines()[-1] if said else 'not a git top level'}")
+        said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()
+        raise GitError(("rev-parse",), 1, f"fatal: {path}: the memory repository is damaged: {said.splitlines()[-1] if said else 'not a git top level'}")
     elif path.exists() and any(path.iterdir()):
-        raise GitError(f"{path}: directory is not empty and is not a git repository")
+        raise GitError(("init",), 1, f"fatal: {path}: directory is not empty and is not a git repository")
     path.mkdir(parents=True, exist_ok=True)
-    run_git(path, "init", "-q", "-b", "main")
+    run(path, "init", "-q", "-b", "main")
     _ensure_identity(path)
     install_hook(path, policy=policy)
     contents = dict(DEFAULT_MEMORY_FILES if files is None else files)
@@ -182,8 +147,8 @@ def _ensure_identity(path: Path) -> None:
     """A machine without a git identity (a fresh CI box) could not commit memory at all, neither the
     harness nor the agent's own ``git commit``; give the repository a local one in that case only."""
     for key, value in (("user.name", "reverie"), ("user.email", "reverie@localhost")):
-        if run_git(path, "config", "--get", key, check=False).returncode != 0:
-            run_git(path, "config", key, value)
+        if run(path, "config", "--get", key, check=False).returncode != 0:
+            run(path, "config", key, value)
 
 
 def commit_memory(
@@ -201,15 +166,15 @@ def commit_memory(
     from orchestrator.memfs.validator import format_report, validate_staged
 
     if paths is None:
-        run_git(path, "add", "-A")
+        run(path, "add", "-A")
     elif paths:
-        run_git(path, "add", "-A", "--", *paths)
-    staged = run_git(path, "diff", "--cached", "--name-only", "-z").stdout.decode("utf-8", "replace")
+        run(path, "add", "-A", "--", *paths)
+    staged = run(path, "diff", "--cached", "--name-only", "-z").stdout
     files = tuple(p for p in staged.split("\0") if p)
     if not files and not allow_empty:
         revision = head_revision(path)
         if revision is None:
-            raise GitError(f"{path}: nothing to commit and no commits yet")
+            raise GitError(("commit",), 1, f"fatal: {path}: nothing to commit and no commits yet")
         return CommitResult(revision=revision, files=())
     result = validate_staged(path)
     if not result.ok:
@@ -217,7 +182,7 @@ def commit_memory(
     args = [*_NO_HOOKS, "commit", "-q", "-m", message]
     if allow_empty:
         args.append("--allow-empty")
-    run_git(path, *args)
+    run(path, *args)
     revision = head_revision(path)
     assert revision is not None
     return CommitResult(revision=revision, files=files)
@@ -227,18 +192,18 @@ def repo_status(path: Path) -> RepoStatus:
     """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists."""
     if not (path / ".git").exists():
         return RepoStatus(False, None, (), None, (), False)
-    git_dir = Path(run_git(path, "rev-parse", "--absolute-git-dir").stdout.decode().strip())
+    git_dir = Path(run(path, "rev-parse", "--absolute-git-dir").stdout.strip())
     operation = None
     if (git_dir / "MERGE_HEAD").exists():
         operation = "merge in progress"
     elif (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
         operation = "rebase in progress"
-    raw = run_git(path, "status", "--porcelain=v1", "-z").stdout.decode("utf-8", "replace")
+    raw = run(path, "status", "--porcelain=v1", "-z").stdout
     entries = _porcelain_entries(raw)
     conflicted = tuple(
         name for code, name in entries if "U" in code or code in {"AA", "DD"}
     )
-    remote = run_git(path, "remote", "get-url", "origin", check=False)
+    remote = run(path, "remote", "get-url", "origin", check=False)
     return RepoStatus(
         initialized=True,
         revision=head_revision(path),

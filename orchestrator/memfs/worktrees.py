@@ -7,20 +7,15 @@ branch ``reverie/<kind>/<id>`` (``kind`` is ``reflection`` for reflections). The
 ``Z`` so the time is unambiguous wherever the branch name is shown (DECISIONS T5). Ids in
 letta-code's 14-digit form are still recognised when listing.
 
-Every git command runs in a worker thread (``subprocess.run``), never on the event loop, with the
-harness identity, commit signing off, hooks bypassed (reverie validates in process, DECISIONS
-S21) and a timeout. Worker threads rather than ``anyio.run_process``: asyncio spawns child
-processes on the loop thread, which the project's blocking-call guard forbids.
+Every git command goes through the seam (:func:`orchestrator.memfs.git.arun`, a worker thread,
+never the event loop) with the harness identity, commit signing off and hooks bypassed (reverie
+validates in process, DECISIONS S21).
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 import secrets
-import subprocess
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,16 +26,11 @@ from anyio import Path as AsyncPath
 
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
+from orchestrator.memfs.git import arun
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
-from orchestrator.memfs.repo import GitError as RepoGitError
 
 __all__ = [
     "BRANCH_PREFIX",
-    "DEFAULT_GIT_TIMEOUT",
-    "HARNESS_EMAIL",
-    "HARNESS_NAME",
-    "GitError",
-    "GitResult",
     "ReflectionBranch",
     "Worktree",
     "branch_for",
@@ -53,38 +43,12 @@ __all__ = [
     "parse_worktree_list",
     "parse_worktree_records",
     "remove_worktree",
-    "run_git",
 ]
 
 BRANCH_PREFIX = "reverie/"
-HARNESS_NAME = "Reverie"
-HARNESS_EMAIL = "noreply@reverie.invalid"
-DEFAULT_GIT_TIMEOUT = 30.0
 
 _ID = re.compile(r"^(?:\d{8}T\d{6}Z|\d{14})-[0-9a-f]{8}$")
 _KIND = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-
-
-class GitError(RepoGitError):
-    """A git command failed; ``str()`` is one line naming the command and git's first error line."""
-
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        self.git_args = tuple(args)
-        self.returncode = returncode
-        self.stderr = stderr
-        first = next((line for line in stderr.splitlines() if line.strip()), "no output")
-        super().__init__(f"git {' '.join(args[:3])} failed ({returncode}): {first}")
-
-
-@dataclass(frozen=True)
-class GitResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
 
 @dataclass(frozen=True)
@@ -107,78 +71,6 @@ class ReflectionBranch:
     ahead: int
     merged: bool
     worktree: Path | None
-
-
-def _harness_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "GIT_AUTHOR_NAME": HARNESS_NAME,
-            "GIT_AUTHOR_EMAIL": HARNESS_EMAIL,
-            "GIT_COMMITTER_NAME": HARNESS_NAME,
-            "GIT_COMMITTER_EMAIL": HARNESS_EMAIL,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_EDITOR": "true",
-            "GIT_SEQUENCE_EDITOR": "true",
-            "LC_ALL": "C",
-        }
-    )
-    if extra:
-        env.update(extra)
-    return env
-
-
-_BASE_CONFIG = (
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "commit.gpgsign=false",
-    "-c",
-    "tag.gpgsign=false",
-    "-c",
-    "core.quotePath=false",
-    "-c",
-    "advice.detachedHead=false",
-)
-
-
-def _run_git_sync(
-    cwd: Path, args: Sequence[str], env: Mapping[str, str] | None, timeout: float, stdin: str | None
-) -> GitResult:
-    proc = subprocess.run(
-        ["git", *_BASE_CONFIG, *args],
-        cwd=cwd,
-        env=_harness_env(env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        errors="surrogateescape",
-        timeout=timeout,
-        check=False,
-    )
-    return GitResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-async def run_git(
-    cwd: Path,
-    *args: str,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    git_timeout: float = DEFAULT_GIT_TIMEOUT,
-    stdin: str | None = None,
-) -> GitResult:
-    """Run one git command in a worker thread with the harness identity and hooks bypassed.
-
-    The thread is not abandoned on cancellation: git always finishes (or times out), so a
-    cancelled caller never leaves a half-written index or ref behind. ``git_timeout`` bounds
-    the process itself (``subprocess.TimeoutExpired``).
-    """
-    call = functools.partial(_run_git_sync, Path(cwd), args, env, git_timeout, stdin)
-    result = await anyio.to_thread.run_sync(call)
-    if check and not result.ok:
-        raise GitError(args, result.returncode, result.stderr)
-    return result
 
 
 async def git_common_dir(repo_dir: Path) -> Path:
@@ -230,12 +122,12 @@ async def create_worktree(
     check_agent_id(agent_id)
     wid = worktree_id or new_worktree_id()
     branch = branch_for(wid, kind)
-    base = (await run_git(repo_dir, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")).stdout
+    base = (await arun(repo_dir, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}", harness=True)).stdout
     base = base.strip()
     path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
     await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
     async with worktree_admin_lock(repo_dir):
-        await run_git(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base)
+        await arun(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
     return Worktree(path=path, branch=branch, base_revision=base, id=wid)
 
 
@@ -249,8 +141,8 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
     with CancelScope(shield=True):
         async with worktree_admin_lock(repo_dir):
             if await AsyncPath(path).exists():
-                await run_git(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False)
-            await run_git(repo_dir, "worktree", "prune", check=False)
+                await arun(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
+            await arun(repo_dir, "worktree", "prune", check=False, harness=True)
 
 
 def parse_worktree_records(porcelain_z: str) -> list[tuple[Path, str | None]]:
@@ -283,12 +175,12 @@ def id_from_worktree_dir(path: Path) -> str | None:
 async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> tuple[ReflectionBranch, ...]:
     """Reverie's branches (of ``kind``, or all kinds when None) with their state, oldest id first."""
     pattern = f"refs/heads/{BRANCH_PREFIX}{kind}/" if kind else f"refs/heads/{BRANCH_PREFIX}"
-    refs = await run_git(repo_dir, "for-each-ref", "--format=%(refname:short)%00%(objectname)", pattern)
-    merged_out = await run_git(
-        repo_dir, "for-each-ref", "--merged=HEAD", "--format=%(refname:short)", pattern, check=False
+    refs = await arun(repo_dir, "for-each-ref", "--format=%(refname:short)%00%(objectname)", pattern, harness=True)
+    merged_out = await arun(
+        repo_dir, "for-each-ref", "--merged=HEAD", "--format=%(refname:short)", pattern, check=False, harness=True
     )
     merged = set(merged_out.stdout.split()) if merged_out.ok else set()
-    trees = await run_git(repo_dir, "worktree", "list", "--porcelain", "-z")
+    trees = await arun(repo_dir, "worktree", "list", "--porcelain", "-z", harness=True)
     by_branch = parse_worktree_list(trees.stdout)
     result: list[ReflectionBranch] = []
     for line in refs.stdout.splitlines():
@@ -299,7 +191,7 @@ async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> t
         if name in merged:
             ahead = 0
         else:
-            count = await run_git(repo_dir, "rev-list", "--count", f"HEAD..{tip}", check=False)
+            count = await arun(repo_dir, "rev-list", "--count", f"HEAD..{tip}", check=False, harness=True)
             ahead = int(count.stdout.strip() or 0) if count.ok else 0
         result.append(
             ReflectionBranch(

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.memfs.git import GitError
 from orchestrator.memfs.repo import (
     INITIAL_COMMIT_MESSAGE,
-    GitError,
     MemoryCommitRejected,
     commit_memory,
     head_revision,

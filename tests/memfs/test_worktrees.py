@@ -10,8 +10,8 @@ from anyio import CancelScope
 from anyio import Path as AsyncPath
 
 from orchestrator.base.paths import worktrees_root
+from orchestrator.memfs.git import GitError
 from orchestrator.memfs.worktrees import (
-    GitError,
     branch_for,
     create_worktree,
     id_from_branch,
