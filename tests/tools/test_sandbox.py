@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.memfs.repo import init_memory_repo, run_git
+from orchestrator.memfs.git import run
+from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.memfs.worktrees import create_worktree
 from orchestrator.tools import ToolContext, run_bash, run_tool
 from orchestrator.tools import sandbox as sandbox_module
@@ -49,8 +50,8 @@ async def _memory(tmp_path: Path) -> Path:
 
 
 async def _git(repo: Path, *args: str) -> str:
-    done = await anyio.to_thread.run_sync(lambda: run_git(repo, *args))
-    return done.stdout.decode().strip()
+    done = await anyio.to_thread.run_sync(lambda: run(repo, *args))
+    return done.stdout.strip()
 
 
 async def test_environment_is_an_allowlist_without_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
