@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.batch.eventlog import EventRecord
-from orchestrator.memfs.repo import run_git
+from orchestrator.memfs.git import run
 
 __all__ = [
     "MAX_EVENTS",
@@ -140,8 +140,8 @@ def transcript(store: Path) -> dict[str, Any]:
 
 
 def _root_commit(memory: Path, head: str) -> str | None:
-    proc = run_git(memory, "rev-list", "--max-parents=0", head, check=False)
-    roots = proc.stdout.decode().split()
+    proc = run(memory, "rev-list", "--max-parents=0", head, check=False)
+    roots = proc.stdout.split()
     return roots[-1] if proc.returncode == 0 and roots else None
 
 
@@ -159,11 +159,11 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
         base = out["base"] = _root_commit(memory, head)
     if base is None or base == head:
         return out
-    numstat = run_git(memory, "diff", "--numstat", "-z", "--no-renames", base, head, check=False)
+    numstat = run(memory, "diff", "--numstat", "-z", "--no-renames", base, head, check=False)
     if numstat.returncode != 0:
-        out["error"] = numstat.stderr.decode("utf-8", "replace").strip() or "git diff failed"
+        out["error"] = numstat.stderr.strip() or "git diff failed"
         return out
-    for item in numstat.stdout.decode("utf-8", "replace").split("\0"):
+    for item in numstat.out.decode("utf-8", "replace").split("\0"):
         parts = item.split("\t", 2)
         if len(parts) == 3:
             added, removed, path = parts
@@ -171,8 +171,8 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
                 {"path": path, "added": int(added) if added.isdigit() else None,
                  "removed": int(removed) if removed.isdigit() else None}
             )
-    patch = run_git(memory, "diff", "--no-color", "--no-renames", base, head, check=False)
-    out["patch"] = _clip(patch.stdout.decode("utf-8", "replace"), MAX_PATCH_CHARS)
+    patch = run(memory, "diff", "--no-color", "--no-renames", base, head, check=False)
+    out["patch"] = _clip(patch.out.decode("utf-8", "replace"), MAX_PATCH_CHARS)
     return out
 
 
