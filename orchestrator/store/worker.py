@@ -1,125 +1,204 @@
-"""A dedicated thread that owns one SQLite connection (DECISIONS S26).
+"""SQLite connections served by a small, bounded pool of lane threads (DECISIONS D8, relaxing S26).
 
-Why a thread of its own rather than ``anyio.to_thread.run_sync``: a ``sqlite3.Connection`` is bound to
-the thread that made it, and the anyio thread pool hands work to whichever idle thread it has. So the
-connection is *created* in the worker thread and every statement runs there, one job at a time from a
-FIFO queue, which also serialises transactions without a lock.
+Why lanes rather than ``anyio.to_thread.run_sync``: a ``sqlite3.Connection`` is bound to the thread
+that made it, and the anyio thread pool hands work to whichever idle thread it has. So each
+connection is *pinned* to one lane: it is created in that lane's thread and every statement runs
+there, one job at a time from the lane's FIFO queue, which also serialises each connection's
+transactions without a lock. Why a pool rather than a thread per connection (S26 as first written):
+a batch of a thousand sessions would otherwise hold a thousand threads; a lane serves any number of
+connections, and ``SQLITE_LANES`` of them keep the cores busy (sqlite3 releases the GIL while a
+statement runs) without one store's work waiting behind another's for long.
 
-How an async caller waits without blocking its loop, on trio and asyncio alike: the caller captures its
-loop's token (``anyio.lowlevel.current_token``) and waits on an ``anyio.Event``; the worker, once the job
-is done, sets that event through ``anyio.from_thread.run_sync(..., token=...)``. The wait is shielded
-from cancellation: a job that has been handed to the worker always runs to the end (commit or rollback),
-so a cancelled caller never leaves a half-known transaction behind; the cancellation is delivered at
-the caller's next checkpoint.
+How an async caller waits without blocking its loop, on trio and asyncio alike: the caller waits on
+an ``anyio.Event``; the lane, once the job is done, schedules ``event.set`` on the caller's loop
+without waiting for it (the backend's ``run_sync_soon``), so a lane never stalls on a busy loop. The
+wait is shielded from cancellation: a job that has been handed to a lane always runs to the end
+(commit or rollback), so a cancelled caller never leaves a half-known transaction behind; the
+cancellation is delivered at the caller's next checkpoint.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 
-__all__ = ["ConnectionWorker", "WorkerClosedError"]
+__all__ = ["SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
 
 T = TypeVar("T")
+
+SQLITE_LANES = 4
+"""Threads serving every SQLite connection of the process; ``REVERIE_SQLITE_LANES`` overrides."""
 
 
 class WorkerClosedError(RuntimeError):
     """The store was closed; no more work is accepted."""
 
 
-@dataclass
 class _Job:
-    fn: Callable[[sqlite3.Connection], Any]
-    notify: Callable[[], None]
-    result: Any = None
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    """``action()`` runs in the lane; its result or error is kept for the waiting caller."""
+
+    __slots__ = ("action", "conn", "error", "notify", "result")
+
+    def __init__(self, action: Callable[[], Any], conn: Callable[[], sqlite3.Connection | None]) -> None:
+        self.action = action
+        self.conn = conn
+        self.notify: Callable[[], None] = _nobody
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def execute(self) -> None:
+        try:
+            self.result = self.action()
+        except BaseException as exc:
+            conn = self.conn()
+            if conn is not None and conn.in_transaction:
+                conn.rollback()
+            self.error = exc
+        try:
+            self.notify()
+        except BaseException:
+            # The waiting loop is gone; nobody is left to tell.
+            pass
 
 
-_STOP = object()
+def _nobody() -> None:
+    return None
+
+
+class _Lane:
+    """One daemon thread and its queue; it lives as long as the process."""
+
+    def __init__(self, index: int) -> None:
+        self.queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.connections = 0
+        self.thread = threading.Thread(target=self._main, name=f"sqlite-lane-{index}", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        while True:
+            self.queue.get().execute()
+
+
+_lanes: list[_Lane] = []
+_lanes_lock = threading.Lock()
+
+
+def lane_count() -> int:
+    raw = os.environ.get("REVERIE_SQLITE_LANES", "")
+    return max(1, int(raw)) if raw.isdigit() else SQLITE_LANES
+
+
+def _pick_lane() -> _Lane:
+    """The lane serving the fewest connections, starting the pool on first use."""
+    with _lanes_lock:
+        if not _lanes:
+            _lanes.extend(_Lane(i) for i in range(lane_count()))
+        lane = min(_lanes, key=lambda candidate: candidate.connections)
+        lane.connections += 1
+        return lane
+
+
+def _release_lane(lane: _Lane) -> None:
+    with _lanes_lock:
+        lane.connections -= 1
+
+
+def _forget_lanes_after_fork() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool when it needs one."""
+    global _lanes_lock
+    _lanes.clear()
+    _lanes_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lanes_after_fork)
+
+
+def _notifier(event: anyio.Event) -> Callable[[], None]:
+    """``event.set`` scheduled on the calling loop from a lane thread, without waiting for the loop."""
+    token = anyio.lowlevel.current_token()
+    backend, native = token.backend_class, token.native_token
+
+    def notify() -> None:
+        backend.run_sync_soon(event.set, (), native)
+
+    return notify
 
 
 class ConnectionWorker:
-    """One thread, one connection, a queue of callables ``fn(conn) -> value``."""
+    """One connection pinned to one lane; ``run(fn)`` executes ``fn(conn)`` there."""
 
     def __init__(self, path: Path, configure: Callable[[sqlite3.Connection], None]) -> None:
         self._path = path
         self._configure = configure
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._ready = threading.Event()
-        self._open_error: BaseException | None = None
+        self._lane: _Lane | None = None
+        self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._main, name=f"sqlite-worker:{path.name}", daemon=True)
 
     async def start(self) -> None:
-        """Start the thread and wait (off the loop) until the connection is open and configured."""
-        self._thread.start()
-        await anyio.to_thread.run_sync(self._ready.wait)
-        if self._open_error is not None:
-            raise self._open_error
+        """Open and configure the connection in its lane."""
+        self._lane = _pick_lane()
+        try:
+            await self._submit(self._open)
+        except BaseException:
+            self._closed = True
+            _release_lane(self._lane)
+            raise
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
+        try:
+            self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the connection in the worker thread and return its result (or raise its error)."""
-        if self._closed:
+        """Run ``fn`` on the connection in its lane and return its result (or raise its error)."""
+        if self._closed or self._lane is None:
             raise WorkerClosedError("the store is closed")
-        token = anyio.lowlevel.current_token()
+        return await self._submit(lambda: fn(self._connection()))
+
+    async def close(self) -> None:
+        """Finish this connection's queued jobs, then close it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._lane is not None:
+            try:
+                await self._submit(self._shut)
+            finally:
+                _release_lane(self._lane)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise WorkerClosedError("the store is closed")
+        return self._conn
+
+    def _current(self) -> sqlite3.Connection | None:
+        return self._conn
+
+    def _shut(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def _submit(self, action: Callable[[], T]) -> T:
+        assert self._lane is not None
         finished = anyio.Event()
-
-        def notify() -> None:
-            anyio.from_thread.run_sync(finished.set, token=token)
-
-        job = _Job(fn=fn, notify=notify)
-        self._queue.put(job)
+        job = _Job(action, self._current)
+        job.notify = _notifier(finished)
+        self._lane.queue.put(job)
         with anyio.CancelScope(shield=True):
             await finished.wait()
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
-
-    async def close(self) -> None:
-        """Finish queued jobs, close the connection and join the thread. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(_STOP)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._thread.join)
-
-    def _main(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
-            self._configure(conn)
-        except BaseException as exc:
-            self._open_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _STOP:
-                    break
-                job: _Job = item
-                try:
-                    job.result = job.fn(conn)
-                except BaseException as exc:
-                    if conn.in_transaction:
-                        conn.rollback()
-                    job.error = exc
-                job.done.set()
-                try:
-                    job.notify()
-                except BaseException:
-                    # The waiting loop is gone; nobody is left to tell.
-                    pass
-        finally:
-            conn.close()
