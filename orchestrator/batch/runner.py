@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from orchestrator.app.session import ChatSession
-from orchestrator.base.events import Event, MemoryCommitted
+from orchestrator.base.events import MemoryCommitted
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
@@ -152,7 +152,10 @@ def _head(memory: Path) -> str | None:
 
 
 class _EventPump:
-    """Copies the task's store events into its JSONL log and tallies the kinds the results count."""
+    """Copies the task's store events into its JSONL log and tallies the kinds the results count.
+
+    It follows the store (``Store.follow_events``) rather than querying it per event, and writes the
+    records gathered since the last flush in one append: the runner flushes after every turn."""
 
     def __init__(self, task_id: str, path: Path, sink: ProgressSink | None) -> None:
         self.task_id = task_id
@@ -163,38 +166,45 @@ class _EventPump:
         self.counts: dict[str, int] = dict.fromkeys(COUNTED_KINDS.values(), 0)
         self.tokens_in = 0
         self.tokens_out = 0
+        self._pending: list[EventRecord] = []
         self._lock = anyio.Lock()
 
     async def local(self, kind: str, payload: Mapping[str, Any], at: str) -> None:
-        """A line the runner writes itself (``task.start``, ``task.end``)."""
+        """A line the runner writes itself (``task.start``, ``task.end``), after what is pending."""
         async with self._lock:
             self.seq += 1
-            record = EventRecord(self.seq, at, self.task_id, kind, dict(payload))
-            await anyio.to_thread.run_sync(append_records, self.path, [record])
-        if self.sink is not None:
-            await self.sink(self.task_id, kind, payload)
+            self._pending.append(EventRecord(self.seq, at, self.task_id, kind, dict(payload)))
+        await self.flush()
 
-    async def pump(self, store: Any) -> None:
+    async def follow(self, store: Any) -> Callable[[], None]:
+        """Catch up on what the store holds already, then take each new event as it is recorded."""
+        for event in await store.events(after_id=self.after_id):
+            self._take(event)
+        stop: Callable[[], None] = store.follow_events(self._take)
+        return stop
+
+    def _take(self, event: Any) -> None:
+        if event.id <= self.after_id:
+            return
+        self.after_id = event.id
+        self.seq += 1
+        self._pending.append(
+            EventRecord(
+                self.seq, event.at, self.task_id, event.kind, dict(event.payload),
+                event.agent_id, event.conversation_id,
+            )
+        )
+        if event.kind in COUNTED_KINDS:
+            self.counts[COUNTED_KINDS[event.kind]] += 1
+        elif event.kind == "model.call":
+            self.tokens_in += int(event.payload.get("prompt_tokens", 0))
+            self.tokens_out += int(event.payload.get("completion_tokens", 0))
+
+    async def flush(self) -> None:
         async with self._lock:
-            events = await store.events(after_id=self.after_id)
-            if not events:
-                return
-            self.after_id = events[-1].id
-            records = []
-            for event in events:
-                self.seq += 1
-                records.append(
-                    EventRecord(
-                        self.seq, event.at, self.task_id, event.kind, dict(event.payload),
-                        event.agent_id, event.conversation_id,
-                    )
-                )
-                if event.kind in COUNTED_KINDS:
-                    self.counts[COUNTED_KINDS[event.kind]] += 1
-                elif event.kind == "model.call":
-                    self.tokens_in += int(event.payload.get("prompt_tokens", 0))
-                    self.tokens_out += int(event.payload.get("completion_tokens", 0))
-            await anyio.to_thread.run_sync(append_records, self.path, records)
+            records, self._pending = self._pending, []
+            if records:
+                await anyio.to_thread.run_sync(append_records, self.path, records)
         if self.sink is not None:
             for record in records:
                 await self.sink(self.task_id, record.kind, record.payload)
@@ -230,24 +240,17 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         base = await anyio.to_thread.run_sync(_reset, paths, task.memory_files)
         await pump.local("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
         model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
-        store_ref: list[Any] = []
-
-        async def observer(event: Event) -> None:
-            if not event.transient and store_ref:
-                await pump.pump(store_ref[0])
-
         session_cm = ChatSession.open(
             agent_id=task.id,
             new=True,
             cli=settings,
-            observer=observer,
             model=model,
             workspace=paths.workspace,
             store_path=paths.store,
         )
         async with session_cm as session:
             store = session.runtime.store
-            store_ref.append(store)
+            stop_following = await pump.follow(store)
             head = await anyio.to_thread.run_sync(_head, paths.memory)
             for text in task.turns:
                 outcome = await session.send(text)
@@ -261,12 +264,13 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
                         commit.kind, commit.payload(), agent_id=task.id, conversation_id=session.conversation_id
                     )
                     head = new_head
-                await pump.pump(store)
+                await pump.flush()
                 if outcome.status == "error":
                     error = f"turn {turns}: {outcome.error}"
                     break
             await session.finish_one_shot()
-            await pump.pump(store)
+            stop_following()
+            await pump.flush()
         head = await anyio.to_thread.run_sync(_head, paths.memory)
         for check in task.checks:
             if check.where == "answer":

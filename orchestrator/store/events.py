@@ -1,17 +1,21 @@
 """The event log (DECISIONS S8): append-only rows of a dotted ``kind`` and a JSON payload, read back
-oldest first with filters so a follower can poll with ``after_id``."""
+oldest first with filters so a follower can poll with ``after_id``. A follower in the same process
+need not poll at all: ``follow_events`` hands it every event this store records as it is recorded."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from orchestrator.store.jobs import StoreJobs, dumps, transaction
 from orchestrator.store.records import Event, utc_now
 
-__all__ = ["Events"]
+__all__ = ["EventListener", "Events"]
+
+EventListener = Callable[[Event], None]
+"""Called on the loop, in recording order, with each event this store records; it must not block."""
 
 
 def _event(row: tuple[Any, ...]) -> Event:
@@ -22,6 +26,20 @@ def _event(row: tuple[Any, ...]) -> Event:
 
 class Events(StoreJobs):
     """Mixed into ``Store``: the ``events`` table."""
+
+    _event_listeners: list[EventListener]
+
+    def follow_events(self, listener: EventListener) -> Callable[[], None]:
+        """Tell ``listener`` about every event recorded through this store from now on, instead of a
+        query per event; returns the function that stops it. Events other processes or other
+        ``Store`` objects record are not seen: read those with ``events(after_id=...)``."""
+        self._event_listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._event_listeners:
+                self._event_listeners.remove(listener)
+
+        return stop
 
     async def record_event(
         self,
@@ -45,7 +63,10 @@ class Events(StoreJobs):
                 )
             return Event(cast(int, cur.lastrowid), at, kind, agent_id, conversation_id, body)
 
-        return await self._run(job)
+        event = await self._run(job)
+        for listener in tuple(self._event_listeners):
+            listener(event)
+        return event
 
     async def events(
         self,

@@ -42,6 +42,7 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
 
     def __init__(self, worker: ConnectionWorker, path: Path) -> None:
         self._worker = worker
+        self._event_listeners = []
         self.path = path
 
     # -- lifecycle -----------------------------------------------------------------------------------

@@ -28,3 +28,18 @@ async def test_events(tmp_path: Path) -> None:
         assert [e.kind for e in await store.events(after_id=first.id, kinds=["other"])] == ["other"]
     finally:
         await store.close()
+
+
+async def test_a_follower_sees_every_recorded_event_in_order_until_it_stops(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    try:
+        seen: list[str] = []
+        stop = store.follow_events(lambda event: seen.append(f"{event.id}:{event.kind}"))
+        first = await store.record_event("a.one", agent_id="a1")
+        second = await store.record_event("a.two", {"n": 2}, conversation_id=conv)
+        stop()
+        await store.record_event("a.three")
+        assert seen == [f"{first.id}:a.one", f"{second.id}:a.two"]
+        assert [e.kind for e in await store.events()] == ["a.one", "a.two", "a.three"]
+    finally:
+        await store.close()
