@@ -55,6 +55,7 @@ from orchestrator.base.events import (
     CompactionProgress,
     CompactionStarted,
     Event,
+    ModelCalled,
     Publisher,
     ignore_event,
 )
@@ -81,6 +82,7 @@ from orchestrator.compaction import (
 from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.git import arun
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree
+from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.store import PromptRecord, Store, StoredMessage
 from orchestrator.tools import tool_specs
@@ -351,7 +353,7 @@ class CompactionSubagent:
                 CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=True),
                 conversation_id,
             )
-            outcome = await self._summarize(history, plan, fixed, "context_window_limit")
+            outcome = await self._summarize(conversation_id, history, plan, fixed, "context_window_limit")
             if outcome.status == "done":
                 state.prepared = _Prepared(tuple(m.id for m in history), outcome, fixed)
         finally:
@@ -402,7 +404,7 @@ class CompactionSubagent:
         )
         if in_turn:
             await self.observer(CompactionProgress(f"summarising {len(plan.summarized)} messages"))
-        outcome = await self._summarize(history, plan, fixed, trigger)
+        outcome = await self._summarize(conversation_id, history, plan, fixed, trigger)
         return await self._apply(conversation_id, history, [], outcome, fixed, turn_id, background=False)
 
     async def _apply_prepared(
@@ -458,14 +460,22 @@ class CompactionSubagent:
                 await arun(memory_dir, "branch", "-D", worktree.branch, check=False, harness=True)
 
     async def _summarize(
-        self, history: Sequence[StoredMessage], plan: CompactionPlan, fixed: int, trigger: str
+        self,
+        conversation_id: str,
+        history: Sequence[StoredMessage],
+        plan: CompactionPlan,
+        fixed: int,
+        trigger: str,
     ) -> CompactionOutcome:
+        async def counted(event: ModelCalled) -> None:
+            await self._emit(event, conversation_id)
+
         async with self._core_memory() as core_memory:
             return await summarize_with_fallback(
                 [m.message for m in history],
                 plan,
                 self.compaction,
-                self.model,
+                MeteredModel(self.model, counted),
                 model=self.settings.model,
                 trigger=trigger,
                 core_memory=core_memory,

@@ -32,6 +32,7 @@ from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.events import (
     Event,
+    ModelCalled,
     Publisher,
     ReflectionKept,
     ReflectionLaunched,
@@ -44,6 +45,7 @@ from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
+from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, ModelRequest
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, run_tool, tool_specs
@@ -250,8 +252,13 @@ class ReflectionCoordinator:
             extra_env={"TRANSCRIPT_PATH": str(payload)},
         )
         specs = tool_specs(list(_TOOLS))
+
+        async def counted(event: ModelCalled) -> None:
+            await self._emit(event, conversation_id)
+
+        model = MeteredModel(self.model, counted)
         for _ in range(REFLECTION_MAX_STEPS):
-            response = await self.model.complete(
+            response = await model.complete(
                 ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.settings.model, purpose="reflect")
             )
             messages.append(response.message)

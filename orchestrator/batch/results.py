@@ -38,7 +38,10 @@ class CheckResult:
 @dataclass(frozen=True)
 class TaskResult:
     """``status``: ``passed`` (every check held), ``failed`` (a check did not) or ``error`` (the task
-    could not finish: a turn ended in error, or the runner raised)."""
+    could not finish: a turn ended in error, or the runner raised).
+
+    ``tokens_*`` and ``cost`` count every model call of the task; ``subagent_*`` the part of them
+    made by subagents (every purpose but ``chat``), so what summaries and reflections cost shows."""
 
     id: str
     status: str
@@ -50,6 +53,9 @@ class TaskResult:
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float | None = None
+    subagent_tokens_in: int = 0
+    subagent_tokens_out: int = 0
+    subagent_cost: float | None = None
     reflections_launched: int = 0
     reflections_merged: int = 0
     reflections_conflicted: int = 0
@@ -110,6 +116,8 @@ _SUMS = (
     "steps",
     "tokens_in",
     "tokens_out",
+    "subagent_tokens_in",
+    "subagent_tokens_out",
     "reflections_launched",
     "reflections_merged",
     "reflections_conflicted",
@@ -132,6 +140,8 @@ def summarize(results: Iterable[TaskResult], *, elapsed: float | None = None) ->
         summary[name] = round(total, 3) if isinstance(total, float) else total
     costs = [r.cost for r in items if r.cost is not None]
     summary["cost"] = round(sum(costs), 6) if costs else None
+    subagent_costs = [r.subagent_cost for r in items if r.subagent_cost is not None]
+    summary["subagent_cost"] = round(sum(subagent_costs), 6) if subagent_costs else None
     summary["elapsed"] = None if elapsed is None else round(elapsed, 3)
     summary["statuses"] = {r.id: r.status for r in items}
     return summary

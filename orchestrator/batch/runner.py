@@ -167,7 +167,19 @@ class _EventPump:
         self.tokens_in = 0
         self.tokens_out = 0
         self._pending: list[EventRecord] = []
+        self.subagent_in = 0
+        self.subagent_out = 0
         self._lock = anyio.Lock()
+
+    def _count_call(self, payload: Mapping[str, Any]) -> None:
+        """Every call counts in the totals; calls made for another purpose than the chat (summaries,
+        reflections, merge resolution) are also counted apart, so their cost shows."""
+        prompt, completion = int(payload.get("prompt_tokens", 0)), int(payload.get("completion_tokens", 0))
+        self.tokens_in += prompt
+        self.tokens_out += completion
+        if payload.get("purpose", "chat") != "chat":
+            self.subagent_in += prompt
+            self.subagent_out += completion
 
     async def local(self, kind: str, payload: Mapping[str, Any], at: str) -> None:
         """A line the runner writes itself (``task.start``, ``task.end``), after what is pending."""
@@ -197,8 +209,7 @@ class _EventPump:
         if event.kind in COUNTED_KINDS:
             self.counts[COUNTED_KINDS[event.kind]] += 1
         elif event.kind == "model.call":
-            self.tokens_in += int(event.payload.get("prompt_tokens", 0))
-            self.tokens_out += int(event.payload.get("completion_tokens", 0))
+            self._count_call(event.payload)
 
     async def flush(self) -> None:
         async with self._lock:
@@ -208,6 +219,10 @@ class _EventPump:
         if self.sink is not None:
             for record in records:
                 await self.sink(self.task_id, record.kind, record.payload)
+
+
+def _cost(tokens_in: int, tokens_out: int, options: RunOptions) -> float:
+    return round(tokens_in * (options.price_in or 0.0) / 1e6 + tokens_out * (options.price_out or 0.0) / 1e6, 6)
 
 
 def _check_home(home: Path) -> None:
@@ -289,11 +304,10 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         status = "passed"
     else:
         status = "failed"
-    cost = None
+    cost = subagent_cost = None
     if options.price_in is not None or options.price_out is not None:
-        cost = round(
-            pump.tokens_in * (options.price_in or 0.0) / 1e6 + pump.tokens_out * (options.price_out or 0.0) / 1e6, 6
-        )
+        cost = _cost(pump.tokens_in, pump.tokens_out, options)
+        subagent_cost = _cost(pump.subagent_in, pump.subagent_out, options)
     result = TaskResult(
         id=task.id,
         status=status,
@@ -305,6 +319,9 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         tokens_in=pump.tokens_in,
         tokens_out=pump.tokens_out,
         cost=cost,
+        subagent_tokens_in=pump.subagent_in,
+        subagent_tokens_out=pump.subagent_out,
+        subagent_cost=subagent_cost,
         wall_time=round(time.perf_counter() - started, 3),
         memory_head=head,
         memory_base=base,

@@ -30,7 +30,7 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant", "tool"]
 MessageKind = Literal["message", "reminder", "memory_update", "summary", "error"]
-Purpose = Literal["chat", "summarize", "reflect"]
+Purpose = Literal["chat", "summarize", "reflect", "resolve"]
 TextSink = Callable[[str], Awaitable[None]]
 
 
