@@ -18,7 +18,6 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
     │   ├── GitError (RuntimeError)       memfs/git.py: a git command or in-process git read failed
-    │   ├── ReaderError                   memfs/reader.py: the long-lived object reader failed
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
     │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours

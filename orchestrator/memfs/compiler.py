@@ -25,6 +25,7 @@ from typing import Final
 
 from orchestrator.memfs.collation import sorted_by_collation
 from orchestrator.memfs.frontmatter import js_trim, js_trim_end, parse_frontmatter
+from orchestrator.memfs.git import GitError
 from orchestrator.memfs.layout import (
     MEMFS_V1,
     MEMFS_V2,
@@ -35,7 +36,7 @@ from orchestrator.memfs.layout import (
     is_markdown_path,
     label_from_path,
 )
-from orchestrator.memfs.reader import ObjectReader, ReaderError, Revision, display_path, open_reader
+from orchestrator.memfs.reader import ObjectReader, Revision, display_path, open_reader
 
 __all__ = [
     "CORE_MEMORY_PLACEHOLDER",
@@ -351,7 +352,7 @@ def _collect(
                 rendered = _render_tree(reader, resolved)
                 _RENDER_CACHE.put(key, rendered)
             return commit, *rendered
-    except (ReaderError, OSError, ValueError):
+    except (GitError, OSError, ValueError):
         return commit, MEMFS_V1, ""
 
 

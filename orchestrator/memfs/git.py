@@ -19,7 +19,11 @@ One place owns what used to differ between six callers:
 Async callers use :func:`arun`, which runs the process in a worker thread, never on the event loop
 (asyncio would spawn children on the loop thread). The thread is not abandoned on cancellation:
 git always finishes or times out, so a cancelled caller never leaves a half-written index behind.
-Reads that need no process (refs, trees, blobs, status) go through :mod:`orchestrator.memfs.gitlib`.
+Reads that need no process (objects, refs, status, worktree records, ancestry) run in-process
+through libgit2 (pygit2, the fastest reader measured): :func:`open_repo` hands out one
+:class:`LocalRepo` per repository from an LRU pool, locked to one thread at a time. The git CLI is
+kept for what libgit2 cannot do as git does: commits that run hooks, ``rebase``, ``worktree add``,
+``merge --ff-only`` (checkout), push and pull.
 """
 
 from __future__ import annotations
@@ -27,13 +31,18 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from types import ModuleType
+from typing import Any, Final
 
 import anyio.to_thread
 
+from orchestrator.base.errors import UsageError
 from orchestrator.memfs.errors import MemfsError
 
 __all__ = [
@@ -42,9 +51,14 @@ __all__ = [
     "LOCAL_TIMEOUT",
     "NETWORK_TIMEOUT",
     "GitError",
+    "REPOS",
     "GitResult",
+    "LocalRepo",
+    "RepoPool",
     "arun",
     "clean_environment",
+    "open_local",
+    "open_repo",
     "run",
 ]
 
@@ -202,3 +216,278 @@ async def arun(
         run, cwd, *args, check=check, env=env, input=input, git_timeout=git_timeout, harness=harness
     )
     return await anyio.to_thread.run_sync(call)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process git (libgit2 through pygit2): reads, status, refs and worktree records
+# ---------------------------------------------------------------------------------------------
+
+
+def _pygit2() -> ModuleType:
+    """pygit2, imported on first use: the pre-commit hook imports this module for :func:`run` and
+    must not pay libgit2's ~60 ms import on every commit typed by hand."""
+    import pygit2
+
+    return pygit2
+
+
+_KIND_NAMES: Final = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
+
+
+class LocalRepo:
+    """One repository (a main checkout or a linked worktree) opened in-process.
+
+    libgit2 objects are not thread-safe: a ``LocalRepo`` is used by one thread at a time, which
+    :meth:`RepoPool.open` guarantees by holding :attr:`lock`. Every libgit2 failure is re-raised
+    as :class:`GitError`; a name that resolves to nothing is ``None``, not an error.
+    """
+
+    def __init__(self, handle: Any, top_level: Path) -> None:
+        self._repo = handle
+        self.top_level = top_level
+        self.git_dir = Path(handle.path).resolve()
+        self.lock = threading.Lock()
+        self.evicted = False
+
+    @property
+    def common_dir(self) -> Path:
+        """The git directory shared by the main checkout and all linked worktrees."""
+        pointer = self.git_dir / "commondir"
+        try:
+            return (self.git_dir / pointer.read_text(encoding="utf-8").strip()).resolve()
+        except FileNotFoundError:
+            return self.git_dir
+
+    def _fail(self, what: str, error: Exception) -> GitError:
+        return GitError((what,), 128, f"fatal: {error}", self.top_level)
+
+    def read(self, oid: str) -> tuple[str, bytes] | None:
+        """(object type, raw bytes) of ``oid`` exactly as stored, or None when it is missing."""
+        pygit2 = _pygit2()
+        try:
+            kind, data = self._repo.odb.read(oid)
+        except (KeyError, ValueError):
+            return None
+        except pygit2.GitError as error:
+            raise self._fail("cat-file", error) from error
+        return _KIND_NAMES.get(int(kind), "unknown"), bytes(data)
+
+    def resolve(self, revision: str = "HEAD") -> tuple[str, str] | None:
+        """(commit, tree) that ``revision`` names, peeled to a commit; None when it names none."""
+        pygit2 = _pygit2()
+        try:
+            commit = self._repo.revparse_single(revision).peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError):
+            return None
+        return str(commit.id), str(commit.tree_id)
+
+    def head(self) -> str | None:
+        """The commit ``HEAD`` points at; None while the branch is unborn."""
+        found = self.resolve("HEAD")
+        return None if found is None else found[0]
+
+    def entry(self, tree_oid: str, path: str) -> tuple[str, str] | None:
+        """(oid, type) of ``path`` below tree ``tree_oid`` (``<tree>:<path>``), else None."""
+        pygit2 = _pygit2()
+        try:
+            tree = self._repo[tree_oid]
+            found = tree[path]
+        except (KeyError, ValueError, TypeError, UnicodeEncodeError, pygit2.GitError):
+            return None
+        return str(found.id), found.type_str
+
+    def status(self) -> tuple[tuple[str, str], ...]:
+        """``(XY, path)`` as ``git status --porcelain=v1`` gives them (untracked folders collapsed,
+        ignored files left out; any conflict reads ``UU``)."""
+        pygit2 = _pygit2()
+        try:
+            found = self._repo.status(untracked_files="normal", ignored=False)
+        except pygit2.GitError as error:
+            raise self._fail("status", error) from error
+        return tuple(sorted(((_porcelain_code(int(flags)), path) for path, flags in found.items()), key=_by_path))
+
+    def operation(self) -> str | None:
+        """``"merge in progress"``/``"rebase in progress"`` when one was left half-done."""
+        if (self.git_dir / "MERGE_HEAD").exists():
+            return "merge in progress"
+        if (self.git_dir / "rebase-merge").exists() or (self.git_dir / "rebase-apply").exists():
+            return "rebase in progress"
+        return None
+
+    def has_remote(self, name: str = "origin") -> bool:
+        try:
+            return bool(self._repo.remotes[name].url)
+        except (KeyError, ValueError, _pygit2().GitError):
+            return False
+
+    def config(self, key: str) -> str | None:
+        try:
+            value = self._repo.config[key]
+        except (KeyError, ValueError, _pygit2().GitError):
+            return None
+        return str(value)
+
+    def refs(self, prefix: str) -> tuple[tuple[str, str], ...]:
+        """(full ref name, target oid) of every direct ref under ``prefix``, sorted by name."""
+        pygit2 = _pygit2()
+        out: list[tuple[str, str]] = []
+        try:
+            for name in self._repo.references:
+                if name.startswith(prefix):
+                    target = self._repo.references[name].resolve().target
+                    out.append((name, str(target)))
+        except pygit2.GitError as error:
+            raise self._fail("for-each-ref", error) from error
+        return tuple(sorted(out))
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """``git merge-base --is-ancestor``: equal commits count."""
+        pygit2 = _pygit2()
+        if ancestor == descendant:
+            return True
+        try:
+            return bool(self._repo.descendant_of(descendant, ancestor))
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+
+    def ahead(self, base: str, tip: str) -> int:
+        """``git rev-list --count base..tip``."""
+        try:
+            return int(self._repo.ahead_behind(tip, base)[0])
+        except (KeyError, ValueError, _pygit2().GitError):
+            return 0
+
+    def worktrees(self) -> tuple[tuple[Path, str | None], ...]:
+        """``(path, branch or None when detached)`` per worktree, the main checkout first, as
+        ``git worktree list`` has them (records whose folder is gone included)."""
+        common = self.common_dir
+        records = [(common.parent, _head_branch(common / "HEAD"))]
+        admin = common / "worktrees"
+        try:
+            names = sorted(os.listdir(admin))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            try:
+                pointer = (admin / name / "gitdir").read_text(encoding="utf-8", errors="surrogateescape").strip()
+            except OSError:
+                continue
+            records.append((Path(pointer).parent, _head_branch(admin / name / "HEAD")))
+        return tuple(records)
+
+
+def _head_branch(head_file: Path) -> str | None:
+    try:
+        text = head_file.read_text(encoding="utf-8", errors="surrogateescape").strip()
+    except OSError:
+        return None
+    return text[len("ref: refs/heads/") :] if text.startswith("ref: refs/heads/") else None
+
+
+_INDEX_CODES: Final = ((1 << 0, "A"), (1 << 1, "M"), (1 << 2, "D"), (1 << 3, "R"), (1 << 4, "T"))
+_WORKTREE_CODES: Final = ((1 << 8, "M"), (1 << 9, "D"), (1 << 10, "T"), (1 << 11, "R"))
+_WT_NEW: Final = 1 << 7
+_CONFLICTED: Final = 1 << 15
+
+
+def _porcelain_code(flags: int) -> str:
+    if flags & _CONFLICTED:
+        return "UU"
+    if flags & _WT_NEW and not flags & 0x1F:
+        return "??"
+    x = next((code for bit, code in _INDEX_CODES if flags & bit), " ")
+    y = next((code for bit, code in _WORKTREE_CODES if flags & bit), " ")
+    return x + y
+
+
+def _identity(directory: Path) -> tuple[int, int, int] | None:
+    try:
+        st = (directory / ".git").stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mode
+
+
+class RepoPool:
+    """At most ``size`` open repositories, least recently used closed first (DECISIONS S26).
+
+    Keyed by the directory's real path; a handle is re-opened when the directory's ``.git`` was
+    replaced (a repository deleted and re-created at the same path). Only a repository's top level
+    opens: a plain folder inside another repository is "no repository" (memfs M6).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        if size < 1:
+            raise UsageError("size must be at least 1")
+        self.size = size
+        self._lock = threading.Lock()
+        self._open: OrderedDict[str, tuple[tuple[int, int, int], LocalRepo]] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def _get(self, directory: Path) -> LocalRepo | None:
+        identity = _identity(directory)
+        if identity is None:
+            return None
+        key = os.path.realpath(directory)
+        with self._lock:
+            held = self._open.get(key)
+            if held is not None and held[0] == identity:
+                self._open.move_to_end(key)
+                return held[1]
+        opened = open_local(Path(key))
+        if opened is None:
+            return None
+        with self._lock:
+            previous = self._open.pop(key, None)
+            if previous is not None:
+                previous[1].evicted = True
+            self._open[key] = (identity, opened)
+            while len(self._open) > self.size:
+                self._open.popitem(last=False)[1][1].evicted = True
+        return opened
+
+    @contextmanager
+    def open(self, directory: str | os.PathLike[str]) -> Iterator[LocalRepo | None]:
+        """The repository whose top level is ``directory``, locked for this thread; else None."""
+        repo = self._get(Path(directory))
+        if repo is None:
+            yield None
+            return
+        with repo.lock:
+            yield repo
+
+    def close_all(self) -> None:
+        """Forget every handle (libgit2 closes files when the last reference goes)."""
+        with self._lock:
+            for _, repo in self._open.values():
+                repo.evicted = True
+            self._open.clear()
+
+
+def open_local(directory: Path) -> LocalRepo | None:
+    """A new handle on the repository whose top level is ``directory`` (resolved), else None; the
+    caller owns it (pooled callers use :func:`open_repo`)."""
+    pygit2 = _pygit2()
+    try:
+        handle = pygit2.Repository(str(directory), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return None
+    workdir = handle.workdir
+    if workdir is None or Path(workdir).resolve() != directory:
+        return None
+    return LocalRepo(handle, directory)
+
+
+REPOS: Final = RepoPool()
+
+
+def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[LocalRepo | None]:
+    """``REPOS.open(directory)``: the in-process handle of a repository top level, or None."""
+    return REPOS.open(directory)
+
+
+def _by_path(entry: tuple[str, str]) -> str:
+    return entry[1]

@@ -1,9 +1,11 @@
-"""Read committed memory through one persistent ``git cat-file --batch`` per repository.
+"""Read committed memory in-process (libgit2 through the git seam), one reader per repository.
 
 The compiler runs every turn, so spawning ``git show`` per file would dominate its cost. Each
-repository gets one long-lived object reader (gitpython's persistent ``cat-file --batch``), used
-under a lock because its pipe carries one request at a time. Readers live in an LRU pool
-(DECISIONS S26) so a thousand memory repositories do not mean a thousand git processes.
+repository gets one object reader: an in-process libgit2 handle (``memfs.git.LocalRepo``) plus
+caches of parsed trees and small blobs, used under a lock because libgit2 handles are not
+thread-safe. Readers live in an LRU pool (DECISIONS S26) so a thousand memory repositories keep a
+bounded number of open handles and caches. No git process is started: the old persistent
+``cat-file --batch`` reader's start-up was most of the cost of a cold compile.
 
 Tree objects are parsed here, so names are exactly the bytes stored in the tree decoded as UTF-8
 (DECISIONS M2, S14): no quoting, no trimming. Bytes that are not UTF-8 are kept with
@@ -27,16 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import git
-
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, run
+from orchestrator.memfs.git import GitError, LocalRepo, open_local
 
 __all__ = [
     "DEFAULT_POOL",
     "ObjectReader",
-    "ReaderError",
     "ReaderPool",
     "Revision",
     "TreeEntry",
@@ -50,10 +48,6 @@ _TREE_MODE: Final = "40000"
 _SYMLINK_MODE: Final = "120000"
 _GITLINK_MODE: Final = "160000"
 _SHA1_BYTES: Final = 20
-
-
-class ReaderError(MemfsError):
-    """The git object reader failed (process died, repository vanished, corrupt object)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,33 +115,8 @@ def _parse_tree(data: bytes) -> tuple[tuple[str, str, str], ...]:
     return tuple(entries)
 
 
-def _text(value: str | bytes) -> str:
-    """gitpython returns header fields as bytes although it annotates them as str."""
-    return value.decode("ascii") if isinstance(value, bytes) else value
-
-
-def _locate_repository(directory: Path) -> tuple[Path, Path] | None:
-    """(absolute git dir, top level) when ``directory`` is a repository's top level, else None."""
-    try:
-        done = run(directory, "rev-parse", "--absolute-git-dir", "--show-toplevel", check=False)
-    except GitError:
-        return None
-    if done.returncode != 0:
-        return None
-    lines = done.stdout.split("\n")
-    if len(lines) < 2 or not lines[0] or not lines[1]:
-        return None
-    git_dir, top_level = Path(lines[0]), Path(lines[1])
-    try:
-        if top_level.resolve() != directory.resolve():
-            return None
-    except OSError:
-        return None
-    return git_dir, top_level
-
-
 class ObjectReader:
-    """Object access for one repository over a persistent ``cat-file --batch``.
+    """Object access for one repository over an in-process libgit2 handle.
 
     Not thread-safe on its own: obtain it through ``ReaderPool.open``, which holds its lock.
     Trees are immutable, so parsed trees and index look-ups are cached by object id.
@@ -158,11 +127,11 @@ class ObjectReader:
     _BLOB_CACHE_BYTES: Final = 2 * 1024 * 1024
     _BLOB_CACHE_MAX_BLOB: Final = 128 * 1024
 
-    def __init__(self, git_dir: Path, top_level: Path) -> None:
-        self.git_dir = git_dir
-        self.top_level = top_level
-        self.lock = threading.Lock()
-        self._git = self._new_git()
+    def __init__(self, local: LocalRepo) -> None:
+        self.git_dir = local.git_dir
+        self.top_level = local.top_level
+        self.lock = local.lock
+        self._local = local
         self._trees: OrderedDict[str, tuple[tuple[str, str, str], ...]] = OrderedDict()
         self._cached_tree_entries = 0
         self._lookups: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()
@@ -170,53 +139,29 @@ class ObjectReader:
         self._cached_blob_bytes = 0
         self.evicted = False
 
-    def _new_git(self) -> git.Git:
-        handle = git.Git(self.top_level)
-        handle.update_environment(GIT_DIR=str(self.git_dir))
-        return handle
-
     def close(self) -> None:
-        """Stop the git process; a later request starts a new one."""
-        self._git.clear_cache()
-
-    def _request(self, name: str) -> tuple[str, str, bytes] | None:
-        """(oid, type, data) of ``name``; None if git says it is missing or ambiguous."""
-        for attempt in (1, 2):
-            try:
-                raw_oid, raw_kind, _size, data = self._git.get_object_data(name)
-            except ValueError:
-                return None
-            except Exception as error:
-                self._git.clear_cache()
-                self._git = self._new_git()
-                if attempt == 2:
-                    raise ReaderError(f"git cat-file failed in {self.top_level}: {error}") from error
-                continue
-            return _text(raw_oid), _text(raw_kind), data
-        return None
+        """Drop the caches (the libgit2 handle closes its files when it is collected)."""
+        self._trees.clear()
+        self._lookups.clear()
+        self._blobs.clear()
+        self._cached_tree_entries = self._cached_blob_bytes = 0
 
     def resolve(self, revision: str = "HEAD") -> Revision | None:
         """The commit ``revision`` names (peeled) and its tree, or None."""
         if not revision or "\n" in revision or any(ch.isspace() for ch in revision):
             return None
-        found = self._request(f"{revision}^{{commit}}")
-        if found is None:
-            return None
-        oid, kind, data = found
-        if kind != "commit" or not data.startswith(b"tree "):
-            return None
-        tree = data[5 : data.index(b"\n")].decode("ascii")
-        return Revision(commit=oid, tree=tree)
+        found = self._local.resolve(revision)
+        return None if found is None else Revision(commit=found[0], tree=found[1])
 
     def _tree(self, tree_oid: str) -> tuple[tuple[str, str, str], ...]:
         cached = self._trees.get(tree_oid)
         if cached is not None:
             self._trees.move_to_end(tree_oid)
             return cached
-        found = self._request(tree_oid)
-        if found is None or found[1] != "tree":
-            raise ReaderError(f"tree {tree_oid} is missing in {self.top_level}")
-        parsed = _parse_tree(found[2])
+        found = self._local.read(tree_oid)
+        if found is None or found[0] != "tree":
+            raise GitError(("cat-file",), 128, f"fatal: tree {tree_oid} is missing", self.top_level)
+        parsed = _parse_tree(found[1])
         if len(parsed) <= self._TREE_CACHE_ENTRIES // 4:
             self._trees[tree_oid] = parsed
             self._cached_tree_entries += len(parsed)
@@ -234,7 +179,7 @@ class ObjectReader:
         """(oid, object type) of the entry ``name`` directly inside ``tree_oid``, without listing it.
 
         Git resolves ``<tree>:<name>`` itself, so a directory with thousands of entries costs one
-        small round trip. Reads the entry's object, so use it for small files (indexes).
+        small look-up (libgit2 searches the sorted tree).
         """
         key = (tree_oid, name)
         if key in self._lookups:
@@ -242,8 +187,7 @@ class ObjectReader:
             return self._lookups[key]
         result: tuple[str, str] | None = None
         if "\n" not in name and name not in ("", ".", ".."):
-            found = self._request(f"{tree_oid}:{name}")
-            result = None if found is None else (found[0], found[1])
+            result = self._local.entry(tree_oid, name)
         self._lookups[key] = result
         if len(self._lookups) > self._LOOKUP_CACHE_SIZE:
             self._lookups.popitem(last=False)
@@ -266,10 +210,10 @@ class ObjectReader:
         if cached is not None:
             self._blobs.move_to_end(oid)
             return cached
-        found = self._request(oid)
-        if found is None or found[1] != "blob":
+        found = self._local.read(oid)
+        if found is None or found[0] != "blob":
             return None
-        data = found[2]
+        data = found[1]
         if len(data) <= self._BLOB_CACHE_MAX_BLOB:
             self._blobs[oid] = data
             self._cached_blob_bytes += len(data)
@@ -288,13 +232,13 @@ def _identity(directory: Path) -> tuple[int, int] | None:
 
 
 class ReaderPool:
-    """At most ``max_readers`` live readers (one git process each), least recently used evicted.
+    """At most ``max_readers`` live readers (a libgit2 handle and caches each), LRU evicted.
 
     A reader is keyed by the directory's real path and re-created when the directory's ``.git``
     is replaced (a repository deleted and re-created at the same path).
     """
 
-    def __init__(self, max_readers: int = 32) -> None:
+    def __init__(self, max_readers: int = 64) -> None:
         if max_readers < 1:
             raise UsageError("max_readers must be at least 1")
         self.max_readers = max_readers
@@ -323,10 +267,10 @@ class ReaderPool:
             if held is not None and held[0] == identity:
                 self._readers.move_to_end(key)
                 return held[1]
-        located = _locate_repository(directory)
-        if located is None:
+        local = open_local(Path(key))
+        if local is None:
             return None
-        reader = ObjectReader(*located)
+        reader = ObjectReader(local)
         retired: list[ObjectReader] = []
         with self._lock:
             previous = self._readers.pop(key, None)
@@ -354,7 +298,7 @@ class ReaderPool:
                     reader.close()
 
     def close_all(self) -> None:
-        """Stop every git process (e.g. at shutdown or in tests)."""
+        """Drop every reader and its caches (at shutdown, in tests, before a cold bench)."""
         with self._lock:
             readers = [held[1] for held in self._readers.values()]
             self._readers.clear()
@@ -373,7 +317,7 @@ def open_reader(memory_dir: str | os.PathLike[str]) -> AbstractContextManager[Ob
 def list_tree_entries(memory_dir: str | os.PathLike[str], revision: str = "HEAD") -> list[TreeEntry] | None:
     """Every file entry (blobs, symlinks, submodules) at ``revision``, as ``git ls-tree -r -z``.
 
-    None when there is no revision. Raises ``ReaderError`` if git fails mid-walk.
+    None when there is no revision. Raises ``GitError`` if git fails mid-walk.
     """
     with open_reader(memory_dir) as reader:
         if reader is None:
@@ -390,7 +334,7 @@ def read_tree_files(
     """Path to content of every blob at ``revision`` (symlinks give their target text).
 
     Submodule entries are skipped (their commits are not in this repository). None when there is
-    no revision. Raises ``ReaderError`` if git fails mid-walk.
+    no revision. Raises ``GitError`` if git fails mid-walk.
     """
     with open_reader(memory_dir) as reader:
         if reader is None:
