@@ -84,13 +84,13 @@ from orchestrator.memfs.git import arun
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
+from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import PromptRecord, Store, StoredMessage
 from orchestrator.tools import tool_specs
 
 if TYPE_CHECKING:
     from orchestrator.agent.turn import AgentProfile, Observer
     from orchestrator.base.config import Settings
-    from orchestrator.runtime.supervisor import Supervisor
 
 __all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent"]
 
@@ -196,7 +196,7 @@ class CompactionSubagent:
         settings: Settings,
         agent: AgentProfile,
         observer: Observer | None = None,
-        supervisor: Supervisor | None = None,
+        supervisor: Spawner | None = None,
         sleep: Sleep = anyio.sleep,
         compaction: CompactionSettings | None = None,
     ) -> None:

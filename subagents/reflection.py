@@ -47,13 +47,13 @@ from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, ModelRequest
+from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, run_tool, tool_specs
 from prompts import load_prompt
 from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.store import Store
 
 __all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
@@ -97,7 +97,7 @@ class ReflectionCoordinator:
         model: ModelClient,
         settings: Settings,
         agent: AgentProfile,
-        supervisor: Supervisor,
+        supervisor: Spawner,
         observer: Observer | None = None,
     ) -> None:
         self.store = store

@@ -2,7 +2,8 @@
 every task the session starts (DECISIONS S23 for one-shot runs).
 
 The CLI, the batch runner and tests drive agents through this class so they all get the same
-turn lock, compaction, post-turn sync and reflection triggers.
+turn lock, compaction, post-turn sync and reflection triggers. This is the composition root of D9:
+the one place that names the subagents and plugs them into the runtime (``REVERIE_PLUGINS``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelRetrying
 from orchestrator.models.types import ModelClient
+from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.runtime.supervisor import Supervisor
-from subagents.reflection import ReflectionCoordinator
+from subagents.compaction import CompactionSubagent
+from subagents.reflection import ReflectionCoordinator, recover_reflections
 
-__all__ = ["ChatSession"]
+__all__ = ["REVERIE_PLUGINS", "ChatSession"]
+
+REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionSubagent)
+"""Reverie's subagents as the runtime sees them: reflection's start-up recovery (R6) and compaction."""
 
 
 @dataclass
@@ -46,7 +53,9 @@ class ChatSession:
         workspace: Path | None = None,
         store_path: Path | None = None,
     ) -> AsyncIterator[ChatSession]:
-        async with Runtime.open(cli=cli, model=model, workspace=workspace, store_path=store_path) as rt:
+        async with Runtime.open(
+            cli=cli, model=model, workspace=workspace, store_path=store_path, plugins=REVERIE_PLUGINS
+        ) as rt:
             agent = await rt.agent(agent_id)
             settings = await rt.agent_settings(agent_id, cli)
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
@@ -74,7 +83,7 @@ class ChatSession:
                     agent=agent,
                     workspace=rt.workspace,
                     observer=observe,
-                    compactor=supervisor.compactor_for(rt, agent, settings, observe),
+                    compactor=_compactor(rt, agent, settings, observe, supervisor),
                 )
                 yield cls(rt.with_settings(settings), agent, conv.id, runner, supervisor, reflection)
 
@@ -96,3 +105,12 @@ class ChatSession:
         if not finished and notify is not None:
             notify("… left unfinished subagent work to start-up recovery: nothing is lost")
         return finished
+
+
+def _compactor(
+    rt: Runtime, agent: AgentProfile, settings: Settings, observer: Observer, supervisor: Supervisor
+) -> Compactor | None:
+    factory = rt.plugins.compactor
+    if factory is None:
+        return None
+    return factory(store=rt.store, model=rt.model, settings=settings, agent=agent, observer=observer, supervisor=supervisor)

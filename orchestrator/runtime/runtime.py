@@ -1,7 +1,9 @@
 """One process's view of reverie: settings, the store, the model, and the agents it serves.
 
 ``Runtime.open()`` is the single place where configuration is resolved and resources are created,
-so the CLI, the batch runner and tests build the same world the same way; nothing is global.
+so the CLI, the batch runner and tests build the same world the same way; nothing is global. What
+subagents add at start-up (recovery) comes in as ``Plugins`` from the composition root, so the runtime
+never imports ``subagents`` (D9).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from orchestrator.base.paths import agent_memory_dir, check_agent_id
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
+from orchestrator.runtime.plugins import Plugins
 from orchestrator.store import Conversation, Store, StoreError
 from prompts import load_prompt
 
@@ -46,10 +49,17 @@ def build_model(settings: Settings) -> ModelClient:
 
 @dataclass
 class Runtime:
+    """Settings, store and model of one process, and the agents it has loaded.
+
+    ``open`` owns the store's life (closed on exit). ``plugins.recovery`` runs once per agent per
+    process, when ``agent`` first loads it with ``create=True``; read-only lookups never recover.
+    """
+
     settings: Settings
     store: Store
     model: ModelClient
     workspace: Path
+    plugins: Plugins = field(default_factory=Plugins)
     _recovered: set[str] = field(default_factory=set)
 
     @classmethod
@@ -61,6 +71,7 @@ class Runtime:
         store_path: Path | None = None,
         model: ModelClient | None = None,
         workspace: Path | None = None,
+        plugins: Plugins | None = None,
     ) -> AsyncIterator[Runtime]:
         settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli))
         async with Store.opened(store_path) as store:
@@ -69,6 +80,7 @@ class Runtime:
                 store=store,
                 model=model or build_model(settings),
                 workspace=workspace or Path.cwd(),
+                plugins=plugins or Plugins(),
             )
 
     async def agent(self, agent_id: str, *, create: bool = True) -> AgentProfile:
@@ -88,10 +100,9 @@ class Runtime:
                 found = await self.store.ensure_agent(agent_id)
             record = found
         if create and agent_id not in self._recovered:
-            from subagents.reflection import recover_reflections
-
             self._recovered.add(agent_id)
-            await recover_reflections(self.store, agent_id, memory_dir)
+            for recover in self.plugins.recovery:
+                await recover(self.store, agent_id, memory_dir)
         raw_system = str(record.settings.get("system_prompt") or load_prompt("system"))
         return AgentProfile(
             agent_id=agent_id,

@@ -7,6 +7,9 @@ conversations and agents run concurrently. Subagents are children of the supervi
 limited by a capacity limiter; a failing subagent is recorded and reported, never raised into a
 turn. Leaving the ``open`` context cancels what is still running; each subagent cleans up its own
 worktree in a shielded ``finally``.
+
+The supervisor never names a subagent (D9): it runs whatever after-turn hooks and spawned tasks the
+composition root gives it, through the interfaces of ``orchestrator.runtime.plugins``.
 """
 
 from __future__ import annotations
@@ -15,18 +18,14 @@ import math
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
+from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
-
-if TYPE_CHECKING:
-    from orchestrator.agent.turn import AgentProfile
-    from orchestrator.base.config import Settings
-    from orchestrator.runtime.runtime import Runtime
 
 __all__ = ["Supervisor"]
 
@@ -34,6 +33,12 @@ DEFAULT_SUBAGENT_CAPACITY = 4
 
 
 class Supervisor:
+    """Owner of a session's turns and background tasks (see the module docstring); a ``Spawner``.
+
+    ``open`` is the only way to get one: leaving it cancels every child still running. ``failures``
+    lists the one-line reports of contained failures, oldest first, for the caller to show.
+    """
+
     def __init__(self, store: Store, task_group: TaskGroup, observer: Observer | None, capacity: int) -> None:
         self.store = store
         self._tg = task_group
@@ -44,7 +49,7 @@ class Supervisor:
         self._idle = anyio.Event()
         self._idle.set()
         self.failures: list[str] = []
-        self.after_turn_hooks: list[Callable[[TurnRunner, TurnOutcome], Awaitable[None]]] = []
+        self.after_turn_hooks: list[AfterTurnHook] = []
 
     @classmethod
     @asynccontextmanager
@@ -118,15 +123,3 @@ class Supervisor:
             await self._idle.wait()
             return True
         return False
-
-    def compactor_for(
-        self, runtime: Runtime, agent: AgentProfile, settings: Settings, observer: Observer | None
-    ) -> Compactor | None:
-        """The compaction subagent for this agent's conversations, if compaction is available."""
-        try:
-            from subagents.compaction import CompactionSubagent
-        except ImportError:
-            return None
-        return CompactionSubagent(
-            store=self.store, model=runtime.model, settings=settings, agent=agent, observer=observer, supervisor=self
-        )

@@ -1,3 +1,5 @@
+"""The runtime: agent and conversation lookups, the store it opens, and the plugins it runs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -5,6 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.base.paths import agent_memory_dir
+from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.store import Store, StoreError
 
@@ -23,3 +27,24 @@ async def test_a_corrupt_store_file_is_a_store_error_naming_it(tmp_path: Path) -
     await anyio.Path(path).write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="broken.sqlite3"):
         await Store.open(path)
+
+
+async def test_recovery_plugins_run_once_per_agent_and_never_for_a_lookup(tmp_path: Path) -> None:
+    calls: list[tuple[str, Path]] = []
+
+    async def recover(store: Store, agent_id: str, memory_dir: Path) -> None:
+        calls.append((agent_id, memory_dir))
+
+    async with Runtime.open(workspace=tmp_path, plugins=Plugins(recovery=(recover,))) as rt:
+        first = await rt.agent("ada")
+        await rt.agent("ada")
+        await rt.agent("ada", create=False)
+        await rt.agent("bob")
+    assert calls == [("ada", first.memory_dir), ("bob", agent_memory_dir("bob"))]
+
+
+async def test_a_runtime_without_plugins_loads_agents_with_no_recovery(tmp_path: Path) -> None:
+    async with Runtime.open(workspace=tmp_path) as rt:
+        assert rt.plugins == Plugins()
+        profile = await rt.agent("ada")
+        assert await anyio.Path(profile.memory_dir / ".git").exists()
