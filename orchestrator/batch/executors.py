@@ -1,38 +1,22 @@
-"""How a run's tasks get executed: the executor protocol and the in-process executor.
+"""The in-process executor, and the choice between it and Ray's for a run.
 
-Executors only schedule; ``run_task`` does the work, so every executor yields results of one
-shape. ``on_result`` is awaited once per finished task, from the driver, as soon as it finishes.
+Both implement ``orchestrator.batch.protocol.Executor`` (the contract lives there, so neither
+implementation imports the other).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 import anyio
 
 from orchestrator.base.errors import UsageError
-from orchestrator.batch.results import TaskResult
+from orchestrator.batch.protocol import Executor, ResultSink
+from orchestrator.batch.ray_exec import RayExecutor
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
 from orchestrator.batch.suite import Task
 
-__all__ = ["Executor", "LocalExecutor", "ResultSink", "make_executor"]
-
-ResultSink = Callable[[TaskResult], Awaitable[None]]
-
-
-class Executor(Protocol):
-    name: str
-    concurrency: int
-
-    async def run(
-        self,
-        tasks: Sequence[Task],
-        options: RunOptions,
-        *,
-        on_result: ResultSink,
-        progress: ProgressSink | None = None,
-    ) -> None: ...
+__all__ = ["LocalExecutor", "make_executor"]
 
 
 class LocalExecutor:
@@ -69,13 +53,11 @@ class LocalExecutor:
 
 
 def make_executor(kind: str, concurrency: int, *, ray_address: str | None = None) -> Executor:
-    """``local`` or ``ray``; a bad name is a ``ValueError`` for the command line to report."""
+    """``local`` or ``ray``; a bad name is a ``UsageError`` for the command line to report."""
     if kind == "local":
         if ray_address:
             raise UsageError("--ray-address needs --executor ray")
         return LocalExecutor(concurrency)
     if kind == "ray":
-        from orchestrator.batch.ray_exec import RayExecutor
-
         return RayExecutor(concurrency, address=ray_address)
     raise UsageError(f"executor {kind!r}: use local or ray")

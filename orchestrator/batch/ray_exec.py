@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from orchestrator.base.errors import UsageError
-from orchestrator.batch.executors import ResultSink
+from orchestrator.batch.protocol import ResultSink
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
 from orchestrator.batch.suite import Task, task_from_json, task_to_json

@@ -19,7 +19,7 @@ import anyio
 
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.eventlog import read_events
-from orchestrator.batch.executors import Executor
+from orchestrator.batch.protocol import Executor
 from orchestrator.batch.results import (
     RESULTS_FILE,
     SUMMARY_FILE,

@@ -18,7 +18,7 @@ import anyio
 
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
-from orchestrator.batch.executors import Executor
+from orchestrator.batch.protocol import Executor
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
