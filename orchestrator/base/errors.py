@@ -23,8 +23,11 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
     ├── ModelError                        orchestrator/models/types.py: a model call failed after retries
     ├── ToolError                         orchestrator/tools/context.py: a tool refused; the model reads it
+    │   └── SandboxUnavailable            tools/sandbox.py: ``sandbox = bwrap`` and bubblewrap cannot run
     ├── CompactionSettingsError (ValueError)  orchestrator/compaction/settings.py: a compaction setting
     ├── PlanningError (ValueError)        orchestrator/compaction/planner.py: no valid cutoff (caught)
+    ├── ContextWindowTooSmall             orchestrator/compaction/planner.py: prompt + newest message
+    │                                     cannot share the window (D4); the turn is refused
     ├── ReflectionError (RuntimeError)    subagents/reflection.py: a reflection gave up (recorded)
     ├── SuiteError (ValueError)           orchestrator/batch/suite.py: a bad suite line
     ├── ReportError (ValueError)          orchestrator/batch/report_data.py: not a run or sweep directory

@@ -67,7 +67,7 @@ class PlanningError(ReverieError, ValueError):
     """No valid sliding cutoff; the routine falls back to ``all`` (never a compaction failure)."""
 
 
-class ContextWindowTooSmall(Exception):
+class ContextWindowTooSmall(ReverieError):
     """The system prompt, tool schemas and the newest message cannot share the window (D4): the turn
     is refused with this one line instead of sending a hollowed message."""
 

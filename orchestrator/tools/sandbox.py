@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.base.paths import config_path
-from orchestrator.tools.context import ToolContext
+from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
     "BASE_ENV_NAMES",
@@ -78,7 +78,7 @@ _probe_result: list[str | None] = []
 _warned: list[bool] = []
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(ToolError):
     """``sandbox = bwrap`` and bubblewrap cannot run; the message is the one line the model sees."""
 
 

@@ -51,6 +51,11 @@ def test_the_docstring_draws_every_class_of_the_tree() -> None:
     tree = {n for n, c in _public_exceptions().items() if issubclass(c, ReverieError)}
     missing = sorted(n for n in tree if n not in drawing)
     assert not missing, f"orchestrator.base.errors does not draw {missing}"
+    drawn = {
+        line.split("── ", 1)[1].split()[0] for line in drawing.splitlines() if "├── " in line or "└── " in line
+    }
+    gone = sorted(drawn - tree)
+    assert not gone, f"orchestrator.base.errors draws classes that are not ReverieErrors: {gone}"
 
 
 def test_layer_errors_keep_the_builtin_base_they_had_before_the_root() -> None:
