@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.prompt_cache import record_from
 from orchestrator.base.events import (
     CompactionDone,
@@ -79,7 +80,6 @@ from orchestrator.compaction import (
     system_prompt_tokens,
     tool_schema_tokens,
 )
-from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.git import arun
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 from orchestrator.models.metered import MeteredModel
@@ -448,12 +448,10 @@ class CompactionSubagent:
             yield None
             return
         try:
-            compiled = await anyio.to_thread.run_sync(
-                partial(
-                    compile_system_prompt, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id
-                )
+            audited = await anyio.to_thread.run_sync(
+                partial(compile_audited, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id)
             )
-            yield compiled.core_memory or None
+            yield audited.compiled.core_memory or None
         finally:
             with anyio.CancelScope(shield=True):
                 await remove_worktree(memory_dir, worktree)
@@ -487,9 +485,9 @@ class CompactionSubagent:
             )
 
     async def _recompile(self, conversation_id: str, message_count: int) -> PromptRecord:
-        compiled = await anyio.to_thread.run_sync(
+        audited = await anyio.to_thread.run_sync(
             partial(
-                compile_system_prompt,
+                compile_audited,
                 self.agent.memory_dir,
                 self.agent.raw_system,
                 agent_id=self.agent.agent_id,
@@ -497,7 +495,8 @@ class CompactionSubagent:
                 previous_message_count=message_count,
             )
         )
-        return record_from(compiled, conversation_id=conversation_id, agent_id=self.agent.agent_id)
+        record = record_from(audited.compiled, conversation_id=conversation_id, agent_id=self.agent.agent_id)
+        return record if audited.invalid_revision is None else replace(record, memfs_revision=audited.invalid_revision)
 
     async def _apply(
         self,

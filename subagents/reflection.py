@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
+from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
@@ -41,7 +42,6 @@ from orchestrator.base.events import (
 )
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
-from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
@@ -225,10 +225,10 @@ class ReflectionCoordinator:
                 self._active = False
 
     async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
-        compiled = await anyio.to_thread.run_sync(
-            partial(compile_system_prompt, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
+        audited = await anyio.to_thread.run_sync(
+            partial(compile_audited, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
         )
-        system = load_prompt("reflection").replace("{CORE_MEMORY}", compiled.core_memory)
+        system = load_prompt("reflection").replace("{CORE_MEMORY}", audited.compiled.core_memory)
         transcript = await anyio.to_thread.run_sync(partial(payload.read_text, encoding="utf-8"))
         messages: list[Message] = [
             Message(

@@ -132,20 +132,11 @@ def sync_reminder_for(result: SyncResult) -> str | None:
     return sync_reminder(result.status, memory_dir=result.memory_dir, summary=result.summary, local_only=result.local_only)
 
 
-_AUDITED: dict[tuple[str, str], tuple[str, ...]] = {}
-_AUDIT_CACHE_SIZE = 256
-
-
 def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
-    """The M8 audit of a commit; a commit never changes, so each is audited once per process."""
-    from orchestrator.memfs.validator import audit_head
+    """The M8 audit of a commit, shared with the audit before the model (each commit once per process)."""
+    from orchestrator.agent.audit import audit_errors
 
-    key = (str(memory_dir), revision)
-    if key not in _AUDITED:
-        if len(_AUDITED) >= _AUDIT_CACHE_SIZE:
-            _AUDITED.pop(next(iter(_AUDITED)))
-        _AUDITED[key] = tuple(audit_head(memory_dir, revision=revision).errors)
-    return _AUDITED[key]
+    return audit_errors(memory_dir, revision)
 
 
 def _network(memory_dir: Path, *args: str) -> None:

@@ -6,6 +6,7 @@ compaction or a new raw system prompt; committed memory changes reach the model 
 ``<memory_update>`` messages instead, so the provider's prefix cache stays valid.
 
 ``decide`` is the pure table; ``resolve_system_prompt`` does the git and SQLite work around it.
+Every compile is audited first (M8, ``orchestrator.agent.audit``): an invalid HEAD is never sent.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import anyio
 
-from orchestrator.agent.reminders import memory_update_reminder
-from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
+from orchestrator.agent.audit import AuditedCompile, compile_audited
+from orchestrator.agent.reminders import memory_invalid_reminder, memory_update_reminder
+from orchestrator.memfs.compiler import CompiledPrompt
 from orchestrator.memfs.reader import open_reader
 from orchestrator.models.types import Message
 from orchestrator.store import PromptRecord, Store, StoredMessage
@@ -95,10 +97,10 @@ def _sha256(text: str) -> str:
 
 async def _compile(
     memory_dir: Path, raw_system: str, agent_id: str, conversation_id: str, revision: str | None, message_count: int
-) -> CompiledPrompt:
+) -> AuditedCompile:
     return await anyio.to_thread.run_sync(
         partial(
-            compile_system_prompt,
+            compile_audited,
             memory_dir,
             raw_system,
             agent_id=agent_id,
@@ -156,8 +158,11 @@ async def resolve_system_prompt(
         assert row is not None
         return ResolvedPrompt(row.content, action, revision, previous_revision=row.memfs_revision)
     history = await store.in_context(conversation_id)
-    compiled = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision, len(history))
+    audited = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision, len(history))
+    compiled = audited.compiled
     previous = row.memfs_revision if row is not None else None
+    if audited.errors:
+        return await _refuse_invalid(store, conversation_id, agent_id, row, action, audited, turn_id)
     if action is PromptAction.MEMORY_CHANGED:
         assert row is not None and revision is not None
         moved = replace(row, memfs_revision=revision, compiled_at=compiled.compiled_at)
@@ -189,6 +194,38 @@ async def resolve_system_prompt(
         prompt=record,
     )
     return ResolvedPrompt(record.content, action, compiled.memfs_revision, stored.id, previous)
+
+
+async def _refuse_invalid(
+    store: Store,
+    conversation_id: str,
+    agent_id: str,
+    row: PromptRecord | None,
+    action: PromptAction,
+    audited: AuditedCompile,
+    turn_id: str | None,
+) -> ResolvedPrompt:
+    """M8: HEAD fails the audit, so its tree is not sent. The model gets S12's MEMORY INVALID
+    reminder instead, persisted with a row that records HEAD as seen (so it is said once per
+    revision) while the prompt keeps the last memory that passed. A later valid commit then
+    arrives as a normal ``<memory_update>`` against that memory."""
+    invalid = audited.invalid_revision
+    assert invalid is not None
+    if action is PromptAction.MEMORY_CHANGED and row is not None:
+        record = replace(row, memfs_revision=invalid)
+    else:
+        compiled = record_from(audited.compiled, conversation_id=conversation_id, agent_id=agent_id)
+        record = replace(compiled, memfs_revision=invalid)
+    reminder = Message(role="user", content=memory_invalid_reminder(invalid[:7], audited.errors), kind="reminder")
+    await store.append_message(
+        conversation_id,
+        reminder,
+        turn_id=turn_id,
+        metadata={"memfs_revision": invalid, "memory_invalid": True},
+        prompt=record,
+    )
+    previous = row.memfs_revision if row is not None else None
+    return ResolvedPrompt(record.content, action, invalid, previous_revision=previous)
 
 
 def _update_message(revision: str, core_memory: str) -> Message:

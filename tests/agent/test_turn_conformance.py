@@ -27,6 +27,8 @@ from tests.support import hold_merge_lock
 pytestmark = pytest.mark.anyio
 
 FRONT = "---\nname: {name}\ndescription: d\n---\n"
+V1_FRONT = "---\ndescription: d\n---\n"
+"""Legacy (v1) frontmatter allows no ``name`` key; a tree with one fails the audit before the model."""
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -46,7 +48,7 @@ def _commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
 def _v1_repo(repo: Path) -> str:
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
-    return _commit(repo, {"system/persona.md": FRONT.format(name="persona") + "I am careful.\n"}, "init")
+    return _commit(repo, {"system/persona.md": V1_FRONT + "I am careful.\n"}, "init")
 
 
 async def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
@@ -86,7 +88,7 @@ async def test_v1_commit_outside_core_memory_adds_no_update(store: Store, tmp_pa
     assert row is not None and row.memfs_revision == second and row.core_memory == earlier.core_memory
     assert _updates(await store.in_context(conv)) == []
 
-    third = await commit(repo, {"system/persona.md": FRONT.format(name="persona") + "I am bold.\n"})
+    third = await commit(repo, {"system/persona.md": V1_FRONT + "I am bold.\n"})
     resolved = await resolve_system_prompt(store, conversation_id=conv, agent_id="a1", memory_dir=repo, raw_system="sys")
     updates = _updates(await store.in_context(conv))
     assert len(updates) == 1 and resolved.update_message_id == updates[0].id
