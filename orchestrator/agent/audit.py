@@ -59,10 +59,10 @@ def _head(memory_dir: Path) -> str | None:
 
 
 def _last_valid_ancestor(memory_dir: Path, revision: str) -> str | None:
-    from orchestrator.memfs.repo import run_git
+    from orchestrator.memfs.git import run
 
-    listed = run_git(memory_dir, "rev-list", "--first-parent", f"--max-count={_ANCESTORS}", revision, check=False)
-    for commit in listed.stdout.decode("ascii", "replace").split()[1:]:
+    listed = run(memory_dir, "rev-list", "--first-parent", f"--max-count={_ANCESTORS}", revision, check=False)
+    for commit in listed.stdout.split()[1:]:
         if not audit_errors(memory_dir, commit):
             return commit
     return None

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.agent.audit import compile_audited
 from orchestrator.app.session import ChatSession
 from orchestrator.base.paths import agent_memory_dir
-from orchestrator.memfs.repo import run_git
+from orchestrator.memfs.git import run as run_git
 from orchestrator.models.openai_client import OpenAIModel
 from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply, tool_call_reply
 from tests.support import SleepRecorder
@@ -81,7 +81,7 @@ async def test_fresh_conversation_on_an_invalid_head_gets_the_last_valid_memory(
 
     def commit() -> str:
         run_git(repo, "commit", "-q", "--no-verify", "-am", "smuggle")
-        return run_git(repo, "rev-parse", "HEAD").stdout.decode().strip()
+        return run_git(repo, "rev-parse", "HEAD").stdout.strip()
 
     head = await anyio.to_thread.run_sync(commit)
     async with ChatSession.open(agent_id="a2", model=_model(server), workspace=tmp_path, new=True) as session:
