@@ -20,6 +20,7 @@ __all__ = [
     "CheckResult",
     "TaskResult",
     "append_result",
+    "compact_results",
     "read_results",
     "summarize",
     "write_summary",
@@ -107,6 +108,29 @@ def read_results(path: Path) -> dict[str, TaskResult]:
             continue
         found[result.id] = result
     return found
+
+
+def compact_results(path: Path) -> None:
+    """Rewrite the journal with one line per task, its latest (blocking; atomic: a kill leaves the
+    old file or the new one). Tasks keep the order in which they first finished."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    latest: dict[str, str] = {}
+    for line in text.splitlines():
+        try:
+            raw = json.loads(line)
+            task_id = TaskResult.from_json(raw).id
+        except (ValueError, TypeError, KeyError):
+            continue
+        latest[task_id] = line
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in latest.values()))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 _SUMS = (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from orchestrator.batch.results import (
     SUMMARY_FILE,
     TaskResult,
     append_result,
+    compact_results,
     read_results,
     summarize,
     write_summary,
@@ -32,9 +33,10 @@ from orchestrator.batch.results import (
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
 
-__all__ = ["RUN_FILE", "RunReport", "pending_tasks", "run_suite"]
+__all__ = ["RETRY_STATUSES", "RUN_FILE", "RunReport", "pending_tasks", "retry_candidates", "run_suite"]
 
 RUN_FILE = "run.json"
+RETRY_STATUSES = ("failed", "error")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class RunReport:
     summary: dict[str, Any]
     skipped: tuple[str, ...]
     ran: tuple[str, ...]
+
+
+def retry_candidates(results: Mapping[str, TaskResult], ids: Sequence[str]) -> set[str]:
+    """Pure: which of ``ids`` have a result that failed or errored (so ``--retry-failed`` reruns them)."""
+    return {i for i in ids if i in results and results[i].status in RETRY_STATUSES}
 
 
 def pending_tasks(tasks: Sequence[Task], done: Sequence[str] | set[str]) -> list[Task]:
@@ -87,12 +94,18 @@ async def run_suite(
     executor: Executor,
     *,
     resume: bool = False,
+    retry: Sequence[str] | None = None,
     progress: ProgressSink | None = None,
     on_result: Callable[[TaskResult], Awaitable[None]] | None = None,
     suite_name: str = "",
 ) -> RunReport:
     """Run the tasks that have no result yet; results are appended as tasks finish. Cancelling
-    (Ctrl-C) leaves every finished task recorded, so ``resume=True`` picks up where it stopped."""
+    (Ctrl-C) leaves every finished task recorded, so ``resume=True`` picks up where it stopped.
+
+    ``retry`` (``--retry-failed``; implies ``resume``): these tasks run again from scratch even
+    though they have a result, when that result failed or errored. The new result replaces the row
+    (DECISIONS D15) with ``attempts`` one more than before; ``results.jsonl`` is rewritten with one
+    line per task at the end, and the summary is over every task of the run."""
     out_dir = options.out_dir
     meta = {
         "suite": suite_name,
@@ -101,12 +114,17 @@ async def run_suite(
         "options": options.to_json(),
         "tasks": [t.id for t in tasks],
     }
-    existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume, meta)
-    todo = pending_tasks(tasks, set(existing))
+    existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume or retry is not None, meta)
+    again = retry_candidates(existing, retry or ())
+    todo = pending_tasks(tasks, set(existing) - again)
+    previous = dict(existing)
     results_path = out_dir / RESULTS_FILE
     fresh: list[TaskResult] = []
 
     async def record(result: TaskResult) -> None:
+        earlier = previous.get(result.id)
+        if earlier is not None:
+            result = replace(result, attempts=earlier.attempts + 1)
         await anyio.to_thread.run_sync(append_result, results_path, result)
         existing[result.id] = result
         fresh.append(result)
@@ -123,6 +141,8 @@ async def run_suite(
     summary["concurrency"] = executor.concurrency
     summary["resumed"] = len(tasks) - len(todo)
     await anyio.to_thread.run_sync(write_summary, out_dir / SUMMARY_FILE, summary)
+    if again:
+        await anyio.to_thread.run_sync(compact_results, results_path)
     await anyio.to_thread.run_sync(partial(_spans, out_dir, fresh))
     return RunReport(
         results=ordered,

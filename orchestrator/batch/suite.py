@@ -25,6 +25,7 @@ __all__ = [
     "parse_settings",
     "parse_suite",
     "parse_task",
+    "select_tasks",
     "task_from_json",
     "task_to_json",
 ]
@@ -260,6 +261,19 @@ def load_suite(path: Path) -> list[Task]:
     except UnicodeDecodeError as exc:
         raise SuiteError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return parse_suite(text, source=str(path))
+
+
+def select_tasks(tasks: list[Task], ids: tuple[str, ...] | list[str] = (), limit: int | None = None) -> list[Task]:
+    """``--task ID`` (repeatable) and ``--limit N``: the named tasks (all when none are named), in
+    suite order, then the first ``limit`` of them. An unknown id is a ``SuiteError`` naming it."""
+    known = {t.id for t in tasks}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        shown = ", ".join(t.id for t in tasks[:12]) + (", …" if len(tasks) > 12 else "")
+        raise SuiteError(f"--task {unknown[0]!r}: no such task in the suite (tasks: {shown})")
+    wanted = set(ids)
+    chosen = [t for t in tasks if not wanted or t.id in wanted]
+    return chosen if limit is None else chosen[:limit]
 
 
 def task_to_json(task: Task) -> dict[str, Any]:

@@ -43,7 +43,8 @@ METRICS: Mapping[str, str] = {
     "merges": "Reflections merged",
     "conflicts": "Reflections kept (conflicts)",
     "tokens": "Tokens (in + out)",
-    "wall_time": "Wall time (s, sum over tasks)",
+    "elapsed": "Real wall time (s)",
+    "wall_time": "Task time (s, sum over tasks)",
 }
 
 
@@ -97,18 +98,21 @@ def comparison_rows(reports: Sequence[tuple[SweepSetting, Mapping[str, Any]]]) -
                 "conflicts": s["reflections_conflicted"],
                 "tokens": s["tokens_in"] + s["tokens_out"],
                 "wall_time": s["wall_time"],
+                "elapsed": s.get("elapsed"),
             }
         )
     return rows
 
 
 def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    header = "| setting | tasks passed | checks passed | reflections | merges | conflicts | tokens | wall time (s) |"
-    lines = [header, "|" + "---|" * 8]
+    header = ("| setting | tasks passed | checks passed | reflections | merges | conflicts | tokens | real time (s) "
+              "| task time (s) |")
+    lines = [header, "|" + "---|" * 9]
     for r in rows:
         lines.append(
             f"| {r['setting']} | {r['passed']}/{r['tasks']} | {r['checks_passed']}/{r['checks_total']} | "
-            f"{r['reflections']} | {r['merges']} | {r['conflicts']} | {r['tokens']} | {r['wall_time']:.2f} |"
+            f"{r['reflections']} | {r['merges']} | {r['conflicts']} | {r['tokens']} | {r.get('elapsed') or 0:.2f} | "
+            f"{r['wall_time']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

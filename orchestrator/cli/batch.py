@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from orchestrator.cli.batch_output import (
+    RunProgress,
+    command_line,
+    failure_lines,
+    progress_bar,
+    results_table,
+)
 from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
 
@@ -45,95 +49,13 @@ WindowOption = Annotated[
 PriceInOption = Annotated[float | None, typer.Option("--price-in", min=0, help="USD per million input tokens (adds cost).")]
 PriceOutOption = Annotated[float | None, typer.Option("--price-out", min=0, help="USD per million output tokens.")]
 ScriptedLatencyOption = Annotated[
-    float,
+    float | None,
     typer.Option(
         "--scripted-latency", min=0, max=3600, metavar="SECONDS",
         help="Give the embedded model this simulated latency per call (size concurrency before paying for a real model).",
     ),
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
-_COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
-_LIVE_KIND = {
-    "turn.end": "turns",
-    "reflection.launch": "reflections_launched",
-    "reflection.merged": "reflections_merged",
-    "reflection.kept": "reflections_conflicted",
-    "compaction.done": "compactions",
-}
-
-
-class RunProgress:
-    """Live counters for the bar: finished tasks count their results, running tasks their events
-    so far (Ray tasks report only when they finish)."""
-
-    def __init__(self, progress: Progress | None, total: int, already: int = 0) -> None:
-        self.progress = progress
-        self.done = 0
-        self.failed = 0
-        self.final: Counter[str] = Counter()
-        self.live: dict[str, Counter[str]] = {}
-        self.bar = progress.add_task("run", total=total, completed=already, stats="") if progress else None
-
-    def stats(self) -> dict[str, int]:
-        totals = Counter(self.final)
-        for counts in self.live.values():
-            totals.update(counts)
-        return {k: totals.get(k, 0) for k in _COUNTS}
-
-    def _refresh(self) -> None:
-        if self.progress is None or self.bar is None:
-            return
-        s = self.stats()
-        text = (
-            f"[green]✓ {self.done}[/] [red]✗ {self.failed}[/] · turns {s['turns']} · "
-            f"tokens {s['tokens_in']:,}/{s['tokens_out']:,} · reflections {s['reflections_launched']} "
-            f"merged {s['reflections_merged']} kept {s['reflections_conflicted']} · compactions {s['compactions']}"
-        )
-        self.progress.update(self.bar, stats=text)
-
-    async def on_event(self, task_id: str, kind: str, payload: Mapping[str, Any]) -> None:
-        counts = self.live.setdefault(task_id, Counter())
-        if kind in _LIVE_KIND:
-            counts[_LIVE_KIND[kind]] += 1
-        elif kind == "model.call":
-            counts["tokens_in"] += int(payload.get("prompt_tokens", 0))
-            counts["tokens_out"] += int(payload.get("completion_tokens", 0))
-        else:
-            return
-        self._refresh()
-
-    async def on_result(self, result: Any) -> None:
-        self.live.pop(result.id, None)
-        for key in _COUNTS:
-            self.final[key] += int(getattr(result, key))
-        if result.status == "passed":
-            self.done += 1
-        else:
-            self.failed += 1
-        if self.progress is not None and self.bar is not None:
-            self.progress.advance(self.bar)
-        self._refresh()
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Progress | None]:
-    if not enabled:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=_err,
-        transient=False,
-    )
-    with bar:
-        yield bar
-
-
 def _load(suite: Path) -> list[Any]:
     from orchestrator.batch.suite import SuiteError, load_suite
 
@@ -176,50 +98,53 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-def _results_table(results: Any, summary: Mapping[str, Any], title: str) -> Table:
-    table = Table(title=title, title_justify="left", show_footer=True)
-    names = ["task", "status", "checks", "turns", "steps", "tok in", "tok out", "refl", "merged", "kept", "compact", "time s", "head"]
-    for name in names:
-        table.add_column(name, justify="left" if name in ("task", "status", "head") else "right")
-    colour = {"passed": "green", "failed": "red", "error": "bold red"}
-    for r in results:
-        table.add_row(
-            r.id, f"[{colour.get(r.status, 'white')}]{r.status}[/]", f"{r.checks_passed}/{r.checks_total}",
-            str(r.turns), str(r.steps), f"{r.tokens_in:,}", f"{r.tokens_out:,}", str(r.reflections_launched),
-            str(r.reflections_merged), str(r.reflections_conflicted), str(r.compactions), f"{r.wall_time:.2f}",
-            (r.memory_head or "")[:8],
-        )
-    table.columns[0].footer = f"{summary['tasks']} tasks"
-    table.columns[1].footer = f"{summary['passed']} passed"
-    table.columns[2].footer = f"{summary['checks_passed']}/{summary['checks_total']}"
-    for index, key in ((3, "turns"), (4, "steps"), (5, "tokens_in"), (6, "tokens_out"), (7, "reflections_launched"),
-                       (8, "reflections_merged"), (9, "reflections_conflicted"), (10, "compactions")):
-        table.columns[index].footer = f"{summary[key]:,}"
-    table.columns[11].footer = f"{summary['wall_time']:.2f}"
-    return table
+def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
+    """The run's own ``run.json`` (suite, executor, concurrency, options): what ``--resume`` and
+    ``--retry-failed`` reuse unless an option is given again."""
+    path = out_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if required:
+            fail(f"{out_dir}: no run.json here: --retry-failed needs the --out directory of an earlier reverie run")
+        return {}
+    except (OSError, ValueError) as exc:
+        fail(f"{path}: cannot read the run's options: {exc}")
+    return meta if isinstance(meta, dict) else {}
 
 
-def _print_failures(results: Any) -> None:
-    for r in results:
-        if r.status == "error":
-            _out.print(f"[bold red]error[/] {r.id}: {r.error}")
-        elif r.status == "failed":
-            missed = "; ".join(c.check for c in r.checks if not c.passed)
-            _out.print(f"[red]failed[/] {r.id}: {missed} (answer: {r.final_answer[:120]!r})")
+def _select(tasks: list[Any], ids: list[str] | None, limit: int | None) -> list[Any]:
+    from orchestrator.batch.suite import SuiteError, select_tasks
+
+    try:
+        return select_tasks(tasks, ids or (), limit)
+    except SuiteError as exc:
+        fail(f"{exc} (nothing was run)")
 
 
 def run(
-    suite: Annotated[Path, typer.Argument(help="Suite file (JSONL; see docs/suite-format.md).")],
-    concurrency: ConcurrencyOption = 1,
+    suite: Annotated[
+        Path | None, typer.Argument(help="Suite file (JSONL; see docs/suite-format.md). --retry-failed: the run's own by default.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-j", min=1, max=MAX_CONCURRENCY, help="Tasks run at once (default 1; --resume/--retry-failed: the run's own)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<suite name>).")] = None,
     resume: ResumeOption = False,
-    executor: ExecutorOption = "local",
+    retry_failed: Annotated[
+        Path | None,
+        typer.Option("--retry-failed", metavar="RUN_DIR", help="Rerun that run's failed and errored tasks in place (the rest are kept)."),
+    ] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Run only this task (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Run only the first N tasks (after --task).")] = None,
+    executor: Annotated[str | None, typer.Option("--executor", help="local (in this process, the default) or ray.")] = None,
     ray_address: RayAddressOption = None,
     model: ModelOption = None,
     context_window: WindowOption = None,
     price_in: PriceInOption = None,
     price_out: PriceOutOption = None,
-    scripted_latency: ScriptedLatencyOption = 0.0,
+    scripted_latency: ScriptedLatencyOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     write_report: ReportOption = False,
 ) -> None:
@@ -228,20 +153,56 @@ def run(
     from orchestrator.batch.run import run_suite
     from orchestrator.cli.commands import run_async
 
-    tasks = _load(suite)
-    out_dir = out or Path("runs") / suite.stem
-    options = _options(out_dir, model, context_window, price_in, price_out, scripted_latency)
-    chosen = _executor(executor, concurrency, ray_address)
+    if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
+        fail("--retry-failed reruns tasks in place: give the run directory once (drop --out)")
+    out_dir = retry_failed or out
+    meta = _recorded(out_dir, required=retry_failed is not None) if out_dir is not None and (resume or retry_failed) else {}
+    if suite is None:
+        if not meta.get("suite"):
+            fail("give the suite file (reverie run SUITE), or --retry-failed RUN_DIR")
+        suite = Path(meta["suite"])
+    all_tasks = _load(suite)
+    tasks = _select(all_tasks, task, limit)
+    out_dir = out_dir or Path("runs") / suite.stem
+    was = meta.get("options") or {}
+    overrides = was.get("overrides") or {}
+    model = model if model is not None else overrides.get("model")
+    context_window = context_window if context_window is not None else overrides.get("context_window")
+    price_in = price_in if price_in is not None else was.get("price_in")
+    price_out = price_out if price_out is not None else was.get("price_out")
+    latency = scripted_latency if scripted_latency is not None else float(was.get("latency") or 0.0)
+    jobs = concurrency or int(meta.get("concurrency") or 1)
+    kind = executor or str(meta.get("executor") or "local")
+    options = _options(out_dir, model, context_window, price_in, price_out, latency)
+    chosen = _executor(kind, jobs, ray_address)
     recorded = read_results(out_dir / RESULTS_FILE)
-    if recorded and not resume:
-        fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, or choose another --out")
-    already = len({t.id for t in tasks} & set(recorded)) if resume else 0
-    with _progress(not quiet) as bar:
-        tracker = RunProgress(bar, len(tasks), already)
+    if recorded and not (resume or retry_failed):
+        fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
+             "--retry-failed to rerun its failures, or choose another --out")
+    from orchestrator.batch.run import retry_candidates
+
+    retry = [t.id for t in tasks] if retry_failed is not None else None
+    again = retry_candidates(recorded, retry or [])
+    # a retry keeps the whole run (its summary covers every task); --task/--limit narrow what reruns
+    run_tasks = all_tasks if retry_failed is not None else tasks
+    todo = {t.id for t in tasks if t.id not in recorded} | again if (resume or retry_failed) else {t.id for t in tasks}
+    if retry_failed is not None:
+        missing = len(todo) - len(again)
+        _err.print(f"retrying {len(again)} failed or errored task(s)" + (f" and {missing} without a result" if missing else "")
+                   + f" in {out_dir}")
+    already = len(run_tasks) - len(todo)
+    resume_line = command_line(
+        ["run", suite], {"--out": out_dir, "--resume": True, "--concurrency": jobs, "--executor": None if kind == "local" else kind,
+                         "--ray-address": ray_address, "--model": model, "--context-window": context_window,
+                         "--price-in": price_in, "--price-out": price_out, "--scripted-latency": latency or None,
+                         "--task": task or None, "--limit": limit, "--quiet": quiet, "--report": write_report},
+    )
+    with progress_bar(not quiet, _err) as bar:
+        tracker = RunProgress(bar, len(run_tasks), already)
 
         async def main() -> Any:
             return await run_suite(
-                tasks, options, chosen, resume=resume, progress=tracker.on_event,
+                run_tasks, options, chosen, resume=resume, retry=retry, progress=tracker.on_event,
                 on_result=tracker.on_result, suite_name=str(suite),
             )
 
@@ -253,14 +214,17 @@ def run(
             if bar is not None:
                 bar.stop()
             done = len(read_results(out_dir / RESULTS_FILE))
-            _err.print(f"interrupted: {done} of {len(tasks)} task(s) recorded in {out_dir / RESULTS_FILE}; "
-                       f"finish with: reverie run {suite} --out {out_dir} --resume")
+            _err.print(f"interrupted: {done} of {len(run_tasks)} task(s) recorded in {out_dir / RESULTS_FILE}; finish with:")
+            print(resume_line, file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     summary = report.summary
-    _out.print(_results_table(report.results, summary, f"{suite} · {chosen.name} executor · concurrency {concurrency}"))
-    _print_failures(report.results)
+    _out.print(results_table(report.results, summary, f"{suite} · {chosen.name} executor · concurrency {jobs}",
+                             width=_out.width))
+    for line in failure_lines(report.results):
+        _out.print(line)
     if report.skipped:
-        _out.print(f"resumed: {len(report.skipped)} task(s) already done, {len(report.ran)} run now")
+        verb = "kept" if retry_failed is not None else "already done"
+        _out.print(f"{'retried' if retry_failed is not None else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
     _out.print(f"results: {out_dir / RESULTS_FILE}   summary: {out_dir / SUMMARY_FILE}   events: {out_dir / 'events'}")
     after_run(out_dir, write=write_report)
     if summary["failed"] or summary["error"]:
@@ -302,7 +266,7 @@ def sweep(
             if (out_dir / setting.label / RESULTS_FILE).exists():
                 fail(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
 
-    with _progress(not quiet) as bar:
+    with progress_bar(not quiet, _err) as bar:
         trackers: dict[str, RunProgress] = {}
 
         def progress_for(setting: Any) -> Any:
@@ -334,15 +298,22 @@ def sweep(
         except BaseException as exc:
             if not _interrupted(exc):
                 raise
-            _err.print(f"interrupted; finish with: reverie sweep {suite} --out {out_dir} --resume (and the same --trigger options)")
+            _err.print("interrupted; finish with:")
+            print(command_line(["sweep", suite], {
+                "--trigger": trigger, "--out": out_dir, "--resume": True, "--concurrency": concurrency,
+                "--executor": None if executor == "local" else executor, "--ray-address": ray_address, "--model": model,
+                "--context-window": context_window, "--quiet": quiet, "--report": write_report,
+            }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     table = Table(title=f"sweep of {suite}", title_justify="left")
-    for name in ("setting", "tasks passed", "checks passed", "reflections", "merges", "conflicts", "tokens", "wall time (s)"):
-        table.add_column(name, justify="left" if name == "setting" else "right")
+    for name in ("setting", "tasks passed", "checks passed", "reflections", "merges", "conflicts", "tokens", "real s", "task s"):
+        table.add_column(name, justify="left" if name == "setting" else "right", no_wrap=name == "setting", overflow="fold")
     for r in report.rows:
+        real = r.get("elapsed")
         table.add_row(
             r["setting"], f"{r['passed']}/{r['tasks']}", f"{r['checks_passed']}/{r['checks_total']}",
-            str(r["reflections"]), str(r["merges"]), str(r["conflicts"]), f"{r['tokens']:,}", f"{r['wall_time']:.2f}",
+            str(r["reflections"]), str(r["merges"]), str(r["conflicts"]), f"{r['tokens']:,}",
+            "" if real is None else f"{real:.2f}", f"{r['wall_time']:.2f}",
         )
     _out.print(table)
     _out.print(f"comparison: {out_dir / COMPARISON_FILE}   charts: {', '.join(str(p) for p in report.charts)}")

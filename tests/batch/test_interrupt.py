@@ -1,10 +1,11 @@
-"""Ctrl-C on a real ``reverie run`` process: it stops cleanly (exit 130, a resume hint, finished
-tasks recorded) and ``--resume`` finishes only the missing tasks."""
+"""Ctrl-C on a real ``reverie run`` process: it stops cleanly (exit 130, a one-line resume command
+with the run's own options, finished tasks recorded) and that command finishes only the missing tasks."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def test_sigint_then_resume(tmp_path: Path) -> None:
     suite.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCH, "run", str(suite), "--out", str(out), "-q"],
+        [sys.executable, "-c", _LAUNCH, "run", str(suite), "--out", str(out), "-q", "-j", "2", "--price-in", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
     )
     deadline = time.monotonic() + 60
@@ -49,15 +50,20 @@ def test_sigint_then_resume(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()
-    assert b"--resume" in err and b"Traceback" not in err
+    assert b"Traceback" not in err
+    hint = shlex.split(err.decode().strip().splitlines()[-1])
+    assert hint[:3] == ["reverie", "run", str(suite)]
+    assert "--resume" in hint and hint[hint.index("--concurrency") + 1] == "2" and "--price-in" in hint
     done = [json.loads(line)["id"] for line in (out / RESULTS_FILE).read_text().splitlines()]
     assert 1 <= len(done) < 8
 
     app = typer.Typer()
     register(app)
-    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "-q", "--resume", "-j", "4"])
+    result = CliRunner().invoke(app, hint[1:])
     assert result.exit_code == 0, result.output
     assert f"{len(done)} task(s) already done, {8 - len(done)} run now" in result.output
     final = [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
     assert sorted(r["id"] for r in final) == sorted(json.loads(line)["id"] for line in lines)
     assert all(r["status"] == "passed" for r in final)
+    assert all(r["cost"] is not None for r in final), "the resumed run kept the recorded prices"
+    assert json.loads((out / "run.json").read_text())["concurrency"] == 2

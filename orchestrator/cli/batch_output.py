@@ -1,0 +1,205 @@
+"""What ``reverie run`` prints: the live progress bar, the results table, the failed checks, and the
+one-line command that resumes an interrupted run with the options it was started with.
+
+The table never cuts a task id (``compact-sliding`` and ``compact-summary`` must stay apart at any
+width): the id column is as wide as the longest id and every other column wraps instead. Totals
+show the run's real wall time (the tasks' own times overlap when they run concurrently) and the
+cost when the run was priced.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+__all__ = ["RunProgress", "command_line", "failure_lines", "progress_bar", "results_table"]
+
+_COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
+_LIVE_KIND = {
+    "turn.end": "turns",
+    "reflection.launch": "reflections_launched",
+    "reflection.merged": "reflections_merged",
+    "reflection.kept": "reflections_conflicted",
+    "compaction.done": "compactions",
+}
+
+
+class RunProgress:
+    """Live counters for the bar: finished tasks count their results, running tasks their events
+    so far (Ray tasks report only when they finish)."""
+
+    def __init__(self, progress: Progress | None, total: int, already: int = 0) -> None:
+        self.progress = progress
+        self.done = 0
+        self.failed = 0
+        self.final: Counter[str] = Counter()
+        self.live: dict[str, Counter[str]] = {}
+        self.bar = progress.add_task("run", total=total, completed=already, stats="") if progress else None
+
+    def stats(self) -> dict[str, int]:
+        totals = Counter(self.final)
+        for counts in self.live.values():
+            totals.update(counts)
+        return {k: totals.get(k, 0) for k in _COUNTS}
+
+    def _refresh(self) -> None:
+        if self.progress is None or self.bar is None:
+            return
+        s = self.stats()
+        text = (
+            f"[green]✓ {self.done}[/] [red]✗ {self.failed}[/] · turns {s['turns']} · "
+            f"tokens {s['tokens_in']:,}/{s['tokens_out']:,} · reflections {s['reflections_launched']} "
+            f"merged {s['reflections_merged']} kept {s['reflections_conflicted']} · compactions {s['compactions']}"
+        )
+        self.progress.update(self.bar, stats=text)
+
+    async def on_event(self, task_id: str, kind: str, payload: Mapping[str, Any]) -> None:
+        counts = self.live.setdefault(task_id, Counter())
+        if kind in _LIVE_KIND:
+            counts[_LIVE_KIND[kind]] += 1
+        elif kind == "model.call":
+            counts["tokens_in"] += int(payload.get("prompt_tokens", 0))
+            counts["tokens_out"] += int(payload.get("completion_tokens", 0))
+        else:
+            return
+        self._refresh()
+
+    async def on_result(self, result: Any) -> None:
+        self.live.pop(result.id, None)
+        for key in _COUNTS:
+            self.final[key] += int(getattr(result, key))
+        if result.status == "passed":
+            self.done += 1
+        else:
+            self.failed += 1
+        if self.progress is not None and self.bar is not None:
+            self.progress.advance(self.bar)
+        self._refresh()
+
+
+@contextmanager
+def progress_bar(enabled: bool, console: Console) -> Iterator[Progress | None]:
+    """The live bar on ``console`` (stderr), or nothing with ``--quiet``."""
+    if not enabled:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    with bar:
+        yield bar
+
+
+_COLOUR = {"passed": "green", "failed": "red", "error": "bold red"}
+
+
+_DROP_ORDER = ("head", "steps", "kept", "merged", "compact", "refl", "tok out", "turns", "checks")
+"""Columns left out, in this order, when the terminal is too narrow for all of them."""
+
+
+def _columns(results: Sequence[Any], summary: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
+    """(header, cells, footer) per column."""
+    priced = any(r.cost is not None for r in results)
+    statuses = [f"{summary['passed']} passed"]
+    statuses += [f"{summary[k]} {k}" for k in ("failed", "error") if summary.get(k)]
+    elapsed = summary.get("elapsed")
+    cols: list[tuple[str, list[str], str]] = [
+        ("task", [r.id for r in results], f"{summary['tasks']} tasks"),
+        ("status", [f"[{_COLOUR.get(r.status, 'white')}]{r.status}[/]" for r in results], " · ".join(statuses)),
+        ("checks", [f"{r.checks_passed}/{r.checks_total}" for r in results],
+         f"{summary['checks_passed']}/{summary['checks_total']}"),
+    ]
+    for header, key, total in (("turns", "turns", "turns"), ("steps", "steps", "steps"),
+                               ("tok in", "tokens_in", "tokens_in"), ("tok out", "tokens_out", "tokens_out"),
+                               ("refl", "reflections_launched", "reflections_launched"),
+                               ("merged", "reflections_merged", "reflections_merged"),
+                               ("kept", "reflections_conflicted", "reflections_conflicted"),
+                               ("compact", "compactions", "compactions")):
+        cols.append((header, [f"{getattr(r, key):,}" for r in results], f"{summary[total]:,}"))
+    cols.append(("time s", [f"{r.wall_time:.2f}" for r in results],
+                 f"{elapsed:.2f} real" if elapsed is not None else f"{summary['wall_time']:.2f}"))
+    if priced:
+        cost = summary.get("cost")
+        cols.append(("cost $", ["" if r.cost is None else f"{r.cost:.4f}" for r in results],
+                     "" if cost is None else f"{cost:.4f}"))
+    cols.append(("head", [(r.memory_head or "")[:7] for r in results], ""))
+    return cols
+
+
+def _plain_len(text: str) -> int:
+    from rich.text import Text
+
+    return Text.from_markup(text).cell_len
+
+
+def results_table(results: Sequence[Any], summary: Mapping[str, Any], title: str, *, width: int | None = None) -> Table:
+    """The per-task table with a totals footer, fitted to ``width`` columns of terminal (no limit
+    when ``None``) by leaving out the least useful columns rather than cutting anything."""
+    cols = _columns(results, summary)
+
+    def need(col: tuple[str, list[str], str]) -> int:
+        header, cells, footer = col
+        return max([_plain_len(header), _plain_len(footer), *(_plain_len(c) for c in cells)]) + 3
+
+    hidden: list[str] = []
+    for name in _DROP_ORDER:
+        if width is None or sum(need(c) for c in cols) + 1 <= width:
+            break
+        cols = [c for c in cols if c[0] != name]
+        hidden.append(name)
+    caption = f"(narrow terminal: {', '.join(hidden)} not shown)" if hidden else None
+    table = Table(title=title, title_justify="left", show_footer=True, caption=caption, caption_justify="left")
+    for header, _, footer in cols:
+        justify: Literal["left", "right"] = "left" if header in ("task", "status", "head") else "right"
+        if header == "task":
+            longest = max(_plain_len(c) for c in [header, footer, *cols[0][1]])
+            table.add_column(header, footer=footer, justify="left", no_wrap=True, min_width=longest)
+        else:
+            table.add_column(header, footer=footer, justify=justify, overflow="fold", no_wrap=header == "time s")
+    for i in range(len(results)):
+        table.add_row(*(cells[i] for _, cells, _ in cols))
+    return table
+
+
+def failure_lines(results: Sequence[Any]) -> list[str]:
+    """One rich-markup line per failed or errored task."""
+    lines = []
+    for r in results:
+        if r.status == "error":
+            lines.append(f"[bold red]error[/] {r.id}: {r.error}")
+        elif r.status == "failed":
+            missed = "; ".join(c.check for c in r.checks if not c.passed)
+            lines.append(f"[red]failed[/] {r.id}: {missed} (answer: {r.final_answer[:120]!r})")
+    return lines
+
+
+def command_line(words: Sequence[str | Path], options: Mapping[str, Any]) -> str:
+    """``reverie <words> --opt value ...`` as one shell-quoted line: ``None``/``False`` options are
+    left out, ``True`` ones are bare flags, a list repeats its option."""
+    parts = ["reverie", *(str(w) for w in words)]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            parts.append(name)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                parts += [name, str(item)]
+        else:
+            parts += [name, str(value)]
+    return shlex.join(parts)
