@@ -3,11 +3,16 @@
 These are the hook's own line-based checks, deliberately not the compiler's parser
 (``frontmatter.parse_frontmatter``): content is split on LF without normalising BOM or CRLF, so a
 file the compiler would read can still be rejected here (``---\\r`` does not open frontmatter).
-Every message starts with ``{path}: `` and is the reference's text byte for byte.
+Every message starts with ``{path}: `` and is the reference's text byte for byte, except
+``name_error``: reverie's own rule (DECISIONS D10, a deliberate deviation) against names that would
+inject markup into the compiled prompt (``<``, ``>``, control characters) and, where the spec is
+silent, names that are not UTF-8 (they cannot be shown or labelled faithfully). Its message shows
+the path with those characters escaped, so it stays one line.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final
 
 __all__ = [
@@ -15,6 +20,7 @@ __all__ = [
     "V2_ALLOWED_KEYS",
     "legacy_frontmatter_errors",
     "legacy_value",
+    "name_error",
     "v2_frontmatter_errors",
 ]
 
@@ -130,3 +136,39 @@ def legacy_frontmatter_errors(
     if protect and previous is not None and head_read_only and not legacy_value(content, _PROTECTED):
         errors.append(f"{path}: '{_PROTECTED}' is a protected field and cannot be removed by the agent")
     return errors
+
+
+_NAMED_CONTROLS: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _shown_name(path: str) -> str:
+    out = []
+    for ch in path:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif unicodedata.category(ch) == "Cc":
+            out.append(_NAMED_CONTROLS.get(ch, f"\\x{code:02x}"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def name_error(path: str) -> str | None:
+    """D10: the one-line error for a memory path the hook refuses, or None when the name is fine.
+
+    ``path`` is the name as read from git with ``surrogateescape`` (a byte that is not UTF-8 is a
+    lone surrogate)."""
+    found = []
+    if "<" in path or ">" in path:
+        found.append("'<' or '>'")
+    if any(unicodedata.category(ch) == "Cc" for ch in path):
+        found.append("a control character")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in path):
+        found.append("bytes that are not UTF-8")
+    if not found:
+        return None
+    return (
+        f"{_shown_name(path)}: invalid memory path: the name contains {' and '.join(found)}; "
+        "rename it (memory paths must not contain <, >, control characters or non-UTF-8 bytes)"
+    )

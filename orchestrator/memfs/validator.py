@@ -8,6 +8,8 @@ read git with blocking subprocesses; async callers run them in a worker thread.
 Reports are the reference's text byte for byte except the product name (M7): the frontmatter stage
 prints ``Memory validation failed:`` (legacy: ``Frontmatter validation failed:``), the tree
 constraints print the "blocked this commit" report, audits print ``Memory constraints failed:``.
+D10 (reverie's own rule, checked first and reported alone): a name this commit adds must not contain
+``<``, ``>``, a control character or non-UTF-8 bytes (``rules.name_error``).
 Chosen where the reference is silent: a symlinked Markdown file is checked by its blob (the link
 target) in the frontmatter stage, as the reference's ``git show`` does; audits of legacy trees skip
 the ``read_only`` protection rules, which judge a change rather than a tree.
@@ -32,7 +34,7 @@ from orchestrator.memfs.constraints import (
     tree_constraint_errors,
 )
 from orchestrator.memfs.policy import ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
-from orchestrator.memfs.rules import legacy_frontmatter_errors, v2_frontmatter_errors
+from orchestrator.memfs.rules import legacy_frontmatter_errors, name_error, v2_frontmatter_errors
 from orchestrator.memfs.snapshot import Entry, Snapshot
 
 __all__ = [
@@ -115,6 +117,18 @@ def _flat_skill_errors(snapshot: Snapshot, pattern: re.Pattern[str]) -> list[str
         for path, status in snapshot.changes.items()
         if status[:1] in ("A", "C", "M", "R") and pattern.fullmatch(path)
     ]
+
+
+def _name_errors(snapshot: Snapshot) -> list[str]:
+    """D10 for the names this commit adds (``A``, ``C``, ``R``): existing names stay as they are, so a
+    repository that already has such a file keeps compiling as the reference renders it."""
+    errors = []
+    for path, status in snapshot.changes.items():
+        if status[:1] in ("A", "C", "R"):
+            error = name_error(path)
+            if error is not None:
+                errors.append(error)
+    return errors
 
 
 def _v2_frontmatter(snapshot: Snapshot, policy: LayoutPolicy) -> list[str]:
@@ -207,6 +221,9 @@ def validate_snapshot(
     head = snapshot.head or {}
     marker = "MEMORY.md" in snapshot.index or "MEMORY.md" in head
     use_v2 = policy == SHARED_MEMORY or (policy == ROOT_MARKER and marker)
+    refused = _name_errors(snapshot)
+    if refused:
+        return ValidationResult(tuple(refused), "frontmatter" if use_v2 else "legacy-frontmatter", policy)
     try:
         errors = _v2_frontmatter(snapshot, policy) if use_v2 else _legacy_frontmatter(snapshot, audit=False)
     except _Unreadable:
@@ -230,6 +247,9 @@ def audit_snapshot(snapshot: Snapshot, policy: LayoutPolicy) -> ValidationResult
     """
     marker = "MEMORY.md" in snapshot.index
     use_v2 = policy == SHARED_MEMORY or (policy == ROOT_MARKER and marker)
+    refused = _name_errors(snapshot)
+    if refused:
+        return ValidationResult(tuple(refused), "audit", policy)
     try:
         errors = _v2_frontmatter(snapshot, policy) if use_v2 else _legacy_frontmatter(snapshot, audit=True)
         if _run_constraints(snapshot, policy, marker):

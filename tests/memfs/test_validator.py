@@ -194,13 +194,13 @@ def test_validate_staged_reads_the_index_not_the_work_tree(tmp_path: Path) -> No
     repo = _repo(tmp_path)
     assert validate_staged(repo).ok
     (repo / "café.md").write_text(v2("x", "café"))
-    (repo / "say \"hi\"\tnow.md").write_text("broken")
+    (repo / "say \"hi\" now.md").write_text("broken")
     _git(repo, "add", "café.md")
     assert validate_staged(repo).ok
     _git(repo, "add", "-A")
     result = validate_staged(repo)
-    assert result.errors == ('say "hi"\tnow.md: missing frontmatter (must start with ---)',)
-    (repo / "say \"hi\"\tnow.md").write_text(v2("fixed"))
+    assert result.errors == ('say "hi" now.md: missing frontmatter (must start with ---)',)
+    (repo / "say \"hi\" now.md").write_text(v2("fixed"))
     assert not validate_staged(repo).ok
     assert validate_staged(repo, policy="legacy-only").ok
 
