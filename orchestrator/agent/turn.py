@@ -171,6 +171,8 @@ class TurnRunner:
             raise
         finally:
             with anyio.CancelScope(shield=True):
+                if status == "interrupted" and state.streamed.strip():
+                    await self._keep_streamed(conversation_id, turn_id, state)
                 await store.end_turn(turn_id, status, error)
                 sync = await self._after_turn(conversation_id)
                 await self._emit(TurnEnded(turn_id, conversation_id, status, state.steps, error), conversation_id)
@@ -208,7 +210,7 @@ class TurnRunner:
             started = time.perf_counter()
             await self.store.mark_prompt_sent(conversation_id)
             try:
-                response = await self.model.complete(request, on_text=self._text_sink(conversation_id))
+                response = await self.model.complete(request, on_text=self._text_sink(state))
             except ModelError as exc:
                 if exc.context_overflow and self.compactor and overflow_retries < _OVERFLOW_RETRIES:
                     overflow_retries += 1
@@ -242,6 +244,7 @@ class TurnRunner:
                 conversation_id,
             )
             message = response.message
+            state.streamed = ""
             await self.store.append_message(
                 conversation_id,
                 message,
@@ -271,11 +274,24 @@ class TurnRunner:
             await self._emit(MemoryUpdateInjected(resolved.revision, resolved.previous_revision), conversation_id)
         return append_available_skills(resolved.content, skills)
 
-    def _text_sink(self, conversation_id: str) -> Callable[[str], Awaitable[None]]:
+    def _text_sink(self, state: _TurnState) -> Callable[[str], Awaitable[None]]:
         async def sink(text: str) -> None:
+            state.streamed += text
             await self.observer(TextDelta(text))
 
         return sink
+
+    async def _keep_streamed(self, conversation_id: str, turn_id: str, state: _TurnState) -> None:
+        """An interrupted request's streamed text stays in the conversation (what the user saw is
+        what the model is told it said), marked so a reader can tell it was cut short."""
+        await self.store.append_message(
+            conversation_id,
+            Message(role="assistant", content=state.streamed),
+            turn_id=turn_id,
+            metadata={"interrupted": True},
+        )
+        state.text = state.streamed
+        state.streamed = ""
 
     async def _run_tools(
         self, conversation_id: str, turn_id: str, calls: Sequence[ToolCall], state: _TurnState
@@ -364,6 +380,7 @@ class _TurnState:
     steps: int = 0
     assistant_steps: int = 0
     text: str = ""
+    streamed: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     memory_updates: int = 0
