@@ -97,3 +97,12 @@ class Events(StoreJobs):
             return [_event(r) for r in conn.execute(sql, args)]
 
         return await self._run(job)
+
+    async def last_event_id(self) -> int:
+        """The newest event's id (0 for none): a mark to read what happens from now on."""
+
+        def job(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
+            return int(row[0])
+
+        return await self._run(job)
