@@ -64,7 +64,7 @@ import inspect
 import json
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +79,27 @@ __all__ = [
     "ScriptedModel",
     "answer_rules",
     "extract_identifiers",
+    "latency_from_env",
     "remember_command",
 ]
+
+LATENCY_ENV = "REVERIE_SCRIPTED_LATENCY"
+_MAX_LATENCY = 3600.0
+
+
+def latency_from_env(environ: Mapping[str, str]) -> float:
+    """``REVERIE_SCRIPTED_LATENCY`` seconds for the scripted model in chat (``reverie run`` takes
+    ``--scripted-latency``; both end up as ``ScriptedModel(latency=...)``)."""
+    raw = environ.get(LATENCY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= _MAX_LATENCY:
+        raise ValueError(f"{LATENCY_ENV}={raw!r}: give seconds, a number from 0 to {_MAX_LATENCY:g}")
+    return value
 
 CONFIRMATION = "Noted — I saved that to memory."
 CONFIRMATION_ZH = "好的，我已经把这件事记进记忆里了。"

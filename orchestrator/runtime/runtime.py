@@ -8,6 +8,7 @@ never imports ``subagents`` (D9).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
 from orchestrator.memfs.repo import init_memory_repo
-from orchestrator.models.scripted import ScriptedModel
+from orchestrator.models.scripted import ScriptedModel, latency_from_env
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.store import Conversation, Store, StoreError
@@ -44,7 +45,7 @@ def build_model(settings: Settings) -> ModelClient:
             request_timeout=settings.request_timeout,
             max_response_chars=settings.max_response_chars,
         )
-    return ScriptedModel()
+    return ScriptedModel(latency=latency_from_env(os.environ))
 
 
 @dataclass
