@@ -4,30 +4,45 @@ every task the session starts (DECISIONS S23 for one-shot runs).
 The CLI, the batch runner and tests drive agents through this class so they all get the same
 turn lock, compaction, post-turn sync and reflection triggers. This is the composition root of D9:
 the one place that names the subagents and plugs them into the runtime (``REVERIE_PLUGINS``).
+What the chat's slash commands change (a new conversation, the agent's name, the model) is changed
+here, so the turn runner, the reflection coordinator and the next turn's reminders all see it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelRetrying
-from orchestrator.models.types import ModelClient
+from orchestrator.models.types import ModelClient, Usage
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.runtime.supervisor import Supervisor
+from orchestrator.store import Turn
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
 
-__all__ = ["REVERIE_PLUGINS", "ChatSession"]
+__all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse"]
 
 REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionSubagent)
 """Reverie's subagents as the runtime sees them: reflection's start-up recovery (R6) and compaction."""
+
+
+@dataclass(frozen=True)
+class ContextUse:
+    """How full the conversation's context is (DECISIONS C8: the provider's last usage when it is
+    fresh, else the estimate)."""
+
+    tokens: int
+    window: int
+    source: str
 
 
 @dataclass
@@ -64,10 +79,12 @@ class ChatSession:
                     store=rt.store, model=rt.model, settings=settings, agent=agent, supervisor=supervisor, observer=observer
                 )
 
+                current = {"conversation": conv.id}
+
                 async def observe(event: Event) -> None:
                     if observer is not None:
                         await observer(event)
-                    await reflection.on_event(event, conv.id)
+                    await reflection.on_event(event, current["conversation"])
 
                 supervisor.after_turn_hooks.append(reflection.after_turn)
                 if observer is not None and hasattr(rt.model, "on_retry"):
@@ -85,7 +102,16 @@ class ChatSession:
                     observer=observe,
                     compactor=_compactor(rt, agent, settings, observe, supervisor),
                 )
-                yield cls(rt.with_settings(settings), agent, conv.id, runner, supervisor, reflection)
+                session = cls(rt.with_settings(settings), agent, conv.id, runner, supervisor, reflection)
+                session._current = current
+                yield session
+
+    _current: dict[str, str] | None = None
+
+    def _switch(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        if self._current is not None:
+            self._current["conversation"] = conversation_id
 
     async def send(self, text: str) -> TurnOutcome:
         """Run one turn (serialized per conversation) and let the supervisor react to it."""
@@ -105,6 +131,73 @@ class ChatSession:
         if not finished and notify is not None:
             notify("… left unfinished subagent work to start-up recovery: nothing is lost")
         return finished
+
+    async def last_turn(self) -> Turn | None:
+        """The conversation's newest turn as stored (an interrupted turn has no outcome object)."""
+        turns = await self.runtime.store.turns(self.conversation_id)
+        return turns[-1] if turns else None
+
+    async def new_conversation(self) -> str:
+        conv = await self.runtime.conversation(self.agent, new=True)
+        self._switch(conv.id)
+        return conv.id
+
+    async def resume_conversation(self, conversation_id: str) -> str:
+        """Switch to another of this agent's conversations (checked like ``--conversation``)."""
+        conv = await self.runtime.conversation(self.agent, conversation_id=conversation_id)
+        self._switch(conv.id)
+        return conv.id
+
+    async def rename(self, name: str) -> None:
+        """The agent-info reminder tells the model the user can do this (DECISIONS D7)."""
+        await self.runtime.store.update_agent(self.agent.agent_id, name=name)
+        self.agent = replace(self.agent, name=name)
+        self.runner.agent = self.agent
+        self.reflection.agent = self.agent
+
+    @property
+    def model_name(self) -> str:
+        return self.runner.settings.model
+
+    async def set_model(self, name: str) -> None:
+        """Use ``name`` from the next request on, and remember it as the agent's setting."""
+        settings = replace(self.runner.settings, model=name)
+        self.runner.settings = settings
+        self.reflection.settings = settings
+        self.runtime = self.runtime.with_settings(settings)
+        await self.runtime.store.update_agent(self.agent.agent_id, settings={"model": name})
+
+    async def context_use(self) -> ContextUse:
+        from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
+        from orchestrator.tools import tool_specs
+
+        store = self.runtime.store
+        history = await store.in_context(self.conversation_id)
+        prompt = await store.get_prompt(self.conversation_id)
+        messages = [m.message for m in history]
+        summary_at = max((m.created_at for m in history if m.message.kind == "summary"), default="")
+        usage_index: int | None = None
+        usage: Usage | None = None
+        for index in range(len(history) - 1, -1, -1):
+            stored = history[index]
+            reported = stored.metadata.get("usage") if stored.message.role == "assistant" else None
+            if isinstance(reported, dict) and stored.created_at > summary_at:
+                usage_index = index
+                usage = Usage(int(reported.get("prompt_tokens", 0)), int(reported.get("completion_tokens", 0)))
+                break
+        size = context_size(
+            messages,
+            system_prompt_tokens=system_prompt_tokens(prompt.content if prompt else ""),
+            tool_tokens=tool_schema_tokens(tool_specs()),
+            usage=usage,
+            usage_index=usage_index,
+        )
+        return ContextUse(size.tokens, self.runner.settings.context_window, size.source)
+
+    async def memory_head(self) -> str | None:
+        from orchestrator.memfs.repo import head_revision
+
+        return await anyio.to_thread.run_sync(head_revision, self.agent.memory_dir)
 
 
 def _compactor(

@@ -1,21 +1,42 @@
-"""``reverie chat``: talk to an agent, interactively or headless."""
+"""``reverie chat``: talk to an agent, interactively (a REPL with a line editor, slash commands and
+Ctrl-C that interrupts a turn) or headless (``-p`` with text, json or stream-json output, or
+``--input-format stream-json`` for many messages through one process; DECISIONS D13, D14).
+
+Headless output: ``text`` streams the reply; ``json`` prints one result object after the turn
+and S23's wait; ``stream-json`` prints one object per line, ``{"type": <event kind>, ...payload}``
+in the vocabulary of docs/events.md, and ends with the same result object (``"type": "result"``).
+With ``--input-format stream-json`` every stdin line ``{"type": "user", "text": "..."}`` is
+answered in the same conversation, one result object each; S23's wait happens once, at the end
+of input. The exit code is the last turn's (0 done, 1 error, 3 max_steps, 130 interrupted), or 1
+when an input line was invalid.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import typer
 
+from orchestrator.base.events import Event
 from orchestrator.base.paths import DEFAULT_AGENT_ID, reverie_home
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer
 
-__all__ = ["chat", "register"]
+__all__ = ["chat", "history_file", "register"]
+
+_OUTPUT_FORMATS = ("text", "json", "stream-json")
+_INPUT_FORMATS = ("text", "stream-json")
+
+
+def history_file(agent_id: str) -> Path:
+    """Input history is per agent: what you typed to one agent is not offered to another."""
+    return reverie_home() / "history" / f"{agent_id}.txt"
 
 
 def _require_utf8(option: str, value: str) -> None:
@@ -39,97 +60,224 @@ def chat(
     new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
     context_window: ContextWindowOption = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model name (with an endpoint configured).")] = None,
+    output_format: Annotated[
+        str | None,
+        typer.Option("--output-format", help="Headless output: text (default), json (one result object), stream-json (events, then the result)."),
+    ] = None,
+    input_format: Annotated[
+        str,
+        typer.Option("--input-format", help="text, or stream-json: read {\"type\": \"user\", \"text\": ...} lines from stdin and answer each."),
+    ] = "text",
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show tool calls' raw arguments and longer results.")] = False,
 ) -> None:
-    """Talk to an agent. Without -p, an interactive session (history kept; Ctrl-D to leave)."""
-    from orchestrator.app.session import ChatSession
+    """Talk to an agent. Without -p, an interactive session (/help lists the commands; Ctrl-D leaves).
 
+    Exit codes: 0 done, 1 error, 3 stopped at max_steps, 130 interrupted.
+    """
+    if output_format is not None and output_format not in _OUTPUT_FORMATS:
+        raise UserError(f"--output-format {output_format!r}: use one of {', '.join(_OUTPUT_FORMATS)}")
+    if input_format not in _INPUT_FORMATS:
+        raise UserError(f"--input-format {input_format!r}: use one of {', '.join(_INPUT_FORMATS)}")
     if prompt is not None and not prompt.strip():
         raise UserError("--prompt is empty: give the message to send")
     if prompt is not None:
         _require_utf8("--prompt", prompt)
-    renderer = TerminalRenderer()
+    if prompt is not None and input_format == "stream-json":
+        raise UserError("--input-format stream-json reads the messages from stdin: leave out -p")
+    streaming_input = input_format == "stream-json"
+    fmt = output_format or ("stream-json" if streaming_input else "text")
+    if output_format is not None and prompt is None and not streaming_input:
+        raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
+    cli = _cli_settings(context_window, model)
+    if prompt is not None or streaming_input:
+        from orchestrator.cli.chat_headless import run_headless
 
-    async def main() -> int:
-        async with ChatSession.open(
-            agent_id=agent,
-            conversation_id=conversation,
-            new=new,
-            cli=_cli_settings(context_window, model),
-            observer=renderer,
-        ) as session:
-            if model and not session.runtime.settings.uses_endpoint:
-                print(
-                    f"reverie: warning: --model {model} has no effect without an endpoint "
-                    "(set REVERIE_BASE_URL or model.base_url); using the scripted model",
-                    file=sys.stderr,
-                )
-            if prompt is not None:
-                outcome = await session.send(prompt)
-                renderer.finish()
-                await session.finish_one_shot(lambda line: print(line, file=sys.stderr, flush=True))
-                if outcome.status == "error":
-                    print(f"reverie: error: {outcome.error}", file=sys.stderr)
-                    return 1
-                if outcome.status == "max_steps":
-                    print(outcome.error, file=sys.stderr)
-                    return 3
-                return 0
-            await _repl(session, renderer)
-            return 0
-
-    history_file = reverie_home() / "chat_history"
-    if prompt is None:
-        _load_readline_history(history_file)
-    try:
-        code = run_async(main)
-    finally:
-        renderer.finish()
-        if prompt is None:
-            _save_readline_history(history_file)
+        code = run_async(lambda: run_headless(agent, conversation, new, cli, prompt, fmt, verbose, model))
+    else:
+        code = _interactive(agent, conversation, new, cli, verbose, model)
     if code:
         raise typer.Exit(code)
 
 
-async def _repl(session: Any, renderer: TerminalRenderer) -> None:
-    """Read lines until end of input; the readline history is loaded and saved around the event loop
-    so Ctrl-C (which cancels everything inside it) still keeps what was typed."""
-    print(f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} (Ctrl-D to leave)")
-    marker = "› " if sys.stdin.isatty() else ""
-    while True:
+def warn_unused_model(session: Any, model: str | None, say: Callable[[str], None]) -> None:
+    if model and not session.runtime.settings.uses_endpoint:
+        say(
+            f"reverie: warning: --model {model} has no effect without an endpoint "
+            "(set REVERIE_BASE_URL or model.base_url); using the scripted model"
+        )
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _interactive(
+    agent: str, conversation: str | None, new: bool, cli: dict[str, Any], verbose: bool, model: str | None
+) -> int:
+    """The REPL; the terminal's mode is saved first and restored on every way out."""
+    saved = _save_terminal()
+    try:
+        return run_async(lambda: _repl(agent, conversation, new, cli, verbose, model))
+    finally:
+        _restore_terminal(saved)
+
+
+async def _repl(
+    agent: str, conversation: str | None, new: bool, cli: dict[str, Any], verbose: bool, model: str | None
+) -> int:
+    from orchestrator.app.session import ChatSession
+    from orchestrator.cli.chat_slash import Slash, is_slash
+    from orchestrator.cli.chat_turns import Interrupts, run_turn
+
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    editor = None
+    if tty:
+        from orchestrator.cli.chat_editor import LineEditor
+
+        editor = LineEditor(history_file(agent), sys.stdout)
+    renderer = TerminalRenderer(verbose=verbose, above=editor.notice if editor is not None else None)
+
+    async def observe(event: Event) -> None:
+        await renderer(event)
+
+    leave = anyio.Event()
+    # at the editor's prompt Ctrl-C is a key; a signal between prompts is ignored there, while
+    # without a terminal (piped input) it ends the session like a shell's
+    interrupts = Interrupts(idle=leave.set if editor is None else lambda: None)
+    async with ChatSession.open(
+        agent_id=agent, conversation_id=conversation, new=new, cli=cli, observer=observe
+    ) as session, anyio.create_task_group() as tg:
+        renderer.memory_dir = session.agent.memory_dir
+        tg.start_soon(interrupts.watch)
+        warn_unused_model(session, model, _stderr)
+        say = renderer.notice
+        slash = Slash(session, say)
+        print(
+            f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} "
+            "(/help for commands, Ctrl-D to leave)",
+            flush=True,
+        )
         try:
-            line = await anyio.to_thread.run_sync(input, marker, abandon_on_cancel=True)
-        except EOFError:
-            print()
-            break
-        if not line.strip():
-            continue
-        outcome = await session.send(line)
-        renderer.finish()
-        if outcome.status == "error":
-            print(f"reverie: error: {outcome.error}", file=sys.stderr)
-        elif outcome.status == "max_steps":
-            print(outcome.error, file=sys.stderr)
+            if editor is not None:
+                await anyio.to_thread.run_sync(editor.start)
+                status = _StatusLine(session, editor)
+                tg.start_soon(status.follow)
+            while True:
+                if editor is not None:
+                    await status.refresh()
+                    text = await editor.read("› ")
+                else:
+                    text = await _next_line(leave)
+                    if text is not None and text.strip():
+                        await anyio.to_thread.run_sync(_remember, history_file(agent), text)
+                if text is None:
+                    break
+                if not text.strip():
+                    continue
+                if is_slash(text):
+                    try:
+                        if await slash.run(text):
+                            break
+                    except Exception as exc:
+                        from orchestrator.cli.errors import describe, user_error_in
+
+                        mistake = user_error_in(exc)
+                        if mistake is None:
+                            raise
+                        say(f"reverie: error: {describe(mistake)}")
+                    continue
+                result = await run_turn(session, text, renderer, interrupts)
+                if result.status == "interrupted":
+                    say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
+                elif result.status in {"error", "max_steps"}:
+                    _stderr(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
+                if result.memory_after and result.memory_after != result.memory_before:
+                    await _show_memory_change(session, renderer, result.memory_before, result.memory_after)
+        finally:
+            if editor is not None:
+                await anyio.to_thread.run_sync(editor.close)
+            tg.cancel_scope.cancel()
+    if leave.is_set():
+        print("reverie: interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
-def _load_readline_history(path: Path) -> None:
+async def _next_line(leave: anyio.Event) -> str | None:
+    from orchestrator.cli.chat_headless import next_line
+
+    line = await next_line(leave)
+    return line.rstrip("\n") if line is not None else None
+
+
+def _remember(path: Path, text: str) -> None:
+    """Piped input is kept in the agent's history too, in the line editor's file format."""
+    from prompt_toolkit.history import FileHistory
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FileHistory(str(path)).store_string(text)
+
+
+class _StatusLine:
+    """The prompt's bottom line: context use (computed once per prompt) and the subagents running
+    (followed while the prompt waits, so a reflection finishing in the background is seen)."""
+
+    def __init__(self, session: Any, editor: Any) -> None:
+        self.session = session
+        self.editor = editor
+        self.context = ""
+
+    async def refresh(self) -> None:
+        use = await self.session.context_use()
+        percent = f" ({100 * use.tokens / use.window:.0f}%)" if use.window else ""
+        self.context = f"context {use.tokens}/{use.window}{percent}"
+        self.show()
+
+    def show(self) -> None:
+        running = self.session.supervisor.running
+        subagents = f" · {running} subagent{'s' if running != 1 else ''} running" if running else ""
+        self.editor.set_status(f" {self.session.agent.agent_id} · {self.context}{subagents} · /help")
+
+    async def follow(self) -> None:
+        while True:
+            await anyio.sleep(0.5)
+            if self.context:
+                self.show()
+
+
+async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:
+    from functools import partial
+
+    from orchestrator.cli.memory_diff import memory_diff
+
+    diff = await anyio.to_thread.run_sync(partial(memory_diff, session.agent.memory_dir, before, after))
+    if diff is None or not diff.files:
+        return
+    renderer.notice("\n".join([f"  ↻ memory: {diff.summary}", *diff.render()]))
+
+
+def _save_terminal() -> Any:
+    if not sys.stdin.isatty():
+        return None
     try:
-        import readline
+        import termios
 
-        if path.exists():
-            readline.read_history_file(path)
+        return termios.tcgetattr(sys.stdin.fileno())
     except (ImportError, OSError):
-        pass
+        return None
 
 
-def _save_readline_history(path: Path) -> None:
+def _restore_terminal(saved: Any) -> None:
+    if saved is None:
+        return
     try:
-        import readline
+        import termios
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        readline.write_history_file(path)
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
     except (ImportError, OSError):
         pass
 
 
 def register(app: typer.Typer) -> None:
     app.command("chat")(chat)
+

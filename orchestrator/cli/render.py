@@ -1,15 +1,26 @@
-"""How a running turn looks in a terminal: streamed text, tool lines, memory and subagent notices.
+"""How a running turn looks in a terminal: streamed text, one line per tool call, memory and
+subagent notices.
 
 The renderer is an ``Observer`` of turn events; it keeps track of whether the cursor is at the
-start of a line so tool lines never glue onto streamed text. A post-turn memory sync that finds the
-repository in trouble is shown too: the agent gets a reminder, and the user should know why.
+start of a line so tool lines never glue onto streamed text. A tool call is one line naming the
+tool and its main argument (``⚙ bash  git commit -m "…"``; ``verbose`` shows the raw JSON), its
+result ``✓``/``✗`` with a short preview. Reflection merges name the files they changed with a
+compact diff. Lines that may arrive while the user types (background subagents) go through
+``above``, which the REPL points at its line editor so they are printed above the prompt. A
+post-turn memory sync that finds the repository in trouble is shown too: the agent gets a
+reminder, and the user should know why.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import TextIO
+
+import anyio
 
 from orchestrator.base.events import (
     CompactionDone,
@@ -24,9 +35,10 @@ from orchestrator.base.events import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    TurnStarted,
 )
 
-__all__ = ["TerminalRenderer", "one_line"]
+__all__ = ["TerminalRenderer", "one_line", "tool_line"]
 
 
 def one_line(text: str, limit: int = 160) -> str:
@@ -40,6 +52,15 @@ _SYNC_TROUBLE = {
     "invalid": "has a HEAD that fails validation (details: `reverie memory validate --head`)",
     "push_failed": "could not be pushed",
 }
+# the argument that says what a call does, per tool
+_MAIN_ARGUMENT = {
+    "bash": "command",
+    "read_file": "path",
+    "write_file": "path",
+    "edit_file": "path",
+    "conversation_search": "query",
+    "search": "query",
+}
 
 
 def _compact_args(arguments: str) -> str:
@@ -49,9 +70,40 @@ def _compact_args(arguments: str) -> str:
         return arguments
 
 
+def tool_line(name: str, arguments: str, *, verbose: bool = False, limit: int = 120) -> str:
+    """``⚙ name  what-it-does`` on one line; the raw arguments with ``verbose``."""
+    if verbose:
+        return f"⚙ {name}  {_compact_args(arguments)}"
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return f"⚙ {name}  {one_line(arguments, limit)}"
+    if not isinstance(parsed, dict):
+        return f"⚙ {name}  {one_line(arguments, limit)}"
+    key = _MAIN_ARGUMENT.get(name)
+    if key and isinstance(parsed.get(key), str):
+        rest = [k for k in parsed if k != key]
+        more = f"  (+{', '.join(rest)})" if rest and name != "bash" else ""
+        return f"⚙ {name}  {one_line(parsed[key], limit)}{more}"
+    shown = " ".join(f"{k}={one_line(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
+    return f"⚙ {name}  {one_line(shown, limit)}".rstrip()
+
+
 class TerminalRenderer:
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        verbose: bool = False,
+        memory_dir: Path | None = None,
+        above: Callable[[str], bool] | None = None,
+    ) -> None:
         self.out = out or sys.stdout
+        self.verbose = verbose
+        self.memory_dir = memory_dir
+        self.above = above
+        self.turn_id: str | None = None
+        self.streamed = ""
         self._at_line_start = True
 
     def _line(self, text: str) -> None:
@@ -60,6 +112,12 @@ class TerminalRenderer:
         self.out.write(text + "\n")
         self._at_line_start = True
         self.out.flush()
+
+    def notice(self, text: str) -> None:
+        """A line that may come while the user types: above the prompt when one is shown."""
+        if self.above is not None and self.above(text):
+            return
+        self._line(text)
 
     def finish(self) -> None:
         if not self._at_line_start:
@@ -70,14 +128,19 @@ class TerminalRenderer:
     async def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta):
             if event.text:
+                self.streamed += event.text
                 self.out.write(event.text)
                 self._at_line_start = event.text.endswith("\n")
                 self.out.flush()
+        elif isinstance(event, TurnStarted):
+            self.turn_id = event.turn_id
+            self.streamed = ""
         elif isinstance(event, ToolStarted):
-            self._line(f"  ⚙ {event.name}({one_line(_compact_args(event.arguments), 400)})")
+            self._line(f"  {tool_line(event.name, event.arguments, verbose=self.verbose)}")
         elif isinstance(event, ToolFinished):
             mark = "✓" if event.ok else "✗"
-            self._line(f"  {mark} {one_line(event.output) or '(no output)'}")
+            limit = 400 if self.verbose else 100
+            self._line(f"  {mark} {one_line(event.output, limit) or '(no output)'}")
         elif isinstance(event, ModelRetrying):
             self._line(f"  ⚠ model: {event.message}")
         elif isinstance(event, MemoryUpdateInjected):
@@ -85,12 +148,33 @@ class TerminalRenderer:
         elif isinstance(event, CompactionProgress):
             self._line(f"  … compacting: {event.step}")
         elif isinstance(event, CompactionDone):
-            self._line(f"  ↻ compacted {event.evicted} messages ({event.tokens_before} → {event.tokens_after} tokens)")
+            self.notice(f"  ↻ compacted {event.evicted} messages ({event.tokens_before} → {event.tokens_after} tokens)")
         elif isinstance(event, CompactionFailed):
-            self._line(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
+            self.notice(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
         elif isinstance(event, ReflectionMerged):
-            self._line(f"  ↻ reflection merged {event.commits} commit{'s' if event.commits != 1 else ''}")
+            await self._merged(event)
         elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
             self._line(f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it")
         elif isinstance(event, ReflectionKept):
-            self._line(f"  ⚠ reflection conflict: kept on {event.branch}")
+            files = f" ({', '.join(event.files)})" if event.files else ""
+            self.notice(f"  ⚠ reflection conflict: kept on {event.branch}{files}; `reverie reflections list`")
+        elif event.kind == "reflection.failed":
+            self.notice(f"  ⚠ reflection failed: {one_line(str(getattr(event, 'error', '') or 'unknown error'))}")
+        elif event.kind == "reflection.resolved":
+            await self._merged(event, verb="resolved a conflict and merged")
+
+    async def _merged(self, event: Event, verb: str = "merged") -> None:
+        commits = int(getattr(event, "commits", 0) or 0)
+        revision = str(getattr(event, "revision", "") or "")
+        head = f"  ↻ reflection {verb} {commits} commit{'s' if commits != 1 else ''}"
+        diff = None
+        if self.memory_dir is not None and revision and commits > 0:
+            from orchestrator.cli.memory_diff import memory_diff
+
+            diff = await anyio.to_thread.run_sync(
+                partial(memory_diff, self.memory_dir, f"{revision}~{commits}", revision)
+            )
+        if diff is None or not diff.files:
+            self.notice(head)
+            return
+        self.notice("\n".join([f"{head}: {diff.summary}", *diff.render()]))

@@ -52,7 +52,7 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comp
 
 def test_rule_is_committed_by_a_real_tool_call(story: dict[str, subprocess.CompletedProcess[str]]) -> None:
     out = story["rule"].stdout
-    assert "⚙ bash(" in out and "✓ " in out
+    assert "⚙ bash  cd " in out and "✓ " in out
     assert "↻ memory changed — <memory_update> injected" in out
     assert out.rstrip().endswith("🦉"), "the same turn's reply already follows the committed rule"
     memory = Path(story["memory"].stdout.strip())

@@ -83,7 +83,7 @@ def test_ctrl_c_in_the_repl_exits_130_and_keeps_history(home: Path) -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
-    assert (home / "chat_history").exists()
+    assert "hello there" in (home / "history" / "agent-default.txt").read_text(encoding="utf-8")
     history = reverie(home, "history")
     assert "hello there" in history.stdout
 

@@ -1,0 +1,178 @@
+"""The chat's line editor: prompt_toolkit on a thread of its own, beside the trio (or asyncio) loop.
+
+prompt_toolkit runs its own asyncio event loop, which cannot share a thread with trio, so it gets
+a dedicated thread and loop; ``read`` submits a prompt there and waits for it without blocking
+the session's loop. While the prompt is shown the terminal is in raw mode, so Ctrl-C arrives as a
+key (bound to "clear the line") rather than as SIGINT; between prompts the terminal is cooked and
+Ctrl-C is a signal that the REPL turns into cancelling the running turn.
+
+Output from elsewhere while the prompt is up (a reflection that merged in the background) goes
+through ``run_in_terminal`` on the editor's loop: the prompt is erased, the notice printed, the
+prompt and what was typed redrawn below it, never over it. The status line is the bottom toolbar,
+shown only while the prompt waits.
+
+Keys: Enter sends; Alt-Enter, or Enter after a trailing ``\\``, inserts a newline; Ctrl-C clears
+the line; Ctrl-D on an empty line leaves. History is a file per agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+__all__ = ["LineEditor"]
+
+
+class LineEditor:
+    def __init__(self, history_path: Path, out: TextIO) -> None:
+        self.history_path = history_path
+        self.out = out
+        self.status = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="reverie-line-editor", daemon=True)
+        self._session: Any = None
+        self._reading = False
+
+    # lifetime (called from the session's thread)
+
+    def start(self) -> LineEditor:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._make_session(), self._loop).result()
+        return self
+
+    def close(self) -> None:
+        """End a prompt still shown (its terminal mode is restored by prompt_toolkit), then the loop."""
+        if not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._abort)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> LineEditor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # reading
+
+    async def read(self, message: str) -> str | None:
+        """One entry (possibly several lines); None at end of input (Ctrl-D)."""
+        future: Future[str | None] = asyncio.run_coroutine_threadsafe(self._prompt(message), self._loop)
+        self._reading = True
+        try:
+            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._abort)
+            raise
+        finally:
+            self._reading = False
+
+    def notice(self, text: str) -> bool:
+        """Print ``text`` above the prompt if one is being read (True); False: print it yourself."""
+        if not self._reading:
+            return False
+        self._loop.call_soon_threadsafe(self._show, text)
+        return True
+
+    def set_status(self, text: str) -> None:
+        if text == self.status:
+            return
+        self.status = text
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._invalidate)
+
+    # on the editor's loop
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    async def _make_session(self) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+
+        self.history_path.parent.mkdir(parents=True, exist_ok=True)
+        self._session = PromptSession(
+            history=FileHistory(str(self.history_path)),
+            key_bindings=_bindings(),
+            bottom_toolbar=self._toolbar,
+            prompt_continuation=lambda width, line_number, wrap_count: "… ".rjust(width),
+            enable_suspend=True,
+        )
+
+    async def _prompt(self, message: str) -> str | None:
+        try:
+            return str(await self._session.prompt_async(message))
+        except EOFError:
+            return None
+
+    def _toolbar(self) -> str:
+        return self.status
+
+    def _running_app(self) -> Any:
+        app = self._session.app if self._session is not None else None
+        return app if app is not None and app.is_running else None
+
+    def _abort(self) -> None:
+        app = self._running_app()
+        if app is not None and not app.future.done():
+            app.exit(exception=EOFError())
+
+    def _invalidate(self) -> None:
+        app = self._running_app()
+        if app is not None:
+            app.invalidate()
+
+    def _show(self, text: str) -> None:
+        from prompt_toolkit.application import run_in_terminal
+        from prompt_toolkit.application.current import set_app
+
+        app = self._running_app()
+        if app is None:
+            self._write(text)
+            return
+
+        async def show() -> None:
+            with set_app(app):
+                await run_in_terminal(lambda: self._write(text))
+
+        self._loop.create_task(show())
+
+    def _write(self, text: str) -> None:
+        self.out.write(text if text.endswith("\n") else text + "\n")
+        self.out.flush()
+
+
+def _bindings() -> Any:
+    from prompt_toolkit.key_binding import KeyBindings
+
+    kb = KeyBindings()
+
+    @kb.add("c-c")
+    def _clear(event: Any) -> None:
+        event.current_buffer.reset()
+
+    @kb.add("escape", "enter")
+    def _newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @kb.add("enter")
+    def _enter(event: Any) -> None:
+        buffer = event.current_buffer
+        if buffer.document.text_before_cursor.endswith("\\") and buffer.document.is_cursor_at_the_end:
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    return kb
+

@@ -1,0 +1,219 @@
+"""The chat's slash commands: handled in the CLI, never sent to the model.
+
+``COMMANDS`` is the one list: ``/help`` prints it and the tests check that every entry answers.
+The agent-info reminder tells the model the user can ``/rename`` (DECISIONS D7); that is true
+here. An unknown ``/word`` gets a one-line hint; text that merely starts with ``//`` or a path such
+as ``/etc/hosts is odd`` is sent to the model like any message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import anyio
+
+from orchestrator.app.session import ChatSession
+from orchestrator.cli.render import one_line
+
+__all__ = ["COMMANDS", "SlashCommand", "Slash", "is_slash"]
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    name: str
+    usage: str
+    help: str
+
+
+COMMANDS: tuple[SlashCommand, ...] = (
+    SlashCommand("help", "/help", "list these commands and the keys"),
+    SlashCommand("status", "/status", "agent, conversation, model, context use, memory HEAD, subagents, kept branches"),
+    SlashCommand("memory", "/memory", "the memory tree and the last memory commits with a short diff"),
+    SlashCommand("compact", "/compact", "compact the conversation now"),
+    SlashCommand("reflect", "/reflect", "start a reflection now (it merges in the background)"),
+    SlashCommand("reflections", "/reflections", "recent reflections and their outcomes"),
+    SlashCommand("new", "/new", "start a new conversation"),
+    SlashCommand("conversations", "/conversations [ID]", "list this agent's conversations, or switch to one"),
+    SlashCommand("model", "/model [NAME]", "show the model, or use NAME from the next request on"),
+    SlashCommand("rename", "/rename NAME", "rename the agent"),
+    SlashCommand("exit", "/exit", "leave (Ctrl-D does too)"),
+)
+_NAMES = {c.name for c in COMMANDS} | {"quit"}
+
+KEYS = (
+    "Enter sends · Alt-Enter or a trailing \\ adds a line · Ctrl-C interrupts a turn or clears the line · "
+    "Ctrl-D or /exit leaves"
+)
+
+
+def is_slash(text: str) -> bool:
+    """``/word …`` is a command; ``//…`` and ``/a/path …`` are messages."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return False
+    word = stripped[1:].split(maxsplit=1)[0] if len(stripped) > 1 else ""
+    return "/" not in word
+
+
+class Slash:
+    """Runs slash commands against a session, printing with ``say``."""
+
+    def __init__(self, session: ChatSession, say: Callable[[str], None]) -> None:
+        self.session = session
+        self.say = say
+
+    async def run(self, text: str) -> bool:
+        """Handle one command line; True when the REPL should leave."""
+        word, _, rest = text.strip()[1:].partition(" ")
+        name, arg = word.lower(), rest.strip()
+        if name in {"exit", "quit"}:
+            return True
+        if name not in _NAMES:
+            self.say(f"unknown command /{word}; /help lists the commands")
+            return False
+        handler: Callable[[str], Awaitable[None]] = getattr(self, f"_{name}")
+        await handler(arg)
+        return False
+
+    async def _help(self, arg: str) -> None:
+        width = max(len(c.usage) for c in COMMANDS)
+        lines = [f"  {c.usage.ljust(width)}  {c.help}" for c in COMMANDS]
+        self.say("\n".join(["commands:", *lines, f"keys: {KEYS}"]))
+
+    async def _status(self, arg: str) -> None:
+        s = self.session
+        use = await s.context_use()
+        head = await s.memory_head()
+        kept = await self._kept_branches()
+        percent = f" ({100 * use.tokens / use.window:.0f}%)" if use.window else ""
+        model = s.model_name if s.runtime.settings.uses_endpoint else f"{s.model_name} (embedded scripted model)"
+        self.say(
+            "\n".join(
+                [
+                    f"agent         {s.agent.agent_id} ({s.agent.name})",
+                    f"conversation  {s.conversation_id}",
+                    f"model         {model}",
+                    f"context       {use.tokens} / {use.window} tokens{percent}, {use.source}",
+                    f"memory HEAD   {head[:12] if head else '(no commits)'}  {s.agent.memory_dir}",
+                    f"subagents     {s.supervisor.running} running",
+                    f"kept branches {', '.join(kept) if kept else 'none'}",
+                ]
+            )
+        )
+
+    async def _kept_branches(self) -> list[str]:
+        from orchestrator.memfs.worktrees import list_reflections
+
+        try:
+            branches = await list_reflections(self.session.agent.memory_dir, kind=None)
+        except Exception as exc:  # a damaged repository must not break /status
+            return [f"(cannot list: {one_line(str(exc), 80)})"]
+        return [b.branch for b in branches if not b.merged]
+
+    async def _memory(self, arg: str) -> None:
+        lines = await anyio.to_thread.run_sync(partial(_memory_report, self.session.agent.memory_dir))
+        self.say("\n".join(lines))
+
+    async def _compact(self, arg: str) -> None:
+        compactor = self.session.runner.compactor
+        compact_now = getattr(compactor, "compact_now", None)
+        if compact_now is None:
+            self.say("compaction is not available in this installation")
+            return
+        async with self.session.supervisor.conversation_lock(self.session.conversation_id):
+            result = await compact_now(self.session.conversation_id)
+        if result.status == "skipped":
+            self.say(f"nothing to compact ({result.messages_before} messages in context)")
+            return
+        self.say(f"↻ compacted {result.evicted} messages ({result.tokens_before} → {result.tokens_after} tokens)")
+        if result.status == "failed":
+            self.say(f"the summarizer failed ({result.error}); older messages were evicted without a summary")
+
+    async def _reflect(self, arg: str) -> None:
+        reason = await self.session.reflect_now()
+        self.say(f"reflection: {reason} (its outcome is shown when it finishes)")
+
+    async def _reflections(self, arg: str) -> None:
+        records = await self.session.runtime.store.reflections(self.session.agent.agent_id)
+        if not records:
+            self.say("no reflections yet (/reflect starts one)")
+            return
+        lines = []
+        for r in records[-8:]:
+            why = f": {one_line(r.reason, 80)}" if r.reason else ""
+            files = f" [{', '.join(r.files)}]" if r.files else ""
+            lines.append(f"  {r.created_at}  {r.id}  {r.status}{why}{files}")
+        self.say("\n".join(["reflections (newest last):", *lines]))
+
+    async def _new(self, arg: str) -> None:
+        conversation = await self.session.new_conversation()
+        self.say(f"new conversation {conversation}")
+
+    async def _conversations(self, arg: str) -> None:
+        if arg:
+            conversation = await self.session.resume_conversation(arg)
+            self.say(f"now in conversation {conversation}")
+            return
+        conversations = await self.session.runtime.store.list_conversations(self.session.agent.agent_id)
+        lines = [
+            f"{'*' if c.id == self.session.conversation_id else ' '} {c.id}  {c.created_at}  {c.title or ''}".rstrip()
+            for c in conversations
+        ]
+        self.say("\n".join([*lines, "(/conversations ID switches)"]))
+
+    async def _model(self, arg: str) -> None:
+        s = self.session
+        if not arg:
+            where = "endpoint " + str(s.runtime.settings.base_url) if s.runtime.settings.uses_endpoint else "embedded"
+            self.say(f"model {s.model_name} ({where})")
+            return
+        if not s.runtime.settings.uses_endpoint:
+            self.say(
+                f"no endpoint is configured, so the embedded scripted model answers; set REVERIE_BASE_URL "
+                f"(or model.base_url) to use {arg}"
+            )
+            return
+        await s.set_model(arg)
+        self.say(f"model {arg} from the next request on (kept for agent {s.agent.agent_id})")
+
+    async def _rename(self, arg: str) -> None:
+        name = " ".join(arg.split())
+        if not name:
+            self.say("usage: /rename NAME")
+            return
+        await self.session.rename(name)
+        self.say(f"agent {self.session.agent.agent_id} is now called {name}")
+
+
+def _memory_report(repo: Path, commits: int = 3) -> list[str]:
+    """The tree of tracked files at HEAD and the last commits, each with a compact diff."""
+    from orchestrator.cli.memory_diff import memory_diff
+    from orchestrator.memfs.repo import run_git
+
+    listed = run_git(repo, "ls-tree", "-r", "--name-only", "HEAD", check=False)
+    if listed.returncode != 0:
+        return [f"memory {repo}: no commits yet"]
+    lines = [f"memory {repo}"]
+    seen: set[str] = set()
+    for path in listed.stdout.decode("utf-8", "replace").splitlines():
+        parts = path.split("/")
+        for depth in range(len(parts) - 1):
+            folder = "/".join(parts[: depth + 1])
+            if folder not in seen:
+                seen.add(folder)
+                lines.append(f"  {'  ' * depth}{parts[depth]}/")
+        lines.append(f"  {'  ' * (len(parts) - 1)}{parts[-1]}")
+    log = run_git(repo, "log", f"-{commits}", "--format=%H%x00%P%x00%s", check=False)
+    entries = [line.split("\0") for line in log.stdout.decode("utf-8", "replace").splitlines() if line]
+    if entries:
+        lines.append("last commits:")
+    for sha, parents, subject in entries:
+        diff = memory_diff(repo, parents.split()[0] if parents else None, sha, max_lines=4)
+        summary = f"  ({diff.summary})" if diff is not None and diff.files else ""
+        lines.append(f"  {sha[:7]} {one_line(subject, 80)}{summary}")
+        if diff is not None:
+            lines.extend(diff.render("      "))
+    return lines

@@ -1,0 +1,162 @@
+"""One chat turn as the CLI runs it: interruptible by Ctrl-C, measured, and summarised as a result.
+
+Ctrl-C is SIGINT, received by a signal watcher on the session's loop (anyio's signal receiver,
+main thread, both backends). During a turn it cancels the turn's cancel scope: the model request
+and a running tool (its process group) are cancelled, the turn loop stores the turn as
+``interrupted`` with what was streamed, and the REPL goes back to the prompt. Outside a turn the
+owner decides (``idle``): the REPL ignores it (at its prompt Ctrl-C is a key, not a signal),
+headless modes leave with 130.
+
+Exit codes (DECISIONS D13): 0 done, 1 error, 3 stopped at ``max_steps``, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from orchestrator.app.session import ChatSession
+from orchestrator.cli.render import TerminalRenderer
+
+__all__ = ["EXIT_CODES", "Interrupts", "TurnResult", "exit_code", "run_turn"]
+
+EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130, "cancelled": 130}
+
+
+def exit_code(status: str) -> int:
+    return EXIT_CODES.get(status, 1)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a script gets for one message (the ``json`` output and stream-json's last line)."""
+
+    agent_id: str
+    conversation_id: str
+    turn_id: str | None
+    status: str
+    reply: str
+    error: str | None
+    steps: int
+    usage: dict[str, int]
+    subagent_usage: dict[str, int]
+    memory_before: str | None
+    memory_after: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "result",
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "reply": self.reply,
+            "error": self.error,
+            "turn_id": self.turn_id,
+            "conversation_id": self.conversation_id,
+            "agent_id": self.agent_id,
+            "steps": self.steps,
+            "usage": {**self.usage, "subagents": self.subagent_usage},
+            "memory": {"before": self.memory_before, "after": self.memory_after},
+        }
+
+
+@dataclass
+class Interrupts:
+    """SIGINT on the session's loop: cancels the running turn, else calls ``idle``."""
+
+    idle: Callable[[], None] = lambda: None
+    _turn: anyio.CancelScope | None = None
+    received: int = field(default=0)
+
+    async def watch(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                self.received += 1
+                if self._turn is not None:
+                    self._turn.cancel()
+                else:
+                    self.idle()
+
+
+async def subagent_usage(session: ChatSession, after_id: int) -> dict[str, int]:
+    """Model calls made for anything but the chat itself (reflection, summaries) since ``after_id``."""
+    calls = await session.runtime.store.events(
+        agent_id=session.agent.agent_id, kinds=["model.call"], after_id=after_id
+    )
+    mine = [c for c in calls if c.payload.get("purpose", "chat") != "chat"]
+    return {
+        "prompt_tokens": sum(int(c.payload.get("prompt_tokens", 0)) for c in mine),
+        "completion_tokens": sum(int(c.payload.get("completion_tokens", 0)) for c in mine),
+        "calls": len(mine),
+    }
+
+
+async def run_turn(
+    session: ChatSession,
+    text: str,
+    renderer: TerminalRenderer,
+    interrupts: Interrupts,
+    *,
+    after_turn: Callable[[], Any] | None = None,
+) -> TurnResult:
+    """Send ``text``; Ctrl-C cancels just this turn. ``after_turn`` (e.g. the S23 wait) runs
+    before the memory revision after and the subagent usage are read."""
+    before = await session.memory_head()
+    mark = await session.runtime.store.last_event_id()
+    renderer.turn_id = None
+    renderer.streamed = ""
+    outcome = None
+    with anyio.CancelScope() as scope:
+        interrupts._turn = scope
+        try:
+            outcome = await session.send(text)
+        finally:
+            interrupts._turn = None
+    renderer.finish()
+    if after_turn is not None:
+        await after_turn()
+    after = await session.memory_head()
+    extra = await subagent_usage(session, mark)
+    if outcome is not None:
+        return TurnResult(
+            agent_id=session.agent.agent_id,
+            conversation_id=outcome.conversation_id,
+            turn_id=outcome.turn_id,
+            status=outcome.status,
+            reply=outcome.text,
+            error=outcome.error,
+            steps=outcome.steps,
+            usage={"prompt_tokens": outcome.usage.prompt_tokens, "completion_tokens": outcome.usage.completion_tokens},
+            subagent_usage=extra,
+            memory_before=before,
+            memory_after=after,
+        )
+    turn = await session.last_turn()
+    turn_id = turn.id if turn is not None else renderer.turn_id
+    chat_calls = await session.runtime.store.events(
+        agent_id=session.agent.agent_id, kinds=["model.call"], after_id=mark
+    )
+    mine = [c for c in chat_calls if c.payload.get("purpose", "chat") == "chat"]
+    return TurnResult(
+        agent_id=session.agent.agent_id,
+        conversation_id=session.conversation_id,
+        turn_id=turn_id,
+        status=turn.status if turn is not None and turn.status != "running" else "interrupted",
+        reply=renderer.streamed,
+        error=turn.error if turn is not None else "the turn was interrupted",
+        steps=len(mine),
+        usage={
+            "prompt_tokens": sum(int(c.payload.get("prompt_tokens", 0)) for c in mine),
+            "completion_tokens": sum(int(c.payload.get("completion_tokens", 0)) for c in mine),
+        },
+        subagent_usage=extra,
+        memory_before=before,
+        memory_after=after,
+    )

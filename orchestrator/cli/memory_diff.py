@@ -1,0 +1,65 @@
+"""A memory change in a few lines: which files, how many lines each, and the first changed lines.
+
+Used by the chat after a turn that moved the memory's HEAD and after a reflection merge, so the
+user sees what changed (``system/persona.md +1 -0`` then ``+ always end answers with 🦉``)
+without opening git.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MemoryDiff", "memory_diff"]
+
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+@dataclass(frozen=True)
+class MemoryDiff:
+    files: tuple[tuple[str, int, int], ...]
+    lines: tuple[str, ...]
+    more: int
+
+    def render(self, indent: str = "    ") -> list[str]:
+        shown = [f"{indent}{line}" for line in self.lines]
+        if self.more:
+            shown.append(f"{indent}… {self.more} more changed line{'s' if self.more != 1 else ''}")
+        return shown
+
+    @property
+    def summary(self) -> str:
+        return ", ".join(f"{path} +{added} -{removed}" for path, added, removed in self.files)
+
+
+def memory_diff(repo: Path, before: str | None, after: str, *, max_lines: int = 6, width: int = 100) -> MemoryDiff | None:
+    """The change from ``before`` (None: nothing) to ``after``; None when git cannot tell (e.g. a
+    revision is gone). Blocking: call it in a worker thread."""
+    from orchestrator.memfs.repo import run_git
+
+    proc = run_git(
+        repo, "diff", "--no-color", "--no-ext-diff", "--unified=0", before or _EMPTY_TREE, after, check=False
+    )
+    if proc.returncode != 0:
+        return None
+    counts: dict[str, list[int]] = {}
+    current: list[int] | None = None
+    lines: list[str] = []
+    total = 0
+    for raw in proc.stdout.decode("utf-8", "replace").splitlines():
+        if raw.startswith("diff --git "):
+            current = counts.setdefault(raw.split(" b/", 1)[-1], [0, 0])
+        elif raw.startswith(("+++", "---")) or current is None:
+            continue
+        elif raw.startswith(("+", "-")):
+            sign = raw[0]
+            current[0 if sign == "+" else 1] += 1
+            total += 1
+            if len(lines) < max_lines:
+                text = " ".join(raw[1:].split())
+                lines.append(f"{sign} {text if len(text) <= width else text[: width - 1] + '…'}")
+    return MemoryDiff(
+        files=tuple((path, added, removed) for path, (added, removed) in counts.items()),
+        lines=tuple(lines),
+        more=total - len(lines),
+    )

@@ -1,0 +1,148 @@
+"""Headless chat through the real CLI: json and stream-json output, stream-json input over one
+process and one conversation, D13 exit codes, and Ctrl-C (SIGINT) storing the turn as
+``interrupted`` with what was streamed. Both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.testing.openai_server import LoopbackOpenAI, http_error, stall
+
+EVENT_KINDS = {
+    "turn.start", "turn.end", "text.delta", "model.call", "model.retry", "tool.start", "tool.end",
+    "memory.commit", "memory.update_injected", "reminder.queued", "compaction.start", "compaction.progress",
+    "compaction.done", "compaction.failed", "reflection.launch", "reflection.merged", "reflection.kept",
+    "reflection.failed", "result",
+}  # fmt: skip
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, REVERIE_HOME=str(home), **extra)
+
+
+def reverie(home: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True, text=True, env=_env(home, **env), input=stdin, timeout=120,
+    )  # fmt: skip
+
+
+def _db(home: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(home / "reverie.sqlite3") as conn:
+        return list(conn.execute(sql))
+
+
+def test_json_prints_one_result_object(tmp_path: Path, backend: str) -> None:
+    proc = reverie(tmp_path, "chat", "-p", "hello", "--output-format", "json", REVERIE_BACKEND=backend)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["type"] == "result" and result["status"] == "end_turn" and result["exit_code"] == 0
+    assert result["reply"] == "(mock) I heard: hello"
+    assert result["turn_id"] == _db(tmp_path, "SELECT id FROM turns")[0][0]
+    assert result["usage"]["prompt_tokens"] > 0 and result["usage"]["subagents"]["calls"] == 0
+    assert result["memory"]["before"] == result["memory"]["after"] and len(result["memory"]["after"]) == 40
+
+
+def test_stream_json_is_events_then_the_result(tmp_path: Path, backend: str) -> None:
+    proc = reverie(
+        tmp_path, "chat", "-p", "remember that I like owls", "--output-format", "stream-json", REVERIE_BACKEND=backend
+    )
+    assert proc.returncode == 0, proc.stderr
+    objects = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {o["type"] for o in objects} <= EVENT_KINDS
+    kinds = [o["type"] for o in objects]
+    assert kinds[0] == "turn.start" and kinds[-1] == "result" and kinds.count("result") == 1
+    assert "tool.start" in kinds and "tool.end" in kinds and kinds.index("turn.end") < kinds.index("result")
+    result = objects[-1]
+    assert result["reply"] == "Noted — I saved that to memory."
+    assert result["memory"]["before"] != result["memory"]["after"]
+
+
+def test_stream_json_input_answers_each_message_in_one_conversation(tmp_path: Path, backend: str) -> None:
+    lines = "".join(json.dumps({"type": "user", "text": t}) + "\n" for t in ("one", "two", "three"))
+    proc = reverie(tmp_path, "chat", "--input-format", "stream-json", stdin=lines, REVERIE_BACKEND=backend)
+    assert proc.returncode == 0, proc.stderr
+    results = [o for o in map(json.loads, proc.stdout.splitlines()) if o["type"] == "result"]
+    assert [r["reply"] for r in results] == ["(mock) I heard: one", "(mock) I heard: two", "(mock) I heard: three"]
+    assert len({r["conversation_id"] for r in results}) == 1
+    assert _db(tmp_path, "SELECT COUNT(DISTINCT conversation_id), COUNT(*) FROM turns") == [(1, 3)]
+
+
+def test_a_bad_input_line_is_named_and_the_rest_answered(tmp_path: Path) -> None:
+    lines = '{"type": "user", "text": "one"}\n{"type": "user"}\nnot json\n{"type": "user", "text": "two"}\n'
+    proc = reverie(tmp_path, "chat", "--input-format", "stream-json", "--output-format", "json", stdin=lines)
+    assert proc.returncode == 1
+    assert [json.loads(line)["reply"] for line in proc.stdout.splitlines()] == [
+        "(mock) I heard: one",
+        "(mock) I heard: two",
+    ]
+    errors = proc.stderr.strip().splitlines()
+    assert errors == [
+        'reverie: error: stdin line 2: field "text" must be a non-empty string',
+        "reverie: error: stdin line 3: not JSON (Expecting value at column 1)",
+    ]
+
+
+def test_exit_codes_for_max_steps_and_a_model_error(tmp_path: Path) -> None:
+    stopped = reverie(tmp_path, "chat", "-p", "remember that I like owls", "--output-format", "json", REVERIE_MAX_STEPS="1")
+    assert stopped.returncode == 3, stopped.stderr
+    assert json.loads(stopped.stdout)["status"] == "max_steps"
+    with LoopbackOpenAI() as server:
+        server.enqueue(http_error(400, "model 'nope' does not exist"))
+        failed = reverie(tmp_path, "chat", "-p", "hi", REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test")
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr and "reverie: error:" in failed.stderr
+
+
+def test_sigint_interrupts_the_turn_keeps_the_streamed_text_and_exits_130(tmp_path: Path, backend: str) -> None:
+    with LoopbackOpenAI() as server:
+        server.enqueue(stall("partial answer that never ends", after=2, seconds=30))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "go", "--output-format", "stream-json"],
+            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(json.loads(line))
+            if seen[-1]["type"] == "text.delta":
+                break
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=20)
+        assert time.monotonic() - started < 10
+    assert proc.returncode == 130
+    result = json.loads(rest.strip().splitlines()[-1])
+    assert result["status"] == "interrupted" and result["reply"]
+    assert "partial answer that never ends".startswith(result["reply"])
+    assert _db(tmp_path, "SELECT status FROM turns") == [("interrupted",)]
+    kept = _db(tmp_path, "SELECT content, metadata FROM messages WHERE role = 'assistant'")
+    assert len(kept) == 1 and kept[0][0] == result["reply"] and json.loads(str(kept[0][1]))["interrupted"] is True
+
+
+def test_scripted_latency_is_checked(tmp_path: Path) -> None:
+    proc = reverie(tmp_path, "chat", "-p", "hi", REVERIE_SCRIPTED_LATENCY="soon")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "REVERIE_SCRIPTED_LATENCY='soon'" in proc.stderr
+
+
+def test_headless_flags_are_checked(tmp_path: Path) -> None:
+    bad = reverie(tmp_path, "chat", "-p", "hi", "--output-format", "yaml")
+    assert bad.returncode == 1 and "--output-format 'yaml'" in bad.stderr
+    both = reverie(tmp_path, "chat", "-p", "hi", "--input-format", "stream-json")
+    assert both.returncode == 1 and "leave out -p" in both.stderr

@@ -1,0 +1,122 @@
+"""The chat REPL driven in a real terminal (a pty with a terminal emulator, not a mocked stdin):
+slash commands, Ctrl-C during a turn and at the prompt, leaving with a sane terminal, background
+notices above the prompt, multi-line input, per-agent history. Both backends."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.chat_slash import COMMANDS
+
+from .terminal import Terminal
+
+CHAT = f"{sys.executable} -m orchestrator chat"
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _prompt_back(text: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return any(line.startswith("›") for line in lines[-3:])
+
+
+def _statuses(home: Path) -> list[str]:
+    with sqlite3.connect(home / "reverie.sqlite3") as conn:
+        return [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
+
+
+def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, backend: str) -> None:
+    home = tmp_path / "home"
+    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="4", REVERIE_BACKEND=backend)
+    try:
+        term.wait("$")
+        term.line(CHAT)
+        term.wait("/help for commands")
+        term.wait(_prompt_back)
+        term.line("/help")
+        shown = term.wait("Ctrl-D or /exit leaves")
+        for command in COMMANDS:
+            assert command.usage in shown, command.usage
+
+        term.line("tell me something slowly")
+        time.sleep(1.0)
+        term.interrupt()
+        term.wait("interrupted")
+        term.wait(_prompt_back)
+        # the model call was cancelled, not waited for: no answer was ever stored or shown
+        assert _statuses(home) == ["interrupted"]
+        assert "I heard" not in term.text()
+        with sqlite3.connect(home / "reverie.sqlite3") as conn:
+            assert conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'assistant'").fetchone() == (0,)
+
+        term.line("/status")
+        status = term.wait("kept branches")
+        assert "agent-default" in status and "memory HEAD" in status and "/ 128000 tokens" in status
+
+        term.line("/exit")
+        term.wait(lambda text: text.rstrip().endswith("$"))
+        term.line("stty -a; echo stty-done")
+        settings = term.wait("stty-done\n")
+        words = settings.replace(";", " ").split()
+        assert "echo" in words and "-echo" not in words and "icanon" in words
+        assert (home / "history" / "agent-default.txt").read_text().count("tell me something slowly") == 1
+    finally:
+        term.close()
+
+
+def test_a_background_reflection_notice_lands_above_the_prompt(tmp_path: Path, backend: str) -> None:
+    home = tmp_path / "home"
+    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="0.5", REVERIE_BACKEND=backend)
+    try:
+        term.line(CHAT)
+        term.wait(_prompt_back)
+        term.line("I like green tea")
+        term.wait("I heard: I like green tea")
+        term.wait(_prompt_back)
+        term.line("/reflect")
+        term.wait("reflection: ")
+        term.wait(_prompt_back)
+        term.send("half a thought")
+        term.wait("reflection merged 1 commit")
+        term.pump(0.5)
+        lines = [line for line in term.lines() if line.strip()]
+        notice = next(i for i, line in enumerate(lines) if "reflection merged 1 commit" in line)
+        assert "human.md +1 -0" in lines[notice]
+        assert lines[notice + 1].strip() == "+ - I like green tea"
+        assert lines[notice + 2] == "› half a thought", lines
+        assert "reflection merged" not in lines[notice + 2]
+        term.line("")
+        term.wait("I heard: half a thought")
+    finally:
+        term.close()
+
+
+def test_ctrl_c_at_the_prompt_clears_the_line_and_multi_line_input(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    term = Terminal(home)
+    try:
+        term.line(CHAT)
+        term.wait(_prompt_back)
+        term.send("never sent")
+        term.wait("› never sent")
+        term.send("\x03")
+        term.wait(lambda text: "› never sent" not in text)
+        term.line("first line\\")
+        term.line("second line")
+        term.wait("I heard: first line")
+        term.wait(_prompt_back)
+        term.send("\x04")
+        term.wait(lambda text: text.rstrip().endswith("$"))
+    finally:
+        term.close()
+    with sqlite3.connect(home / "reverie.sqlite3") as conn:
+        users = [r[0] for r in conn.execute("SELECT content FROM messages WHERE role = 'user' AND kind = 'message'")]
+    assert users == ["first line\nsecond line"]
