@@ -191,14 +191,14 @@ class Slash:
 def _memory_report(repo: Path, commits: int = 3) -> list[str]:
     """The tree of tracked files at HEAD and the last commits, each with a compact diff."""
     from orchestrator.cli.memory_diff import memory_diff
-    from orchestrator.memfs.repo import run_git
+    from orchestrator.memfs.git import run as run_git
 
     listed = run_git(repo, "ls-tree", "-r", "--name-only", "HEAD", check=False)
     if listed.returncode != 0:
         return [f"memory {repo}: no commits yet"]
     lines = [f"memory {repo}"]
     seen: set[str] = set()
-    for path in listed.stdout.decode("utf-8", "replace").splitlines():
+    for path in listed.stdout.splitlines():
         parts = path.split("/")
         for depth in range(len(parts) - 1):
             folder = "/".join(parts[: depth + 1])
@@ -207,7 +207,7 @@ def _memory_report(repo: Path, commits: int = 3) -> list[str]:
                 lines.append(f"  {'  ' * depth}{parts[depth]}/")
         lines.append(f"  {'  ' * (len(parts) - 1)}{parts[-1]}")
     log = run_git(repo, "log", f"-{commits}", "--format=%H%x00%P%x00%s", check=False)
-    entries = [line.split("\0") for line in log.stdout.decode("utf-8", "replace").splitlines() if line]
+    entries = [line.split("\0") for line in log.stdout.splitlines() if line]
     if entries:
         lines.append("last commits:")
     for sha, parents, subject in entries:

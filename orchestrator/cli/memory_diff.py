@@ -35,7 +35,7 @@ class MemoryDiff:
 def memory_diff(repo: Path, before: str | None, after: str, *, max_lines: int = 6, width: int = 100) -> MemoryDiff | None:
     """The change from ``before`` (None: nothing) to ``after``; None when git cannot tell (e.g. a
     revision is gone). Blocking: call it in a worker thread."""
-    from orchestrator.memfs.repo import run_git
+    from orchestrator.memfs.git import run as run_git
 
     proc = run_git(
         repo, "diff", "--no-color", "--no-ext-diff", "--unified=0", before or _EMPTY_TREE, after, check=False
@@ -46,7 +46,7 @@ def memory_diff(repo: Path, before: str | None, after: str, *, max_lines: int = 
     current: list[int] | None = None
     lines: list[str] = []
     total = 0
-    for raw in proc.stdout.decode("utf-8", "replace").splitlines():
+    for raw in proc.stdout.splitlines():
         if raw.startswith("diff --git "):
             current = counts.setdefault(raw.split(" b/", 1)[-1], [0, 0])
         elif raw.startswith(("+++", "---")) or current is None:
