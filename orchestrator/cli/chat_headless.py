@@ -16,6 +16,7 @@ from typing import Any, TextIO, cast
 
 import anyio
 
+from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event
 from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn
 from orchestrator.cli.render import TerminalRenderer
@@ -38,18 +39,18 @@ class JsonLines:
 
 
 def parse_input_line(line: str, number: int) -> str:
-    """The user text of one stdin line; ValueError naming the line and what is wrong."""
+    """The user text of one stdin line; a UsageError naming the line and what is wrong."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"stdin line {number}: not JSON ({exc.msg} at column {exc.colno})") from None
+        raise UsageError(f"stdin line {number}: not JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"stdin line {number}: expected an object like {{\"type\": \"user\", \"text\": \"...\"}}")
+        raise UsageError(f"stdin line {number}: expected an object like {{\"type\": \"user\", \"text\": \"...\"}}")
     if obj.get("type") != "user":
-        raise ValueError(f"stdin line {number}: field \"type\" must be \"user\" (got {obj.get('type')!r})")
+        raise UsageError(f"stdin line {number}: field \"type\" must be \"user\" (got {obj.get('type')!r})")
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"stdin line {number}: field \"text\" must be a non-empty string")
+        raise UsageError(f"stdin line {number}: field \"text\" must be a non-empty string")
     return text
 
 
@@ -130,7 +131,7 @@ async def _answer_stdin(
             continue
         try:
             text = parse_input_line(line, number)
-        except ValueError as exc:
+        except UsageError as exc:
             _stderr(f"reverie: error: {exc}")
             invalid = True
             continue

@@ -70,6 +70,8 @@ from typing import Any
 
 from anyio import sleep as anyio_sleep
 
+from orchestrator.base.errors import UsageError
+
 from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
 
 __all__ = [
@@ -98,7 +100,7 @@ def latency_from_env(environ: Mapping[str, str]) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value <= _MAX_LATENCY:
-        raise ValueError(f"{LATENCY_ENV}={raw!r}: give seconds, a number from 0 to {_MAX_LATENCY:g}")
+        raise UsageError(f"{LATENCY_ENV}={raw!r}: give seconds, a number from 0 to {_MAX_LATENCY:g}")
     return value
 
 CONFIRMATION = "Noted — I saved that to memory."
