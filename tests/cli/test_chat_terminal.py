@@ -28,9 +28,16 @@ def _prompt_back(text: str) -> bool:
     return any(line.startswith("›") for line in lines[-3:])
 
 
-def _statuses(home: Path) -> list[str]:
-    with sqlite3.connect(home / "reverie.sqlite3") as conn:
-        return [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
+def _statuses(home: Path, expected: list[str]) -> list[str]:
+    """The turns' statuses once they equal ``expected`` (the store may commit a moment after the
+    screen shows the prompt), or as they are after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        with sqlite3.connect(home / "reverie.sqlite3") as conn:
+            found = [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, backend: str) -> None:
@@ -52,7 +59,7 @@ def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, ba
         term.wait("interrupted")
         term.wait(_prompt_back)
         # the model call was cancelled, not waited for: no answer was ever stored or shown
-        assert _statuses(home) == ["interrupted"]
+        assert _statuses(home, ["interrupted"]) == ["interrupted"]
         assert "I heard" not in term.text()
         with sqlite3.connect(home / "reverie.sqlite3") as conn:
             assert conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'assistant'").fetchone() == (0,)
