@@ -1,11 +1,18 @@
 """Per-turn orchestration overhead with the scripted model (no model latency at all).
 
-Prints turns/s, p50 and p99 per turn for plain chat turns and for turns that commit memory (a bash
-tool call running `git commit` through the installed pre-commit hook), and where the time goes:
-SQLite (awaiting store jobs), prompt resolution (HEAD lookup + compile), post-turn sync (git status
-+ HEAD audit), tools (the bash tool, including git and the hook). Times are wall-clock inside one
-process on trio. Prompt resolution and the sync include their own SQLite jobs, which are also
-counted under "sqlite"; the remainder of a turn is the loop itself and the scripted model.
+Two kinds of turn in one in-process ``ChatSession`` on trio: plain chat turns (no memory edit) and
+turns that commit memory (a bash tool call running ``git commit`` through the installed hook). For
+each: turns/s, wall p50/p99, and where the **CPU** of a turn goes, the figure issue 14 sets a target
+for (in-process CPU <= 2 ms for a chat turn without memory edits):
+
+* ``loop thread``: the event loop's own thread (turn loop, prompt cache, model, events);
+* ``sqlite lanes``: store jobs in the lane threads (``orchestrator.store.worker``);
+* ``blocking git`` / ``blocking files``: work handed to ``orchestrator.base.blocking`` threads;
+* ``other threads``: what is left of the process's CPU (anyio's default pool);
+* ``git children``: CPU of the git processes the turn waited for (not in-process).
+
+Wall time shares are printed too (SQLite awaited, prompt resolution, post-turn sync, tools): they
+overlap each other and the CPU figures, and say where a turn waits.
 
     .venv/bin/python bench/turn.py [--turns 100]
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
 import time
 from collections import defaultdict
@@ -23,7 +31,8 @@ from typing import Any
 
 import anyio
 
-_spent: defaultdict[str, float] = defaultdict(float)
+_wall: defaultdict[str, float] = defaultdict(float)
+_cpu: defaultdict[str, float] = defaultdict(float)
 
 
 def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -32,7 +41,7 @@ def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., 
         try:
             return await fn(*args, **kwargs)
         finally:
-            _spent[name] += time.perf_counter() - start
+            _wall[name] += time.perf_counter() - start
 
     return wrapper
 
@@ -40,13 +49,39 @@ def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., 
 def _instrument() -> None:
     import orchestrator.agent.prompt_cache as prompt_cache
     import orchestrator.agent.turn as turn
+    from orchestrator.base import blocking
+    from orchestrator.store import worker
     from orchestrator.store.store import Store
 
-    Store._run = _timed_async("sqlite", Store._run)  # type: ignore[method-assign]
+    Store._run = _timed_async("sqlite (awaited)", Store._run)  # type: ignore[method-assign]
     turn.resolve_system_prompt = _timed_async("prompt (HEAD + compile)", prompt_cache.resolve_system_prompt)
     turn.run_tool = _timed_async("tools (bash, git, hook)", turn.run_tool)
     original_after = turn.TurnRunner._after_turn
     turn.TurnRunner._after_turn = _timed_async("post-turn sync (git + audit)", original_after)  # type: ignore[method-assign]
+
+    execute = worker._Job.execute
+
+    def timed_execute(job: Any) -> None:
+        start = time.thread_time()
+        try:
+            execute(job)
+        finally:
+            _cpu["sqlite lanes"] += time.thread_time() - start
+
+    worker._Job.execute = timed_execute  # type: ignore[method-assign]
+    run_sync = blocking.run_sync
+
+    async def timed_run_sync(kind: Any, fn: Callable[[], Any]) -> Any:
+        def job() -> Any:
+            start = time.thread_time()
+            try:
+                return fn()
+            finally:
+                _cpu[f"blocking {kind}"] += time.thread_time() - start
+
+        return await run_sync(kind, job)
+
+    blocking.run_sync = timed_run_sync  # type: ignore[assignment]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -54,21 +89,33 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float]]:
+def _children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float], dict[str, float]]:
     from orchestrator.app.session import ChatSession
 
-    _spent.clear()
     durations: list[float] = []
-    async with ChatSession.open(agent_id=f"bench-{kind}", workspace=Path.cwd()) as session:
+    async with ChatSession.open(
+        agent_id=f"bench-{kind}", workspace=Path.cwd(), cli={"reflection_trigger": "off"}
+    ) as session:
         await session.send("warm up")
-        _spent.clear()
+        _wall.clear()
+        _cpu.clear()
+        process, loop, children = time.process_time(), time.thread_time(), _children()
         for i in range(turns):
             text = f"remember: fact number {i} is {i * 7}" if kind == "commit" else f"hello number {i}"
             start = time.perf_counter()
             outcome = await session.send(text)
             durations.append(time.perf_counter() - start)
             assert outcome.status == "end_turn", outcome
-    return durations, dict(_spent)
+        cpu = dict(_cpu)
+        cpu["loop thread"] = time.thread_time() - loop
+        cpu["other threads"] = time.process_time() - process - sum(cpu.values())
+        cpu["git children (not in-process)"] = _children() - children
+    return durations, dict(_wall), cpu
 
 
 def main() -> None:
@@ -80,24 +127,30 @@ def main() -> None:
         _instrument()
         rows = []
         for kind in ("chat", "commit"):
-            durations, spent = anyio.run(_run, args.turns, kind, backend="trio")
-            rows.append((kind, durations, spent))
-    print(f"{'turn kind':<10} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
-    for kind, durations, _ in rows:
+            durations, wall, cpu = anyio.run(_run, args.turns, kind, backend="trio")
+            rows.append((kind, durations, wall, cpu))
+    print(f"machine load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"{'turn kind':<10} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'in-process CPU ms':>18}")
+    for kind, durations, _, cpu in rows:
+        in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
         print(
             f"{kind:<10} {len(durations):>6} {len(durations) / sum(durations):>8.1f} "
-            f"{_pct(durations, 0.5) * 1000:>8.1f} {_pct(durations, 0.99) * 1000:>8.1f}"
+            f"{_pct(durations, 0.5) * 1000:>8.1f} {_pct(durations, 0.99) * 1000:>8.1f} "
+            f"{in_process / len(durations) * 1000:>18.2f}"
         )
-    print()
-    print("where the time goes (ms per turn, share of turn time)")
-    for kind, durations, spent in rows:
-        total = sum(durations)
-        print(f"  {kind}:")
-        for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
-            print(f"    {name:<32} {seconds / len(durations) * 1000:>8.2f} ms  {seconds / total:>6.1%}")
-    chat = rows[0][1]
-    commit = rows[1][1]
-    print(f"\nratio commit-turn / chat-turn p50: {_pct(commit, 0.5) / _pct(chat, 0.5):.1f}x")
+    for kind, durations, wall, cpu in rows:
+        n = len(durations)
+        in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
+        print(f"\n{kind}: CPU per turn (ms, share of in-process CPU)")
+        for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
+            share = "" if name.startswith("git children") else f"{seconds / in_process:>6.1%}"
+            print(f"    {name:<32} {seconds / n * 1000:>8.2f}  {share}")
+        print(f"{kind}: wall per turn (ms, share of turn time; overlapping)")
+        for name, seconds in sorted(wall.items(), key=lambda kv: -kv[1]):
+            print(f"    {name:<32} {seconds / n * 1000:>8.2f}  {seconds / sum(durations):>6.1%}")
+    chat_cpu = sum(v for k, v in rows[0][3].items() if not k.startswith("git children")) / len(rows[0][1])
+    print(f"\nratio commit-turn / chat-turn p50: {_pct(rows[1][1], 0.5) / _pct(rows[0][1], 0.5):.1f}x")
+    print(f"chat turn in-process CPU {chat_cpu * 1000:.2f} ms (target <= 2 ms: {'met' if chat_cpu <= 0.002 else 'MISSED'})")
 
 
 if __name__ == "__main__":

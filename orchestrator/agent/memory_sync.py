@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import anyio
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
+from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
 from orchestrator.memfs.locks import LockBusy, merge_lock
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
@@ -84,11 +84,11 @@ async def after_turn(
 ) -> SyncResult | None:
     """The post-turn sync of 4.7: ``None`` when a merge holds the repository's merge lock (the sync
     is skipped silently for this turn), else the result of the ordered checks, run under the lock."""
-    if not await anyio.to_thread.run_sync(_has_git, memory_dir):
-        return await anyio.to_thread.run_sync(partial(check_memory, memory_dir, audit=audit))
+    if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
+        return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     try:
         async with merge_lock(memory_dir, wait=False):
-            return await anyio.to_thread.run_sync(partial(check_memory, memory_dir, audit=audit))
+            return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     except LockBusy:
         return None
 

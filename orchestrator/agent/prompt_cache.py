@@ -18,10 +18,9 @@ from enum import Enum
 from functools import partial
 from pathlib import Path
 
-import anyio
-
 from orchestrator.agent.audit import AuditedCompile, compile_audited
 from orchestrator.agent.reminders import memory_invalid_reminder, memory_update_reminder
+from orchestrator.base import blocking
 from orchestrator.memfs.compiler import CompiledPrompt
 from orchestrator.memfs.reader import open_reader
 from orchestrator.models.types import Message
@@ -98,7 +97,8 @@ def _sha256(text: str) -> str:
 async def _compile(
     memory_dir: Path, raw_system: str, agent_id: str, conversation_id: str, revision: str | None, message_count: int
 ) -> AuditedCompile:
-    return await anyio.to_thread.run_sync(
+    return await blocking.run_sync(
+        "git",
         partial(
             compile_audited,
             memory_dir,
@@ -151,7 +151,7 @@ async def resolve_system_prompt(
     The v1 ``<memory_metadata>`` message count is the conversation's in-context message count, as
     compaction passes it.
     """
-    revision = await anyio.to_thread.run_sync(current_revision, memory_dir)
+    revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
     row = await store.get_prompt(conversation_id)
     action = decide(row, _sha256(raw_system), revision)
     if action is PromptAction.REUSE:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +44,7 @@ from orchestrator.agent.memory_sync import SyncResult, after_turn, sync_reminder
 from orchestrator.agent.prompt_cache import resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
+from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import (
     Event,
@@ -161,7 +163,7 @@ class TurnRunner:
             await store.deliver_reminders(
                 conversation_id, followed_by=[Message(role="user", content=user_text)], turn_id=turn_id
             )
-            skills: list[Skill] = await anyio.to_thread.run_sync(discover_skills, agent.memory_dir)
+            skills: list[Skill] = await blocking.run_sync("files", partial(discover_skills, agent.memory_dir))
             status, error = await self._loop(conversation_id, turn_id, skills, state)
         except anyio.get_cancelled_exc_class():
             status, error = "interrupted", "the turn was interrupted"

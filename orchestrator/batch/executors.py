@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import Executor, ResultSink
 from orchestrator.batch.ray_exec import RayExecutor
@@ -40,16 +41,17 @@ class LocalExecutor:
     ) -> None:
         limiter = anyio.CapacityLimiter(self.concurrency)
 
-        async def one(task: Task) -> None:
-            async with limiter:
-                result = await run_task(task, options, progress=progress)
+        async def one(index: int, task: Task) -> None:
+            with blocking.ranked(index):
+                async with limiter:
+                    result = await run_task(task, options, progress=progress)
                 with anyio.CancelScope(shield=True):
                     await on_result(result)
 
         with batch_environment(options.out_dir):
             async with anyio.create_task_group() as tg:
-                for task in tasks:
-                    tg.start_soon(one, task, name=f"batch task {task.id}")
+                for index, task in enumerate(tasks):
+                    tg.start_soon(one, index, task, name=f"batch task {task.id}")
 
 
 def make_executor(kind: str, concurrency: int, *, ray_address: str | None = None) -> Executor:

@@ -19,12 +19,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from orchestrator.app.session import ChatSession
+from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
@@ -215,7 +217,7 @@ class _EventPump:
         async with self._lock:
             records, self._pending = self._pending, []
             if records:
-                await anyio.to_thread.run_sync(append_records, self.path, records)
+                await blocking.run_sync("files", partial(append_records, self.path, records))
         if self.sink is not None:
             for record in records:
                 await self.sink(self.task_id, record.kind, record.payload)
@@ -252,7 +254,7 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     base: str | None = None
     check_results: list[CheckResult] = []
     try:
-        base = await anyio.to_thread.run_sync(_reset, paths, task.memory_files)
+        base = await blocking.run_sync("git", partial(_reset, paths, task.memory_files))
         await pump.local("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
         model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
         session_cm = ChatSession.open(
@@ -266,13 +268,13 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         async with session_cm as session:
             store = session.runtime.store
             stop_following = await pump.follow(store)
-            head = await anyio.to_thread.run_sync(_head, paths.memory)
+            head = await blocking.run_sync("git", partial(_head, paths.memory))
             for text in task.turns:
                 outcome = await session.send(text)
                 turns += 1
                 steps += outcome.steps
                 answer = outcome.text
-                new_head = await anyio.to_thread.run_sync(_head, paths.memory)
+                new_head = await blocking.run_sync("git", partial(_head, paths.memory))
                 if new_head != head and new_head is not None:
                     commit = MemoryCommitted(new_head, head)
                     await store.record_event(
@@ -286,12 +288,12 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
             await session.finish_one_shot()
             stop_following()
             await pump.flush()
-        head = await anyio.to_thread.run_sync(_head, paths.memory)
+        head = await blocking.run_sync("git", partial(_head, paths.memory))
         for check in task.checks:
             if check.where == "answer":
                 text_or_none: str | None = answer
             else:
-                text_or_none = await anyio.to_thread.run_sync(_read_committed, paths.memory, check.file or "")
+                text_or_none = await blocking.run_sync("git", partial(_read_committed, paths.memory, check.file or ""))
             check_results.append(CheckResult(check.describe(), check.passes(text_or_none)))
     except anyio.get_cancelled_exc_class():
         raise

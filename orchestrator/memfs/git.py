@@ -40,8 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-import anyio.to_thread
-
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.memfs.errors import MemfsError
 
@@ -215,7 +214,7 @@ async def arun(
     call = functools.partial(
         run, cwd, *args, check=check, env=env, input=input, git_timeout=git_timeout, harness=harness
     )
-    return await anyio.to_thread.run_sync(call)
+    return await blocking.run_sync("git", call)
 
 
 # ---------------------------------------------------------------------------------------------

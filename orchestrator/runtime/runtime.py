@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from orchestrator.agent.turn import AgentProfile
+from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
@@ -89,7 +90,7 @@ class Runtime:
         check_agent_id(agent_id)
         memory_dir = agent_memory_dir(agent_id)
         if create:
-            await anyio.to_thread.run_sync(init_memory_repo, memory_dir)
+            await blocking.run_sync("git", partial(init_memory_repo, memory_dir))
         if create:
             record = await self.store.ensure_agent(agent_id)
         else:

@@ -7,7 +7,10 @@ there, one job at a time from the lane's FIFO queue, which also serialises each 
 transactions without a lock. Why a pool rather than a thread per connection (S26 as first written):
 a batch of a thousand sessions would otherwise hold a thousand threads; a lane serves any number of
 connections, and ``SQLITE_LANES`` of them keep the cores busy (sqlite3 releases the GIL while a
-statement runs) without one store's work waiting behind another's for long.
+statement runs) without one store's work waiting behind another's for long. A lane serves its jobs
+by the caller's rank (``orchestrator.base.blocking.ranked``), then in order, so in a batch the
+sessions that started first finish first; one connection's own jobs keep their order, and closing
+waits for everything queued before it.
 
 How an async caller waits without blocking its loop, on trio and asyncio alike: the caller waits on
 an ``anyio.Event``; the lane, once the job is done, schedules ``event.set`` on the caller's loop
@@ -19,9 +22,11 @@ cancellation is delivered at the caller's next checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +34,8 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+
+from orchestrator.base.blocking import current_rank
 
 __all__ = ["SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
 
@@ -77,16 +84,17 @@ class _Lane:
     """One daemon thread and its queue; it lives as long as the process."""
 
     def __init__(self, index: int) -> None:
-        self.queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.queue: queue.PriorityQueue[tuple[int, int, _Job]] = queue.PriorityQueue()
         self.connections = 0
         self.thread = threading.Thread(target=self._main, name=f"sqlite-lane-{index}", daemon=True)
         self.thread.start()
 
     def _main(self) -> None:
         while True:
-            self.queue.get().execute()
+            self.queue.get()[2].execute()
 
 
+_order = itertools.count()
 _lanes: list[_Lane] = []
 _lanes_lock = threading.Lock()
 
@@ -141,6 +149,7 @@ class ConnectionWorker:
         self._lane: _Lane | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._rank = 0
 
     async def start(self) -> None:
         """Open and configure the connection in its lane."""
@@ -174,7 +183,7 @@ class ConnectionWorker:
         self._closed = True
         if self._lane is not None:
             try:
-                await self._submit(self._shut)
+                await self._submit(self._shut, last=True)
             finally:
                 _release_lane(self._lane)
 
@@ -182,6 +191,11 @@ class ConnectionWorker:
         if self._conn is None:
             raise WorkerClosedError("the store is closed")
         return self._conn
+
+    def _rank_floor(self, rank: int) -> int:
+        """A connection's jobs never overtake each other: each waits at least at the rank before it."""
+        self._rank = max(self._rank, rank)
+        return self._rank
 
     def _current(self) -> sqlite3.Connection | None:
         return self._conn
@@ -191,12 +205,13 @@ class ConnectionWorker:
         if conn is not None:
             conn.close()
 
-    async def _submit(self, action: Callable[[], T]) -> T:
+    async def _submit(self, action: Callable[[], T], *, last: bool = False) -> T:
         assert self._lane is not None
         finished = anyio.Event()
         job = _Job(action, self._current)
         job.notify = _notifier(finished)
-        self._lane.queue.put(job)
+        rank = sys.maxsize if last else self._rank_floor(current_rank())
+        self._lane.queue.put((rank, next(_order), job))
         with anyio.CancelScope(shield=True):
             await finished.wait()
         if job.error is not None:

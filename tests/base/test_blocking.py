@@ -1,0 +1,95 @@
+"""Blocking work behind fair, per-kind limiters: lower rank first, then arrival order; a cancelled
+waiter gives its place up; a slot is never lost."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from orchestrator.base import blocking
+from orchestrator.base.blocking import FairLimiter, ranked
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_waiters_are_served_by_rank_then_in_arrival_order() -> None:
+    slots = FairLimiter(1)
+    served: list[str] = []
+    await slots.acquire()
+
+    async def wait(name: str, rank: int) -> None:
+        with ranked(rank):
+            await slots.acquire()
+        served.append(name)
+        slots.release()
+
+    async with anyio.create_task_group() as tg:
+        for name, rank in (("late-a", 5), ("early", 1), ("late-b", 5), ("first", 0)):
+            tg.start_soon(wait, name, rank)
+            await anyio.wait_all_tasks_blocked()
+        slots.release()
+    assert served == ["first", "early", "late-a", "late-b"]
+    assert slots.busy == 0 and slots.waiting == 0
+
+
+async def test_a_cancelled_waiter_gives_its_place_up_and_no_slot_is_lost() -> None:
+    slots = FairLimiter(1)
+    await slots.acquire()
+    got: list[str] = []
+
+    async def wait(name: str) -> None:
+        await slots.acquire()
+        got.append(name)
+        slots.release()
+
+    async with anyio.create_task_group() as tg:
+        inner = anyio.CancelScope()
+
+        async def cancelled() -> None:
+            with inner:
+                await slots.acquire()
+                got.append("never")
+
+        tg.start_soon(cancelled)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(wait, "kept")
+        await anyio.wait_all_tasks_blocked()
+        inner.cancel()
+        await anyio.wait_all_tasks_blocked()
+        slots.release()
+    assert got == ["kept"]
+    assert slots.busy == 0 and slots.waiting == 0
+
+
+async def test_run_sync_runs_in_a_thread_within_its_kinds_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REVERIE_GIT_SLOTS", "2")
+    peak = 0
+    running = 0
+    lock = threading.Lock()
+    loop_thread = threading.get_ident()
+    release = threading.Event()
+
+    def work() -> int:
+        nonlocal peak, running
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        release.wait(5)
+        with lock:
+            running -= 1
+        return threading.get_ident()
+
+    results: list[int] = []
+
+    async def one() -> None:
+        results.append(await blocking.run_sync("git", work))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(one)
+        await anyio.sleep(0.2)
+        assert blocking.limiter("git").busy == 2 and blocking.limiter("git").waiting == 4
+        release.set()
+    assert peak == 2 and len(results) == 6 and loop_thread not in results
