@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.models.types import Message
 from orchestrator.store.jobs import StoreJobs, require_conversation, transaction
 from orchestrator.store.records import PendingReminder, StoredMessage, utc_now
-from orchestrator.store.transcript import insert_messages
+from orchestrator.store.transcript import ContextCache, insert_messages
 
 __all__ = ["REMINDER_QUEUE_LIMIT", "EnqueuePlan", "ReminderQueue", "plan_enqueue", "rearm_keys"]
 
@@ -65,6 +65,8 @@ def rearm_keys(conn: sqlite3.Connection, conversation_id: str, keys: Sequence[st
 
 class ReminderQueue(StoreJobs):
     """Mixed into ``Store``: the ``reminders`` and ``reminder_flags`` tables."""
+
+    _context: ContextCache
 
     async def enqueue_reminder(
         self, conversation_id: str, key: str, text: str, *, priority: int = 100, once: bool = False
@@ -169,6 +171,7 @@ class ReminderQueue(StoreJobs):
                         "INSERT OR REPLACE INTO reminder_flags(conversation_id, key, sent_at) VALUES (?, ?, ?)",
                         [(conversation_id, p.key, now) for p in pending if p.once],
                     )
+            self._context.appended(conversation_id, stored)
             return stored
 
         return await self._run(job)

@@ -29,7 +29,7 @@ from orchestrator.store.reflections import ReflectionRecords
 from orchestrator.store.reminder_queue import REMINDER_QUEUE_LIMIT, ReminderQueue, rearm_keys
 from orchestrator.store.schema import configure_connection
 from orchestrator.store.search import LIKE_SCAN_MESSAGES, Search
-from orchestrator.store.transcript import Transcript, insert_messages
+from orchestrator.store.transcript import ContextCache, Transcript, insert_messages
 from orchestrator.store.turns import Turns
 from orchestrator.store.worker import ConnectionWorker
 
@@ -43,6 +43,7 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
     def __init__(self, worker: ConnectionWorker, path: Path) -> None:
         self._worker = worker
         self._event_listeners = []
+        self._context = ContextCache()
         self.path = path
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -134,6 +135,7 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
                 if prompt is not None:
                     write_prompt(conn, prompt)
                 rearm_keys(conn, conversation_id, rearm)
+            self._context.forget(conversation_id)
             return summary
 
         return await self._run(job)

@@ -15,7 +15,7 @@ from orchestrator.store.prompts import write_prompt
 from orchestrator.store.records import PromptRecord, StoredMessage, StoreError, utc_now
 from orchestrator.store.schema import PARTS_PER_MESSAGE
 
-__all__ = ["MSG_COLUMNS", "Transcript", "insert_messages", "row_to_message"]
+__all__ = ["MSG_COLUMNS", "ContextCache", "Transcript", "insert_messages", "row_to_message"]
 
 MSG_COLUMNS = "m.id, m.seq, m.conversation_id, m.role, m.kind, m.content, m.tool_calls, m.tool_call_id, m.name, m.metadata, m.created_at, m.turn_id"
 
@@ -94,8 +94,42 @@ def insert_messages(
     return stored
 
 
+class ContextCache:
+    """The in-context lists this connection has read or written, so a turn does not decode its whole
+    history from SQLite for every request. Valid while no *other* connection commits: SQLite's
+    ``PRAGMA data_version`` changes exactly then (this connection's own commits do not change it, and
+    they update the cache themselves, after the commit). Touched only inside jobs, i.e. in the
+    connection's lane, one job at a time."""
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._lists: dict[str, list[StoredMessage]] = {}
+
+    def get(self, conn: sqlite3.Connection, conversation_id: str) -> list[StoredMessage] | None:
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:
+            self._lists.clear()
+            self._version = version
+        found = self._lists.get(conversation_id)
+        return list(found) if found is not None else None
+
+    def put(self, conversation_id: str, messages: list[StoredMessage]) -> None:
+        self._lists[conversation_id] = list(messages)
+
+    def appended(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
+        """This connection committed ``messages`` at the end of the conversation's context."""
+        found = self._lists.get(conversation_id)
+        if found is not None:
+            found.extend(messages)
+
+    def forget(self, conversation_id: str) -> None:
+        self._lists.pop(conversation_id, None)
+
+
 class Transcript(StoreJobs):
     """Mixed into ``Store``: the ``messages``, ``in_context`` and ``search_fts`` rows of a message."""
+
+    _context: ContextCache
 
     async def append_message(
         self,
@@ -133,6 +167,7 @@ class Transcript(StoreJobs):
                 stored = insert_messages(conn, conversation_id, drafts, turn_id)
                 if prompt is not None:
                     write_prompt(conn, prompt)
+            self._context.appended(conversation_id, stored)
             return stored
 
         return await self._run(job)
@@ -141,12 +176,17 @@ class Transcript(StoreJobs):
         """The messages currently sent to the model, in order."""
 
         def job(conn: sqlite3.Connection) -> list[StoredMessage]:
+            cached = self._context.get(conn, conversation_id)
+            if cached is not None:
+                return cached
             rows = conn.execute(
                 f"SELECT {MSG_COLUMNS} FROM in_context i JOIN messages m ON m.id = i.message_id "
                 "WHERE i.conversation_id = ? ORDER BY i.position",
                 (conversation_id,),
             ).fetchall()
-            return [row_to_message(r) for r in rows]
+            messages = [row_to_message(r) for r in rows]
+            self._context.put(conversation_id, messages)
+            return messages
 
         return await self._run(job)
 

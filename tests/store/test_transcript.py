@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from orchestrator.models.types import Message, ToolCall
-from orchestrator.store import PromptRecord, StoreError
+from orchestrator.store import PromptRecord, Store, StoreError
 from tests.store.support import open_with_conversation
 
 pytestmark = pytest.mark.anyio
@@ -71,4 +71,32 @@ async def test_concurrent_appends_keep_order_consistent(tmp_path: Path) -> None:
         assert [m.seq for m in in_ctx] == sorted(m.seq for m in in_ctx)
         assert {m.message.content for m in in_ctx} == {f"n{i}" for i in range(40)}
     finally:
+        await store.close()
+
+
+async def test_in_context_stays_exact_across_own_writes_other_connections_and_failed_writes(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    other = await Store.open(tmp_path / "s.sqlite3")
+    try:
+        first = await store.append_message(conv, Message(role="user", content="one"))
+        assert [m.id for m in await store.in_context(conv)] == [first.id]  # read once: now remembered
+        second = await store.append_message(conv, Message(role="assistant", content="two"))
+        from_other = await other.append_message(conv, Message(role="user", content="three"))
+        bad = PromptRecord(conv, "no-such-agent", "sys", "core", "t", "h")
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.append_message(conv, Message(role="user", content="rolled back"), prompt=bad)
+        delivered = await store.deliver_reminders(conv, followed_by=[Message(role="user", content="four")])
+        expected = [first.id, second.id, from_other.id, delivered[0].id]
+        assert [m.id for m in await store.in_context(conv)] == expected
+        assert [m.id for m in await other.in_context(conv)] == expected
+        summary = await store.replace_in_context(
+            conv, Message(role="user", content="summary", kind="summary"), [delivered[0].id]
+        )
+        assert [m.id for m in await store.in_context(conv)] == [summary.id, delivered[0].id]
+        assert [m.id for m in await other.in_context(conv)] == [summary.id, delivered[0].id]
+        got = await store.in_context(conv)
+        got.clear()  # a caller's list is its own
+        assert len(await store.in_context(conv)) == 2
+    finally:
+        await other.close()
         await store.close()
