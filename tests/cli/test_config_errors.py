@@ -55,3 +55,45 @@ def test_step_count_trigger_takes_its_count_inline(tmp_path: Path) -> None:
     assert (settings.reflection_trigger, settings.reflection_step_count) == ("step-count", 7)
     idle = _load(tmp_path, REVERIE_STREAM_IDLE_TIMEOUT="5")
     assert idle.stream_idle_timeout == 5.0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[turn]\nbash_timeout = 1e308\n", "turn.bash_timeout = 1e+308: must be at most 86,400"),
+        ("[turn]\nmax_steps = 10000000\n", "turn.max_steps = 10000000: must be at most 100,000"),
+        ("[model]\nrequest_timeout = 1e9\n", "model.request_timeout = 1000000000.0: must be at most 86,400"),
+        ("[model]\nmax_response_chars = 0\n", "model.max_response_chars = 0: must be positive"),
+        ("[model]\nstream_idle_timeout = inf\n", "model.stream_idle_timeout = inf: must be a positive number"),
+        ('[tools]\nsandbox = "docker"\n', "tools.sandbox = 'docker': use auto, bwrap, off"),
+        ('[tools]\nnetwork = "maybe"\n', "tools.network = 'maybe': expected true or false"),
+        ('[tools]\nenv = ["OPENAI_API_KEY"]\n', "OPENAI_API_KEY looks like a secret"),
+        ('[tools]\nenv = ["GITHUB_TOKEN"]\n', "GITHUB_TOKEN looks like a secret"),
+        ('[tools]\nenv = ["not a name"]\n', "'not a name' is not an environment variable name"),
+        ("[tools]\nenv = 5\n", "tools.env = 5: expected a list of environment variable names"),
+    ],
+)
+def test_bounds_and_tool_settings_name_the_key(tmp_path: Path, toml: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, toml)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_tool_and_bound_settings_resolve(tmp_path: Path) -> None:
+    settings = _load(
+        tmp_path,
+        '[tools]\nsandbox = "off"\nnetwork = false\nenv = ["EDITOR", "MY_VAR"]\n[model]\nmax_response_chars = 5000\n',
+        REVERIE_REQUEST_TIMEOUT="5",
+    )
+    assert settings.sandbox == "off" and settings.network is False  # type: ignore[attr-defined]
+    assert settings.tool_env == ("EDITOR", "MY_VAR")  # type: ignore[attr-defined]
+    assert settings.request_timeout == 5.0 and settings.max_response_chars == 5000  # type: ignore[attr-defined]
+    defaults = load_settings(environ={}, path=tmp_path / "none.toml")
+    assert (defaults.sandbox, defaults.network, defaults.request_timeout, defaults.max_response_chars) == (
+        "auto",
+        True,
+        600.0,
+        1_000_000,
+    )
+    with pytest.raises(ConfigError, match="REVERIE_REQUEST_TIMEOUT = '1e308': must be at most"):
+        _load(tmp_path, None, REVERIE_REQUEST_TIMEOUT="1e308")

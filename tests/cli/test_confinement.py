@@ -163,3 +163,38 @@ def test_a_30_mb_answer_leaves_the_home_small(tmp_path: Path, backend: str) -> N
         kept = db.execute("SELECT content FROM messages WHERE role = 'assistant' ORDER BY seq").fetchall()
     assert [len(row[0]) for row in kept] and kept[-1][0].count("z") == 1_000_000
     assert kept[-1][0].endswith("[response cut at 1,000,000 characters (max_response_chars)]")
+
+
+def test_repl_shows_the_max_steps_line(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True)
+    with LoopbackOpenAI(fallback=_bash("echo again")) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "chat"],
+            input="keep going\n",
+            capture_output=True,
+            text=True,
+            cwd=workspace,
+            env=_env(tmp_path / "home", server, "trio", REVERIE_MAX_STEPS="2"),
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "stopped after 2 steps (max_steps); send another message to continue, "
+        "or raise [turn] max_steps / REVERIE_MAX_STEPS"
+    ) in done.stderr.splitlines()
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    env = dict(os.environ, REVERIE_HOME=str(tmp_path / "home"))
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "chat", "-p", b"caf\xe9 au lait"],
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.decode() == "reverie: error: --prompt is not valid UTF-8 text (byte 0xe9 at position 3)\n"

@@ -20,6 +20,7 @@ from orchestrator.memfs.worktrees import create_worktree
 from orchestrator.tools import ToolContext, run_bash, run_tool
 from orchestrator.tools import sandbox as sandbox_module
 from orchestrator.tools.sandbox import bwrap_problem, tool_environment
+from tests.support import none_left_within
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +214,10 @@ async def test_auto_falls_back_with_one_warning(tmp_path: Path, no_bwrap: None, 
     assert first.ok and second.ok
     err = capfd.readouterr().err
     assert err.count("bash commands run unconfined") == 1 and "bwrap is not installed" in err
+
+
+async def test_children_end_with_the_call(tmp_path: Path) -> None:
+    """D11: the PID namespace ends every background child when bash exits; that is intended."""
+    result = await run_bash("(sleep 30.0714 &) ; sleep 30.0715 & echo started", _ctx(tmp_path))
+    assert result.ok and result.output == "started"
+    assert await anyio.to_thread.run_sync(none_left_within, "30.071", 3.0)
