@@ -4,14 +4,16 @@ After each turn the coordinator asks the trigger policy (``subagents.triggers``)
 conversation's unreflected transcript should be reflected on. A launch creates a worktree of the
 agent's memory on a branch ``reverie/reflection/<ts>-<id8>``, writes the transcript slice to a
 read-only payload file (``TRANSCRIPT_PATH``), and runs a small agent loop with
-``prompts/reflection.md`` and file and shell tools confined to the worktree. Its commits go through
+``prompts/reflection.md`` and file and shell tools confined to the worktree; the loop
+(``subagents.reflection_reader``, D5) reads the transcript in slices and stays within the window. Its commits go through
 the same pre-commit hook as the main agent's. Finalisation rebases onto the parent's HEAD and
 fast-forwards under the per-repository lock (``orchestrator.memfs.merge``); a conflict, a dirty
 parent or a failure keeps the branch, records it and reminds the launching conversation (S12).
 
 Choices: one reflection per agent at a time in this process; a launch declined because one runs,
 or because the parent checkout is dirty, leaves the trigger pending for the next turn. The
-reflection loop has its own step limit (``REFLECTION_MAX_STEPS``). Nothing here raises into the
+reflection loop's step limit grows with the transcript (``REFLECTION_MAX_STEPS`` plus two per
+slice). Nothing here raises into the
 main agent's turn; failures are recorded and counted for the backoff of S17.
 """
 
@@ -42,15 +44,17 @@ from orchestrator.base.events import (
 )
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
+from orchestrator.compaction import estimate_text, tool_schema_tokens
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.worktrees import Worktree, create_worktree
 from orchestrator.models.metered import MeteredModel
-from orchestrator.models.types import Message, ModelClient, ModelRequest
+from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
-from orchestrator.tools import ToolContext, run_tool, tool_specs
+from orchestrator.tools import ToolContext, tool_specs
 from prompts import load_prompt
+from subagents.reflection_reader import BASE_STEPS, ReflectionUnfinished, plan_reading, run_reading_loop
 from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
 if TYPE_CHECKING:
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
-REFLECTION_MAX_STEPS = 12
+REFLECTION_MAX_STEPS = BASE_STEPS
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
 
 
@@ -230,15 +234,11 @@ class ReflectionCoordinator:
         )
         system = load_prompt("reflection").replace("{CORE_MEMORY}", audited.compiled.core_memory)
         transcript = await anyio.to_thread.run_sync(partial(payload.read_text, encoding="utf-8"))
-        messages: list[Message] = [
-            Message(
-                role="user",
-                content=(
-                    f"Review this conversation (also in $TRANSCRIPT_PATH = {payload}) and update memory.\n\n"
-                    f"<transcript>\n{transcript}</transcript>"
-                ),
-            )
-        ]
+        specs = tool_specs(list(_TOOLS))
+        window = self.settings.context_window
+        plan = plan_reading(
+            payload, transcript, window=window, fixed_tokens=estimate_text(system) + tool_schema_tokens(specs) + 200
+        )
         ctx = ToolContext(
             workspace=worktree.path,
             agent_id=self.agent.agent_id,
@@ -250,24 +250,24 @@ class ReflectionCoordinator:
             network=self.settings.network,
             env_names=self.settings.tool_env,
             extra_env={"TRANSCRIPT_PATH": str(payload)},
+            read_roots=(payload.parent,),
         )
-        specs = tool_specs(list(_TOOLS))
 
         async def counted(event: ModelCalled) -> None:
             await self._emit(event, conversation_id)
 
-        model = MeteredModel(self.model, counted)
-        for _ in range(REFLECTION_MAX_STEPS):
-            response = await model.complete(
-                ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.settings.model, purpose="reflect")
+        try:
+            await run_reading_loop(
+                MeteredModel(self.model, counted),
+                system=system,
+                plan=plan,
+                ctx=ctx,
+                tools=specs,
+                window=window,
+                model_name=self.settings.model,
             )
-            messages.append(response.message)
-            if not response.message.tool_calls:
-                return
-            for call in response.message.tool_calls:
-                result = await run_tool(call.name, call.arguments, ctx)
-                messages.append(Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name))
-        raise ReflectionError(f"reflection did not finish within {REFLECTION_MAX_STEPS} steps")
+        except ReflectionUnfinished as exc:
+            raise ReflectionError(str(exc)) from None
 
     async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
         conversation_id = cast(str, record.conversation_id)

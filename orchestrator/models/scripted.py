@@ -518,34 +518,39 @@ def _after_tool(request: ModelRequest, result: Message) -> str:
     return f"(mock) {name} returned: {first_line}"
 
 
+_ROLE_TAG = re.compile(r"^\s*(?:\[(user|assistant|tool|reasoning|error)\]|(user|assistant|tool)\s*:)\s*(.*)$", re.I)
+
+
+def _user_lines_in(text: str) -> list[str]:
+    """User-authored lines of one transcript text (tagged lines, JSON records, or plain lines)."""
+    records = _json_user_texts(text)
+    if records:
+        return records
+    lines: list[str] = []
+    tagged = False
+    for line in text.splitlines():
+        json_line = _json_user_texts(line) if line.lstrip().startswith("{") else []
+        if json_line:
+            lines.extend(json_line)
+            tagged = True
+            continue
+        match = _ROLE_TAG.match(line)
+        if match:
+            tagged = True
+            if (match.group(1) or match.group(2) or "").lower() == "user" and match.group(3).strip():
+                lines.append(match.group(3).strip())
+    if not tagged:
+        lines.extend(line.strip() for line in text.splitlines() if line.strip())
+    return lines
+
+
 def _transcript_user_lines(request: ModelRequest) -> list[str]:
     """User-authored lines of the transcripts in the request's non-reminder user messages."""
     lines: list[str] = []
-    role_tag = re.compile(
-        r"^\s*(?:\[(user|assistant|tool|reasoning|error)\]|(user|assistant|tool)\s*:)\s*(.*)$", re.I
-    )
     for message in request.messages:
         if message.role != "user" or _is_reminder(message):
             continue
-        text = _user_text(message)
-        records = _json_user_texts(text)
-        if records:
-            lines.extend(records)
-            continue
-        tagged = False
-        for line in text.splitlines():
-            json_line = _json_user_texts(line) if line.lstrip().startswith("{") else []
-            if json_line:
-                lines.extend(json_line)
-                tagged = True
-                continue
-            match = role_tag.match(line)
-            if match:
-                tagged = True
-                if (match.group(1) or match.group(2) or "").lower() == "user" and match.group(3).strip():
-                    lines.append(match.group(3).strip())
-        if not tagged:
-            lines.extend(line.strip() for line in text.splitlines() if line.strip())
+        lines.extend(_user_lines_in(_user_text(message)))
     return lines
 
 
@@ -585,18 +590,96 @@ def _reflect(request: ModelRequest) -> _Turn:
                 f"Reflection failed: the memory commit did not succeed: {' '.join(last.content.split())[:200]}"
             )
     known = {line.casefold() for line in _memory_lines(request)}
-    items: list[str] = []
-    for line in _transcript_user_lines(request):
-        rule = _stated_rule(line) or (" ".join(line.split()).rstrip(".。") if _FACT.match(line) else None)
-        if rule and rule.casefold() not in known and rule not in items:
-            items.append(rule)
+    reading = _READ_IN_SLICES.search(next((m.content for m in request.messages if m.role == "user"), ""))
+    note = ""
+    if reading is not None and _offers(request, "read_file"):
+        step, note = _read_next_slice(request, reading, last)
+        if step is not None:
+            return step
+        lines = _noted_items(request, note)
+    else:
+        lines = _transcript_user_lines(request)
+    items = _new_items(lines, known)
     if not items:
         return _Turn("Reflection: nothing new to remember.")
     if not _offers(request, "bash"):
         return _Turn("Reflection: found new items but no bash tool to save them: " + "; ".join(items))
     layout_v1 = "system/persona.md" in request.system
     arguments = json.dumps({"command": _reflection_command(items, layout_v1)}, ensure_ascii=False)
-    return _Turn(f"Saving {len(items)} item(s) to memory.", (ToolCall(_call_id(request), "bash", arguments),))
+    saving = f"Saving {len(items)} item(s) to memory."
+    return _Turn(f"{note}\n{saving}" if note else saving, (ToolCall(_call_id(request), "bash", arguments),))
+
+
+_READ_IN_SLICES = re.compile(
+    r"\$TRANSCRIPT_PATH = (?P<path>.+?) \((?P<total>[\d,]+) lines.*?read_file in slices of at most (?P<per>\d+) lines",
+    re.S,
+)
+_NOTES_HEAD = re.compile(r"^Notes from lines \d+-\d+:", re.M)
+_PROGRESS = re.compile(r"furthest transcript line read so far is (\d+)")
+_NUMBERED = re.compile(r"^\s*\d+\t", re.M)
+
+
+def _new_items(lines: Iterable[str], known: set[str]) -> list[str]:
+    items: list[str] = []
+    for line in lines:
+        rule = _stated_rule(line) or (" ".join(line.split()).rstrip(".。") if _FACT.match(line) else None)
+        if rule and rule.casefold() not in known and rule not in items:
+            items.append(rule)
+    return items
+
+
+def _slice_items(result: Message) -> list[str]:
+    """Facts and rules in one ``read_file`` slice of a transcript (its line numbers stripped)."""
+    return _new_items(_user_lines_in(_NUMBERED.sub("", result.content)), set())
+
+
+def _read_next_slice(
+    request: ModelRequest, reading: re.Match[str], last: Message | None
+) -> tuple[_Turn | None, str]:
+    """While slices remain unread: note what the newest slice held, then ask for the next one.
+
+    Stateless (S27): the slices read so far are the request's own ``read_file`` calls; what they
+    held survives in its ``Notes from lines`` replies, since older results get trimmed."""
+    path, total, per = reading["path"], int(reading["total"].replace(",", "")), int(reading["per"])
+    offsets = [
+        int(args.get("offset") or 1)
+        for m in request.messages
+        for call in m.tool_calls
+        if call.name == "read_file" and isinstance(args := _json_object(call.arguments), dict)
+        and args.get("path") == path
+    ]
+    progress = _PROGRESS.search(next((m.content for m in request.messages if m.role == "user"), ""))
+    following = max([o + per for o in offsets] + [int(progress.group(1)) + 1 if progress else 1])
+    note = ""
+    if last is not None and last.role == "tool":
+        call = _own_call(request, last.tool_call_id)
+        if call is not None and call.name == "read_file":
+            start = int(_json_object(call.arguments).get("offset") or 1)
+            items = _slice_items(last)
+            end = min(total, start + per - 1)
+            if items:
+                note = f"Notes from lines {start}-{end}:" + "".join(f"\n- {item}" for item in items)
+    if following > total:
+        return None, note
+    arguments = json.dumps({"path": path, "offset": following, "limit": per}, ensure_ascii=False)
+    return _Turn(note, (ToolCall(_call_id(request), "read_file", arguments),)), note
+
+
+def _noted_items(request: ModelRequest, note: str) -> list[str]:
+    """Every item of the ``Notes from lines`` replies in the request, and of ``note``."""
+    items: list[str] = []
+    for text in [*(m.content for m in request.messages if m.role in ("assistant", "user")), note]:
+        if _NOTES_HEAD.search(text):
+            items.extend(line[2:].strip() for line in text.splitlines() if line.startswith("- "))
+    return items
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 _ALL_HEADINGS = (

@@ -28,7 +28,8 @@ class ToolContext:
     layer maps ``REVERIE_TOOL_OVERFLOW_TO_FILE`` / ``REVERIE_TOOL_MIDDLE_TRUNCATE`` onto these.
 
     ``sandbox``, ``network`` and ``env_names`` are ``[tools] sandbox``, ``network`` and ``env``
-    (DECISIONS D11; ``orchestrator.tools.sandbox``).
+    (DECISIONS D11; ``orchestrator.tools.sandbox``). ``read_roots`` are directories ``read_file`` may
+    read but no tool may write (D5, D6: a reflection's transcript, the overflow files).
     """
 
     workspace: Path
@@ -45,6 +46,7 @@ class ToolContext:
     sandbox: str = "auto"
     network: bool = True
     env_names: tuple[str, ...] = ()
+    read_roots: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,18 @@ from orchestrator.tools.truncation import READ_MAX_CHARS_PER_LINE, READ_MAX_LINE
 __all__ = ["edit_file", "read_file", "resolve_confined", "write_file"]
 
 
-def _roots(ctx: ToolContext) -> list[Path]:
+def _roots(ctx: ToolContext, *, reading: bool = False) -> list[Path]:
     roots = [ctx.workspace.resolve()]
     if ctx.memory_dir is not None:
         roots.append(ctx.memory_dir.resolve())
+    if reading:
+        roots.extend(root.resolve() for root in ctx.read_roots)
     return roots
 
 
-def resolve_confined(ctx: ToolContext, raw: str) -> Path:
-    """The real path for ``raw``, or ``ToolError`` if it leaves the workspace and the memory directory."""
+def resolve_confined(ctx: ToolContext, raw: str, *, reading: bool = False) -> Path:
+    """The real path for ``raw``, or ``ToolError`` if it leaves the workspace and the memory directory
+    (and, for ``reading``, the read-only roots: overflow files, a reflection's transcript)."""
     if not raw.strip():
         raise ToolError("path is empty")
     if "\x00" in raw:
@@ -43,7 +46,9 @@ def resolve_confined(ctx: ToolContext, raw: str) -> Path:
     if not candidate.is_absolute():
         candidate = ctx.workspace / candidate
     real = candidate.resolve()
-    roots = _roots(ctx)
+    roots = _roots(ctx, reading=reading)
+    if not reading and any(real.is_relative_to(root.resolve()) for root in ctx.read_roots):
+        raise ToolError(f"{raw}: in a read-only directory (resolves to {real}); read_file may read it, nothing may write it")
     if not any(real == root or real.is_relative_to(root) for root in roots):
         allowed = "the workspace" if ctx.memory_dir is None else "the workspace and the memory directory"
         raise ToolError(f"{raw}: outside {allowed} (resolves to {real}); access refused")
@@ -92,7 +97,7 @@ def _read_text(path: Path, raw: str, *, strict: bool = False) -> str:
 
 
 def _read_sync(ctx: ToolContext, raw: str, offset: int | None, limit: int | None) -> str:
-    path = resolve_confined(ctx, raw)
+    path = resolve_confined(ctx, raw, reading=True)
     text = _read_text(path, raw)
     lines = text.split("\n")
     if lines and lines[-1] == "":
