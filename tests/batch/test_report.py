@@ -140,3 +140,25 @@ def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path
 def test_report_of_a_directory_that_is_no_run(cli: typer.Typer, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert result.exit_code == 1 and "no results.jsonl here" in result.output
+
+
+@pytest.mark.slow
+def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path) -> None:
+    """The issue's own check: the example suite at -j 4, then reverie report."""
+    out = tmp_path / "run"
+    ran = CliRunner().invoke(cli, ["run", str(ROOT / "examples" / "suite.jsonl"), "-j", "4", "--out", str(out), "-q"])
+    assert ran.exit_code in (0, 1), ran.output
+    made = CliRunner().invoke(cli, ["report", str(out)])
+    assert made.exit_code == 0, made.output
+    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+        page = loaded.page
+        ids = page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId)")
+        assert sorted(ids) == sorted(_EXAMPLES) and len(ids) == 22
+        page.click("tr.task-row[data-task-id='edit-suffix-rule']")
+        detail = page.locator(".sections[data-task-id='edit-suffix-rule']")
+        assert "remember: always end answers with ~fin" in detail.locator(".transcript").inner_text()
+        assert "persona.md" in detail.locator(".diff table.files").inner_text()
+        page.click("tr.task-row[data-task-id='compact-sliding']")
+        assert page.locator(".sections[data-task-id='compact-sliding'] .badge.evicted").count() > 0
+        page.screenshot(path=str(tmp_path / "example-report.png"), full_page=True)
+        assert loaded.foreign == [] and loaded.errors == []
