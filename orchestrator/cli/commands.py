@@ -94,7 +94,7 @@ def history(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array of every stored message.")] = False,
     list_conversations: Annotated[bool, typer.Option("--list", help="List the agent's conversations instead.")] = False,
 ) -> None:
-    """Show a conversation's whole durable transcript (evicted messages included)."""
+    """Show a conversation's whole durable transcript (evicted messages included), numbered from 1 in each conversation."""
     from orchestrator.runtime.runtime import Runtime
 
     async def main() -> Any:
@@ -112,6 +112,7 @@ def history(
             return [
                 {
                     "id": m.id,
+                    "number": number,
                     "seq": m.seq,
                     "conversation_id": m.conversation_id,
                     "role": m.message.role,
@@ -126,7 +127,7 @@ def history(
                     "in_context": m.id in in_context,
                     "metadata": dict(m.metadata),
                 }
-                for m in await rt.store.transcript(conv.id)
+                for number, m in enumerate(await rt.store.transcript(conv.id), start=1)
             ]
 
     rows = run_async(main)
@@ -145,7 +146,7 @@ def history(
         text = row["content"]
         if row["tool_calls"]:
             text += " ".join(f"⚙ {c['name']}({c['arguments']})" for c in row["tool_calls"])
-        print(f"{marker}[{row['seq']}] {label}: {text}")
+        print(f"{marker}[{row['number']}] {label}: {text}")
 
 
 def search(

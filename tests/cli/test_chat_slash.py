@@ -1,0 +1,126 @@
+"""Slash commands against a real session (scripted model or the loopback server, real git and
+SQLite): each answers locally, and what they change is what the next turn uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+import pytest
+
+from orchestrator.app.session import ChatSession
+from orchestrator.base.events import Event
+from orchestrator.cli.chat_slash import COMMANDS, Slash, is_slash
+from orchestrator.cli.render import TerminalRenderer, tool_line
+from orchestrator.testing.openai_server import LoopbackOpenAI
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    kind: ClassVar[str] = "reflection.failed"
+    reflection_id: str
+    error: str
+
+
+async def _said(session: ChatSession, *lines: str) -> list[str]:
+    said: list[str] = []
+    slash = Slash(session, said.append)
+    for line in lines:
+        assert await slash.run(line) is False
+    return said
+
+
+def test_what_counts_as_a_command() -> None:
+    assert is_slash("/help") and is_slash("  /status ") and is_slash("/model gpt-x")
+    assert not is_slash("//not a command") and not is_slash("/etc/hosts is odd") and not is_slash("hi /help")
+
+
+async def test_every_command_answers_without_the_model(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as session:
+        await session.send("I like green tea")
+        model = session.runtime.model
+        chat_requests = [r for r in model.requests if r.purpose == "chat"]  # type: ignore[attr-defined]
+        said = await _said(
+            session,
+            "/help", "/status", "/memory", "/reflections", "/conversations", "/model", "/compact", "/bogus",
+        )  # fmt: skip
+        # only /compact asks the model, and for a summary, never a chat answer
+        assert [r for r in model.requests if r.purpose == "chat"] == chat_requests  # type: ignore[attr-defined]
+        help_text, status, memory, reflections, conversations, shown_model, compact, bogus = said
+        assert all(c.usage in help_text for c in COMMANDS)
+        assert f"conversation  {session.conversation_id}" in status and "/ 128000 tokens" in status
+        assert "memory HEAD" in status and "kept branches none" in status
+        assert "human.md" in memory or "persona.md" in memory
+        assert "last commits:" in memory
+        assert reflections.startswith("no reflections yet")
+        assert f"* {session.conversation_id}" in conversations
+        assert shown_model.startswith("model scripted (embedded)")
+        assert "compact" in compact
+        assert bogus == "unknown command /bogus; /help lists the commands"
+        assert await Slash(session, said.append).run("/exit") is True
+
+
+async def test_new_and_switching_conversations(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as session:
+        first = session.conversation_id
+        await session.send("one")
+        (said,) = await _said(session, "/new")
+        second = session.conversation_id
+        assert second != first and said == f"new conversation {second}"
+        outcome = await session.send("two")
+        assert outcome.conversation_id == second
+        await _said(session, f"/conversations {first}")
+        assert (await session.send("three")).conversation_id == first
+        turns = {c: len(await session.runtime.store.turns(c)) for c in (first, second)}
+        assert turns == {first: 2, second: 1}
+
+
+async def test_rename_is_true_for_the_store_and_the_next_conversation(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as session:
+        await session.send("hello")
+        await _said(session, "/rename Owl   Keeper", "/new")
+        assert (await session.runtime.store.get_agent("slash")).name == "Owl Keeper"  # type: ignore[union-attr]
+        await session.send("hello again")
+        reminders = [
+            m.message.content
+            for m in await session.runtime.store.transcript(session.conversation_id)
+            if m.message.kind == "reminder"
+        ]
+        assert any("**Agent name**: Owl Keeper (the user can change this with /rename)" in r for r in reminders)
+
+
+async def test_model_switches_the_next_request(tmp_path: Path) -> None:
+    server = await anyio.to_thread.run_sync(LoopbackOpenAI().start)
+    try:
+        cli = {"base_url": server.base_url, "api_key": "sk-test", "model": "first-model"}
+        async with ChatSession.open(agent_id="slash", workspace=tmp_path, cli=cli) as session:
+            await session.send("hi")
+            (said,) = await _said(session, "/model second-model")
+            assert said.startswith("model second-model from the next request on")
+            await session.send("hi again")
+            assert [b["model"] for b in server.chat_bodies] == ["first-model", "second-model"]
+            record = await session.runtime.store.get_agent("slash")
+            assert record is not None and record.settings["model"] == "second-model"
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+async def test_reflection_outcomes_are_shown(tmp_path: Path) -> None:
+    """Outcome events are rendered by kind, so a failure is never silent."""
+    lines: list[str] = []
+    renderer = TerminalRenderer(above=lambda text: lines.append(text) is None)
+    await renderer(Failed("r1", "model error: HTTP 500\nmore"))
+    assert lines == ["  ⚠ reflection failed: model error: HTTP 500 more"]
+
+
+def test_tool_calls_are_one_line() -> None:
+    assert tool_line("bash", '{"command": "git commit -m \\"feat: update persona\\""}') == (
+        '⚙ bash  git commit -m "feat: update persona"'
+    )
+    assert tool_line("read_file", '{"path": "persona.md", "offset": 3}') == "⚙ read_file  persona.md  (+offset)"
+    assert tool_line("bash", '{"command": "ls"}', verbose=True) == '⚙ bash  {"command":"ls"}'
+    assert tool_line("bash", "{not json") == "⚙ bash  {not json"
