@@ -155,6 +155,13 @@ class ChatSession:
         self.runner.agent = self.agent
         self.reflection.agent = self.agent
 
+    async def describe(self, description: str) -> None:
+        """The agent-info reminder says the user can change the description with /description."""
+        await self.runtime.store.update_agent(self.agent.agent_id, settings={"description": description})
+        self.agent = replace(self.agent, description=description)
+        self.runner.agent = self.agent
+        self.reflection.agent = self.agent
+
     @property
     def model_name(self) -> str:
         return self.runner.settings.model

@@ -1,8 +1,8 @@
 """The chat's slash commands: handled in the CLI, never sent to the model.
 
 ``COMMANDS`` is the one list: ``/help`` prints it and the tests check that every entry answers.
-The agent-info reminder tells the model the user can ``/rename`` (DECISIONS D7); that is true
-here. An unknown ``/word`` gets a one-line hint; text that merely starts with ``//`` or a path such
+The agent-info reminder tells the model the user can ``/rename`` (DECISIONS D7) and
+``/description``; both are true here. An unknown ``/word`` gets a one-line hint; text that merely starts with ``//`` or a path such
 as ``/etc/hosts is odd`` is sent to the model like any message.
 """
 
@@ -39,6 +39,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("conversations", "/conversations [ID]", "list this agent's conversations, or switch to one"),
     SlashCommand("model", "/model [NAME]", "show the model, or use NAME from the next request on"),
     SlashCommand("rename", "/rename NAME", "rename the agent"),
+    SlashCommand("description", "/description TEXT", "describe the agent (the model is told from its next conversation on)"),
     SlashCommand("exit", "/exit", "leave (Ctrl-D does too)"),
 )
 _NAMES = {c.name for c in COMMANDS} | {"quit"}
@@ -186,6 +187,15 @@ class Slash:
             return
         await self.session.rename(name)
         self.say(f"agent {self.session.agent.agent_id} is now called {name}")
+
+
+    async def _description(self, arg: str) -> None:
+        text = " ".join(arg.split())
+        if not text:
+            self.say(f"description: {self.session.agent.description or '(none)'}; /description TEXT sets it")
+            return
+        await self.session.describe(text)
+        self.say(f"agent {self.session.agent.agent_id} is described as: {text}")
 
 
 def _memory_report(repo: Path, commits: int = 3) -> list[str]:

@@ -93,6 +93,26 @@ async def test_rename_is_true_for_the_store_and_the_next_conversation(tmp_path: 
         assert any("**Agent name**: Owl Keeper (the user can change this with /rename)" in r for r in reminders)
 
 
+def test_every_command_the_agent_info_reminder_names_exists() -> None:
+    import re
+
+    from orchestrator.agent.reminders import AGENT_INFO_TEMPLATE
+
+    named = set(re.findall(r"change this with /(\w+)", AGENT_INFO_TEMPLATE))
+    assert named >= {"rename", "description"}
+    assert named <= {c.name for c in COMMANDS}
+
+
+async def test_description_reaches_the_next_conversation(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as session:
+        await _said(session, "/description keeps notes on owls", "/new")
+        await session.send("hello")
+        reminders = [m.message.content for m in await session.runtime.store.transcript(session.conversation_id)]
+        assert any("**Agent description**: keeps notes on owls (the user" in r for r in reminders)
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as again:
+        assert again.agent.description == "keeps notes on owls"
+
+
 async def test_model_switches_the_next_request(tmp_path: Path) -> None:
     server = await anyio.to_thread.run_sync(LoopbackOpenAI().start)
     try:
