@@ -63,7 +63,7 @@ from orchestrator.base.events import (
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
 from orchestrator.store import Store, StoredMessage, TurnStatus
-from orchestrator.tools import ToolContext, run_tool, tool_specs
+from orchestrator.tools import ToolContext, overflow_dir_for, run_tool, tool_specs
 
 __all__ = [
     "AgentProfile",
@@ -298,6 +298,7 @@ class TurnRunner:
     async def _run_tools(
         self, conversation_id: str, turn_id: str, calls: Sequence[ToolCall], state: _TurnState
     ) -> None:
+        overflow = overflow_dir_for(self.workspace) if self.settings.overflow_to_file else None
         ctx = ToolContext(
             workspace=self.workspace,
             agent_id=self.agent.agent_id,
@@ -309,6 +310,9 @@ class TurnRunner:
             sandbox=self.settings.sandbox,
             network=self.settings.network,
             env_names=self.settings.tool_env,
+            overflow_dir=overflow,
+            middle_truncate=self.settings.middle_truncate,
+            read_roots=(overflow,) if overflow is not None else (),
         )
         for call in calls:
             state.tool_calls.append(call.name)

@@ -50,6 +50,8 @@ class Settings:
     sandbox: str = "auto"
     network: bool = True
     tool_env: tuple[str, ...] = ()
+    overflow_to_file: bool = True
+    middle_truncate: bool = True
 
     @property
     def uses_endpoint(self) -> bool:
@@ -77,6 +79,8 @@ _KEYS: Mapping[str, str] = {
     "tools.sandbox": "sandbox",
     "tools.network": "network",
     "tools.env": "tool_env",
+    "tools.overflow_to_file": "overflow_to_file",
+    "tools.middle_truncate": "middle_truncate",
 }
 _ENV: Mapping[str, str] = {
     "REVERIE_BASE_URL": "base_url",
@@ -88,6 +92,8 @@ _ENV: Mapping[str, str] = {
     "REVERIE_REQUEST_TIMEOUT": "request_timeout",
     "REVERIE_MAX_RESPONSE_CHARS": "max_response_chars",
     "REVERIE_SANDBOX": "sandbox",
+    "REVERIE_TOOL_OVERFLOW_TO_FILE": "overflow_to_file",
+    "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
 }
 _CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
 _TYPES = {f.name: f.type for f in fields(Settings)}

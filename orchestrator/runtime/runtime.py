@@ -28,6 +28,7 @@ from orchestrator.models.scripted import ScriptedModel, latency_from_env
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.store import Conversation, Store, StoreError
+from orchestrator.tools.overflow import cleanup_overflow_files
 from prompts import load_prompt
 
 __all__ = ["Runtime", "build_model"]
@@ -76,6 +77,7 @@ class Runtime:
         plugins: Plugins | None = None,
     ) -> AsyncIterator[Runtime]:
         settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli))
+        await anyio.to_thread.run_sync(cleanup_overflow_files)  # compaction.md 7.5: older than 24 h
         async with Store.opened(store_path) as store:
             yield cls(
                 settings=settings,

@@ -13,11 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from orchestrator.base.errors import UsageError
 from orchestrator.models.types import ToolSpec
 from orchestrator.tools.bash import run_bash
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, write_file
+from orchestrator.tools.overflow import write_overflow
 from orchestrator.tools.search import DEFAULT_SEARCH_LIMIT, conversation_search
 from orchestrator.tools.truncation import TOOL_RETURN_MAX_CHARS, truncate_by_chars
 
@@ -223,5 +226,13 @@ async def run_tool(name: str, raw_args: str, ctx: ToolContext) -> ToolResult:
     if not result.ok and not result.output.startswith("Error"):
         result = ToolResult(False, f"Error: {result.output}")
     if len(result.output) > TOOL_RETURN_MAX_CHARS:
-        result = ToolResult(result.ok, truncate_by_chars(result.output, TOOL_RETURN_MAX_CHARS))
+        overflow = None
+        if ctx.overflow_dir is not None:
+            overflow = await anyio.to_thread.run_sync(write_overflow, ctx.overflow_dir, name, result.output)
+        result = ToolResult(
+            result.ok,
+            truncate_by_chars(
+                result.output, TOOL_RETURN_MAX_CHARS, middle=ctx.middle_truncate, overflow_path=overflow
+            ),
+        )
     return result
