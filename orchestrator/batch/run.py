@@ -71,6 +71,16 @@ def _prepare(out_dir: Path, resume: bool, meta: dict[str, Any]) -> dict[str, Tas
     return existing
 
 
+def _elapsed_so_far(out_dir: Path) -> float:
+    """Real time the earlier invocations of this run directory took (their summary), so a resumed
+    or retried run still reports the wall time of the whole run."""
+    try:
+        earlier = json.loads((out_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        return float(earlier.get("elapsed_total", earlier.get("elapsed")) or 0.0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
 def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
     from orchestrator.batch.telemetry import SpanEmitter, otel_available
 
@@ -115,6 +125,7 @@ async def run_suite(
         "tasks": [t.id for t in tasks],
     }
     existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume or retry is not None, meta)
+    earlier_elapsed = await anyio.to_thread.run_sync(_elapsed_so_far, out_dir) if existing else 0.0
     again = retry_candidates(existing, retry or ())
     todo = pending_tasks(tasks, set(existing) - again)
     previous = dict(existing)
@@ -137,6 +148,7 @@ async def run_suite(
     wanted = {t.id for t in tasks}
     ordered = tuple(existing[t.id] for t in tasks if t.id in existing)
     summary = summarize([r for r in existing.values() if r.id in wanted], elapsed=elapsed)
+    summary["elapsed_total"] = round(earlier_elapsed + elapsed, 3)
     summary["executor"] = executor.name
     summary["concurrency"] = executor.concurrency
     summary["resumed"] = len(tasks) - len(todo)

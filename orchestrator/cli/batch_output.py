@@ -117,7 +117,7 @@ def _columns(results: Sequence[Any], summary: Mapping[str, Any]) -> list[tuple[s
     priced = any(r.cost is not None for r in results)
     statuses = [f"{summary['passed']} passed"]
     statuses += [f"{summary[k]} {k}" for k in ("failed", "error") if summary.get(k)]
-    elapsed = summary.get("elapsed")
+    elapsed = summary.get("elapsed_total", summary.get("elapsed"))
     cols: list[tuple[str, list[str], str]] = [
         ("task", [r.id for r in results], f"{summary['tasks']} tasks"),
         ("status", [f"[{_COLOUR.get(r.status, 'white')}]{r.status}[/]" for r in results], " · ".join(statuses)),

@@ -42,6 +42,7 @@ def test_retry_failed_reruns_only_failures_in_place(cli: typer.Typer, tmp_path: 
     assert {i: r["status"] for i, r in before.items()} == {"rule": "passed", "chat": "passed", "wrong": "failed",
                                                           "bad-template": "error"}
     kept_log = (out / "events" / "rule.jsonl").read_bytes()
+    first_elapsed = json.loads((out / "summary.json").read_text())["elapsed_total"]
 
     # the user fixes the failing task and the broken template, then retries only those
     fixed = [TINY[0], TINY[2], {**TINY[4], "checks": [{"contains": "hello"}]},
@@ -60,6 +61,7 @@ def test_retry_failed_reruns_only_failures_in_place(cli: typer.Typer, tmp_path: 
     assert all(r["cost"] is not None for r in after), "the retry reused the run's recorded prices"
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["tasks"], summary["passed"]) == (4, 4)
+    assert summary["elapsed_total"] == pytest.approx(first_elapsed + summary["elapsed"], abs=0.002)
     assert json.loads((out / "run.json").read_text())["concurrency"] == 2
 
     nothing = CliRunner().invoke(cli, ["run", "--retry-failed", str(out), "-q"])
