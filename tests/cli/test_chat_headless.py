@@ -146,3 +146,46 @@ def test_headless_flags_are_checked(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "--output-format 'yaml'" in bad.stderr
     both = reverie(tmp_path, "chat", "-p", "hi", "--input-format", "stream-json")
     assert both.returncode == 1 and "leave out -p" in both.stderr
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Processes whose command line starts with ``marker`` (the shell that runs it does not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if cmdline.startswith(marker):
+            found.append(int(entry.name))
+    return found
+
+
+def test_sigint_during_a_tool_ends_the_tool_and_its_children(tmp_path: Path, backend: str) -> None:
+    from orchestrator.testing.openai_server import tool_call_reply
+
+    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000:05d}"
+    command = f"(sleep 3{marker}; touch {tmp_path}/child-finished) & sleep 3{marker}; touch {tmp_path}/finished"
+    with LoopbackOpenAI() as server:
+        server.enqueue(tool_call_reply("bash", json.dumps({"command": command})))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "go", "--output-format", "stream-json"],
+            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if json.loads(line)["type"] == "tool.start":
+                break
+        deadline = time.monotonic() + 20
+        while len(_processes_with(f"sleep 3{marker}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_processes_with(f"sleep 3{marker}")) == 2, "the tool and its child never started"
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert json.loads(rest.strip().splitlines()[-1])["status"] == "interrupted"
+    assert _processes_with(f"sleep 3{marker}") == []
+    assert not (tmp_path / "finished").exists() and not (tmp_path / "child-finished").exists()
