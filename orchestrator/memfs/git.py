@@ -28,8 +28,10 @@ kept for what libgit2 cannot do as git does: commits that run hooks, ``rebase``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
 import subprocess
 import threading
 from collections import OrderedDict
@@ -56,8 +58,10 @@ __all__ = [
     "RepoPool",
     "arun",
     "clean_environment",
+    "common_dir",
     "open_local",
     "open_repo",
+    "parse_tree",
     "run",
 ]
 
@@ -231,6 +235,26 @@ def _pygit2() -> ModuleType:
 
 
 _KIND_NAMES: Final = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
+_SHA1_BYTES: Final = 20
+
+
+def parse_tree(data: bytes) -> tuple[tuple[str, str, str], ...]:
+    """``(name, mode, oid)`` per entry of a raw tree object, in stored order.
+
+    Names are the stored bytes decoded as UTF-8 with ``surrogateescape`` (DECISIONS M2): no quoting,
+    no trimming, and a name that is not UTF-8 round-trips to its bytes.
+    """
+    entries: list[tuple[str, str, str]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        mode = data[pos:space].decode("ascii")
+        name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
+        oid_end = nul + 1 + _SHA1_BYTES
+        entries.append((name, mode, data[nul + 1 : oid_end].hex()))
+        pos = oid_end
+    return tuple(entries)
 
 
 class LocalRepo:
@@ -279,6 +303,31 @@ class LocalRepo:
         except (KeyError, ValueError, pygit2.GitError):
             return None
         return str(commit.id), str(commit.tree_id)
+
+    def files(self, tree_oid: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
+        """``(path, mode, oid)`` of every non-tree entry below ``tree_oid``, as ``git ls-tree -r``."""
+        found = self.read(tree_oid)
+        if found is None or found[0] != "tree":
+            raise GitError(("ls-tree",), 128, f"fatal: tree {tree_oid} is missing", self.top_level)
+        for name, mode, oid in parse_tree(found[1]):
+            path = f"{prefix}{name}"
+            if mode == "40000":
+                yield from self.files(oid, f"{path}/")
+            else:
+                yield path, mode, oid
+
+    def ever_had(self, revision: str, path: str) -> bool:
+        """Whether any commit reachable from ``revision`` has ``path`` (so ``git log -1 revision --
+        path`` names one)."""
+        pygit2 = _pygit2()
+        try:
+            start = self._repo.revparse_single(revision).peel(pygit2.Commit)
+            for commit in self._repo.walk(start.id):
+                if path in commit.tree:
+                    return True
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return False
 
     def head(self) -> str | None:
         """The commit ``HEAD`` points at; None while the branch is unborn."""
@@ -373,6 +422,33 @@ class LocalRepo:
                 continue
             records.append((Path(pointer).parent, _head_branch(admin / name / "HEAD")))
         return tuple(records)
+
+
+    def prune_worktrees(self) -> tuple[str, ...]:
+        """``git worktree prune``: forget linked worktrees whose folder is gone (unless locked);
+        returns the administrative names removed."""
+        admin = self.common_dir / "worktrees"
+        pruned: list[str] = []
+        try:
+            names = sorted(os.listdir(admin))
+        except FileNotFoundError:
+            return ()
+        for name in names:
+            record = admin / name
+            if (record / "locked").exists():
+                continue
+            try:
+                pointer = Path((record / "gitdir").read_text(encoding="utf-8", errors="surrogateescape").strip())
+            except FileNotFoundError:
+                pointer = None
+            except OSError:
+                continue
+            if pointer is None or not pointer.exists():
+                shutil.rmtree(record, ignore_errors=True)
+                pruned.append(name)
+        with contextlib.suppress(OSError):
+            admin.rmdir()
+        return tuple(pruned)
 
 
 def _head_branch(head_file: Path) -> str | None:
@@ -490,3 +566,13 @@ def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[Local
 
 def _by_path(entry: tuple[str, str]) -> str:
     return entry[1]
+
+
+def common_dir(directory: Path) -> Path:
+    """The resolved git common directory of ``directory`` (in-process for a repository's top level,
+    else asked of git, which also searches parent folders); :class:`GitError` when there is none."""
+    with open_repo(directory) as local:
+        if local is not None:
+            return local.common_dir
+    out = run(directory, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    return Path(out.stdout.strip()).resolve()

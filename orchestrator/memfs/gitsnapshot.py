@@ -1,18 +1,22 @@
-"""Read validation snapshots from git with plain subprocesses (blocking; callers thread it).
+"""Read validation snapshots from git (blocking; callers thread it).
 
-Paths come NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as
-stored (DECISIONS M2); blobs are read in one ``cat-file --batch`` process. The hook imports this
+The staged snapshot (the hook's, and reverie's own commits') is read with git processes: paths come
+NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as stored
+(DECISIONS M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
+audit after every turn and before every merge) is read in-process through the git seam's libgit2
+handle, names decoded from the raw tree bytes (M2 again), so an audit starts no process. The hook imports this
 module, so it stays free of heavy imports. Git inherits the caller's environment, so inside a hook
 ``GIT_INDEX_FILE`` (``git commit -a`` or ``git commit <paths>``) selects the index git will commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
-from orchestrator.memfs.git import GitError, GitResult, run
+from orchestrator.memfs.git import GitError, GitResult, LocalRepo, open_repo, run
 from orchestrator.memfs.policy import (
     LEGACY_ONLY,
     POLICY_FILE_NAME,
@@ -133,9 +137,14 @@ def _gitlink_oids(index: dict[str, Entry]) -> set[str]:
     return {e.oid for e in index.values() if e.mode == "160000"}
 
 
-def _snapshot(index: dict[str, Entry], head: dict[str, Entry] | None, changes: dict[str, str], repo: Path) -> Snapshot:
+def _snapshot(
+    index: dict[str, Entry],
+    head: dict[str, Entry] | None,
+    changes: dict[str, str],
+    read_blobs: Callable[[Iterable[str]], dict[str, bytes]],
+) -> Snapshot:
     ordered = {p: index[p] for p in sorted(index, key=path_order_key)}
-    blobs = _read_blobs(repo, _needed_blobs(ordered, head, changes))
+    blobs = read_blobs(_needed_blobs(ordered, head, changes))
     blobs.update(dict.fromkeys(_gitlink_oids(ordered), b""))  # a submodule has no text to check
     return Snapshot(
         index=MappingProxyType(ordered),
@@ -149,7 +158,7 @@ def read_staged_snapshot(repo: Path) -> Snapshot:
     """The index, ``HEAD`` and the staged changes of ``repo``, with the blobs validation reads."""
     index = _read_index(repo)
     head = _read_tree(repo, "HEAD")
-    return _snapshot(index, head, _read_changes(repo), repo)
+    return _snapshot(index, head, _read_changes(repo), partial(_read_blobs, repo))
 
 
 def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapshot | None:
@@ -157,23 +166,50 @@ def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapsho
 
     None when ``revision`` names no commit (a repository without commits).
     """
+    parent = base if base is not None else f"{revision}^"
+    with open_repo(repo) as local:
+        if local is not None:
+            tree = _local_tree(local, revision)
+            if tree is None:
+                return None
+            known = _local_tree(local, parent) or {}
+            return _snapshot(tree, known, diff_status(tree, known), partial(_local_blobs, local))
     tree = _read_tree(repo, revision)
     if tree is None:
         return None
-    accepted = _read_tree(repo, base if base is not None else f"{revision}^")
-    accepted = accepted if accepted is not None else {}
-    return _snapshot(tree, accepted, diff_status(tree, accepted), repo)
+    accepted = _read_tree(repo, parent) or {}
+    return _snapshot(tree, accepted, diff_status(tree, accepted), partial(_read_blobs, repo))
+
+
+def _local_tree(local: LocalRepo, revision: str) -> dict[str, Entry] | None:
+    resolved = local.resolve(revision)
+    if resolved is None:
+        return None
+    return {path: Entry(mode, oid) for path, mode, oid in local.files(resolved[1])}
+
+
+def _local_blobs(local: LocalRepo, oids: Iterable[str]) -> dict[str, bytes]:
+    blobs: dict[str, bytes] = {}
+    for oid in sorted(set(oids)):
+        found = local.read(oid)
+        if found is not None and found[0] == "blob":
+            blobs[oid] = found[1]
+    return blobs
 
 
 def audit_policy(repo: Path, revision: str, marker_in_tree: bool) -> LayoutPolicy:
     """The audit's policy (memfs.md 1.5): the file's choice, refined by history for ``root-marker``."""
-    try:
-        text: str | None = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError, GitError):
-        text = None
-    if text in (LEGACY_ONLY, SHARED_MEMORY):
-        return parse_policy(text)
-    if text == ROOT_MARKER:
-        touched = _git(repo, "log", "-1", "--format=%H", revision, "--", "MEMORY.md", check=False)
-        return ROOT_MARKER if touched.returncode == 0 and touched.stdout.strip() else LEGACY_ONLY
-    return ROOT_MARKER if marker_in_tree else LEGACY_ONLY
+    with open_repo(repo) as local:
+        common = local.common_dir if local is not None else None
+        try:
+            text: str | None = ((common or git_common_dir(repo)) / POLICY_FILE_NAME).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError, GitError):
+            text = None
+        if text in (LEGACY_ONLY, SHARED_MEMORY):
+            return parse_policy(text)
+        if text != ROOT_MARKER:
+            return ROOT_MARKER if marker_in_tree else LEGACY_ONLY
+        if local is not None:
+            return ROOT_MARKER if marker_in_tree or local.ever_had(revision, "MEMORY.md") else LEGACY_ONLY
+    touched = _git(repo, "log", "-1", "--format=%H", revision, "--", "MEMORY.md", check=False)
+    return ROOT_MARKER if touched.returncode == 0 and touched.stdout.strip() else LEGACY_ONLY

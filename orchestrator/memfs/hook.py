@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from orchestrator.memfs.git import GitError, run
+from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.policy import POLICY_FILE_NAME, ROOT_MARKER, LayoutPolicy, policy_file_text
 
 __all__ = ["HOOK_MARKER", "hook_script", "install_hook", "main"]
@@ -33,28 +33,48 @@ def _rev_parse(repo: Path, *args: str) -> Path:
     return (repo / out).resolve()
 
 
-def _git_path_hooks(repo: Path) -> Path:
-    return _rev_parse(repo, "--git-path", "hooks")
+def _locations(repo: Path) -> tuple[Path, Path]:
+    """(hooks directory, common git directory): in-process for a repository's top level (the
+    ``core.hooksPath`` setting, else ``<common dir>/hooks``), else as ``git rev-parse`` says."""
+    with open_repo(repo) as local:
+        if local is not None:
+            configured = local.config("core.hooksPath")
+            common = local.common_dir
+            hooks = (repo / Path(configured).expanduser()).resolve() if configured else common / "hooks"
+            return hooks, common
+    return _rev_parse(repo, "--git-path", "hooks"), _rev_parse(repo, "--git-common-dir")
+
+
+def _write_if_changed(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace ``path`` atomically unless it already holds ``text`` (and ``mode``)."""
+    try:
+        same = path.read_text(encoding="utf-8") == text and (mode is None or path.stat().st_mode & 0o777 == mode)
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if same:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    if mode is not None:
+        tmp.chmod(mode)
+    os.replace(tmp, path)
 
 
 def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = ROOT_MARKER) -> Path:
     """Write the pre-commit hook (0755) and the layout policy file, overwriting both (R4.1).
 
-    The hooks directory comes from ``git rev-parse --git-path hooks`` (honours ``core.hooksPath``
-    and is shared by linked worktrees); the policy goes to ``<git common dir>/letta-memory-layout-policy``
-    where the reference and its readers look. Returns the hook's path. Blocking. An unknown
+    The hooks directory is git's (``core.hooksPath`` when set, else the common directory's
+    ``hooks``, shared by linked worktrees); the policy goes to ``<git common dir>/letta-memory-layout-policy``
+    where the reference and its readers look. Files that already hold the right text are not rewritten. Returns the hook's path. Blocking. An unknown
     ``policy`` raises ``ValueError`` before anything is written.
     """
     repo = Path(repo_dir)
     text = policy_file_text(policy)
-    hooks = _git_path_hooks(repo)
+    hooks, common = _locations(repo)
     hooks.mkdir(parents=True, exist_ok=True)
     hook = hooks / "pre-commit"
-    tmp = hooks / f".pre-commit.{os.getpid()}.tmp"
-    tmp.write_text(hook_script(), encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, hook)
-    (_rev_parse(repo, "--git-common-dir") / POLICY_FILE_NAME).write_text(text, encoding="utf-8")
+    _write_if_changed(hook, hook_script(), 0o755)
+    _write_if_changed(common / POLICY_FILE_NAME, text)
     return hook
 
 

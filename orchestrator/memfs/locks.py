@@ -33,7 +33,7 @@ from filelock import FileLock, Timeout
 
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import common_dir
 
 __all__ = [
     "LOCK_FILE_NAME",
@@ -80,8 +80,7 @@ def _process_lock(common: Path, name: str) -> Lock:
 
 def common_dir_sync(repo_dir: Path) -> Path:
     """The resolved git common directory of ``repo_dir`` (blocking; lock keys compare equal)."""
-    proc = run(repo_dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    return Path(proc.stdout.strip()).resolve()
+    return common_dir(Path(repo_dir))
 
 
 def _try_acquire(lock: FileLock, owner: Path | None, token: str) -> bool:

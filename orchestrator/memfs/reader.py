@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import GitError, LocalRepo, open_local
+from orchestrator.memfs.git import GitError, LocalRepo, open_local, parse_tree
 
 __all__ = [
     "DEFAULT_POOL",
@@ -101,20 +101,6 @@ def display_path(path: str) -> str:
     return path
 
 
-def _parse_tree(data: bytes) -> tuple[tuple[str, str, str], ...]:
-    entries: list[tuple[str, str, str]] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        space = data.index(b" ", pos)
-        nul = data.index(b"\0", space)
-        mode = data[pos:space].decode("ascii")
-        name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
-        oid_end = nul + 1 + _SHA1_BYTES
-        entries.append((name, mode, data[nul + 1 : oid_end].hex()))
-        pos = oid_end
-    return tuple(entries)
-
-
 class ObjectReader:
     """Object access for one repository over an in-process libgit2 handle.
 
@@ -161,7 +147,7 @@ class ObjectReader:
         found = self._local.read(tree_oid)
         if found is None or found[0] != "tree":
             raise GitError(("cat-file",), 128, f"fatal: tree {tree_oid} is missing", self.top_level)
-        parsed = _parse_tree(found[1])
+        parsed = parse_tree(found[1])
         if len(parsed) <= self._TREE_CACHE_ENTRIES // 4:
             self._trees[tree_oid] = parsed
             self._cached_tree_entries += len(parsed)

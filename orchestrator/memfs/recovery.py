@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
-from anyio import Path as AsyncPath
 
-from orchestrator.memfs.git import arun
+from orchestrator.memfs.git import arun, open_repo
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.worktrees import (
@@ -37,8 +36,9 @@ from orchestrator.memfs.worktrees import (
     id_from_branch,
     id_from_worktree_dir,
     list_reflections,
-    parse_worktree_records,
+    prune_worktrees,
     remove_worktree,
+    worktree_records,
 )
 
 __all__ = ["RecoveryReport", "recover"]
@@ -54,16 +54,20 @@ class RecoveryReport:
     pending: tuple[ReflectionBranch, ...]
 
 
-async def _rebase_in_progress(worktree: Path) -> bool:
-    out = await arun(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False, harness=True)
-    if not out.ok:
-        return False
-    git_dir = AsyncPath(out.stdout.strip())
-    return await (git_dir / "rebase-merge").exists() or await (git_dir / "rebase-apply").exists()
+def _rebase_in_progress(worktree: Path) -> bool:
+    with open_repo(worktree) as local:
+        return local is not None and local.operation() == "rebase in progress"
 
 
-async def _is_ancestor(repo: Path, rev: str) -> bool:
-    return (await arun(repo, "merge-base", "--is-ancestor", rev, "HEAD", check=False, harness=True)).ok
+def _is_ancestor(repo: Path, rev: str) -> bool:
+    with open_repo(repo) as local:
+        head = None if local is None else local.head()
+        return local is not None and head is not None and local.is_ancestor(rev, head)
+
+
+def _pins(repo: Path) -> tuple[tuple[str, str], ...]:
+    with open_repo(repo) as local:
+        return () if local is None else local.refs(PRE_REBASE_REF_PREFIX)
 
 
 async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:
@@ -77,29 +81,27 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     restored: list[str] = []
     async with merge_lock(repo, common_dir=common):
         async with worktree_admin_lock(repo, common_dir=common):
-            await arun(repo, "worktree", "prune", harness=True)
-        listing = await arun(repo, "worktree", "list", "--porcelain", "-z", harness=True)
-        for path, branch in parse_worktree_records(listing.stdout)[1:]:
+            await prune_worktrees(repo)
+        for path, branch in (await worktree_records(repo))[1:]:
             wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)
             if wid is None or wid in active:
                 continue
-            if await _rebase_in_progress(path):
+            if await anyio.to_thread.run_sync(_rebase_in_progress, path):
                 await arun(path, "rebase", "--abort", check=False, harness=True)
                 aborted.append(path)
             await remove_worktree(repo, path)
             removed.append(path)
-        pins = await arun(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", PRE_REBASE_REF_PREFIX, harness=True)
+        pins = await anyio.to_thread.run_sync(_pins, repo)
         branches = {b.branch: b for b in await list_reflections(repo, kind=None)}
         by_id = {b.id: b for b in branches.values()}
-        for line in pins.stdout.splitlines():
-            ref, _, tip = line.partition("\0")
+        for ref, tip in pins:
             pid = ref[len(PRE_REBASE_REF_PREFIX) :]
             if pid in active:
                 continue
             owner = by_id.get(pid)
             if owner is not None and not owner.merged:
                 continue
-            if owner is None and not await _is_ancestor(repo, tip):
+            if owner is None and not await anyio.to_thread.run_sync(_is_ancestor, repo, tip):
                 # The branch is gone but its pinned commits are not in HEAD: list them again.
                 name = f"{BRANCH_PREFIX}reflection/{pid}"
                 if id_from_branch(name) is not None:
@@ -107,13 +109,14 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
                     restored.append(name)
                 continue
             await arun(repo, "update-ref", "-d", ref, tip, check=False, harness=True)
-        for item in await list_reflections(repo, kind=None):
+        listed = await list_reflections(repo, kind=None)
+        for item in listed:
             if item.id in active:
                 continue
             if item.merged:
                 await arun(repo, "update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False, harness=True)
                 deleted.append(item.branch)
-        pending = tuple(b for b in await list_reflections(repo, kind=None) if not b.merged and b.id not in active)
+        pending = tuple(b for b in listed if not b.merged and b.id not in active)
     return RecoveryReport(
         stale_lock_released=released,
         aborted_rebases=tuple(aborted),

@@ -1,9 +1,11 @@
 """Operations on an agent's memory repository: create it, commit to it, read its state.
 
-Everything here is synchronous and blocking (it runs git); async callers use
-``anyio.to_thread.run_sync``. Reverie's own commits run the validator in-process and then commit
-with hooks bypassed (DECISIONS S21), so a harness commit costs no interpreter start-up while a
-commit typed by hand in a shell is still guarded by the installed hook.
+Everything here is synchronous and blocking; async callers use ``anyio.to_thread.run_sync``.
+Questions (is it a repository, its ``HEAD``, its status) are answered in-process through the git
+seam's libgit2 handle; only writes (init, add, commit) start git. Reverie's own commits run the
+validator in-process and then commit with hooks bypassed (DECISIONS S21), so a harness commit
+costs no interpreter start-up while a commit typed by hand in a shell is still guarded by the
+installed hook.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, run
+from orchestrator.memfs.git import GitError, open_repo, run
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -95,14 +97,14 @@ def is_memory_repo(path: Path) -> bool:
     """True when ``path`` is the top level of a git work tree."""
     if not path.is_dir():
         return False
-    proc = run(path, "rev-parse", "--show-toplevel", check=False)
-    return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
+    with open_repo(path) as local:
+        return local is not None
 
 
 def head_revision(path: Path) -> str | None:
-    proc = run(path, "rev-parse", "--verify", "-q", "HEAD", check=False)
-    out = proc.stdout.strip()
-    return out if proc.returncode == 0 and out else None
+    """The commit ``HEAD`` of the repository at ``path`` names; None when unborn or no repository."""
+    with open_repo(path) as local:
+        return None if local is None else local.head()
 
 
 def init_memory_repo(
@@ -192,39 +194,16 @@ def repo_status(path: Path) -> RepoStatus:
     """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists."""
     if not (path / ".git").exists():
         return RepoStatus(False, None, (), None, (), False)
-    git_dir = Path(run(path, "rev-parse", "--absolute-git-dir").stdout.strip())
-    operation = None
-    if (git_dir / "MERGE_HEAD").exists():
-        operation = "merge in progress"
-    elif (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
-        operation = "rebase in progress"
-    raw = run(path, "status", "--porcelain=v1", "-z").stdout
-    entries = _porcelain_entries(raw)
-    conflicted = tuple(
-        name for code, name in entries if "U" in code or code in {"AA", "DD"}
-    )
-    remote = run(path, "remote", "get-url", "origin", check=False)
-    return RepoStatus(
-        initialized=True,
-        revision=head_revision(path),
-        porcelain=tuple(f"{code} {name}" for code, name in entries),
-        operation=operation,
-        conflicted=conflicted,
-        has_remote=remote.returncode == 0 and bool(remote.stdout.strip()),
-    )
-
-
-def _porcelain_entries(raw: str) -> list[tuple[str, str]]:
-    fields = raw.split("\0")
-    entries: list[tuple[str, str]] = []
-    i = 0
-    while i < len(fields):
-        item = fields[i]
-        i += 1
-        if len(item) < 4:
-            continue
-        code, name = item[:2], item[3:]
-        if code[0] in "RC":
-            i += 1  # the rename's source path follows as its own field
-        entries.append((code, name))
-    return entries
+    with open_repo(path) as local:
+        if local is None:
+            said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()
+            raise GitError(("status",), 128, said or f"fatal: {path}: not the top level of a git repository", path)
+        entries = local.status()
+        return RepoStatus(
+            initialized=True,
+            revision=local.head(),
+            porcelain=tuple(f"{code} {name}" for code, name in entries),
+            operation=local.operation(),
+            conflicted=tuple(name for code, name in entries if "U" in code or code in {"AA", "DD"}),
+            has_remote=local.has_remote(),
+        )

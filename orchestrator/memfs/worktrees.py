@@ -7,15 +7,17 @@ branch ``reverie/<kind>/<id>`` (``kind`` is ``reflection`` for reflections). The
 ``Z`` so the time is unambiguous wherever the branch name is shown (DECISIONS T5). Ids in
 letta-code's 14-digit form are still recognised when listing.
 
-Every git command goes through the seam (:func:`orchestrator.memfs.git.arun`, a worker thread,
-never the event loop) with the harness identity, commit signing off and hooks bypassed (reverie
-validates in process, DECISIONS S21).
+Everything goes through the git seam in a worker thread, never on the event loop. Listing
+branches and worktrees, resolving the base and removing or pruning a worktree are done in-process
+(libgit2 and the worktree records git keeps under ``<common dir>/worktrees``); only ``worktree
+add`` (a checkout) starts git, with the harness identity and hooks bypassed (DECISIONS S21).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +28,7 @@ from anyio import Path as AsyncPath
 
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
-from orchestrator.memfs.git import arun
+from orchestrator.memfs.git import GitError, arun, open_repo, run
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 
 __all__ = [
@@ -42,7 +44,9 @@ __all__ = [
     "new_worktree_id",
     "parse_worktree_list",
     "parse_worktree_records",
+    "prune_worktrees",
     "remove_worktree",
+    "worktree_records",
 ]
 
 BRANCH_PREFIX = "reverie/"
@@ -122,8 +126,7 @@ async def create_worktree(
     check_agent_id(agent_id)
     wid = worktree_id or new_worktree_id()
     branch = branch_for(wid, kind)
-    base = (await arun(repo_dir, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}", harness=True)).stdout
-    base = base.strip()
+    base = await anyio.to_thread.run_sync(_commit_of, Path(repo_dir), revision)
     path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
     await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
     async with worktree_admin_lock(repo_dir):
@@ -140,9 +143,58 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
     path = worktree.path if isinstance(worktree, Worktree) else Path(worktree)
     with CancelScope(shield=True):
         async with worktree_admin_lock(repo_dir):
-            if await AsyncPath(path).exists():
-                await arun(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
-            await arun(repo_dir, "worktree", "prune", check=False, harness=True)
+            await anyio.to_thread.run_sync(_remove_sync, Path(repo_dir), path)
+
+
+def _commit_of(repo_dir: Path, revision: str) -> str:
+    with open_repo(repo_dir) as local:
+        found = None if local is None else local.resolve(revision)
+    if found is None:
+        raise GitError(("rev-parse", "--verify"), 128, f"fatal: {revision!r} names no commit", repo_dir)
+    return found[0]
+
+
+def _remove_sync(repo_dir: Path, path: Path) -> None:
+    """Delete one of the repository's linked worktrees and prune its record, in-process; anything
+    else (not a linked worktree of this repository) is left to ``git worktree remove`` to refuse."""
+    with open_repo(repo_dir) as local:
+        if local is not None:
+            linked = {record.resolve() for record, _ in local.worktrees()[1:]}
+            if path.exists() and path.resolve() in linked:
+                shutil.rmtree(path)
+            elif path.exists():
+                run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
+            local.prune_worktrees()
+            return
+    if path.exists():
+        run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
+    run(repo_dir, "worktree", "prune", check=False, harness=True)
+
+
+async def worktree_records(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
+    """``git worktree list``: ``(path, branch or None)`` per worktree, the main checkout first."""
+    return await anyio.to_thread.run_sync(_records_sync, Path(repo_dir))
+
+
+def _records_sync(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
+    with open_repo(repo_dir) as local:
+        if local is not None:
+            return local.worktrees()
+    listing = run(repo_dir, "worktree", "list", "--porcelain", "-z", harness=True)
+    return tuple(parse_worktree_records(listing.stdout))
+
+
+async def prune_worktrees(repo_dir: Path) -> None:
+    """``git worktree prune`` (in-process): forget worktrees whose folder is gone."""
+    await anyio.to_thread.run_sync(_prune_sync, Path(repo_dir))
+
+
+def _prune_sync(repo_dir: Path) -> None:
+    with open_repo(repo_dir) as local:
+        if local is not None:
+            local.prune_worktrees()
+            return
+    run(repo_dir, "worktree", "prune", harness=True)
 
 
 def parse_worktree_records(porcelain_z: str) -> list[tuple[Path, str | None]]:
@@ -175,32 +227,25 @@ def id_from_worktree_dir(path: Path) -> str | None:
 async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> tuple[ReflectionBranch, ...]:
     """Reverie's branches (of ``kind``, or all kinds when None) with their state, oldest id first."""
     pattern = f"refs/heads/{BRANCH_PREFIX}{kind}/" if kind else f"refs/heads/{BRANCH_PREFIX}"
-    refs = await arun(repo_dir, "for-each-ref", "--format=%(refname:short)%00%(objectname)", pattern, harness=True)
-    merged_out = await arun(
-        repo_dir, "for-each-ref", "--merged=HEAD", "--format=%(refname:short)", pattern, check=False, harness=True
-    )
-    merged = set(merged_out.stdout.split()) if merged_out.ok else set()
-    trees = await arun(repo_dir, "worktree", "list", "--porcelain", "-z", harness=True)
-    by_branch = parse_worktree_list(trees.stdout)
-    result: list[ReflectionBranch] = []
-    for line in refs.stdout.splitlines():
-        name, _, tip = line.partition("\0")
-        wid = id_from_branch(name)
-        if wid is None:
-            continue
-        if name in merged:
-            ahead = 0
-        else:
-            count = await arun(repo_dir, "rev-list", "--count", f"HEAD..{tip}", check=False, harness=True)
-            ahead = int(count.stdout.strip() or 0) if count.ok else 0
-        result.append(
-            ReflectionBranch(
-                branch=name,
-                id=wid,
-                tip=tip,
-                ahead=ahead,
-                merged=name in merged,
-                worktree=by_branch.get(name),
-            )
-        )
+    result = await anyio.to_thread.run_sync(_reflections_sync, Path(repo_dir), pattern)
     return tuple(sorted(result, key=lambda b: (b.id, b.branch)))
+
+
+def _reflections_sync(repo_dir: Path, pattern: str) -> list[ReflectionBranch]:
+    with open_repo(repo_dir) as local:
+        if local is None:
+            raise GitError(("for-each-ref",), 128, "fatal: not the top level of a git repository", repo_dir)
+        head = local.head()
+        by_branch = {branch: path for path, branch in local.worktrees() if branch is not None}
+        result: list[ReflectionBranch] = []
+        for ref, tip in local.refs(pattern):
+            name = ref.removeprefix("refs/heads/")
+            wid = id_from_branch(name)
+            if wid is None:
+                continue
+            merged = head is not None and local.is_ancestor(tip, head)
+            ahead = 0 if merged or head is None else local.ahead(head, tip)
+            result.append(
+                ReflectionBranch(branch=name, id=wid, tip=tip, ahead=ahead, merged=merged, worktree=by_branch.get(name))
+            )
+        return result
