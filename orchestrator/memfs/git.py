@@ -214,7 +214,8 @@ async def arun(
     git_timeout: float = LOCAL_TIMEOUT,
     harness: bool = False,
 ) -> GitResult:
-    """:func:`run` in a worker thread (not abandoned on cancellation, see the module docstring)."""
+    """:func:`run` in a worker thread behind the ``git`` limiter (``base.blocking``), not abandoned
+    on cancellation (see the module docstring)."""
     call = functools.partial(
         run, cwd, *args, check=check, env=env, input=input, git_timeout=git_timeout, harness=harness
     )

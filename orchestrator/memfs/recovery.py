@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio.to_thread
 
+from orchestrator.base import blocking
 from orchestrator.memfs.git import arun, open_repo
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
@@ -86,12 +88,12 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
             wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)
             if wid is None or wid in active:
                 continue
-            if await anyio.to_thread.run_sync(_rebase_in_progress, path):
+            if await blocking.run_sync("git", partial(_rebase_in_progress, path)):
                 await arun(path, "rebase", "--abort", check=False, harness=True)
                 aborted.append(path)
             await remove_worktree(repo, path)
             removed.append(path)
-        pins = await anyio.to_thread.run_sync(_pins, repo)
+        pins = await blocking.run_sync("git", partial(_pins, repo))
         branches = {b.branch: b for b in await list_reflections(repo, kind=None)}
         by_id = {b.id: b for b in branches.values()}
         for ref, tip in pins:
@@ -101,7 +103,7 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
             owner = by_id.get(pid)
             if owner is not None and not owner.merged:
                 continue
-            if owner is None and not await anyio.to_thread.run_sync(_is_ancestor, repo, tip):
+            if owner is None and not await blocking.run_sync("git", partial(_is_ancestor, repo, tip)):
                 # The branch is gone but its pinned commits are not in HEAD: list them again.
                 name = f"{BRANCH_PREFIX}reflection/{pid}"
                 if id_from_branch(name) is not None:

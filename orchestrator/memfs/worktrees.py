@@ -20,12 +20,13 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
 from orchestrator.memfs.git import GitError, arun, open_repo, run
@@ -79,7 +80,7 @@ class ReflectionBranch:
 
 async def git_common_dir(repo_dir: Path) -> Path:
     """The git directory shared by a checkout and all its linked worktrees (absolute, resolved)."""
-    return await anyio.to_thread.run_sync(common_dir_sync, Path(repo_dir))
+    return await blocking.run_sync("git", partial(common_dir_sync, Path(repo_dir)))
 
 
 def new_worktree_id(now: datetime | None = None, token: str | None = None) -> str:
@@ -126,7 +127,7 @@ async def create_worktree(
     check_agent_id(agent_id)
     wid = worktree_id or new_worktree_id()
     branch = branch_for(wid, kind)
-    base = await anyio.to_thread.run_sync(_commit_of, Path(repo_dir), revision)
+    base = await blocking.run_sync("git", partial(_commit_of, Path(repo_dir), revision))
     path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
     await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
     async with worktree_admin_lock(repo_dir):
@@ -143,7 +144,7 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
     path = worktree.path if isinstance(worktree, Worktree) else Path(worktree)
     with CancelScope(shield=True):
         async with worktree_admin_lock(repo_dir):
-            await anyio.to_thread.run_sync(_remove_sync, Path(repo_dir), path)
+            await blocking.run_sync("git", partial(_remove_sync, Path(repo_dir), path))
 
 
 def _commit_of(repo_dir: Path, revision: str) -> str:
@@ -173,7 +174,7 @@ def _remove_sync(repo_dir: Path, path: Path) -> None:
 
 async def worktree_records(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
     """``git worktree list``: ``(path, branch or None)`` per worktree, the main checkout first."""
-    return await anyio.to_thread.run_sync(_records_sync, Path(repo_dir))
+    return await blocking.run_sync("git", partial(_records_sync, Path(repo_dir)))
 
 
 def _records_sync(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
@@ -186,7 +187,7 @@ def _records_sync(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
 
 async def prune_worktrees(repo_dir: Path) -> None:
     """``git worktree prune`` (in-process): forget worktrees whose folder is gone."""
-    await anyio.to_thread.run_sync(_prune_sync, Path(repo_dir))
+    await blocking.run_sync("git", partial(_prune_sync, Path(repo_dir)))
 
 
 def _prune_sync(repo_dir: Path) -> None:
@@ -227,7 +228,7 @@ def id_from_worktree_dir(path: Path) -> str | None:
 async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> tuple[ReflectionBranch, ...]:
     """Reverie's branches (of ``kind``, or all kinds when None) with their state, oldest id first."""
     pattern = f"refs/heads/{BRANCH_PREFIX}{kind}/" if kind else f"refs/heads/{BRANCH_PREFIX}"
-    result = await anyio.to_thread.run_sync(_reflections_sync, Path(repo_dir), pattern)
+    result = await blocking.run_sync("git", partial(_reflections_sync, Path(repo_dir), pattern))
     return tuple(sorted(result, key=lambda b: (b.id, b.branch)))
 
 
