@@ -8,7 +8,8 @@ answer) and runs the real command line in a child process::
 Three model calls of 0.2 s each make the ideal 0.6 s whatever N. Reported per N: ``elapsed`` from the
 run's summary.json (it includes creating every repository and store), efficiency = 0.6 s / elapsed,
 peak RSS and peak OS threads of the child (sampled from /proc every 50 ms; RSS from ``VmHWM``), CPU
-seconds of the child and everything it waited for (git, hooks) divided by the number of turns, and
+seconds of the child and everything it waited for (git, hooks) divided by the number of turns (and
+the child's own share, "in-process", read from /proc before it exits), and
 how many tasks passed. The machine's load average before each run is printed too, since the cores are
 shared. Targets (issue 14): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and
 peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
@@ -47,6 +48,7 @@ class Row:
     peak_rss_mib: float
     peak_threads: int
     cpu_per_turn_ms: float
+    own_cpu_per_turn_ms: float
     load: float
     note: str
 
@@ -80,17 +82,22 @@ class _Sampler:
         self.pid = pid
         self.rss_kib = 0
         self.threads = 0
+        self.cpu = 0.0
+        self._tick = os.sysconf("SC_CLK_TCK")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         status = Path(f"/proc/{self.pid}/status")
+        stat = Path(f"/proc/{self.pid}/stat")
         while not self._stop.is_set():
             try:
                 text = status.read_text()
-            except OSError:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 return
+            self.cpu = max(self.cpu, (int(fields[11]) + int(fields[12])) / self._tick)
             for line in text.splitlines():
                 if line.startswith("VmHWM:"):
                     self.rss_kib = max(self.rss_kib, int(line.split()[1]))
@@ -137,9 +144,22 @@ def measure(n: int, root: Path, timeout: float) -> Row:
         elapsed = float(summary["elapsed"])
         passed = int(summary["passed"])
     elif (out / "results.jsonl").exists():
-        passed = sum('"status": "passed"' in line for line in (out / "results.jsonl").read_text().splitlines())
+        passed = sum(
+            '"status": "passed"' in line for line in (out / "results.jsonl").read_text().splitlines()
+        )
     shutil.rmtree(out, ignore_errors=True)
-    return Row(n, elapsed, passed, sampler.rss_kib / 1024, sampler.threads, cpu / (n * TURNS) * 1000, load, note)
+    turns = n * TURNS
+    return Row(
+        n,
+        elapsed,
+        passed,
+        sampler.rss_kib / 1024,
+        sampler.threads,
+        cpu / turns * 1000,
+        sampler.cpu / turns * 1000,
+        load,
+        note,
+    )
 
 
 def _verdict(row: Row) -> str:
@@ -160,10 +180,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run is killed")
     args = parser.parse_args()
     sizes = args.sizes or list(DEFAULT_SIZES)
-    print(f"{TURNS} chat turns per task, scripted latency {LATENCY * 1000:.0f} ms, ideal {IDEAL:.1f} s; "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"{TURNS} chat turns per task, scripted latency {LATENCY * 1000:.0f} ms, ideal {IDEAL:.1f} s; "
+        f"{os.cpu_count()} CPUs"
+    )
     header = f"{'N':>5} {'load':>5} {'elapsed s':>9} {'efficiency':>10} {'peak RSS MiB':>12} {'threads':>7} "
-    header += f"{'CPU/turn ms':>11} {'passed':>11}  verdict"
+    header += f"{'CPU/turn ms':>11} {'in-process':>10} {'passed':>11}  verdict"
     rows = []
     with tempfile.TemporaryDirectory(prefix="reverie-bench-scale-") as tmp:
         for n in sizes:
@@ -174,8 +196,8 @@ def main() -> int:
                 print(header)
             print(
                 f"{row.n:>5} {row.load:>5.2f} {elapsed:>9} {row.efficiency:>10.3f} {row.peak_rss_mib:>12.0f} "
-                f"{row.peak_threads:>7} {row.cpu_per_turn_ms:>11.1f} {f'{row.passed}/{row.n}':>11}  {_verdict(row)}"
-                + (f" ({row.note})" if row.note else ""),
+                f"{row.peak_threads:>7} {row.cpu_per_turn_ms:>11.1f} {row.own_cpu_per_turn_ms:>10.1f} "
+                f"{f'{row.passed}/{row.n}':>11}  {_verdict(row)}" + (f" ({row.note})" if row.note else ""),
                 flush=True,
             )
     return 0 if all(_verdict(r) == "ok" for r in rows) else 1

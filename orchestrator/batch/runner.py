@@ -31,7 +31,7 @@ from orchestrator.base.events import MemoryCommitted
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import open_repo, run
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
@@ -150,6 +150,10 @@ def _read_committed(memory: Path, rel: str) -> str | None:
 
 
 def _head(memory: Path) -> str | None:
+    """In-process (the pooled libgit2 handle): the runner asks after every turn."""
+    with open_repo(memory) as repo:
+        if repo is not None:
+            return repo.head()
     return head_revision(memory)
 
 
