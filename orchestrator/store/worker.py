@@ -22,6 +22,7 @@ cancellation is delivered at the caller's next checkpoint.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import queue
@@ -81,17 +82,29 @@ def _nobody() -> None:
 
 
 class _Lane:
-    """One daemon thread and its queue; it lives as long as the process."""
+    """One daemon thread serving a heap of jobs ordered by (rank, submission); it lives as long as the
+    process. The heap sits behind a plain lock and a ``SimpleQueue`` rings the bell, both in C, so
+    handing a job over costs the loop little."""
 
     def __init__(self, index: int) -> None:
-        self.queue: queue.PriorityQueue[tuple[int, int, _Job]] = queue.PriorityQueue()
+        self._heap: list[tuple[int, int, _Job]] = []
+        self._lock = threading.Lock()
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self.connections = 0
         self.thread = threading.Thread(target=self._main, name=f"sqlite-lane-{index}", daemon=True)
         self.thread.start()
 
+    def put(self, rank: int, job: _Job) -> None:
+        with self._lock:
+            heapq.heappush(self._heap, (rank, next(_order), job))
+        self._bell.put(None)
+
     def _main(self) -> None:
         while True:
-            self.queue.get()[2].execute()
+            self._bell.get()
+            with self._lock:
+                job = heapq.heappop(self._heap)[2]
+            job.execute()
 
 
 _order = itertools.count()
@@ -211,7 +224,7 @@ class ConnectionWorker:
         job = _Job(action, self._current)
         job.notify = _notifier(finished)
         rank = sys.maxsize if last else self._rank_floor(current_rank())
-        self._lane.queue.put((rank, next(_order), job))
+        self._lane.put(rank, job)
         with anyio.CancelScope(shield=True):
             await finished.wait()
         if job.error is not None:
