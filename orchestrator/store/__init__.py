@@ -1,7 +1,10 @@
 """The conversation store: agents, conversations, the durable transcript and the in-context list, the
 compiled system prompt per conversation, reminder state, turns, events and transcript search, in one
-SQLite file (WAL, busy timeout, foreign keys) driven by one dedicated worker thread per connection
-(DECISIONS S26; see ``worker``). Nothing here blocks the event loop; it runs on trio and asyncio.
+SQLite file (WAL, busy timeout, foreign keys), each connection pinned to one of a few shared lane
+threads (DECISIONS D8, relaxing S26; see ``worker``). Nothing here blocks the event loop; it runs on
+trio and asyncio. One module per concept behind the ``Store`` facade: ``conversations``,
+``transcript`` (with the in-context cache), ``prompts``, ``reminder_queue``, ``events``, ``turns``,
+``search``, ``reflections``; ``jobs`` holds what they share.
 
 Intended call sequence of one turn (turn-loop.md 1.2), ``store`` being an open ``Store``::
 
