@@ -1,13 +1,24 @@
-"""One reflection cycle, reverie vs the plain git CLI: worktree add, commit, rebase, fast-forward,
-worktree remove. The parent moves before each merge so the rebase does real work.
+"""One reflection cycle, reverie against the plain git CLI sequence, interleaved.
 
-Run: ``.venv/bin/python bench/reflection.py [--cycles N]``. Prints p50 per implementation and the ratio.
+A cycle: the parent moves (untimed, so the rebase does real work), then, timed: a worktree on a new
+branch at ``HEAD~1``, one commit in it (the agent's own ``git commit``, the same command on both
+sides), rebase onto the parent, fast-forward the parent, remove the worktree and the branch.
+The plain side is those six git commands; reverie's is ``create_worktree`` + ``finalize_worktree``
+(merge lock, clean-check, pin ref, rebase, M8 audit, fast-forward, cleanup).
+
+The two sides alternate in ABBA order, so drift of a shared, busy machine hits both alike; each
+side runs ``--cycles`` times per repeat for ``--repeats`` repeats, and the table shows medians and
+the ratio of medians (target: reverie <= 0.5x plain, issue 14). Every git process either side
+starts is counted by a logging ``git`` put first on ``PATH`` for the run.
+
+Run: ``.venv/bin/python bench/reflection.py [--cycles N] [--repeats R]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +41,7 @@ _ENV = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@reverie.invalid",
 }
+TARGET = 0.5
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -53,6 +65,23 @@ def _make_repo(path: Path) -> None:
 def _move_parent(repo: Path, i: int) -> None:
     (repo / "human.md").write_text(_note("human", f"main {i}"))
     _git(repo, "commit", "-q", "-am", f"main {i}")
+
+
+class _Counter:
+    """A logging ``git`` first on PATH: one line per git process anyone in this run starts."""
+
+    def __init__(self, folder: Path) -> None:
+        real = shutil.which("git")
+        assert real is not None, "git is not on PATH"
+        folder.mkdir()
+        self.log = folder / "calls.log"
+        script = folder / "git"
+        script.write_text(f'#!/bin/sh\necho "$*" >> "{self.log}"\nexec "{real}" "$@"\n')
+        script.chmod(0o755)
+        os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+    def count(self) -> int:
+        return len(self.log.read_text().splitlines()) if self.log.exists() else 0
 
 
 def _plain_cycle(repo: Path, root: Path, i: int) -> float:
@@ -80,25 +109,45 @@ async def _reverie_cycle(repo: Path, root: Path, i: int) -> float:
     return time.perf_counter() - started
 
 
-async def _main(cycles: int) -> None:
+async def _main(cycles: int, repeats: int) -> int:
     os.environ.update(_ENV)
+    times: dict[str, list[float]] = {"plain": [], "reverie": []}
+    processes: dict[str, list[int]] = {"plain": [], "reverie": []}
     with tempfile.TemporaryDirectory(prefix="reverie-bench-") as tmp:
         base = Path(tmp)
-        plain_repo, ours_repo = base / "plain", base / "ours"
-        _make_repo(plain_repo)
-        _make_repo(ours_repo)
-        plain, ours = [], []
-        for i in range(cycles):
-            plain.append(await anyio.to_thread.run_sync(_plain_cycle, plain_repo, base / "wt", i))
-            ours.append(await _reverie_cycle(ours_repo, base / "wt", i))
-    p_plain, p_ours = statistics.median(plain) * 1000, statistics.median(ours) * 1000
-    print(f"{'implementation':<28}{'p50 ms':>10}")
-    print(f"{'plain git CLI':<28}{p_plain:>10.1f}")
-    print(f"{'reverie (locked, audited)':<28}{p_ours:>10.1f}")
-    print(f"ratio reverie/plain: {p_ours / p_plain:.2f}x over {cycles} cycles")
+        counter = _Counter(base / "bin")
+        for repeat in range(repeats):
+            plain_repo, ours_repo = base / f"plain{repeat}", base / f"ours{repeat}"
+            _make_repo(plain_repo)
+            _make_repo(ours_repo)
+            for i in range(cycles):
+                order = ("plain", "reverie") if (i + repeat) % 4 in (0, 3) else ("reverie", "plain")
+                for side in order:
+                    before = counter.count()
+                    if side == "plain":
+                        elapsed = await anyio.to_thread.run_sync(_plain_cycle, plain_repo, base / "wt", i)
+                    else:
+                        elapsed = await _reverie_cycle(ours_repo, base / "wt", i)
+                    times[side].append(elapsed)
+                    processes[side].append(counter.count() - before - 1)  # the untimed parent move
+    plain, ours = statistics.median(times["plain"]), statistics.median(times["reverie"])
+    ratio = ours / plain
+    print(f"reflection cycle, {repeats} x {cycles} cycles per side, interleaved ABBA; times in ms")
+    print(f"{'implementation':<30}{'p50':>9}{'p25':>9}{'p75':>9}{'git processes':>15}")
+    for side, label in (("plain", "plain git CLI"), ("reverie", "reverie (locked, audited)")):
+        q = statistics.quantiles(times[side], n=4) if len(times[side]) > 1 else [times[side][0]] * 3
+        print(
+            f"{label:<30}{statistics.median(times[side]) * 1e3:>9.1f}{q[0] * 1e3:>9.1f}{q[2] * 1e3:>9.1f}"
+            f"{statistics.median(processes[side]):>15.0f}"
+        )
+    verdict = "PASS" if ratio <= TARGET else "FAIL"
+    print(f"ratio reverie/plain (medians): {ratio:.2f}x (target <= {TARGET}x) -> {verdict}")
+    return 0 if ratio <= TARGET else 1
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=20)
-    anyio.run(_main, parser.parse_args().cycles)
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    raise SystemExit(anyio.run(_main, arguments.cycles, arguments.repeats))

@@ -22,8 +22,11 @@ git always finishes or times out, so a cancelled caller never leaves a half-writ
 Reads that need no process (objects, refs, status, worktree records, ancestry) run in-process
 through libgit2 (pygit2, the fastest reader measured): :func:`open_repo` hands out one
 :class:`LocalRepo` per repository from an LRU pool, locked to one thread at a time. The git CLI is
-kept for what libgit2 cannot do as git does: commits that run hooks, ``rebase``, ``worktree add``,
-``merge --ff-only`` (checkout), push and pull.
+kept for what libgit2 cannot do as git does: commits (hooks, the index as git stages it),
+``rebase``, ``merge --ff-only`` (a checkout that refuses to overwrite local changes), push and pull.
+
+Longer than most modules on purpose: the seam is the one place that knows how reverie talks to git
+(issue 15 item 4), so the process runner and the in-process handle live together, in two sections.
 """
 
 from __future__ import annotations
@@ -425,6 +428,88 @@ class LocalRepo:
         return tuple(records)
 
 
+    def dirty(self) -> bool:
+        """Anything to commit or untracked (``git status --porcelain`` prints a line)."""
+        return bool(self.status())
+
+    def commits(self, base: str | None, tip: str) -> tuple[str, ...]:
+        """``git rev-list --reverse --topo-order base..tip`` (all of ``tip``'s history when ``base`` is
+        None): oldest first."""
+        pygit2 = _pygit2()
+        try:
+            walker = self._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+            if base is not None:
+                walker.hide(base)
+            return tuple(str(commit.id) for commit in walker)
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise self._fail("rev-list", error) from error
+
+    def merge_base(self, one: str, other: str) -> str | None:
+        pygit2 = _pygit2()
+        try:
+            found = self._repo.merge_base(one, other)
+        except (KeyError, ValueError, pygit2.GitError):
+            return None
+        return None if found is None else str(found)
+
+    def changed_paths(self, base: str, tip: str) -> tuple[str, ...]:
+        """``git diff --name-only --no-renames base...tip``: paths that differ between the merge base
+        and ``tip``, in git's (byte) order."""
+        start = self.merge_base(base, tip)
+        old = {} if start is None else self._file_map(start)
+        new = self._file_map(tip)
+        changed = {path for path in old.keys() | new.keys() if old.get(path) != new.get(path)}
+        return tuple(sorted(changed, key=_path_bytes))
+
+    def _file_map(self, revision: str) -> dict[str, tuple[str, str]]:
+        resolved = self.resolve(revision)
+        if resolved is None:
+            return {}
+        return {path: (mode, oid) for path, mode, oid in self.files(resolved[1])}
+
+    def set_ref(self, name: str, new: str, *, expected: str | None = None) -> bool:
+        """``git update-ref name new [expected]``: ``expected`` ``""`` creates only, an oid must
+        match the current value; False when that condition does not hold."""
+        pygit2 = _pygit2()
+        try:
+            current = self._ref_target(name)
+            if expected is not None and current != (expected or None):
+                return False
+            self._repo.references.create(name, new, force=True)
+        except (ValueError, pygit2.GitError) as error:
+            raise self._fail("update-ref", error) from error
+        return True
+
+    def delete_ref(self, name: str, *, expected: str | None = None) -> bool:
+        """``git update-ref -d name [expected]``; False when it is missing or holds something else."""
+        pygit2 = _pygit2()
+        try:
+            current = self._ref_target(name)
+            if current is None or (expected is not None and current != expected):
+                return False
+            self._repo.references.delete(name)
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return True
+
+    def _ref_target(self, name: str) -> str | None:
+        found = self._repo.references.get(name)
+        return None if found is None else str(found.resolve().target)
+
+    def add_worktree(self, path: Path, branch: str, commit: str) -> None:
+        """``git worktree add -b branch path commit`` in-process: the branch at ``commit``, checked out
+        in a new linked worktree whose record is named after ``path`` as git names it."""
+        pygit2 = _pygit2()
+        try:
+            ref = self._repo.branches.local.create(branch, self._repo[commit])
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise GitError(("worktree", "add"), 128, f"fatal: cannot create branch {branch!r}: {error}", self.top_level) from error
+        try:
+            self._repo.add_worktree(path.name, str(path), ref)
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            ref.delete()
+            raise GitError(("worktree", "add"), 128, f"fatal: {error}", self.top_level) from error
+
     def prune_worktrees(self) -> tuple[str, ...]:
         """``git worktree prune``: forget linked worktrees whose folder is gone (unless locked);
         returns the administrative names removed."""
@@ -567,6 +652,10 @@ def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[Local
 
 def _by_path(entry: tuple[str, str]) -> str:
     return entry[1]
+
+
+def _path_bytes(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
 
 
 def common_dir(directory: Path) -> Path:

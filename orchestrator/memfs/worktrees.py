@@ -8,9 +8,10 @@ branch ``reverie/<kind>/<id>`` (``kind`` is ``reflection`` for reflections). The
 letta-code's 14-digit form are still recognised when listing.
 
 Everything goes through the git seam in a worker thread, never on the event loop. Listing
-branches and worktrees, resolving the base and removing or pruning a worktree are done in-process
-(libgit2 and the worktree records git keeps under ``<common dir>/worktrees``); only ``worktree
-add`` (a checkout) starts git, with the harness identity and hooks bypassed (DECISIONS S21).
+branches and worktrees, resolving the base, adding (branch and checkout), removing and pruning a
+worktree are done in-process (libgit2, and the worktree records git keeps under ``<common
+dir>/worktrees``, which libgit2 and git share); no hook runs, as with git and reverie's bypassed
+hooks (DECISIONS S21).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from anyio import Path as AsyncPath
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
-from orchestrator.memfs.git import GitError, arun, open_repo, run
+from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 
 __all__ = [
@@ -131,8 +132,18 @@ async def create_worktree(
     path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
     await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
     async with worktree_admin_lock(repo_dir):
-        await arun(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
+        await blocking.run_sync("git", partial(_add_sync, Path(repo_dir), path, branch, base))
     return Worktree(path=path, branch=branch, base_revision=base, id=wid)
+
+
+def _add_sync(repo_dir: Path, path: Path, branch: str, base: str) -> None:
+    """In-process (libgit2) unless git would have to pick another record name (a stale record of
+    the same name), which ``git worktree add`` does its own way."""
+    with open_repo(repo_dir) as local:
+        if local is not None and not (local.common_dir / "worktrees" / path.name).exists():
+            local.add_worktree(path, branch, base)
+            return
+    run(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
 
 
 async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
