@@ -67,9 +67,17 @@ class ChatSession:
         model: ModelClient | None = None,
         workspace: Path | None = None,
         store_path: Path | None = None,
+        suite: Mapping[str, Any] | None = None,
+        config_file: Path | None = None,
     ) -> AsyncIterator[ChatSession]:
         async with Runtime.open(
-            cli=cli, model=model, workspace=workspace, store_path=store_path, plugins=REVERIE_PLUGINS
+            cli=cli,
+            model=model,
+            workspace=workspace,
+            store_path=store_path,
+            plugins=REVERIE_PLUGINS,
+            suite=suite,
+            config_file=config_file,
         ) as rt:
             agent = await rt.agent(agent_id)
             settings = await rt.agent_settings(agent_id, cli)

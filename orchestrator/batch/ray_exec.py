@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -122,13 +123,7 @@ class RayExecutor:
     ) -> None:
         started_here = await anyio.to_thread.run_sync(self._ensure_ray)
         ray = importlib.import_module("ray")
-        options = RunOptions(
-            out_dir=options.out_dir.resolve(),
-            overrides=options.overrides,
-            latency=options.latency,
-            price_in=options.price_in,
-            price_out=options.price_out,
-        )
+        options = replace(options, out_dir=options.out_dir.resolve())
         remote = ray.remote(num_cpus=1, max_retries=0)(_ray_entry)
         limiter = anyio.CapacityLimiter(self.concurrency)
 

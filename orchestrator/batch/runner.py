@@ -7,8 +7,10 @@ agent is named by the task id, its memory repository is ``OUT/home/agents/<id>/m
 ``OUT/events/<id>.jsonl`` its event log. A task always starts from nothing: whatever an
 interrupted earlier attempt left is removed first (DECISIONS S24).
 
-Settings precedence: the run's command-line overrides (``RunOptions.overrides``) beat the task's
-own ``settings``, as command-line flags beat every other source elsewhere (S20).
+Settings precedence (DECISIONS D15), as for ``chat``: the run's command-line overrides
+(``RunOptions.overrides``) > the environment > the task's own ``settings`` > the user's
+``config.toml`` (``RunOptions.config_file``, read where the command started, since each task's
+``REVERIE_HOME`` is the run's) > defaults.
 """
 
 from __future__ import annotations
@@ -67,9 +69,11 @@ class RunOptions:
     latency: float = 0.0
     price_in: float | None = None
     price_out: float | None = None
+    config_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "config_file": self.config_file,
             "out_dir": str(self.out_dir),
             "overrides": dict(self.overrides),
             "latency": self.latency,
@@ -85,6 +89,7 @@ class RunOptions:
             latency=float(raw.get("latency") or 0.0),
             price_in=raw.get("price_in"),
             price_out=raw.get("price_out"),
+            config_file=raw.get("config_file"),
         )
 
 
@@ -249,7 +254,8 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     started = time.perf_counter()
     paths = task_paths(options.out_dir, task.id)
     _check_home(paths.home)
-    settings = {**task.settings, **{k: v for k, v in options.overrides.items() if v is not None}}
+    flags = {k: v for k, v in options.overrides.items() if v is not None}
+    settings = {**task.settings, **flags}
     pump = _EventPump(task.id, paths.events, progress)
     turns = steps = 0
     answer = ""
@@ -264,7 +270,9 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
         session_cm = ChatSession.open(
             agent_id=task.id,
             new=True,
-            cli=settings,
+            cli=flags,
+            suite=task.settings,
+            config_file=Path(options.config_file) if options.config_file else None,
             model=model,
             workspace=paths.workspace,
             store_path=paths.store,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -154,12 +154,8 @@ async def run_sweep(
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
     runs: list[RunReport] = []
     for setting in settings:
-        run_options = RunOptions(
-            out_dir=options.out_dir / setting.label,
-            overrides={**options.overrides, **setting.overrides},
-            latency=options.latency,
-            price_in=options.price_in,
-            price_out=options.price_out,
+        run_options = replace(
+            options, out_dir=options.out_dir / setting.label, overrides={**options.overrides, **setting.overrides}
         )
         report = await run_suite(
             tasks,

@@ -72,10 +72,17 @@ def _load(suite: Path) -> list[Any]:
 def _options(
     out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None, latency: float = 0.0
 ) -> Any:
+    from orchestrator.base.config import load_settings
+    from orchestrator.base.paths import config_path
     from orchestrator.batch.runner import RunOptions
 
     overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
-    return RunOptions(out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out)
+    config = config_path()
+    load_settings(cli=overrides, path=config)  # D15: a broken config stops the run, in chat's one line
+    return RunOptions(
+        out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out,
+        config_file=str(config.resolve()) if config.is_file() else None,
+    )
 
 
 def _executor(kind: str, concurrency: int, ray_address: str | None) -> Any:

@@ -64,6 +64,8 @@ class Runtime:
     workspace: Path
     plugins: Plugins = field(default_factory=Plugins)
     _recovered: set[str] = field(default_factory=set)
+    _suite: Mapping[str, Any] = field(default_factory=dict)
+    _config_file: Path | None = None
 
     @classmethod
     @asynccontextmanager
@@ -75,8 +77,14 @@ class Runtime:
         model: ModelClient | None = None,
         workspace: Path | None = None,
         plugins: Plugins | None = None,
+        suite: Mapping[str, Any] | None = None,
+        config_file: Path | None = None,
     ) -> AsyncIterator[Runtime]:
-        settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli))
+        """``suite`` (a batch task's settings) ranks between the config file and the environment;
+        ``config_file`` replaces ``$REVERIE_HOME/config.toml`` (a batch task's home is the run's, the
+        user's config is read from where the command started, DECISIONS D15)."""
+        suite = dict(suite or {})
+        settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli, agent=suite, path=config_file))
         await anyio.to_thread.run_sync(cleanup_overflow_files)  # compaction.md 7.5: older than 24 h
         async with Store.opened(store_path) as store:
             yield cls(
@@ -85,6 +93,8 @@ class Runtime:
                 model=model or build_model(settings),
                 workspace=workspace or Path.cwd(),
                 plugins=plugins or Plugins(),
+                _suite=suite,
+                _config_file=config_file,
             )
 
     async def agent(self, agent_id: str, *, create: bool = True) -> AgentProfile:
@@ -122,7 +132,9 @@ class Runtime:
         stored = {k: v for k, v in (record.settings if record else {}).items() if k in Settings.__dataclass_fields__}
         if not stored:
             return self.settings
-        return await anyio.to_thread.run_sync(partial(load_settings, cli=cli, agent=stored))
+        return await anyio.to_thread.run_sync(
+            partial(load_settings, cli=cli, agent={**self._suite, **stored}, path=self._config_file)
+        )
 
     async def conversation(
         self, agent: AgentProfile, *, conversation_id: str | None = None, new: bool = False
