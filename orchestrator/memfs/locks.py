@@ -23,14 +23,15 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
 import sniffio
 from anyio import CancelScope, Lock, WouldBlock, sleep
 from filelock import FileLock, Timeout
 
+from orchestrator.base import blocking
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import common_dir
@@ -113,7 +114,7 @@ def _release(lock: FileLock, owner: Path | None, token: str) -> None:
 async def _repo_lock(
     repo_dir: Path, file_name: str, owner_name: str | None, *, wait: bool, common_dir: Path | None
 ) -> AsyncIterator[Path]:
-    common = common_dir if common_dir else await anyio.to_thread.run_sync(common_dir_sync, repo_dir)
+    common = common_dir if common_dir else await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
     in_process = _process_lock(common, file_name)
     if wait:
         await in_process.acquire()
@@ -127,7 +128,7 @@ async def _repo_lock(
         file_lock = FileLock(str(common / file_name), thread_local=False, is_singleton=False)
         owner = common / owner_name if owner_name else None
         delay = _POLL_SECONDS
-        while not await anyio.to_thread.run_sync(_try_acquire, file_lock, owner, token):
+        while not await blocking.run_sync("files", partial(_try_acquire, file_lock, owner, token)):
             if not wait:
                 raise LockBusy(f"{repo_dir}: a merge is in progress in another process")
             await sleep(delay)
@@ -136,7 +137,7 @@ async def _repo_lock(
             yield common
         finally:
             with CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_release, file_lock, owner, token)
+                await blocking.run_sync("files", partial(_release, file_lock, owner, token))
     finally:
         in_process.release()
 
