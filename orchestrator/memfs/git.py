@@ -38,12 +38,12 @@ import shutil
 import subprocess
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
@@ -60,13 +60,17 @@ __all__ = [
     "LocalRepo",
     "RepoPool",
     "arun",
+    "ask",
     "clean_environment",
     "common_dir",
     "open_local",
     "open_repo",
     "parse_tree",
     "run",
+    "using_repo",
 ]
+
+T = TypeVar("T")
 
 HARNESS_NAME: Final = "Reverie"
 HARNESS_EMAIL: Final = "noreply@reverie.invalid"
@@ -650,8 +654,9 @@ def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[Local
     return REPOS.open(directory)
 
 
-def _by_path(entry: tuple[str, str]) -> str:
-    return entry[1]
+def _by_path(entry: tuple[str, str]) -> tuple[bool, bytes]:
+    """git's porcelain order: changes to tracked paths, then untracked ones, each by path."""
+    return entry[0] == "??", _path_bytes(entry[1])
 
 
 def _path_bytes(path: str) -> bytes:
@@ -666,3 +671,18 @@ def common_dir(directory: Path) -> Path:
             return local.common_dir
     out = run(directory, "rev-parse", "--path-format=absolute", "--git-common-dir")
     return Path(out.stdout.strip()).resolve()
+
+
+def using_repo(directory: Path | str, question: Callable[[LocalRepo], T]) -> T:
+    """``question(repo)`` on the in-process handle of ``directory`` (blocking); :class:`GitError` when
+    ``directory`` is not a repository's top level."""
+    with open_repo(directory) as local:
+        if local is None:
+            raise GitError(("rev-parse",), 128, "fatal: not the top level of a git repository", directory)
+        return question(local)
+
+
+async def ask(directory: Path | str, question: Callable[[LocalRepo], T]) -> T:
+    """:func:`using_repo` in a worker thread behind the ``git`` limiter, for async callers, e.g.
+    ``await ask(worktree, lambda repo: repo.commits(head, tip))``."""
+    return await blocking.run_sync("git", functools.partial(using_repo, directory, question))

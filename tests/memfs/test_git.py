@@ -1,0 +1,168 @@
+"""The git seam: the process runner's errors and environment, and the in-process answers
+(libgit2) checked against what the git CLI says about the same repository."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.memfs.git import GitError, RepoPool, ask, open_repo, run, using_repo
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+
+
+def _cli(repo: Path, *args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, check=True).stdout
+
+
+def test_a_failed_command_is_one_line_naming_command_folder_and_git_error(tmp_path: Path) -> None:
+    with pytest.raises(GitError) as caught:
+        run(tmp_path, "rev-parse", "--verify", "no-such-thing")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("git rev-parse --verify no-such-thing failed in") and str(tmp_path) in message
+    assert caught.value.returncode != 0 and caught.value.stderr
+
+
+def test_a_timeout_kills_git_and_is_a_git_error(tmp_path: Path) -> None:
+    make_repo(tmp_path / "r")
+    with pytest.raises(GitError, match="timed out"):
+        run(tmp_path / "r", "-c", "alias.wait=!sleep 5", "wait", git_timeout=0.2)
+
+
+def test_location_variables_of_a_surrounding_git_do_not_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_repo(tmp_path / "r")
+    other = make_repo(tmp_path / "other")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    assert run(repo, "rev-parse", "--absolute-git-dir").stdout.strip() == str((repo / ".git").resolve())
+    inherited = run(repo, "rev-parse", "--absolute-git-dir", inherit_location=True).stdout.strip()
+    assert inherited == str((other / ".git").resolve())
+
+
+def test_status_matches_git_porcelain(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    commit_file(repo, "notes/a.md", note("a", "one"), "edit")
+    (repo / "human.md").write_text(note("human", "changed"), encoding="utf-8")
+    (repo / "new.md").write_text("x\n", encoding="utf-8")
+    (repo / "fresh").mkdir()
+    (repo / "fresh" / "deep.md").write_text("y\n", encoding="utf-8")
+    (repo / "notes" / "a.md").unlink()
+    (repo / "staged.md").write_text("z\n", encoding="utf-8")
+    git(repo, "add", "staged.md")
+    expected = [
+        (entry[:2], entry[3:])
+        for entry in _cli(repo, "status", "--porcelain=v1", "-z").decode().split("\0")
+        if entry
+    ]
+    with open_repo(repo) as local:
+        assert local is not None
+        assert list(local.status()) == expected
+        assert local.dirty()
+
+
+def test_files_are_exactly_ls_tree_with_non_ascii_and_odd_names(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    for name in ("日本語/メモ.md", " lead.md", 'say "hi"\t.md', "z/y/x.md"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("x\n", encoding="utf-8")
+    (repo / os.fsdecode(b"bad\xff.md")).write_bytes(b"q\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "names")
+    listed = []
+    for record in _cli(repo, "ls-tree", "-r", "-z", "HEAD").split(b"\0"):
+        if record:
+            meta, _, path = record.partition(b"\t")
+            mode, _, oid = meta.decode().split(" ")
+            listed.append((path.decode("utf-8", "surrogateescape"), mode, oid))
+    with open_repo(repo) as local:
+        assert local is not None
+        resolved = local.resolve("HEAD")
+        assert resolved is not None
+        assert list(local.files(resolved[1])) == listed
+
+
+def test_commits_ancestry_and_changed_paths_match_the_cli(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    base = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    git(repo, "checkout", "-qb", "side")
+    for i in range(3):
+        commit_file(repo, f"side/{i}.md", note(f"s{i}", "x"), "edit")
+    tip = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    git(repo, "checkout", "-q", "main")
+    commit_file(repo, "human.md", note("human", "main moved"), "edit")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    with open_repo(repo) as local:
+        assert local is not None
+        assert list(local.commits(head, tip)) == _cli(repo, "rev-list", "--reverse", f"{head}..{tip}").decode().split()
+        assert local.merge_base(head, tip) == base
+        assert local.is_ancestor(base, tip) and not local.is_ancestor(tip, head)
+        assert local.ahead(head, tip) == 3
+        names = _cli(repo, "diff", "--name-only", "-z", "--no-renames", f"{head}...{tip}").decode().split("\0")
+        assert list(local.changed_paths(head, tip)) == [n for n in names if n]
+
+
+def test_refs_create_only_compare_and_delete(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    commit_file(repo, "human.md", note("human", "next"), "edit")
+    newer = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.set_ref("refs/reverie/pin", head, expected="")
+        assert not local.set_ref("refs/reverie/pin", newer, expected="")
+        assert not local.delete_ref("refs/reverie/pin", expected=newer)
+        assert local.refs("refs/reverie/") == (("refs/reverie/pin", head),)
+        assert local.delete_ref("refs/reverie/pin", expected=head)
+        assert local.refs("refs/reverie/") == ()
+    assert subprocess.run(["git", "rev-parse", "-q", "--verify", "refs/reverie/pin"], cwd=repo).returncode != 0
+
+
+def test_an_in_process_worktree_is_one_git_knows_and_prunes(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    path = tmp_path / "wt" / "reflection-x"
+    path.parent.mkdir()
+    with open_repo(repo) as local:
+        assert local is not None
+        local.add_worktree(path, "reverie/reflection/x", head)
+    listing = _cli(repo, "worktree", "list", "--porcelain").decode()
+    assert f"worktree {path}" in listing and "branch refs/heads/reverie/reflection/x" in listing
+    assert _cli(path, "status", "--porcelain") == b""
+    commit_file(path, "persona.md", note("persona", "from the worktree"), "edit")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.worktrees()[1] == (path, "reverie/reflection/x")
+        run(repo, "worktree", "remove", "--force", str(path))
+        git(repo, "worktree", "add", "-q", str(tmp_path / "wt" / "gone"), "HEAD")
+        (tmp_path / "wt" / "gone" / ".git").unlink()
+        assert local.prune_worktrees() == ("gone",)
+        assert len(local.worktrees()) == 1
+    assert "gone" not in _cli(repo, "worktree", "list", "--porcelain").decode()
+
+
+def test_only_a_top_level_opens_and_a_recreated_repository_is_reopened(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    (repo / "sub").mkdir()
+    pool = RepoPool(size=1)
+    with pool.open(repo / "sub") as inside, pool.open(tmp_path) as outside:
+        assert inside is None and outside is None
+    with pool.open(repo) as first:
+        assert first is not None
+        old = first.head()
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    make_repo(repo)
+    commit_file(repo, "human.md", note("human", "again"), "edit")
+    with pool.open(repo) as second:
+        assert second is not None and second.head() != old
+    with pytest.raises(GitError, match="not the top level"):
+        using_repo(tmp_path, lambda local: local.head())
+
+
+@pytest.mark.anyio
+async def test_ask_runs_the_question_off_the_event_loop(tmp_path: Path) -> None:
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "r")
+    head = (await anyio.to_thread.run_sync(_cli, repo, "rev-parse", "HEAD")).decode().strip()
+    assert await ask(repo, lambda local: local.head()) == head
