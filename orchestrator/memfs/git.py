@@ -352,12 +352,14 @@ class LocalRepo:
             return None
         return str(found.id), found.type_str
 
-    def status(self) -> tuple[tuple[str, str], ...]:
-        """``(XY, path)`` as ``git status --porcelain=v1`` gives them (untracked folders collapsed,
-        ignored files left out; any conflict reads ``UU``)."""
+    def status(self, untracked: str = "normal") -> tuple[tuple[str, str], ...]:
+        """``(XY, path)`` as ``git status --porcelain=v1 --untracked-files=<untracked>`` gives them
+        (``normal`` collapses untracked folders, ``all`` lists their files; ignored files are left
+        out; any conflict reads ``UU``; renames are not detected, so one is a deletion and an
+        addition)."""
         pygit2 = _pygit2()
         try:
-            found = self._repo.status(untracked_files="normal", ignored=False)
+            found = self._repo.status(untracked_files=untracked, ignored=False)
         except pygit2.GitError as error:
             raise self._fail("status", error) from error
         return tuple(sorted(((_porcelain_code(int(flags)), path) for path, flags in found.items()), key=_by_path))
