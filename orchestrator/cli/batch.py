@@ -113,7 +113,9 @@ def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         if required:
-            fail(f"{out_dir}: no run.json here: --retry-failed needs the --out directory of an earlier reverie run")
+            settings = sorted(p.parent.name for p in out_dir.glob("*/run.json"))
+            sweep_hint = f" (a sweep? give one setting's directory, e.g. {out_dir / settings[0]})" if settings else ""
+            fail(f"{out_dir}: no run.json here: --retry-failed needs the --out directory of an earlier reverie run{sweep_hint}")
         return {}
     except (OSError, ValueError) as exc:
         fail(f"{path}: cannot read the run's options: {exc}")
@@ -170,7 +172,9 @@ def run(
         suite = Path(meta["suite"])
     all_tasks = _load(suite)
     tasks = _select(all_tasks, task, limit)
-    out_dir = out_dir or Path("runs") / suite.stem
+    if out_dir is None:
+        out_dir = Path("runs") / suite.stem
+        meta = _recorded(out_dir, required=False) if resume else {}
     was = meta.get("options") or {}
     overrides = was.get("overrides") or {}
     model = model if model is not None else overrides.get("model")

@@ -72,6 +72,23 @@ def test_retry_failed_reruns_only_failures_in_place(cli: typer.Typer, tmp_path: 
 def test_retry_failed_needs_a_run_directory(cli: typer.Typer, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["run", "--retry-failed", str(tmp_path)])
     assert result.exit_code == 1 and "no run.json here" in result.output
+    (tmp_path / "off").mkdir()
+    (tmp_path / "off" / "run.json").write_text("{}")
+    sweep = CliRunner().invoke(cli, ["run", "--retry-failed", str(tmp_path)])
+    assert sweep.exit_code == 1 and f"give one setting's directory, e.g. {tmp_path / 'off'}" in sweep.output
+
+
+def test_resume_without_out_reuses_the_default_directorys_options(
+    cli: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[2], TINY[4]])
+    first = CliRunner().invoke(cli, ["run", str(suite), "-q", "--task", "chat", "-j", "3", "--price-out", "1"])
+    assert first.exit_code == 0, first.output
+    resumed = CliRunner().invoke(cli, ["run", str(suite), "-q", "--resume"])
+    assert resumed.exit_code == 1 and "concurrency 3" in resumed.output
+    rows = _lines(tmp_path / "runs" / "s")
+    assert sorted(r["id"] for r in rows) == ["chat", "wrong"] and all(r["cost"] is not None for r in rows)
 
 
 def test_task_and_limit_choose_what_runs(cli: typer.Typer, tmp_path: Path) -> None:
