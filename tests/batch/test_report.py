@@ -162,3 +162,12 @@ def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path) -> N
         assert page.locator(".sections[data-task-id='compact-sliding'] .badge.evicted").count() > 0
         page.screenshot(path=str(tmp_path / "example-report.png"), full_page=True)
         assert loaded.foreign == [] and loaded.errors == []
+
+
+def test_the_network_detector_sees_a_request(tmp_path: Path) -> None:
+    """What the no-network assertions rely on: a page that does reference the network is caught."""
+    page = tmp_path / "leaky.html"
+    page.write_text('<!DOCTYPE html><html><body data-ready="1"><img src="http://127.0.0.1:9/pixel.png"></body></html>')
+    with open_report(page, tmp_path / "profile") as loaded:
+        loaded.page.wait_for_load_state("load")
+        assert any(url.startswith("http://127.0.0.1:9/") for url in loaded.foreign)
