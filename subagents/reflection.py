@@ -33,20 +33,13 @@ from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
-from orchestrator.base.events import (
-    Event,
-    ModelCalled,
-    Publisher,
-    ReflectionKept,
-    ReflectionLaunched,
-    ReflectionMerged,
-    ignore_event,
-)
+from orchestrator.base.events import Event, ModelCalled, Publisher, ReflectionLaunched, ignore_event
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
-from orchestrator.memfs.merge import MergeOutcome, finalize_worktree, kept_reminder_text, merge_branch
+from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 from orchestrator.memfs.repo import repo_status
+from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import Worktree, create_worktree
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient
@@ -54,6 +47,7 @@ from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, tool_specs
 from prompts import load_prompt
+from subagents.reflection_merge import BranchRetrier, settle
 from subagents.reflection_reader import BASE_STEPS, ReflectionUnfinished, plan_reading, run_reading_loop
 from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
@@ -103,6 +97,7 @@ class ReflectionCoordinator:
         agent: AgentProfile,
         supervisor: Spawner,
         observer: Observer | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -110,7 +105,11 @@ class ReflectionCoordinator:
         self.agent = agent
         self.supervisor = supervisor
         self.observer = observer or ignore_event
+        self.resolver = resolver
         self._active = False
+        self.retrier = BranchRetrier(
+            store=store, agent_id=agent.agent_id, memory_dir=agent.memory_dir, emit=self._emit, resolver=resolver
+        )
 
     @property
     def active(self) -> bool:
@@ -123,40 +122,12 @@ class ReflectionCoordinator:
             await self.store.save_reflection_state(after_compaction(state))
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
-        await self.retry_kept_dirty()
+        await self.retry_waiting()
         await self.maybe_launch(outcome.conversation_id)
 
-    async def retry_kept_dirty(self) -> None:
-        """5.15 step 8: a branch kept because the parent was dirty is retried once it is clean."""
-        if self._active:
-            return
-        waiting = [
-            r for r in await self.store.reflections(self.agent.agent_id) if r.status in {"kept_dirty", "kept_recovered"}
-        ]
-        if not waiting:
-            return
-        status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
-        if status.dirty or status.in_conflict:
-            return
-        for record in waiting:
-            outcome = await merge_branch(self.agent.memory_dir, record.branch)
-            conversation_id = record.conversation_id or ""
-            if outcome.status in {"merged", "no_changes"}:
-                await self.store.save_reflection(replace(record, status=outcome.status, commits=outcome.commits))
-                if outcome.status == "merged":
-                    await self._emit(
-                        ReflectionMerged(record.id, record.branch, outcome.commit_count, outcome.new_head or ""),
-                        conversation_id,
-                    )
-            elif outcome.pending_status != "pending_parent_dirty":
-                await self.store.save_reflection(replace(record, status="kept_conflict", reason=outcome.reason))
-                if record.conversation_id:
-                    await self.store.enqueue_reminder(
-                        record.conversation_id,
-                        f"reflection-kept:{record.id}",
-                        kept_reminder_text(outcome, record.id),
-                        priority=60,
-                    )
+    async def retry_waiting(self, *, turn_end: bool = True) -> None:
+        """D2: pending branches are retried at every turn end (and start-up); kept ones once HEAD moved."""
+        await self.retrier.retry(turn_end=turn_end)
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
@@ -204,7 +175,7 @@ class ReflectionCoordinator:
         self.supervisor.spawn(f"reflection {worktree.id}", partial(self._run, worktree, record, slice_, steps))
         return decision.reason
 
-    async def _emit(self, event: Event, conversation_id: str) -> None:
+    async def _emit(self, event: Event, conversation_id: str | None) -> None:
         await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
 
     async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
@@ -218,7 +189,9 @@ class ReflectionCoordinator:
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             with anyio.CancelScope(shield=True):
-                outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=error is None)
+                outcome = await finalize_worktree(
+                    self.agent.memory_dir, worktree, succeeded=error is None, resolver=self.resolver
+                )
         finally:
             with anyio.CancelScope(shield=True):
                 if outcome is None:
@@ -271,41 +244,12 @@ class ReflectionCoordinator:
 
     async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
         conversation_id = cast(str, record.conversation_id)
-        if outcome.status == "merged":
-            status = "merged"
-        elif outcome.status == "no_changes":
-            status = "no_changes" if error is None else "failed"
-        else:
-            status = outcome.pending_status or "kept_failed"
-            status = {"pending_conflict": "kept_conflict", "pending_parent_dirty": "kept_dirty", "pending_invalid": "kept_invalid"}.get(status, status)
-        await self.store.save_reflection(
-            replace(record, status=status, reason=outcome.reason or error, commits=outcome.commits, files=outcome.files)
-        )
+        saved = await settle(self.store, self._emit, record, outcome, error)
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
-        consumed = status in {"merged", "no_changes", "kept_conflict", "kept_dirty", "kept_invalid"}
-        if consumed:
+        if saved.status in {"merged", "resolved", "no_changes", "pending", "kept_conflict", "kept_invalid"}:
             await self.store.save_reflection_state(after_success(state, record.through_seq))
         else:
             await self.store.save_reflection_state(after_failure(state, steps))
-        if status == "merged":
-            await self._emit(
-                ReflectionMerged(record.id, record.branch, outcome.commit_count, outcome.new_head or ""), conversation_id
-            )
-        elif outcome.status == "kept":
-            await self.store.enqueue_reminder(
-                conversation_id, f"reflection-kept:{record.id}", kept_reminder_text(outcome, record.id), priority=60
-            )
-            await self._emit(
-                ReflectionKept(record.id, record.branch, outcome.commit_count, outcome.reason or "", outcome.files),
-                conversation_id,
-            )
-        if error is not None:
-            await self.store.record_event(
-                "reflection.failed",
-                {"reflection_id": record.id, "error": error},
-                agent_id=self.agent.agent_id,
-                conversation_id=conversation_id,
-            )
 
     def _write_payload(self, reflection_id: str, conversation_id: str, text: str) -> Path:
         folder = reverie_home() / "transcripts" / self.agent.agent_id / conversation_id
@@ -319,7 +263,7 @@ class ReflectionCoordinator:
 async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> list[ReflectionRecord]:
     """R6 at agent load: reconcile git (prune, abort half-done rebases, release stale locks) and the
     store. Runs of live processes are spared; a run whose process died keeps its branch, and every
-    unmerged reflection branch is recorded as ``kept_recovered`` so the next clean turn retries it.
+    unmerged reflection branch is recorded as ``kept_recovered`` (waiting: retried like pending).
     Returns the records that are pending afterwards."""
     from orchestrator.memfs.recovery import recover
 

@@ -1,9 +1,10 @@
 """Post-turn memory sync (turn-loop.md 4.2 and 4.7): classify the checkout after every turn and
 say what the agent must be reminded of at the start of its next turn.
 
-``after_turn`` is the entry point of the turn loop: it tries the repository's merge lock without
-waiting and skips the sync silently (``None``) while a reflection merge holds it (4.7 item 2), so a
-half-done rebase of a merge is never reported to the agent as a conflict. ``check_memory`` is the
+``after_turn`` is the entry point of the turn loop: it waits for the repository's lock (DECISIONS
+D1, replacing 4.7 item 2's "try without waiting"), bounded by ``SYNC_LOCK_WAIT_SECONDS``, and
+skips the sync silently (``None``) only if that runs out, so a half-done rebase of a merge is never
+reported to the agent as a conflict and a merge never makes the agent miss a sync. ``check_memory`` is the
 blocking part (git) and runs in a worker thread under that lock; the decision of which reminder a
 status produces is pure (``orchestrator.agent.reminders.sync_reminder``). Push and ``pull --rebase`` run
 only when the repository has an ``origin`` remote, retried with tenacity (3 attempts, waiting
@@ -28,6 +29,7 @@ from orchestrator.memfs.locks import LockBusy, merge_lock
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
 
 __all__ = [
+    "SYNC_LOCK_WAIT_SECONDS",
     "SyncResult",
     "after_turn",
     "check_memory",
@@ -46,6 +48,9 @@ _NETWORK_FAILURE = re.compile(
     r"remote end hung up unexpectedly|connection reset by peer|operation timed out|timed out|SIGTERM|ETIMEDOUT",
     re.IGNORECASE,
 )
+
+
+SYNC_LOCK_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,12 @@ async def after_turn(
     *,
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
 ) -> SyncResult | None:
-    """The post-turn sync of 4.7: ``None`` when a merge holds the repository's merge lock (the sync
-    is skipped silently for this turn), else the result of the ordered checks, run under the lock."""
+    """The post-turn sync of 4.7 under the repository lock (D1): ``None`` when the lock stayed busy
+    for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result."""
     if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
         return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     try:
-        async with merge_lock(memory_dir, wait=False):
+        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS):
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     except LockBusy:
         return None

@@ -3,24 +3,35 @@
 Each of ``writers`` writers is a reflection-like session in its own worktree making ``commits``
 commits, merged in batches of 5 through the same merge-back reflections use
 (:func:`orchestrator.memfs.merge.merge_back`). Meanwhile a main writer commits on the main
-checkout, as the primary agent does (without the merge lock). A commit edits the shared hot file
-``notes/hot.md`` with probability ``conflict_rate`` (so concurrent sessions conflict), else the
-writer's own file.
+checkout, as the primary agent does through the ``git`` wrapper: under the repository lock (D1).
+A commit edits the shared hot file ``notes/hot.md`` with probability ``conflict_rate`` (so
+concurrent sessions conflict), else the writer's own file.
 
 Every commit is validated in-process before it is made (the whole tree, with the MemFS
 validator) and then committed with hooks bypassed (S21); its SHA is recorded at commit time.
-A batch kept because the parent was momentarily dirty is retried (turn-loop 5.15 step 8);
-a batch kept on a conflict stays on its branch and the writer continues on a fresh worktree.
+A ``pending`` batch (D2) is retried at once by its writer, and whatever is still pending when the
+writers stop is settled as an idle agent would (retried until it merges or is kept) before
+counting. A kept batch stays on its branch and the writer continues on a fresh worktree.
 
-Counting:
+Merge policy (D3): ``keep`` (the default here, so the figures measure raw conflicts) or
+``resolve`` (the resolver callable given by the caller, e.g. the scripted resolver subagent).
 
-* ``merged``: commits that reached ``HEAD`` through merge-back;
-* ``kept``: commits left on kept branches;
+Counting (the ``--json`` keys; ``merged + resolved + kept + pending`` covers every session commit
+unless a batch had nothing to merge):
+
+* ``merged``: commits that reached ``HEAD`` through a clean merge-back;
+* ``resolved``: commits that reached ``HEAD`` after the resolver reconciled a conflict;
+* ``kept``: commits left on kept branches (D2's kept only: a real conflict, or invalid), named in
+  ``kept_branches``; ``pending``: commits still pending after settling (0 unless git is stuck);
+* ``retried``: how many times a merge started over because ``HEAD`` moved under it;
 * ``lost``: recorded commits no ref reaches. A rebase replaces commits by copies; merge-back
   reports each old → new pair and the recorded SHA is followed through them;
 * ``invalid``: recorded commits (after the same mapping) whose tree fails the audit
   (frontmatter rules and tree constraints, S13), each checked in-process;
 * merge latency: wall time of each ``merge_back`` call, lock wait included.
+
+Interrupted (``interrupt`` set, e.g. Ctrl-C in the CLI), the writers stop, pending work is
+settled and the partial report says ``interrupted``.
 """
 
 from __future__ import annotations
@@ -40,20 +51,31 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio.to_thread
+from anyio import CancelScope, create_task_group, sleep
 from anyio import Path as AsyncPath
-from anyio import create_task_group, sleep
 
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import arun
 from orchestrator.memfs.hook import install_hook
-from orchestrator.memfs.merge import REASON_DIRTY, AuditFn, MergeOutcome, default_audit, merge_back
+from orchestrator.memfs.indexlock import harness_git as run_git
+from orchestrator.memfs.locks import merge_lock
+from orchestrator.memfs.merge import AuditFn, MergeOutcome, default_audit, delete_merged_branch, merge_back
 from orchestrator.memfs.policy import ROOT_MARKER
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
+from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.snapshot import Entry, Snapshot, build_snapshot, diff_status, path_order_key
 from orchestrator.memfs.validator import audit_snapshot, validate_snapshot
 from orchestrator.memfs.worktrees import Worktree, create_worktree, remove_worktree
 
-__all__ = ["BATCH_SIZE", "HOT_FILE", "ProgressFn", "StressConfig", "StressReport", "percentile", "run_stress"]
+__all__ = [
+    "BATCH_SIZE",
+    "HOT_FILE",
+    "MERGE_POLICIES",
+    "ProgressFn",
+    "StressConfig",
+    "StressReport",
+    "percentile",
+    "run_stress",
+]
 
 BATCH_SIZE = 5
 HOT_FILE = "notes/hot.md"
@@ -62,8 +84,9 @@ ProgressFn = Callable[[int, int], None]
 
 _AGENT = "stress"
 _SHA_IN_SUMMARY = re.compile(r"^\[[^\n]* ([0-9a-f]{40})\]", re.MULTILINE)
-_DIRTY_RETRIES = 50
+_PENDING_RETRIES = 50
 _COMMIT_RETRIES = 50
+MERGE_POLICIES = ("keep", "resolve")
 
 
 @dataclass(frozen=True)
@@ -73,8 +96,11 @@ class StressConfig:
     conflict_rate: float = 0.1
     seed: int = 0
     main_interval: float = 0.25
+    merge_policy: str = "keep"
 
     def __post_init__(self) -> None:
+        if self.merge_policy not in MERGE_POLICIES:
+            raise UsageError(f"--merge-policy must be keep or resolve, got {self.merge_policy!r}")
         if self.writers < 1:
             raise UsageError(f"--writers must be at least 1, got {self.writers}")
         if self.commits < 1:
@@ -95,9 +121,14 @@ class StressReport:
     main_commits: int = 0
     merges: int = 0
     elapsed_s: float = 0.0
+    resolved: int = 0
+    pending: int = 0
+    retried: int = 0
+    kept_branches: tuple[str, ...] = ()
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """Exactly the keys the CLI's ``--json`` promises."""
+        """Exactly the keys the CLI's ``--json`` promises (and its table shows)."""
         return {
             "merged": self.merged,
             "kept": self.kept,
@@ -105,6 +136,11 @@ class StressReport:
             "invalid": self.invalid,
             "merge_p50_ms": self.merge_p50_ms,
             "merge_p99_ms": self.merge_p99_ms,
+            "resolved": self.resolved,
+            "pending": self.pending,
+            "retried": self.retried,
+            "kept_branches": list(self.kept_branches),
+            "interrupted": self.interrupted,
         }
 
 
@@ -143,15 +179,15 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     (``repo.init_memory_repo`` commits with the ambient git identity, which a bare machine lacks.)
     """
     await AsyncPath(repo).mkdir(parents=True)
-    await arun(repo, "init", "-q", "-b", "main", harness=True)
+    await run_git(repo, "init", "-q", "-b", "main")
     await anyio.to_thread.run_sync(lambda: install_hook(repo, ROOT_MARKER))
     await anyio.to_thread.run_sync(_write_files, repo, files)
     snapshot = await anyio.to_thread.run_sync(lambda: build_snapshot(_read_tree_files(repo)))
     errors = validate_snapshot(snapshot, ROOT_MARKER).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
-    await arun(repo, "add", "-A", harness=True)
-    await arun(repo, "commit", "-q", "-m", "chore: initialize local memory", harness=True)
+    await run_git(repo, "add", "-A")
+    await run_git(repo, "commit", "-q", "-m", "chore: initialize local memory")
 
 
 @dataclass
@@ -163,7 +199,11 @@ class _State:
     recorded: list[str] = field(default_factory=list)
     mapping: dict[str, str] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)
+    kept_branches: list[str] = field(default_factory=list)
+    waiting: list[Worktree] = field(default_factory=list)
     merged: int = 0
+    resolved: int = 0
+    retried: int = 0
     latencies: list[float] = field(default_factory=list)
     done: int = 0
     main_commits: int = 0
@@ -173,8 +213,19 @@ class _State:
 
     def absorb(self, outcome: MergeOutcome, latency: float) -> None:
         self.latencies.append(latency)
+        self.retried += outcome.retried
         for old, new in outcome.rewritten:
             self.mapping[old] = new
+
+    def count(self, outcome: MergeOutcome) -> None:
+        """Book a settled batch."""
+        if outcome.status == "merged":
+            self.merged += len(outcome.commits)
+        elif outcome.status == "resolved":
+            self.resolved += len(outcome.commits)
+        elif outcome.status == "kept":
+            self.kept.update(outcome.commits)
+            self.kept_branches.append(outcome.branch)
 
     def final(self, sha: str) -> str:
         seen = {sha}
@@ -212,7 +263,7 @@ async def _commit(checkout: Path, rel: str, text: str, message: str) -> str:
     if errors:
         raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
     for attempt in range(_COMMIT_RETRIES):
-        out = await arun(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, check=False, harness=True)
+        out = await run_git(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, check=False)
         found = _SHA_IN_SUMMARY.search(out.stdout)
         if out.ok and found:
             return found.group(1)
@@ -227,12 +278,14 @@ async def _writer(
     config: StressConfig,
     state: _State,
     audit: AuditFn,
+    resolver: Resolver | None,
 ) -> None:
     rng = random.Random(config.seed * 1_000_003 + index)
     own = f"notes/writer-{index:02d}.md"
-    wt: Worktree = await create_worktree(repo, agent_id=_AGENT, root=root)
+    wt: Worktree | None = await create_worktree(repo, agent_id=_AGENT, root=root)
     try:
         for start in range(0, config.commits, BATCH_SIZE):
+            assert wt is not None
             for k in range(start, min(start + BATCH_SIZE, config.commits)):
                 message = f"writer {index} commit {k}"
                 if rng.random() < config.conflict_rate:
@@ -243,26 +296,53 @@ async def _writer(
                 state.done += 1
                 if state.progress is not None:
                     state.progress(state.done, state.total)
-            outcome = await _merge_batch(repo, wt, state, audit)
+            outcome = await _merge_batch(repo, wt, state, audit, resolver)
+            if outcome.status == "pending":
+                # Left for the idle-agent settling pass; the writer goes on on a fresh branch.
+                state.waiting.append(wt)
+                wt = await create_worktree(repo, agent_id=_AGENT, root=root)
+                continue
+            state.count(outcome)
             if outcome.status == "kept":
-                state.kept.update(outcome.commits)
                 await remove_worktree(repo, wt)
                 wt = await create_worktree(repo, agent_id=_AGENT, root=root)
-            elif outcome.status == "merged":
-                state.merged += len(outcome.commits)
+            elif outcome.status == "no_changes":
+                continue
     finally:
-        await remove_worktree(repo, wt)
+        if wt is not None:
+            with CancelScope(shield=True):
+                await remove_worktree(repo, wt)
+                await delete_merged_branch(repo, wt.branch)
 
 
-async def _merge_batch(repo: Path, wt: Worktree, state: _State, audit: AuditFn) -> MergeOutcome:
-    for attempt in range(_DIRTY_RETRIES):
+async def _merge_batch(
+    repo: Path, wt: Worktree, state: _State, audit: AuditFn, resolver: Resolver | None, retries: int = _PENDING_RETRIES
+) -> MergeOutcome:
+    for attempt in range(retries):
         started = time.perf_counter()
-        outcome = await merge_back(repo, wt.path, wt.branch, audit=audit)
+        outcome = await merge_back(repo, wt.path, wt.branch, audit=audit, resolver=resolver)
         state.absorb(outcome, (time.perf_counter() - started) * 1000)
-        if outcome.reason != REASON_DIRTY:
+        if outcome.status != "pending":
             return outcome
         await sleep(0.01 * min(attempt + 1, 10))
     return outcome
+
+
+async def _settle(repo: Path, state: _State, audit: AuditFn, resolver: Resolver | None) -> int:
+    """Retry every pending batch as an idle agent would (nothing else writes now); the commits
+    still pending afterwards."""
+    still = 0
+    for wt in state.waiting:
+        outcome = await _merge_batch(repo, wt, state, audit, resolver)
+        if outcome.status == "pending":
+            still += len(outcome.commits)
+        else:
+            state.count(outcome)
+            if outcome.status == "kept":
+                continue
+        await remove_worktree(repo, wt)
+        await delete_merged_branch(repo, wt.branch)
+    return still
 
 
 async def _main_writer(repo: Path, config: StressConfig, state: _State, stop: list[bool]) -> None:
@@ -271,7 +351,8 @@ async def _main_writer(repo: Path, config: StressConfig, state: _State, stop: li
     while not stop[0]:
         message = f"main commit {n}"
         rel, name = (HOT_FILE, "hot") if rng.random() < config.conflict_rate else ("notes/main.md", "main")
-        state.record(await _commit(repo, rel, _note(name, message), message))
+        async with merge_lock(repo):
+            state.record(await _commit(repo, rel, _note(name, message), message))
         state.main_commits += 1
         n += 1
         await sleep(config.main_interval)
@@ -350,34 +431,59 @@ def _sweep_invalid(repo: Path, commits: list[str]) -> int:
     return invalid
 
 
+async def _pins_left(repo: Path) -> list[str]:
+    out = await run_git(repo, "for-each-ref", "--format=%(refname)", "refs/reverie/")
+    return out.stdout.split()
+
+
 async def run_stress(
     config: StressConfig,
     *,
     workdir: Path | None = None,
     progress: ProgressFn | None = None,
     audit: AuditFn = default_audit,
+    resolver: Resolver | None = None,
+    interrupt: anyio.Event | None = None,
 ) -> StressReport:
-    """Run the stress test in a fresh repository under ``workdir`` (a temporary dir when None)."""
+    """Run the stress test in a fresh repository under ``workdir`` (a temporary dir when None).
+
+    ``resolver`` is used only with ``merge_policy="resolve"``. Setting ``interrupt`` stops the
+    writers early; the report then covers what was done (``interrupted``).
+    """
     started = time.perf_counter()
     owned = workdir is None
     base = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "reverie-stress-")) if owned else workdir
     assert base is not None
     repo, root = base / "memory", base / "worktrees"
+    policy_resolver = resolver if config.merge_policy == "resolve" else None
     try:
         await _init_repo(repo, _initial_files(config.writers))
         state = _State(total=config.writers * config.commits, progress=progress)
         stop = [False]
+        interrupted = False
         async with create_task_group() as outer:
             outer.start_soon(_main_writer, repo, config, state, stop)
-            async with create_task_group() as tg:
-                for i in range(config.writers):
-                    tg.start_soon(_writer, i, repo, root, config, state, audit)
+            async with create_task_group() as watch:
+                with CancelScope() as writers_scope:
+                    if interrupt is not None:
+                        watch.start_soon(_cancel_on, interrupt, writers_scope)
+                    async with create_task_group() as tg:
+                        for i in range(config.writers):
+                            tg.start_soon(_writer, i, repo, root, config, state, audit, policy_resolver)
+                watch.cancel_scope.cancel()
+            interrupted = writers_scope.cancelled_caught or (interrupt is not None and interrupt.is_set())
+            # The main writer finishes the commit it is making (never leaves the checkout dirty).
             stop[0] = True
-        finals = [state.final(sha) for sha in state.recorded]
-        reachable = set((await arun(repo, "rev-list", "--all", harness=True)).stdout.split())
-        lost = sum(1 for sha in finals if sha not in reachable)
-        present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
-        invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)
+        with CancelScope(shield=True):
+            pending = await _settle(repo, state, audit, policy_resolver)
+            finals = [state.final(sha) for sha in state.recorded]
+            reachable = set((await run_git(repo, "rev-list", "--all")).stdout.split())
+            lost = sum(1 for sha in finals if sha not in reachable)
+            present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
+            invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)
+            pins = await _pins_left(repo)
+        if pins and not interrupted:
+            raise RuntimeError(f"stress left {len(pins)} pre-rebase ref(s) behind, e.g. {pins[0]}")
         return StressReport(
             merged=state.merged,
             kept=len(state.kept),
@@ -389,7 +495,18 @@ async def run_stress(
             main_commits=state.main_commits,
             merges=len(state.latencies),
             elapsed_s=round(time.perf_counter() - started, 2),
+            resolved=state.resolved,
+            pending=pending,
+            retried=state.retried,
+            kept_branches=tuple(sorted(set(state.kept_branches))),
+            interrupted=interrupted,
         )
     finally:
         if owned:
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(base, ignore_errors=True))
+            with CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(base, ignore_errors=True))
+
+
+async def _cancel_on(event: anyio.Event, scope: CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

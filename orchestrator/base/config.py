@@ -52,6 +52,8 @@ class Settings:
     tool_env: tuple[str, ...] = ()
     overflow_to_file: bool = True
     middle_truncate: bool = True
+    reflection_merge: str = "resolve"
+    reflection_merge_instructions: str | None = None
 
     @property
     def uses_endpoint(self) -> bool:
@@ -81,6 +83,8 @@ _KEYS: Mapping[str, str] = {
     "tools.env": "tool_env",
     "tools.overflow_to_file": "overflow_to_file",
     "tools.middle_truncate": "middle_truncate",
+    "reflection.merge": "reflection_merge",
+    "reflection.merge_instructions": "reflection_merge_instructions",
 }
 _ENV: Mapping[str, str] = {
     "REVERIE_BASE_URL": "base_url",
@@ -115,6 +119,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"API_?KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _TRIGGERS = ("off", "compaction-event", "step-count")
 _MODES = ("sliding_window", "all")
+_MERGE_POLICIES = ("resolve", "keep")
 _FILE_KEY = {attr: dotted for dotted, attr in _KEYS.items()}
 
 
@@ -277,6 +282,10 @@ def _check_choices(settings: Settings, origin: Mapping[str, str]) -> None:
     if settings.reflection_trigger not in _TRIGGERS:
         raise ConfigError(
             f"{where('reflection_trigger')} = {settings.reflection_trigger!r}: use {', '.join(_TRIGGERS)} or step-count:N"
+        )
+    if settings.reflection_merge not in _MERGE_POLICIES:
+        raise ConfigError(
+            f"{where('reflection_merge')} = {settings.reflection_merge!r}: use {' or '.join(_MERGE_POLICIES)}"
         )
     if settings.base_url is not None and not re.match(r"^https?://[^\s/]+", settings.base_url):
         raise ConfigError(f"{where('base_url')} = {settings.base_url!r}: expected an http:// or https:// URL")

@@ -22,9 +22,12 @@ __all__ = [
     "ModelRetrying",
     "Observer",
     "Publisher",
+    "ReflectionFailed",
     "ReflectionKept",
     "ReflectionLaunched",
     "ReflectionMerged",
+    "ReflectionOutcome",
+    "ReflectionPending",
     "ReminderQueued",
     "TextDelta",
     "ToolFinished",
@@ -176,6 +179,8 @@ class ReflectionMerged(Event):
     branch: str
     commits: int
     revision: str
+    outcome: str = "merged"
+    """``merged`` or ``resolved`` (a resolver reconciled a conflict, DECISIONS D3)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,49 @@ class ReflectionKept(Event):
     commits: int
     reason: str
     files: tuple[str, ...] = ()
+    reason_code: str = ""
+    """D2: ``conflict``, ``invalid``, ``failed`` (``dirty`` only from older runs)."""
+
+
+@dataclass(frozen=True)
+class ReflectionPending(Event):
+    """D2: the branch could not be fast-forwarded yet; it is retried at every turn end and start-up."""
+
+    kind: ClassVar[str] = "reflection.pending"
+    reflection_id: str
+    branch: str
+    commits: int
+    reason: str
+    reason_code: str
+    turns: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionFailed(Event):
+    """A reflection run or its merge failed; the CLI shows ``⚠ reflection failed: <error>``."""
+
+    kind: ClassVar[str] = "reflection.failed"
+    reflection_id: str
+    error: str
+    branch: str = ""
+    commits: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionOutcome(Event):
+    """Exactly one per launch, when it settles (D2): ``merged``, ``resolved``, ``no_changes``,
+    ``kept`` (with ``reason_code``) or ``failed`` (with ``error``)."""
+
+    kind: ClassVar[str] = "reflection.outcome"
+    reflection_id: str
+    branch: str
+    outcome: str
+    commits: int = 0
+    reason: str = ""
+    reason_code: str = ""
+    files: tuple[str, ...] = ()
+    error: str = ""
+    retried: int = 0
 
 
 Observer = Callable[[Event], Awaitable[None]]

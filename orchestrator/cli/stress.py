@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
+from anyio import open_signal_receiver
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.app.stress import StressConfig, StressReport, run_stress
+from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
 from orchestrator.cli.errors import UserError
 
 __all__ = ["register", "stress"]
@@ -29,15 +32,25 @@ def stress(
     seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed for the writers' choices.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
     workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Keep the repository here instead of a temporary directory.")
+        Path | None,
+        typer.Option("--workdir", help="Keep the repository (and its kept branches) here instead of a temporary directory."),
     ] = None,
+    merge_policy: Annotated[
+        str,
+        typer.Option(
+            "--merge-policy",
+            help="keep: a conflict keeps the branch (raw conflict figures); resolve: the scripted resolver subagent reconciles it (D3).",
+        ),
+    ] = "keep",
 ) -> None:
     """Stress merge-back: N writers in their own worktrees commit M times each, merged in batches through the reflection merge-back while a main writer commits on the main checkout.
 
-    Reports commits merged, kept on branches after conflicts, lost (recorded but unreachable from any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds. Exits 1 when a commit was lost or invalid.
+    Reports commits merged, resolved (by the resolver), kept on branches after real conflicts (with the branch names), pending (still waiting after settling), merges retried because HEAD moved, lost (recorded but unreachable from any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds. Ctrl-C stops the writers and prints the partial summary. Exits 1 when a commit was lost or invalid, 130 when interrupted.
     """
     try:
-        config = StressConfig(writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed)
+        config = StressConfig(
+            writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if workdir is not None and workdir.exists() and not workdir.is_dir():
@@ -47,7 +60,7 @@ def stress(
     from orchestrator.cli.commands import run_async
 
     if as_json:
-        report = run_async(lambda: run_stress(config, workdir=workdir))
+        report = run_async(lambda: _run(config, workdir, None))
         _out.print(json.dumps(report.to_json()))
     else:
         with Progress(
@@ -58,10 +71,36 @@ def stress(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            report = run_async(lambda: run_stress(config, workdir=workdir, progress=progress))
+            report = run_async(lambda: _run(config, workdir, progress))
         _out.print(_table(report))
+    if report.interrupted:
+        _err.print("interrupted: the summary covers the commits made so far")
+        raise typer.Exit(130)
     if report.lost or report.invalid:
         raise typer.Exit(1)
+
+
+async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn | None) -> StressReport:
+    """The stress run with Ctrl-C turned into a graceful stop (the partial summary is printed)."""
+    resolver = None
+    if config.merge_policy == "resolve":
+        from orchestrator.models.scripted import ScriptedModel
+        from subagents.resolver import make_resolver
+
+        resolver = make_resolver(ScriptedModel(), agent_id="stress", agent_name="stress")
+    interrupt = anyio.Event()
+
+    async def watch() -> None:
+        with open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                interrupt.set()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        report = await run_stress(config, workdir=workdir, progress=progress, resolver=resolver, interrupt=interrupt)
+        tg.cancel_scope.cancel()
+    return report
 
 
 def _table(report: StressReport) -> Table:
@@ -69,7 +108,8 @@ def _table(report: StressReport) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in report.to_json().items():
-        table.add_row(key, str(value))
+        shown = ", ".join(value) or "-" if isinstance(value, list) else str(value)
+        table.add_row(key, shown)
     table.add_row("commits recorded", str(report.recorded))
     table.add_row("main writer commits", str(report.main_commits))
     table.add_row("merge-back calls", str(report.merges))

@@ -1,35 +1,48 @@
-"""The per-repository merge lock (DECISIONS R3; turn-loop.md 5.15 "Locking").
+"""The per-repository lock (DECISIONS D1, R3; turn-loop.md 5.15 "Locking").
+
+D1: every git command that writes a memory repository's index or refs takes this lock first, then
+git takes its own locks. Holders: reverie's merge-back and recovery, the harness's own commits,
+the post-turn sync (waiting, bounded), and the agent's own ``git`` commands through the wrapper
+the bash tool puts first on ``PATH`` (:mod:`orchestrator.memfs.gitwrap`). The pre-commit hook
+never takes it: it runs inside git, after the lock. One lock, one order (this lock, then the
+worktree-administration lock, then git's own), so nothing deadlocks.
 
 Two layers, taken in this order and released in reverse:
 
 * an in-process ``Lock`` keyed by the repository's git common directory, so tasks of one
-  process queue fairly instead of all polling the file lock;
-* a cross-process OS file lock (the ``filelock`` package) on ``<common dir>/reverie-merge.lock``,
-  so the main checkout and every linked worktree, in any process, share one lock.
+  process queue fairly (FIFO) instead of all contending for the file lock;
+* a cross-process ``flock`` on ``<common dir>/reverie-merge.lock``, so the main checkout and
+  every linked worktree, in any process (the wrapper included), share one lock. The waiting
+  ``flock`` runs in a worker thread, so the kernel wakes the next waiter at once (no polling);
+  a cancelled waiter that gets the lock afterwards releases it immediately. Waiting threads use
+  anyio's default limiter, not the git/files slots of ``base.blocking``: a wait may be long, and
+  only one task per repository and process waits at a time (the in-process lock).
 
 Staleness (R6): the OS releases a ``flock`` when its holder dies, ``kill -9`` included, so a dead
 process can never keep the lock. Beside the lock file the holder writes an owner record
 (``reverie-merge.owner.json``: pid, start time, token) for diagnostics; a record whose process is
-gone is stale and :func:`release_stale_lock` deletes it. The primary agent's own git commands do
-not take this lock; merge-back copes with them through ``--ff-only`` and git's ref locks.
+gone is stale and :func:`release_stale_lock` deletes it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
+import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import sniffio
-from anyio import CancelScope, Lock, WouldBlock, sleep
-from filelock import FileLock, Timeout
+from anyio import CancelScope, Lock, WouldBlock, fail_after
 
 from orchestrator.base import blocking
 from orchestrator.base.processes import pid_alive
@@ -43,21 +56,21 @@ __all__ = [
     "LockBusy",
     "common_dir_sync",
     "merge_lock",
-    "worktree_admin_lock",
+    "merge_lock_sync",
     "release_stale_lock",
+    "worktree_admin_lock",
 ]
 
 LOCK_FILE_NAME = "reverie-merge.lock"
 OWNER_FILE_NAME = "reverie-merge.owner.json"
 WORKTREE_LOCK_FILE_NAME = "reverie-worktrees.lock"
-_POLL_SECONDS = 0.01
-_MAX_POLL_SECONDS = 0.1
+_SYNC_POLL_SECONDS = 0.005
 
 _locks: weakref.WeakKeyDictionary[Any, dict[tuple[Path, str], Lock]] = weakref.WeakKeyDictionary()
 
 
 class LockBusy(MemfsError, RuntimeError):
-    """The merge lock is held elsewhere and the caller asked not to wait."""
+    """The lock is held elsewhere and the caller asked not to wait (or its bounded wait ran out)."""
 
 
 def _loop_token() -> Any:
@@ -84,73 +97,168 @@ def common_dir_sync(repo_dir: Path) -> Path:
     return common_dir(Path(repo_dir))
 
 
-def _try_acquire(lock: FileLock, owner: Path | None, token: str) -> bool:
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
-    if owner is None:
+@dataclass
+class _Waiter:
+    """A blocking ``flock`` in a worker thread that its (maybe cancelled) caller can abandon."""
+
+    path: Path
+    guard: threading.Lock
+    fd: int = -1
+    abandoned: bool = False
+
+    def acquire(self, wait: bool) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        with self.guard:
+            if self.abandoned:
+                _unlock(fd)
+                return False
+            self.fd = fd
         return True
+
+    def abandon(self) -> None:
+        with self.guard:
+            self.abandoned = True
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            _unlock(fd)
+
+
+def _unlock(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _write_owner(owner: Path, token: str) -> None:
     record = {"pid": os.getpid(), "started": time.time(), "token": token}
     tmp = owner.with_name(f"{owner.name}.{token}.tmp")
     tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, owner)
-    return True
 
 
-def _release(lock: FileLock, owner: Path | None, token: str) -> None:
+def _drop_owner(owner: Path, token: str) -> None:
     try:
-        if owner is None:
-            raise FileNotFoundError
         record = json.loads(owner.read_text(encoding="utf-8"))
         if record.get("token") == token:
             owner.unlink()
     except (OSError, ValueError):
         pass
-    lock.release()
+
+
+def _release(waiter: _Waiter, owner: Path | None, token: str) -> None:
+    if owner is not None:
+        _drop_owner(owner, token)
+    waiter.abandon()
+
+
+def _acquired(waiter: _Waiter, owner: Path | None, token: str, wait: bool) -> bool:
+    if not waiter.acquire(wait):
+        return False
+    if owner is not None:
+        try:
+            _write_owner(owner, token)
+        except OSError:
+            pass
+    return True
 
 
 @asynccontextmanager
 async def _repo_lock(
-    repo_dir: Path, file_name: str, owner_name: str | None, *, wait: bool, common_dir: Path | None
+    repo_dir: Path,
+    file_name: str,
+    owner_name: str | None,
+    *,
+    wait: bool,
+    max_wait: float | None,
+    common_dir: Path | None,
 ) -> AsyncIterator[Path]:
     common = common_dir if common_dir else await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
     in_process = _process_lock(common, file_name)
-    if wait:
-        await in_process.acquire()
-    else:
-        try:
+    try:
+        if not wait:
             in_process.acquire_nowait()
-        except WouldBlock:
-            raise LockBusy(f"{repo_dir}: a merge is in progress in this process") from None
+        elif max_wait is None:
+            await in_process.acquire()
+        else:
+            with fail_after(max_wait):
+                await in_process.acquire()
+    except WouldBlock:
+        raise LockBusy(f"{repo_dir}: the memory repository is locked by this process") from None
+    except TimeoutError:
+        raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {max_wait:g} s") from None
     try:
         token = secrets.token_hex(8)
-        file_lock = FileLock(str(common / file_name), thread_local=False, is_singleton=False)
+        waiter = _Waiter(common / file_name, threading.Lock())
         owner = common / owner_name if owner_name else None
-        delay = _POLL_SECONDS
-        while not await blocking.run_sync("files", partial(_try_acquire, file_lock, owner, token)):
-            if not wait:
-                raise LockBusy(f"{repo_dir}: a merge is in progress in another process")
-            await sleep(delay)
-            delay = min(delay * 2, _MAX_POLL_SECONDS)
+        try:
+            if max_wait is None or not wait:
+                got = await anyio.to_thread.run_sync(_acquired, waiter, owner, token, wait, abandon_on_cancel=True)
+            else:
+                with fail_after(max_wait):
+                    got = await anyio.to_thread.run_sync(_acquired, waiter, owner, token, True, abandon_on_cancel=True)
+        except TimeoutError:
+            waiter.abandon()
+            raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {max_wait:g} s") from None
+        except BaseException:
+            waiter.abandon()
+            raise
+        if not got:
+            raise LockBusy(f"{repo_dir}: the memory repository is locked by another process")
         try:
             yield common
         finally:
             with CancelScope(shield=True):
-                await blocking.run_sync("files", partial(_release, file_lock, owner, token))
+                await blocking.run_sync("files", partial(_release, waiter, owner, token))
     finally:
         in_process.release()
 
 
 @asynccontextmanager
-async def merge_lock(repo_dir: Path, *, wait: bool = True, common_dir: Path | None = None) -> AsyncIterator[Path]:
-    """Hold the merge lock of ``repo_dir``'s repository; yields the git common directory.
+async def merge_lock(
+    repo_dir: Path, *, wait: bool = True, max_wait: float | None = None, common_dir: Path | None = None
+) -> AsyncIterator[Path]:
+    """Hold the lock of ``repo_dir``'s repository (D1); yields the git common directory.
 
-    Waiting is cancellable (the file lock is polled from a worker thread, never blocking the
-    loop). ``wait=False`` raises :class:`LockBusy` at once if another task or process holds it.
+    Waiting is cancellable and never blocks the loop. ``wait=False`` raises :class:`LockBusy` at
+    once if another task or process holds it; ``max_wait`` bounds the wait (then :class:`LockBusy`).
     """
-    async with _repo_lock(repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, common_dir=common_dir) as common:
+    async with _repo_lock(
+        repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, max_wait=max_wait, common_dir=common_dir
+    ) as common:
         yield common
+
+
+@contextmanager
+def merge_lock_sync(repo_dir: Path, *, timeout: float = 120.0, common_dir: Path | None = None) -> Iterator[Path]:
+    """The same lock for blocking code in a worker thread (the harness's own commits).
+
+    Only the file lock: ``flock`` locks of separate opens conflict even within one process, so this
+    excludes async holders too. Polls (a thread cannot be woken from a blocking ``flock``).
+    """
+    common = common_dir or common_dir_sync(repo_dir)
+    waiter = _Waiter(common / LOCK_FILE_NAME, threading.Lock())
+    token = secrets.token_hex(8)
+    owner = common / OWNER_FILE_NAME
+    deadline = time.monotonic() + timeout
+    delay = _SYNC_POLL_SECONDS
+    while not _acquired(waiter, owner, token, False):
+        if time.monotonic() > deadline:
+            raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {timeout:g} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    try:
+        yield common
+    finally:
+        _release(waiter, owner, token)
 
 
 @asynccontextmanager
@@ -158,10 +266,14 @@ async def worktree_admin_lock(repo_dir: Path, *, common_dir: Path | None = None)
     """Serialise ``git worktree add/remove/prune`` on one repository.
 
     Git's worktree administration is not safe against itself: a concurrent ``add`` reads another
-    one's half-written ``.git/worktrees/<name>`` and a ``prune`` may delete it. Held briefly;
-    never taken while waiting for the merge lock, so the two cannot deadlock.
+    one's half-written ``.git/worktrees/<name>`` and a ``prune`` may delete it. Held briefly. It
+    comes after the repository lock in D1's order; worktree commands touch neither the main
+    checkout's index nor an existing ref (``add -b`` creates a new, unique branch under git's own
+    ref lock), so they need not wait for a merge.
     """
-    async with _repo_lock(repo_dir, WORKTREE_LOCK_FILE_NAME, None, wait=True, common_dir=common_dir) as common:
+    async with _repo_lock(
+        repo_dir, WORKTREE_LOCK_FILE_NAME, None, wait=True, max_wait=None, common_dir=common_dir
+    ) as common:
         yield common
 
 

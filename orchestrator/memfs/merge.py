@@ -1,19 +1,27 @@
-"""Merge-back of a subagent branch into the memory checkout (DECISIONS R2-R4, M8; turn-loop 5.15).
+"""Merge-back of a subagent branch into the memory checkout (DECISIONS D1-D3, R2-R4, M8).
 
-Under the repository's merge lock: a dirty parent keeps the branch; otherwise the branch is
-rebased onto the parent's current ``HEAD`` **in the worktree** (so a conflict never touches the
-user's checkout), the candidate tree is audited in-process (M8), and the parent fast-forwards
-with ``git merge --ff-only`` (which updates its working tree and refuses to overwrite
-uncommitted changes). On conflict the rebase is aborted and the branch kept as it was. No commit
-is ever dropped:
+Under the repository lock (D1): the branch is rebased onto the parent's current ``HEAD`` **in the
+worktree** (so a conflict never touches the user's checkout), the candidate tree is audited
+in-process (M8), and the parent fast-forwards with ``git merge --ff-only`` (which updates its
+working tree and refuses to overwrite uncommitted changes). The outcomes are D2's:
 
-* while a rebase is in flight the pre-rebase tip is pinned by ``refs/reverie/pre-rebase/<id>``,
-  deleted only once the rebased commits are in ``HEAD`` (or the rebase was aborted), so a crash at
-  any point leaves every commit reachable; recovery finishes the job (R6);
-* the rebase keeps commits that become empty (``--empty=keep``), so old and new commits pair up
-  one to one; :attr:`MergeOutcome.rewritten` reports the pairs.
+* ``merged`` / ``resolved`` (a resolver reconciled a conflict inside the rebase, D3) /
+  ``no_changes`` (the branch adds nothing to ``HEAD``);
+* ``pending``: not fast-forwarded *yet*: the checkout has uncommitted changes in paths the branch
+  touches (``reason_code="dirty"``), or ``HEAD`` kept moving through every bounded retry
+  (``"busy"``, only possible when a process outside reverie writes the repository). The caller
+  retries later; never a reason to keep;
+* ``kept``: a real content conflict the policy did not resolve (``conflict``), an audit failure
+  (``invalid``), a failed run that left commits (``failed``);
+* ``failed``: git itself failed (the error is in ``errors``); nothing was changed in ``HEAD``.
 
-Branches are deleted only when their commits are in ``HEAD`` (or on an explicit discard).
+A moving ``HEAD`` or a lost race is retried under the lock (tenacity, bounded). No commit is ever
+dropped: while a rebase is in flight the pre-rebase tip is pinned by
+``refs/reverie/pre-rebase/<id>``, deleted once the rebased commits are in ``HEAD`` (or the rebase
+was aborted); the rebase keeps commits that become empty (``--empty=keep``), so old and new commits
+pair up one to one (:attr:`MergeOutcome.rewritten`). Branches are deleted only when their commits
+are in ``HEAD`` (or on an explicit discard). Reminder texts are the caller's business (memfs is
+below the agent layer): this module returns outcomes only.
 
 Fault injection (DECISIONS S29): ``REVERIE_FAULT=<step>`` kills this process with ``SIGKILL`` when
 merge-back reaches ``<step>``; ``REVERIE_FAULT=pause:<step>`` sleeps there instead (for
@@ -26,24 +34,28 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import anyio.to_thread
 from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from orchestrator.agent.reminders import (
-    MEMORY_INVALID_TEMPLATE,
-    REFLECTION_KEPT_TEMPLATE,
-    memory_invalid_reminder,
-    reflection_kept_reminder,
-)
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, arun
+from orchestrator.memfs.git import GitError
+from orchestrator.memfs.indexlock import harness_git as run_git
+from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
+from orchestrator.memfs.resolution import (
+    Resolver,
+    ResolverFailed,
+    check_linear,
+    conflicted_files,
+    resolve_rebase,
+)
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
     Worktree,
@@ -55,29 +67,31 @@ from orchestrator.memfs.worktrees import (
 
 __all__ = [
     "FAULT_STEPS",
-    "MEMORY_INVALID_TEMPLATE",
     "PRE_REBASE_REF_PREFIX",
+    "RACE_ATTEMPTS",
+    "REASON_BUSY",
     "REASON_CONFLICT",
     "REASON_DIRTY",
     "REASON_FAILED",
     "REASON_INVALID",
-    "REFLECTION_KEPT_TEMPLATE",
     "AuditFn",
     "MergeOutcome",
     "MergeStatus",
+    "ReasonCode",
     "ReflectionBranchError",
     "default_audit",
+    "delete_merged_branch",
     "discard_branch",
     "fault_point",
     "finalize_worktree",
-    "invalid_memory_reminder_text",
-    "kept_reminder_text",
     "merge_back",
     "merge_branch",
     "resolve_branch",
+    "resolver_reason",
 ]
 
-MergeStatus = Literal["merged", "kept", "no_changes"]
+MergeStatus = Literal["merged", "resolved", "no_changes", "pending", "kept", "failed"]
+ReasonCode = Literal["conflict", "invalid", "failed", "dirty", "busy"]
 AuditFn = Callable[[Path, str, str | None], Awaitable[tuple[str, ...]]]
 """``(checkout, revision, accepted_base) -> error lines`` (empty when valid)."""
 
@@ -85,23 +99,30 @@ REASON_CONFLICT = "conflicts with newer memory changes"
 REASON_DIRTY = "the memory repository had uncommitted changes"
 REASON_FAILED = "the reflection failed before finishing"
 REASON_INVALID = "the merged memory fails validation"
+REASON_BUSY = "the memory repository kept changing during the merge"
 PRE_REBASE_REF_PREFIX = "refs/reverie/pre-rebase/"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
-_FF_ATTEMPTS = 3
-_BUSY_ATTEMPTS = 20
+RACE_ATTEMPTS = 25
+_MAX_RESOLVE_ROUNDS = 50
 
 
 class ReflectionBranchError(MemfsError, ValueError):
     """The named reflection branch does not exist, or is not reverie's to discard."""
 
 
+def resolver_reason(why: str) -> str:
+    """D3's S12 reason for a conflict the resolver could not reconcile."""
+    return f"the resolver could not reconcile the changes: {why}"
+
+
 @dataclass(frozen=True)
 class MergeOutcome:
-    """What merge-back did. ``commits`` are the branch's commits (after the rebase when merged).
+    """What merge-back did (D2). ``commits`` are the branch's commits (after the rebase when merged).
 
-    ``status`` is ``merged``, ``kept`` (``reason`` is one of the ``REASON_*`` texts of S12) or
-    ``no_changes`` (the branch adds nothing to ``HEAD``). ``files``: the conflicting files on a
-    conflict, else the files the branch changes. ``new_head``: the parent's ``HEAD`` afterwards.
+    ``reason`` is the S12 text, ``reason_code`` D2's code (``None`` for merged/resolved/no_changes).
+    ``files``: the conflicting files on a conflict, else the files the branch changes.
+    ``new_head``: the parent's ``HEAD`` afterwards. ``retried``: how many times ``HEAD`` moved under
+    the merge and it started over. ``resolved_files``: what a resolver reconciled.
     """
 
     status: MergeStatus
@@ -112,36 +133,22 @@ class MergeOutcome:
     new_head: str | None
     rewritten: tuple[tuple[str, str], ...] = ()
     errors: tuple[str, ...] = ()
+    reason_code: ReasonCode | None = None
+    retried: int = 0
+    resolved_files: tuple[str, ...] = ()
 
     @property
     def commit_count(self) -> int:
         return len(self.commits)
 
     @property
-    def pending_status(self) -> str | None:
-        """turn-loop 5.15's status name for a kept branch (``pending_conflict`` …)."""
-        return {
-            REASON_CONFLICT: "pending_conflict",
-            REASON_DIRTY: "pending_parent_dirty",
-            REASON_INVALID: "pending_invalid",
-            REASON_FAILED: "kept_failed",
-        }.get(self.reason or "")
+    def settled(self) -> bool:
+        """Whether the branch's fate is decided (only ``pending`` waits for a retry)."""
+        return self.status != "pending"
 
-
-def kept_reminder_text(outcome: MergeOutcome, id: str) -> str:
-    """DECISIONS S12 "MEMORY REFLECTION KEPT" for a kept outcome."""
-    return reflection_kept_reminder(
-        n=outcome.commit_count,
-        reason=outcome.reason or REASON_FAILED,
-        branch=outcome.branch,
-        files=outcome.files,
-        id=id,
-    )
-
-
-def invalid_memory_reminder_text(sha7: str, errors: Sequence[str]) -> str:
-    """DECISIONS S12 "MEMORY INVALID" (M8)."""
-    return memory_invalid_reminder(sha7, errors)
+    @property
+    def in_head(self) -> bool:
+        return self.status in {"merged", "resolved", "no_changes"}
 
 
 async def default_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
@@ -161,25 +168,37 @@ async def fault_point(step: str) -> None:
         await sleep(float(os.environ.get("REVERIE_FAULT_PAUSE_SECONDS", "3600")))
 
 
-def _parse_status_v2(raw: str) -> tuple[str | None, bool]:
-    """``(HEAD oid or None when unborn, dirty)`` from ``git status --porcelain=v2 --branch -z``."""
+def _parse_status_v2(raw: str) -> tuple[str | None, frozenset[str]]:
+    """``(HEAD oid or None when unborn, paths with uncommitted changes)`` from
+    ``git status --porcelain=v2 --branch -z`` (renames name both paths)."""
     head: str | None = None
-    dirty = False
-    for field in raw.split("\0"):
-        if field.startswith("# branch.oid "):
-            value = field[len("# branch.oid ") :]
+    dirty: set[str] = set()
+    fields = raw.split("\0")
+    i = 0
+    while i < len(fields):
+        item = fields[i]
+        i += 1
+        if item.startswith("# branch.oid "):
+            value = item[len("# branch.oid ") :]
             head = None if value == "(initial)" else value
-        elif field and not field.startswith("#"):
-            dirty = True
-    return head, dirty
+        elif item.startswith(("1 ", "u ")):
+            dirty.add(item.split(" ", 8 if item[0] == "1" else 10)[-1])
+        elif item.startswith("2 "):
+            dirty.add(item.split(" ", 9)[-1])
+            if i < len(fields):
+                dirty.add(fields[i])
+                i += 1
+        elif item.startswith(("? ", "! ")):
+            dirty.add(item[2:])
+    return head, frozenset(dirty)
 
 
 def _split_z(raw: str) -> tuple[str, ...]:
     return tuple(p for p in raw.split("\0") if p)
 
 
-async def _parent_state(repo_dir: Path) -> tuple[str, bool]:
-    out = await arun(repo_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal", harness=True)
+async def _parent_state(repo_dir: Path) -> tuple[str, frozenset[str]]:
+    out = await run_git(repo_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all")
     head, dirty = _parse_status_v2(out.stdout)
     if head is None:
         raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
@@ -187,17 +206,27 @@ async def _parent_state(repo_dir: Path) -> tuple[str, bool]:
 
 
 async def _changed_files(checkout: Path, base: str, tip: str) -> tuple[str, ...]:
-    out = await arun(checkout, "diff", "--name-only", "-z", "--no-renames", f"{base}...{tip}", check=False, harness=True)
+    out = await run_git(checkout, "diff", "--name-only", "-z", "--no-renames", f"{base}...{tip}", check=False)
     return _split_z(out.stdout) if out.ok else ()
+
+
+def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
+    """Whether an uncommitted path is one the branch changes (or a directory above/below one)."""
+    for path in dirty:
+        stem = path.rstrip("/")
+        for rel in files:
+            if rel == stem or rel.startswith(stem + "/") or stem.startswith(rel + "/"):
+                return True
+    return False
 
 
 async def _clean_worktree(worktree: Path) -> str:
     """Discard uncommitted edits in the worktree (never committed, turn-loop 5.15 step 2); its HEAD."""
-    out = await arun(worktree, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal", harness=True)
+    out = await run_git(worktree, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal")
     tip, dirty = _parse_status_v2(out.stdout)
     if dirty:
-        await arun(worktree, "reset", "-q", "--hard", harness=True)
-        await arun(worktree, "clean", "-q", "-fd", harness=True)
+        await retrying_git(worktree, "reset", "-q", "--hard")
+        await run_git(worktree, "clean", "-q", "-fd")
     if tip is None:
         raise GitError(("status",), 1, f"{worktree}: the worktree has no commits")
     return tip
@@ -207,85 +236,160 @@ def _pin_ref(branch: str) -> str:
     return PRE_REBASE_REF_PREFIX + (id_from_branch(branch) or branch.replace("/", "-"))
 
 
-async def _merge_locked(repo_dir: Path, worktree: Path, branch: str, audit: AuditFn) -> MergeOutcome:
-    await fault_point("locked")
-    tip = await _clean_worktree(worktree)
-    original_tip = tip
+class _Raced(Exception):
+    """``HEAD`` moved between the rebase and the fast-forward: start over (under the lock)."""
+
+
+@dataclass
+class _Merge:
+    """One merge-back under the lock; mutable across its retries."""
+
+    repo: Path
+    worktree: Path
+    branch: str
+    audit: AuditFn
+    resolver: Resolver | None
+    common: Path
+    tip: str = ""
+    original_tip: str = ""
     rewritten: tuple[tuple[str, str], ...] = ()
-    pin = _pin_ref(branch)
-    pinned = False
-    busy = 0
-    attempt = 0
-    while True:
-        head, dirty = await _parent_state(repo_dir)
-        sides = await arun(worktree, "rev-list", "--reverse", "--left-right", f"{head}...{tip}", harness=True)
+    pinned: bool = False
+    retried: int = 0
+    resolved_files: tuple[str, ...] = ()
+    head: str = ""
+
+    def outcome(self, status: MergeStatus, commits: tuple[str, ...], files: tuple[str, ...], **kw: object) -> MergeOutcome:
+        base = MergeOutcome(
+            status, None, self.branch, commits, files, self.head, self.rewritten,
+            retried=self.retried, resolved_files=self.resolved_files,
+        )
+        return replace(base, **kw)  # type: ignore[arg-type]
+
+    async def unpin(self) -> None:
+        if self.pinned:
+            with CancelScope(shield=True):
+                await run_git(self.repo, "update-ref", "-d", _pin_ref(self.branch), self.original_tip, check=False)
+            self.pinned = False
+
+    async def run(self) -> MergeOutcome:
+        """The pin lives only while a rebase may be in flight: whatever the outcome, by the time
+        this returns the branch ref holds the (rebased or restored) commits, so it is removed."""
+        try:
+            return await self._run()
+        finally:
+            await self.unpin()
+
+    async def _run(self) -> MergeOutcome:
+        await fault_point("locked")
+        self.tip = self.original_tip = await _clean_worktree(self.worktree)
+        result: MergeOutcome | None = None
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(RACE_ATTEMPTS),
+            wait=wait_random_exponential(multiplier=0.005, max=0.25),
+            retry=retry_if_exception_type(_Raced),
+            retry_error_callback=lambda _state: None,
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    self.retried += 1
+                result = await self._attempt()
+        if result is None:
+            commits = await self._commits_since(self.head)
+            files = await _changed_files(self.worktree, self.head, self.tip)
+            return self.outcome("pending", commits, files, reason=REASON_BUSY, reason_code="busy")
+        return result
+
+    async def _commits_since(self, head: str) -> tuple[str, ...]:
+        out = await run_git(self.worktree, "rev-list", "--reverse", f"{head}..{self.tip}", check=False)
+        return tuple(out.stdout.split())
+
+    async def _attempt(self) -> MergeOutcome:
+        head, dirty = await _parent_state(self.repo)
+        self.head = head
+        sides = await run_git(self.worktree, "rev-list", "--reverse", "--left-right", f"{head}...{self.tip}")
         behind = [line[1:] for line in sides.stdout.split() if line.startswith("<")]
         commits = tuple(line[1:] for line in sides.stdout.split() if line.startswith(">"))
         if not commits:
-            if pinned:
-                await arun(repo_dir, "update-ref", "-d", pin, check=False, harness=True)
-            return MergeOutcome("no_changes", None, branch, (), (), head, rewritten)
-        if dirty:
-            files = await _changed_files(worktree, head, tip)
-            return MergeOutcome("kept", REASON_DIRTY, branch, commits, files, head, rewritten)
+            await self.unpin()
+            return self.outcome("no_changes", (), ())
+        files = await _changed_files(self.worktree, head, self.tip)
+        if dirty and _touches(dirty, files):
+            return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
         if behind:
-            if not pinned:
-                # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
-                await arun(repo_dir, "update-ref", pin, original_tip, "", check=False, harness=True)
-                pinned = True
-            await fault_point("before-rebase")
-            rebase = await arun(worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False, harness=True)
-            if not rebase.ok:
-                conflicted = await arun(worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False, harness=True)
-                files = _split_z(conflicted.stdout)
-                await arun(worktree, "rebase", "--abort", check=False, harness=True)
-                restored = await arun(worktree, "rev-parse", "HEAD", harness=True)
-                if restored.stdout.strip() == original_tip:
-                    await arun(repo_dir, "update-ref", "-d", pin, original_tip, check=False, harness=True)
-                old_commits = await arun(worktree, "rev-list", "--reverse", f"{head}..{restored.stdout.strip()}", harness=True)
-                if not files:
-                    files = await _changed_files(worktree, head, restored.stdout.strip())
-                return MergeOutcome(
-                    "kept",
-                    REASON_CONFLICT,
-                    branch,
-                    tuple(old_commits.stdout.split()),
-                    files,
-                    head,
-                    rewritten,
-                    errors=tuple((rebase.stderr.strip().splitlines() or ["rebase failed"])[-1:]),
-                )
-            new = await arun(worktree, "rev-list", "--reverse", f"{head}..HEAD", harness=True)
-            new_commits = tuple(new.stdout.split())
-            if len(new_commits) == len(commits):
-                rewritten = _compose(rewritten, tuple(zip(commits, new_commits, strict=True)))
-            commits, tip = new_commits, new_commits[-1]
-            await fault_point("between-rebase-and-ff")
-        errors = await audit(worktree, tip, head)
+            rebased = await self._rebase(head, commits)
+            if isinstance(rebased, MergeOutcome):
+                return rebased
+            commits = rebased
+        errors = await self.audit(self.worktree, self.tip, head)
         if errors:
-            files = await _changed_files(worktree, head, tip)
-            return MergeOutcome("kept", REASON_INVALID, branch, commits, files, head, rewritten, tuple(errors))
-        ff = await arun(repo_dir, "merge", "--ff-only", "-q", tip, check=False, harness=True)
+            files = await _changed_files(self.worktree, head, self.tip)
+            return self.outcome("kept", commits, files, reason=REASON_INVALID, reason_code="invalid", errors=tuple(errors))
+        ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
+        files = await _changed_files(self.worktree, head, self.tip)
         if ff.ok:
             await fault_point("after-ff")
-            if pinned:
-                await arun(repo_dir, "update-ref", "-d", pin, check=False, harness=True)
-            files = await _changed_files(worktree, head, tip)
-            return MergeOutcome("merged", None, branch, commits, files, tip, rewritten)
+            await self.unpin()
+            status: MergeStatus = "resolved" if self.resolved_files else "merged"
+            return replace(self.outcome(status, commits, files), new_head=self.tip)
         message = ff.stderr
         if "would be overwritten" in message or "untracked working tree files" in message:
-            files = await _changed_files(worktree, head, tip)
-            return MergeOutcome("kept", REASON_DIRTY, branch, commits, files, head, rewritten)
-        if "Not possible to fast-forward" in message or "fast-forward" in message:
-            attempt += 1
-            if attempt >= _FF_ATTEMPTS:
-                files = await _changed_files(worktree, head, tip)
-                return MergeOutcome("kept", REASON_CONFLICT, branch, commits, files, head, rewritten)
-            continue
-        busy += 1
-        if busy >= _BUSY_ATTEMPTS:
-            raise GitError(("merge", "--ff-only"), ff.returncode, message)
-        await sleep(0.02 * busy)
+            return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
+        if "fast-forward" in message:
+            raise _Raced
+        line = next((x for x in message.splitlines() if x.strip()), f"exit {ff.returncode}")
+        return self.outcome("failed", commits, files, errors=(f"git merge --ff-only: {line}",))
+
+    async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome:
+        if not self.pinned:
+            # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
+            created = await run_git(self.repo, "update-ref", _pin_ref(self.branch), self.original_tip, "", check=False)
+            self.pinned = created.ok
+        await fault_point("before-rebase")
+        rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
+        if not rebase.ok:
+            conflicted = await conflicted_files(self.worktree)
+            why: str | None = None
+            if self.resolver is not None and conflicted:
+                try:
+                    resolved = await resolve_rebase(
+                        self.worktree, branch=self.branch, onto=head, resolver=self.resolver,
+                        lock_held=self.common, max_rounds=_MAX_RESOLVE_ROUNDS,
+                    )
+                except ResolverFailed as exc:
+                    why = str(exc) or "no reason given"
+                else:
+                    new_tip = (await run_git(self.worktree, "rev-parse", "HEAD")).stdout.strip()
+                    why = await check_linear(self.worktree, head, new_tip)
+                    if why is None:
+                        self.resolved_files = tuple(dict.fromkeys((*self.resolved_files, *resolved)))
+                        rebase = replace(rebase, returncode=0)
+            if not rebase.ok:
+                return await self._abort_kept(head, conflicted, rebase.stderr, why)
+        new = await run_git(self.worktree, "rev-list", "--reverse", f"{head}..HEAD")
+        new_commits = tuple(new.stdout.split())
+        if len(new_commits) == len(commits):
+            self.rewritten = _compose(self.rewritten, tuple(zip(commits, new_commits, strict=True)))
+        self.tip = new_commits[-1]
+        await fault_point("between-rebase-and-ff")
+        return new_commits
+
+    async def _abort_kept(self, head: str, conflicted: tuple[str, ...], stderr: str, why: str | None) -> MergeOutcome:
+        await run_git(self.worktree, "rebase", "--abort", check=False)
+        restored = (await run_git(self.worktree, "rev-parse", "HEAD")).stdout.strip()
+        if restored != self.original_tip:
+            # A resolver that finished the rebase wrongly: put the branch back where it was.
+            await retrying_git(self.worktree, "reset", "-q", "--hard", self.original_tip)
+            restored = self.original_tip
+        self.tip = restored
+        await self.unpin()
+        old_commits = await self._commits_since(head)
+        files = conflicted or await _changed_files(self.worktree, head, restored)
+        reason = REASON_CONFLICT if why is None else resolver_reason(why)
+        errors = tuple((stderr.strip().splitlines() or ["rebase failed"])[-1:]) if why is None else (why,)
+        return replace(
+            self.outcome("kept", old_commits, files, reason=reason, reason_code="conflict", errors=errors),
+            rewritten=self.rewritten,
+        )
 
 
 def _compose(
@@ -298,20 +402,35 @@ def _compose(
     return chained + tuple(pair for pair in later if pair[0] not in seen)
 
 
+async def _merge_locked(
+    repo: Path, worktree: Path, branch: str, audit: AuditFn, resolver: Resolver | None, common: Path
+) -> MergeOutcome:
+    merge = _Merge(repo, worktree, branch, audit, resolver, common)
+    try:
+        return await merge.run()
+    except GitError as exc:
+        with CancelScope(shield=True):
+            if await (AsyncPath(worktree)).exists():
+                await run_git(worktree, "rebase", "--abort", check=False)
+        return MergeOutcome("failed", None, branch, (), (), merge.head or None, merge.rewritten, errors=(str(exc),))
+
+
 async def merge_back(
     repo_dir: Path,
     worktree: Path,
     branch: str,
     *,
     audit: AuditFn = default_audit,
+    resolver: Resolver | None = None,
 ) -> MergeOutcome:
     """Merge ``branch`` (checked out in ``worktree``) into ``repo_dir``'s checkout, under the lock.
 
-    Leaves the worktree and the branch in place (a caller merging in batches keeps working);
-    :func:`finalize_worktree` is the one-shot form that also cleans up.
+    ``resolver`` (D3's ``resolve`` policy) reconciles conflicts inside the rebase; without one a
+    conflict keeps the branch. Leaves the worktree and the branch in place (a caller merging in
+    batches keeps working); :func:`finalize_worktree` is the one-shot form that also cleans up.
     """
-    async with merge_lock(repo_dir):
-        return await _merge_locked(Path(repo_dir), Path(worktree), branch, audit)
+    async with merge_lock(repo_dir) as common:
+        return await _merge_locked(Path(repo_dir), Path(worktree), branch, audit, resolver, common)
 
 
 async def finalize_worktree(
@@ -320,46 +439,50 @@ async def finalize_worktree(
     *,
     succeeded: bool = True,
     audit: AuditFn = default_audit,
+    resolver: Resolver | None = None,
 ) -> MergeOutcome:
     """Finalise a subagent run (turn-loop 5.15): merge or keep, then always remove the worktree.
 
-    A failed run that left commits keeps its branch unmerged (``REASON_FAILED``). The branch is
+    A failed run that left commits keeps its branch unmerged (``failed`` reason). The branch is
     deleted only when ``HEAD`` contains its commits. Cleanup is shielded from cancellation.
     """
     repo = Path(repo_dir)
     outcome: MergeOutcome | None = None
     try:
-        async with merge_lock(repo):
+        async with merge_lock(repo) as common:
             if succeeded:
-                outcome = await _merge_locked(repo, worktree.path, worktree.branch, audit)
+                outcome = await _merge_locked(repo, worktree.path, worktree.branch, audit, resolver, common)
             else:
                 tip = await _clean_worktree(worktree.path)
                 head, _ = await _parent_state(repo)
-                listed = await arun(repo, "rev-list", "--reverse", f"{head}..{tip}", harness=True)
+                listed = await run_git(repo, "rev-list", "--reverse", f"{head}..{tip}")
                 commits = tuple(listed.stdout.split())
                 if commits:
                     files = await _changed_files(repo, head, tip)
-                    outcome = MergeOutcome("kept", REASON_FAILED, worktree.branch, commits, files, head)
+                    outcome = MergeOutcome(
+                        "kept", REASON_FAILED, worktree.branch, commits, files, head, reason_code="failed"
+                    )
                 else:
                     outcome = MergeOutcome("no_changes", None, worktree.branch, (), (), head)
     finally:
         with CancelScope(shield=True):
             await remove_worktree(repo, worktree)
-            if outcome is not None and outcome.status != "kept":
-                await _delete_merged_branch(repo, worktree.branch)
+            if outcome is not None and outcome.in_head:
+                await delete_merged_branch(repo, worktree.branch)
     return outcome
 
 
-async def _delete_merged_branch(repo: Path, branch: str) -> None:
-    """Delete ``branch`` only if ``HEAD`` contains it (never drops a commit)."""
+async def delete_merged_branch(repo: Path, branch: str) -> None:
+    """Delete ``branch`` only if ``HEAD`` contains it (never drops a commit), and its pin."""
     ref = f"refs/heads/{branch}"
-    tip = await arun(repo, "rev-parse", "--verify", "-q", ref, check=False, harness=True)
+    tip = await run_git(repo, "rev-parse", "--verify", "-q", ref, check=False)
     if not tip.ok:
+        await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
         return
-    contained = await arun(repo, "merge-base", "--is-ancestor", tip.stdout.strip(), "HEAD", check=False, harness=True)
+    contained = await run_git(repo, "merge-base", "--is-ancestor", tip.stdout.strip(), "HEAD", check=False)
     if contained.ok:
-        await arun(repo, "update-ref", "-d", ref, tip.stdout.strip(), check=False, harness=True)
-        await arun(repo, "update-ref", "-d", _pin_ref(branch), check=False, harness=True)
+        await run_git(repo, "update-ref", "-d", ref, tip.stdout.strip(), check=False)
+        await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
 
 
 async def resolve_branch(repo_dir: Path, name_or_id: str) -> str:
@@ -371,11 +494,13 @@ async def resolve_branch(repo_dir: Path, name_or_id: str) -> str:
     raise ReflectionBranchError(f"no reflection branch {name_or_id!r} in {repo_dir} (see `reverie reflections list`)")
 
 
-async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = default_audit) -> MergeOutcome:
-    """Retry merge-back of a kept branch (``reverie reflections merge ID``).
+async def merge_branch(
+    repo_dir: Path, name_or_id: str, *, audit: AuditFn = default_audit, resolver: Resolver | None = None
+) -> MergeOutcome:
+    """Retry merge-back of a pending or kept branch (turn ends, start-up, ``reverie reflections merge``).
 
     Uses the branch's worktree if it still has one, else a temporary worktree that is removed
-    afterwards; the branch is deleted once merged.
+    afterwards; the branch is deleted once its commits are in ``HEAD``.
     """
     repo = Path(repo_dir)
     branch = await resolve_branch(repo, name_or_id)
@@ -386,18 +511,21 @@ async def merge_branch(repo_dir: Path, name_or_id: str, *, audit: AuditFn = defa
         temporary = worktrees_root() / "_merge" / f"merge-{bid}"
         await AsyncPath(temporary.parent).mkdir(parents=True, exist_ok=True)
         async with worktree_admin_lock(repo):
-            await arun(repo, "worktree", "add", "--quiet", str(temporary), branch, harness=True)
+            if await AsyncPath(temporary).exists():
+                await run_git(repo, "worktree", "remove", "--force", "--force", str(temporary), check=False)
+                await run_git(repo, "worktree", "prune", check=False)
+            await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
     try:
-        outcome = await merge_back(repo, existing or temporary or repo, branch, audit=audit)
+        outcome = await merge_back(repo, existing or temporary or repo, branch, audit=audit, resolver=resolver)
     finally:
         with CancelScope(shield=True):
             if temporary is not None:
                 await remove_worktree(repo, temporary)
-    if outcome.status != "kept":
+    if outcome.in_head:
         with CancelScope(shield=True):
             if existing is not None:
                 await remove_worktree(repo, existing)
-            await _delete_merged_branch(repo, branch)
+            await delete_merged_branch(repo, branch)
     return outcome
 
 
@@ -412,10 +540,10 @@ async def discard_branch(repo_dir: Path, name_or_id: str) -> tuple[str, ...]:
         raise ReflectionBranchError(f"refusing to discard {branch!r}: not a reverie branch")
     item = {b.branch: b for b in await list_reflections(repo, kind=None)}[branch]
     async with merge_lock(repo):
-        dropped = await arun(repo, "rev-list", "--reverse", f"HEAD..{item.tip}", harness=True)
+        dropped = await run_git(repo, "rev-list", "--reverse", f"HEAD..{item.tip}")
         with CancelScope(shield=True):
             if item.worktree is not None:
                 await remove_worktree(repo, item.worktree)
-            await arun(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip, harness=True)
-            await arun(repo, "update-ref", "-d", _pin_ref(branch), check=False, harness=True)
+            await run_git(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip)
+            await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
     return tuple(dropped.stdout.split())

@@ -165,12 +165,20 @@ def commit_memory(
     Raises ``MemoryCommitRejected`` with the hook's report when the staged tree is invalid; the
     index is left as staged so the caller (or the agent) can fix and retry, nothing is discarded.
     """
+    from orchestrator.memfs.locks import merge_lock_sync
+
+    with merge_lock_sync(path):
+        return _commit_locked(path, message, paths, allow_empty=allow_empty)
+
+
+def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, allow_empty: bool) -> CommitResult:
+    """``commit_memory`` under the repository lock (DECISIONS D1)."""
     from orchestrator.memfs.validator import format_report, validate_staged
 
     if paths is None:
-        run(path, "add", "-A")
+        _retry_index_lock(path, "add", "-A")
     elif paths:
-        run(path, "add", "-A", "--", *paths)
+        _retry_index_lock(path, "add", "-A", "--", *paths)
     staged = run(path, "diff", "--cached", "--name-only", "-z").stdout
     files = tuple(p for p in staged.split("\0") if p)
     if not files and not allow_empty:
@@ -184,10 +192,34 @@ def commit_memory(
     args = [*_NO_HOOKS, "commit", "-q", "-m", message]
     if allow_empty:
         args.append("--allow-empty")
-    run(path, *args)
+    _retry_index_lock(path, *args)
     revision = head_revision(path)
     assert revision is not None
     return CommitResult(revision=revision, files=files)
+
+
+def _retry_index_lock(path: Path, *args: str) -> None:
+    """A writing git command; ``index.lock`` held by a process outside reverie is retried (D1)."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
+
+    def locked(exc: BaseException) -> bool:
+        if not isinstance(exc, GitError) or not is_lock_contention(exc.stderr):
+            return False
+        named = lock_file_in(exc.stderr)
+        if named is not None:
+            clear_stale_lock_files([named])
+        return True
+
+    for attempt in Retrying(
+        stop=stop_after_attempt(12),
+        wait=wait_exponential(multiplier=0.02, max=2.0),
+        retry=retry_if_exception(locked),
+        reraise=True,
+    ):
+        with attempt:
+            run(path, *args)
 
 
 def repo_status(path: Path) -> RepoStatus:

@@ -50,6 +50,9 @@ appending them to persona.md/human.md with a single commit
 (``feat(reflection): remember <n> item(s) 🔮``). After its own tool result it reports; with nothing
 new it says ``Reflection: nothing new to remember.`` without committing.
 
+Merge resolution (``purpose="resolve"``): union of both sides while the rule is in the request
+(``orchestrator.models.scripted_resolve``, DECISIONS D3).
+
 Scripts: ``ScriptedModel(script=[...])`` answers with the given ``ModelResponse`` objects or
 ``callable(request)`` results in order, then falls back to the rules (or raises a non-transient
 ``ModelError`` with ``strict=True``). ``latency`` adds an ``anyio.sleep`` per call. Usage is the
@@ -72,6 +75,7 @@ from anyio import sleep as anyio_sleep
 
 from orchestrator.base.errors import UsageError
 
+from .scripted_resolve import resolve_turn
 from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
 
 __all__ = [
@@ -417,6 +421,8 @@ class ScriptedModel(ModelClient):
             turn = _Turn(_summarize(request))
         elif request.purpose == "reflect":
             turn = _reflect(request)
+        elif request.purpose == "resolve":
+            turn = _Turn(*resolve_turn(request, _rule_sources(request), _call_id))
         else:
             turn = _chat(request)
         prompt = request.system + "".join(

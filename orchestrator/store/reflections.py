@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 
 from orchestrator.store.records import utc_now
 
-__all__ = ["ReflectionRecord", "ReflectionRecords", "ReflectionState"]
+__all__ = ["WAITING_STATUSES", "ReflectionRecord", "ReflectionRecords", "ReflectionState"]
 
 T = TypeVar("T")
 
 _STATE_COLUMNS = "conversation_id, agent_id, reflected_through_seq, compaction_pending, consecutive_failures, failed_at_step, paused"
 _RECORD_COLUMNS = (
     "id, agent_id, conversation_id, branch, trigger, status, reason, base_revision, through_seq, commits, files, "
-    "created_at, updated_at, owner_pid"
+    "created_at, updated_at, owner_pid, reason_code, error, details"
 )
 
 
@@ -36,9 +36,17 @@ class ReflectionState:
 
 @dataclass(frozen=True)
 class ReflectionRecord:
-    """``status``: running, merged, no_changes, kept_conflict, kept_dirty, kept_invalid, kept_failed,
-    kept_recovered (found unmerged at start-up; retried like kept_dirty), failed, discarded.
-    ``owner_pid``: the process running it, so start-up recovery spares live runs of other processes."""
+    """One reflection launch and its D2 outcome.
+
+    ``status``: ``running``; settled: ``merged``, ``resolved``, ``no_changes``, ``kept_conflict``,
+    ``kept_invalid``, ``kept_failed``, ``failed``, ``discarded``; waiting: ``pending`` (retried at
+    every turn end and start-up), ``kept_recovered`` (found unmerged at start-up; retried like
+    pending) and ``kept_dirty`` (older stores; retried like pending). ``reason_code`` is D2's code
+    beside the S12 ``reason`` text; ``error`` the error of a failed run. ``owner_pid``: the process
+    running it, so start-up recovery spares live runs of other processes. ``retried``: how often
+    ``HEAD`` moved under a merge attempt; ``pending_turns``: turn ends it has waited; ``kept_head``:
+    ``HEAD`` when it was kept on a conflict (retried once ``HEAD`` moves on).
+    """
 
     id: str
     agent_id: str
@@ -54,13 +62,35 @@ class ReflectionRecord:
     created_at: str
     updated_at: str
     owner_pid: int | None = None
+    reason_code: str | None = None
+    error: str | None = None
+    retried: int = 0
+    pending_turns: int = 0
+    kept_head: str | None = None
+    resolved_files: tuple[str, ...] = ()
 
     @property
     def kept(self) -> bool:
         return self.status.startswith("kept_")
 
+    @property
+    def waiting(self) -> bool:
+        """Not settled yet: merge-back is retried for it (D2)."""
+        return self.status in WAITING_STATUSES
+
+    @property
+    def outcome(self) -> str:
+        """D2's outcome name: ``kept_conflict`` -> ``kept``, ``kept_recovered`` -> ``pending``."""
+        if self.waiting:
+            return "pending"
+        return "kept" if self.kept else self.status
+
+
+WAITING_STATUSES = frozenset({"pending", "kept_recovered", "kept_dirty"})
+
 
 def _record(row: Sequence[Any]) -> ReflectionRecord:
+    details = json.loads(row[16] or "{}")
     return ReflectionRecord(
         id=row[0],
         agent_id=row[1],
@@ -76,6 +106,12 @@ def _record(row: Sequence[Any]) -> ReflectionRecord:
         created_at=row[11],
         updated_at=row[12],
         owner_pid=row[13],
+        reason_code=row[14],
+        error=row[15],
+        retried=int(details.get("retried", 0)),
+        pending_turns=int(details.get("pending_turns", 0)),
+        kept_head=details.get("kept_head"),
+        resolved_files=tuple(details.get("resolved_files", ())),
     )
 
 
@@ -125,7 +161,7 @@ class ReflectionRecords:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
-                    f"INSERT OR REPLACE INTO reflections({_RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO reflections({_RECORD_COLUMNS}) VALUES ({', '.join('?' * 17)})",
                     (
                         record.id,
                         record.agent_id,
@@ -141,6 +177,17 @@ class ReflectionRecords:
                         record.created_at,
                         utc_now(),
                         record.owner_pid,
+                        record.reason_code,
+                        record.error,
+                        json.dumps(
+                            {
+                                "retried": record.retried,
+                                "pending_turns": record.pending_turns,
+                                "kept_head": record.kept_head,
+                                "resolved_files": list(record.resolved_files),
+                            },
+                            ensure_ascii=False,
+                        ),
                     ),
                 )
             except BaseException:

@@ -149,7 +149,15 @@ CREATE TABLE reflections (
 CREATE INDEX reflections_by_agent ON reflections(agent_id, created_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# D2 outcomes of a reflection (issue 10): the reason code, the error of a failed run, and the
+# retry bookkeeping (JSON: retried, pending_turns, kept_head, resolved_files).
+_V3 = """
+ALTER TABLE reflections ADD COLUMN reason_code TEXT;
+ALTER TABLE reflections ADD COLUMN error TEXT;
+ALTER TABLE reflections ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

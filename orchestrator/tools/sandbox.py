@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.base.paths import config_path
+from orchestrator.memfs.gitwrap import wrapped_path
 from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
@@ -92,6 +93,8 @@ def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None)
     env["CONVERSATION_ID"] = ctx.conversation_id
     if ctx.memory_dir is not None:
         env["MEMORY_DIR"] = str(ctx.memory_dir)
+        # D1: the agent's own git commands take the memory repository's lock (memfs.gitwrap).
+        env["PATH"] = wrapped_path(ctx.memory_dir, env["PATH"])
     env.update(ctx.extra_env)
     secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)}
     return {name: value for name, value in env.items() if value not in secrets}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import anyio.to_thread
@@ -29,7 +30,19 @@ def test_config_rejects_bad_values() -> None:
 
 def test_json_has_exactly_the_promised_keys() -> None:
     report = StressReport(1, 2, 0, 0, 1.5, 9.0, recorded=3)
-    assert list(report.to_json()) == ["merged", "kept", "lost", "invalid", "merge_p50_ms", "merge_p99_ms"]
+    assert list(report.to_json()) == [
+        "merged",
+        "kept",
+        "lost",
+        "invalid",
+        "merge_p50_ms",
+        "merge_p99_ms",
+        "resolved",
+        "pending",
+        "retried",
+        "kept_branches",
+        "interrupted",
+    ]
 
 
 @pytest.mark.anyio
@@ -39,7 +52,7 @@ async def test_four_writers_ten_commits_lose_nothing(tmp_path: Path) -> None:
     report = await run_stress(config, workdir=tmp_path / "run", progress=lambda d, t: ticks.append((d, t)))
     assert report.lost == 0
     assert report.invalid == 0
-    assert report.merged + report.kept == 40
+    assert report.merged + report.kept + report.pending == 40 and report.pending == 0
     assert report.recorded >= 40
     assert report.merges >= 8
     assert 0 < report.merge_p50_ms <= report.merge_p99_ms
@@ -49,13 +62,21 @@ async def test_four_writers_ten_commits_lose_nothing(tmp_path: Path) -> None:
     assert (await _git(repo, "worktree", "list", "--porcelain")).count("worktree ") == 1
     kept_branches = (await _git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/reverie/")).split()
     assert bool(kept_branches) == (report.kept > 0)
+    assert sorted(kept_branches) == sorted(f"refs/heads/{b}" for b in report.kept_branches)
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+    for branch in report.kept_branches:
+        # Kept means conflict: the branch really does not merge into HEAD.
+        probe = await anyio.to_thread.run_sync(
+            lambda b=branch: subprocess.run(["git", "merge-tree", "--write-tree", "HEAD", b], cwd=repo, capture_output=True)
+        )
+        assert probe.returncode == 1, branch
 
 
 @pytest.mark.anyio
 async def test_no_conflicts_merges_everything(tmp_path: Path) -> None:
     report = await run_stress(StressConfig(writers=3, commits=5, conflict_rate=0.0, seed=1), workdir=tmp_path / "r")
     assert (report.lost, report.invalid) == (0, 0)
-    assert report.merged + report.kept == 15
+    assert (report.merged, report.kept, report.pending, report.kept_branches) == (15, 0, 0, ())
 
 
 @pytest.mark.slow
@@ -64,5 +85,5 @@ async def test_no_conflicts_merges_everything(tmp_path: Path) -> None:
 async def test_sixteen_writers_twenty_five_commits_under_a_minute() -> None:
     report = await run_stress(StressConfig(writers=16, commits=25, conflict_rate=0.1, seed=3))
     assert (report.lost, report.invalid) == (0, 0)
-    assert report.merged + report.kept == 400
+    assert report.merged + report.kept == 400 and report.pending == 0
     assert report.elapsed_s < 60

@@ -20,7 +20,7 @@ def _app() -> typer.Typer:
 def test_stress_help_describes_options() -> None:
     result = CliRunner().invoke(_app(), ["stress", "--help"])
     assert result.exit_code == 0
-    for option in ("--writers", "--commits", "--conflict-rate", "--seed", "--json"):
+    for option in ("--writers", "--commits", "--conflict-rate", "--seed", "--json", "--merge-policy", "--workdir"):
         assert option in result.output
 
 
@@ -29,7 +29,10 @@ def test_stress_json_output(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"merged", "kept", "lost", "invalid", "merge_p50_ms", "merge_p99_ms"}
+    assert set(data) == {
+        "merged", "kept", "lost", "invalid", "merge_p50_ms", "merge_p99_ms",
+        "resolved", "pending", "retried", "kept_branches", "interrupted",
+    }
     assert (data["lost"], data["invalid"]) == (0, 0)
     assert data["merged"] + data["kept"] == 10
 

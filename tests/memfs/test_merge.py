@@ -7,18 +7,20 @@ import anyio.to_thread
 import pytest
 from anyio import create_task_group
 
-from orchestrator.memfs.merge import (
+from orchestrator.agent.reminders import (
     MEMORY_INVALID_TEMPLATE,
+    REFLECTION_KEPT_TEMPLATE,
+    memory_invalid_reminder,
+    reflection_kept_reminder,
+)
+from orchestrator.memfs.merge import (
     REASON_CONFLICT,
     REASON_DIRTY,
     REASON_FAILED,
     REASON_INVALID,
-    REFLECTION_KEPT_TEMPLATE,
     MergeOutcome,
     discard_branch,
     finalize_worktree,
-    invalid_memory_reminder_text,
-    kept_reminder_text,
     merge_back,
     merge_branch,
 )
@@ -59,7 +61,10 @@ def test_templates_are_s12_byte_exact() -> None:
 
 def test_reminder_texts() -> None:
     outcome = MergeOutcome("kept", REASON_CONFLICT, "reverie/reflection/X", ("a", "b"), ("notes/hot.md", "human.md"), "h")
-    assert kept_reminder_text(outcome, "X") == (
+    text = reflection_kept_reminder(
+        n=outcome.commit_count, reason=outcome.reason or "", branch=outcome.branch, files=outcome.files, id="X"
+    )
+    assert text == (
         "<system-reminder>\n"
         "MEMORY REFLECTION KEPT: a background reflection made 2 commit(s) that were not merged into your memory"
         " (conflicts with newer memory changes).\n"
@@ -70,14 +75,13 @@ def test_reminder_texts() -> None:
         "Do not delete the branch.\n"
         "</system-reminder>"
     )
-    assert invalid_memory_reminder_text("abc1234", ["a.md: bad", "b.md: worse"]) == (
+    assert memory_invalid_reminder("abc1234", ["a.md: bad", "b.md: worse"]) == (
         "<system-reminder>\n"
         "MEMORY INVALID: the committed memory at abc1234 fails validation:\n"
         "  a.md: bad\n  b.md: worse\n"
         "Fix these files and commit the fix, staging only the files you changed.\n"
         "</system-reminder>"
     )
-    assert outcome.pending_status == "pending_conflict"
     assert REASON_DIRTY == "the memory repository had uncommitted changes"
     assert REASON_FAILED == "the reflection failed before finishing"
 
@@ -128,26 +132,40 @@ async def test_conflict_keeps_branch_names_files_and_loses_nothing(repo: Path) -
     assert not await anyio.Path(wt.path).exists()
     (kept,) = await list_reflections(repo)
     assert (kept.branch, kept.ahead, kept.merged) == (wt.branch, 2, False)
-    assert "made 2 commit(s)" in kept_reminder_text(outcome, wt.id)
+    assert outcome.reason_code == "conflict" and outcome.commit_count == 2
     refs = await _git(repo, "for-each-ref", "refs/reverie/")
     assert refs == ""
 
 
 @pytest.mark.anyio
-async def test_dirty_parent_keeps_branch_and_uncommitted_work(repo: Path) -> None:
+async def test_dirty_checkout_elsewhere_does_not_stop_the_merge(repo: Path) -> None:
     wt = await create_worktree(repo, agent_id="a")
     sha = await _commit(wt.path, "notes/r.md", note("r", "x"), "reflect")
     await anyio.to_thread.run_sync(write, repo / "human.md", note("human", "half-typed"))
     outcome = await finalize_worktree(repo, wt)
-    assert (outcome.status, outcome.reason, outcome.commits) == ("kept", REASON_DIRTY, (sha,))
-    assert outcome.files == ("notes/r.md",)
+    assert (outcome.status, outcome.commits, outcome.new_head) == ("merged", (sha,), sha)
     assert await anyio.Path(repo / "human.md").read_text() == note("human", "half-typed")
-    # Once the agent commits, `reverie reflections merge ID` succeeds.
-    await _git(repo, "commit", "-q", "-am", "agent commits")
+    assert (await _git(repo, "status", "--porcelain")).strip() == "M human.md"
+
+
+@pytest.mark.anyio
+async def test_dirty_touched_path_delays_but_does_not_keep(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    sha = await _commit(wt.path, "notes/r.md", note("r", "x"), "reflect")
+    await anyio.to_thread.run_sync(write, repo / "notes" / "r.md", note("r", "typed by the agent"))
+    outcome = await finalize_worktree(repo, wt)
+    assert (outcome.status, outcome.reason, outcome.reason_code) == ("pending", REASON_DIRTY, "dirty")
+    assert outcome.commits == (sha,) and outcome.files == ("notes/r.md",)
+    assert await anyio.Path(repo / "notes" / "r.md").read_text() == note("r", "typed by the agent")
+    (waiting,) = await list_reflections(repo)
+    assert waiting.branch == wt.branch and not waiting.merged
+    # Once the agent's edit is gone, the retry merges.
+    await anyio.to_thread.run_sync(lambda: (repo / "notes" / "r.md").unlink())
     retried = await merge_branch(repo, wt.id)
     assert retried.status == "merged"
     assert await list_reflections(repo) == ()
     assert (await _git(repo, "status", "--porcelain")) == ""
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
 
 
 @pytest.mark.anyio
@@ -211,3 +229,45 @@ async def test_concurrent_merges_are_serialised(repo: Path) -> None:
     subjects = set((await _git(repo, "log", "--format=%s")).split())
     assert {"w0", "w1", "w2", "w3"} <= subjects
     assert len(shas) == 4
+
+
+@pytest.mark.anyio
+async def test_head_moving_during_every_attempt_still_merges(repo: Path) -> None:
+    """An outside process commits between the rebase and the fast-forward of ten attempts in a row
+    (more than the old three); merge-back starts over under the lock and merges."""
+    wt = await create_worktree(repo, agent_id="a")
+    await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    moves: list[str] = []
+
+    async def moving_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
+        if len(moves) < 10:
+            moves.append(await _commit(repo, "notes/m.md", note("m", f"main {len(moves)}"), f"main {len(moves)}"))
+        return ()
+
+    outcome = await merge_back(repo, wt.path, wt.branch, audit=moving_audit)
+    assert (outcome.status, outcome.retried) == ("merged", 10)
+    head = (await _git(repo, "rev-parse", "HEAD")).strip()
+    assert head == outcome.new_head
+    for sha in moves:
+        assert (await anyio.to_thread.run_sync(lambda s=sha: git(repo, "merge-base", "--is-ancestor", s, "HEAD"))) == ""
+    assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "reflect"
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+
+
+@pytest.mark.anyio
+async def test_head_that_never_stops_moving_leaves_the_branch_pending(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    sha = await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    count = 0
+
+    async def always_moving(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
+        nonlocal count
+        count += 1
+        await _commit(repo, "notes/m.md", note("m", f"main {count}"), f"main {count}")
+        return ()
+
+    outcome = await merge_back(repo, wt.path, wt.branch, audit=always_moving)
+    assert (outcome.status, outcome.reason_code) == ("pending", "busy")
+    assert len(outcome.commits) == 1
+    assert await anyio.to_thread.run_sync(reachable, repo, sha) or outcome.rewritten
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""

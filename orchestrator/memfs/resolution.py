@@ -1,0 +1,150 @@
+"""Resolving a rebase conflict inside the rebase (DECISIONS D3).
+
+With the ``resolve`` merge policy, a conflict met while merge-back rebases a branch is handed to
+a *resolver*: any callable taking a :class:`Conflict` (the composition root wires in the resolver
+subagent; the core never imports it, D9). The resolver edits the conflicting files in the
+worktree, stages them and may continue the rebase itself; the harness drives whatever is left
+(``rebase --continue``, one round per replayed commit that conflicts), then checks the history is
+linear and contains ``HEAD`` (R3: no merge commit). Anything short of that raises
+:class:`ResolverFailed` with a one-line reason; merge-back then aborts the rebase and keeps the
+branch with D3's reason text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from anyio import Path as AsyncPath
+
+from orchestrator.memfs.indexlock import harness_git as run_git
+from orchestrator.memfs.indexlock import retrying_git
+
+__all__ = [
+    "Conflict",
+    "Resolver",
+    "ResolverFailed",
+    "check_linear",
+    "conflicted_files",
+    "rebase_in_progress",
+    "resolve_rebase",
+]
+
+_MARKERS = ("<<<<<<< ", ">>>>>>> ")
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One stopped step of a rebase: ``commit`` (of ``branch``) does not apply onto ``onto``.
+
+    In the worktree's index, stage 2 of each file is the ``HEAD`` side and stage 3 the branch's
+    (``git show :2:<file>`` / ``:3:<file>``), stage 1 their common base. ``lock_held`` is the git
+    common directory whose lock merge-back holds: the resolver's own git commands must not wait
+    for it (the wrapper's ``REVERIE_GIT_LOCK_HELD``).
+    """
+
+    worktree: Path
+    branch: str
+    onto: str
+    commit: str
+    subject: str
+    files: tuple[str, ...]
+    lock_held: Path
+
+
+Resolver = Callable[[Conflict], Awaitable[None]]
+"""Resolves the conflicted files of a :class:`Conflict` in place and stages them; raises on failure."""
+
+
+class ResolverFailed(RuntimeError):
+    """The conflict could not be reconciled; ``str()`` is the reason shown to the agent (one line)."""
+
+
+def _split_z(raw: str) -> tuple[str, ...]:
+    return tuple(p for p in raw.split("\0") if p)
+
+
+async def rebase_in_progress(worktree: Path) -> bool:
+    out = await run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False)
+    if not out.ok:
+        return False
+    git_dir = AsyncPath(out.stdout.strip())
+    return await (git_dir / "rebase-merge").exists() or await (git_dir / "rebase-apply").exists()
+
+
+async def conflicted_files(worktree: Path) -> tuple[str, ...]:
+    out = await run_git(worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
+    return tuple(dict.fromkeys(_split_z(out.stdout)))
+
+
+async def _markers_left(worktree: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    left = []
+    for rel in files:
+        staged = await run_git(worktree, "show", f":0:{rel}", check=False)
+        if staged.ok and any(line.startswith(_MARKERS) for line in staged.stdout.splitlines()):
+            left.append(rel)
+    return tuple(left)
+
+
+async def resolve_rebase(
+    worktree: Path,
+    *,
+    branch: str,
+    onto: str,
+    resolver: Resolver,
+    lock_held: Path,
+    max_rounds: int,
+) -> tuple[str, ...]:
+    """Drive a stopped rebase to its end through ``resolver``; returns the files it resolved."""
+    resolved: list[str] = []
+    rounds = 0
+    for _ in range(max_rounds * 3 + 3):
+        if not await rebase_in_progress(worktree):
+            return tuple(dict.fromkeys(resolved))
+        files = await conflicted_files(worktree)
+        if files:
+            rounds += 1
+            if rounds > max_rounds:
+                raise ResolverFailed(f"more than {max_rounds} conflicting steps")
+            stopped = await run_git(worktree, "rev-parse", "-q", "--verify", "REBASE_HEAD", check=False)
+            commit = stopped.stdout.strip()
+            subject = (await run_git(worktree, "log", "-1", "--format=%s", commit, check=False)).stdout.strip()
+            conflict = Conflict(worktree, branch, onto, commit, subject, files, lock_held)
+            try:
+                await resolver(conflict)
+            except ResolverFailed:
+                raise
+            except Exception as exc:
+                raise ResolverFailed(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
+            resolved.extend(files)
+            left = await conflicted_files(worktree)
+            if left:
+                raise ResolverFailed(f"{', '.join(left)} still conflicted")
+            marked = await _markers_left(worktree, files)
+            if marked:
+                raise ResolverFailed(f"conflict markers left in {', '.join(marked)}")
+            if not await rebase_in_progress(worktree):
+                return tuple(dict.fromkeys(resolved))
+        step = await retrying_git(worktree, "rebase", "--continue", check=False)
+        if step.ok or await conflicted_files(worktree):
+            continue
+        nothing_staged = (await run_git(worktree, "diff", "--cached", "--quiet", "HEAD", check=False)).ok
+        if nothing_staged:
+            # The resolution equals HEAD's side: keep the commit (empty) so old and new pair up.
+            await retrying_git(worktree, "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD")
+            continue
+        said = [line for line in (step.stderr or step.stdout).splitlines() if line.strip()]
+        raise ResolverFailed(f"git rebase --continue failed: {said[0] if said else step.returncode}")
+    raise ResolverFailed("the rebase did not finish")
+
+
+async def check_linear(worktree: Path, head: str, tip: str) -> str | None:
+    """``None`` when ``tip`` contains ``head`` by linear history (R3), else why not."""
+    contains = await run_git(worktree, "merge-base", "--is-ancestor", head, tip, check=False)
+    if not contains.ok:
+        return "the resolved branch does not contain the current memory"
+    merges = await run_git(worktree, "rev-list", "--merges", f"{head}..{tip}", check=False)
+    if merges.stdout.strip():
+        return "the resolved branch has a merge commit"
+    return None

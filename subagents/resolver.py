@@ -1,0 +1,128 @@
+"""The merge resolver subagent (DECISIONS D3): reconciles a rebase conflict of merge-back.
+
+A memory-profile subagent with no subagents of its own: a short tool loop (``bash``, file tools)
+confined to the branch's worktree, which is stopped inside the rebase. The request holds
+``prompts/resolver.md`` (its rules, plus the user's ``[reflection] merge_instructions``) and every
+conflicting file as a ``<conflict path="...">`` block with the ``HEAD`` side and the branch's side
+(stages 2 and 3 of the index). The harness (``orchestrator.memfs.resolution``) checks what it did:
+nothing left conflicted, no markers, linear history containing HEAD, the audit; anything else keeps
+the branch with D3's reason. The composition root builds one with :func:`make_resolver` and hands
+it to merge-back as a plain callable, so the core never imports this module (D9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from anyio import Path as AsyncPath
+
+from orchestrator.memfs.gitwrap import LOCK_HELD_ENV, lock_held_value
+from orchestrator.memfs.indexlock import harness_git as run_git
+from orchestrator.memfs.resolution import Conflict, Resolver, ResolverFailed
+from orchestrator.models.types import Message, ModelClient, ModelRequest
+from orchestrator.tools import ToolContext, run_tool, tool_specs
+from prompts import load_prompt
+
+__all__ = ["RESOLVER_MAX_STEPS", "ResolverSubagent", "conflict_request_text", "make_resolver"]
+
+RESOLVER_MAX_STEPS = 8
+_TOOLS = ("bash", "read_file", "write_file", "edit_file")
+_MARKERS = ("<<<<<<< ", ">>>>>>> ")
+
+
+async def _side(worktree: Path, stage: int, rel: str) -> str | None:
+    shown = await run_git(worktree, "show", f":{stage}:{rel}", check=False)
+    return shown.stdout if shown.ok else None
+
+
+def _block(tag: str, text: str | None) -> str:
+    if text is None:
+        return f'<{tag} deleted="true"/>'
+    return f"<{tag}>\n{text if text.endswith(chr(10)) or not text else text + chr(10)}</{tag}>"
+
+
+async def conflict_request_text(conflict: Conflict) -> str:
+    """The user message: what conflicts, and both sides of every file."""
+    parts = [
+        f"Rebasing {conflict.branch} onto {conflict.onto[:12]}: commit {conflict.commit[:12]} "
+        f"({conflict.subject!r}) conflicts in {len(conflict.files)} file(s)."
+    ]
+    for rel in conflict.files:
+        head = await _side(conflict.worktree, 2, rel)
+        branch = await _side(conflict.worktree, 3, rel)
+        parts.append(f'<conflict path="{rel}">\n{_block("head", head)}\n{_block("branch", branch)}\n</conflict>')
+    return "\n\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True)
+class ResolverSubagent:
+    """Callable as a :data:`~orchestrator.memfs.resolution.Resolver`."""
+
+    model: ModelClient
+    agent_id: str
+    agent_name: str = "reverie"
+    model_name: str | None = None
+    instructions: str | None = None
+    bash_timeout: float = 60.0
+
+    def system_prompt(self) -> str:
+        extra = ""
+        if self.instructions and self.instructions.strip():
+            extra = "# Instructions from the user\n" + self.instructions.strip() + "\n"
+        return load_prompt("resolver").replace("{MERGE_INSTRUCTIONS}", extra).rstrip() + "\n"
+
+    async def __call__(self, conflict: Conflict) -> None:
+        ctx = ToolContext(
+            workspace=conflict.worktree,
+            agent_id=self.agent_id,
+            conversation_id=f"resolve-{conflict.commit[:12]}",
+            agent_name=f"{self.agent_name} (merge resolver)",
+            memory_dir=conflict.worktree,
+            bash_timeout=self.bash_timeout,
+            extra_env={LOCK_HELD_ENV: lock_held_value(conflict.lock_held)},
+        )
+        messages: list[Message] = [Message(role="user", content=await conflict_request_text(conflict))]
+        specs = tool_specs(list(_TOOLS))
+        system = self.system_prompt()
+        for _ in range(RESOLVER_MAX_STEPS):
+            response = await self.model.complete(
+                ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.model_name or "", purpose="resolve")
+            )
+            messages.append(response.message)
+            if not response.message.tool_calls:
+                break
+            for call in response.message.tool_calls:
+                result = await run_tool(call.name, call.arguments, ctx)
+                messages.append(Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name))
+        else:
+            raise ResolverFailed(f"the resolver did not finish within {RESOLVER_MAX_STEPS} steps")
+        await self._stage_clean_edits(conflict)
+        said = " ".join(messages[-1].content.split())[:200] if messages[-1].role == "assistant" else ""
+        unmerged = await run_git(conflict.worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
+        if [p for p in unmerged.stdout.split("\0") if p]:
+            raise ResolverFailed(said or "the resolver left the files conflicted")
+
+    async def _stage_clean_edits(self, conflict: Conflict) -> None:
+        """A file the model rewrote without markers but forgot to stage is staged for it."""
+        unmerged = await run_git(conflict.worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
+        for rel in [p for p in unmerged.stdout.split("\0") if p]:
+            try:
+                text = await AsyncPath(conflict.worktree / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if not any(line.startswith(_MARKERS) for line in text.splitlines()) and "=======" not in text.splitlines():
+                await run_git(conflict.worktree, "add", "--", rel, check=False)
+
+
+def make_resolver(
+    model: ModelClient,
+    *,
+    agent_id: str,
+    agent_name: str = "reverie",
+    model_name: str | None = None,
+    instructions: str | None = None,
+    bash_timeout: float = 60.0,
+) -> Resolver:
+    """A resolver for merge-back's ``resolver`` parameter (the ``resolve`` policy of D3)."""
+    return ResolverSubagent(model, agent_id, agent_name, model_name, instructions, bash_timeout)
