@@ -295,4 +295,8 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
                     updated_at=utc_now(),
                 )
             )
+    # D2: pending (and recovered) branches are retried at process start, as at every turn end.
+    await BranchRetrier(store=store, agent_id=agent_id, memory_dir=memory_dir, emit=Publisher(store, agent_id)).retry(
+        turn_end=False
+    )
     return [r for r in await store.reflections(agent_id) if r.kept]

@@ -21,6 +21,7 @@ import anyio
 from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelRetrying
+from orchestrator.memfs.resolution import Resolver
 from orchestrator.models.types import ModelClient, Usage
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
@@ -28,11 +29,26 @@ from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.store import Turn
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
+from subagents.resolver import make_resolver
 
-__all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse"]
+__all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse", "merge_resolver"]
 
 REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionSubagent)
 """Reverie's subagents as the runtime sees them: reflection's start-up recovery (R6) and compaction."""
+
+
+def merge_resolver(model: ModelClient, settings: Settings, agent: AgentProfile) -> Resolver | None:
+    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``."""
+    if settings.reflection_merge != "resolve":
+        return None
+    return make_resolver(
+        model,
+        agent_id=agent.agent_id,
+        agent_name=agent.name,
+        model_name=settings.model,
+        instructions=settings.reflection_merge_instructions,
+        bash_timeout=settings.bash_timeout,
+    )
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,13 @@ class ChatSession:
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
             async with Supervisor.open(rt.store, observer=observer) as supervisor:
                 reflection = ReflectionCoordinator(
-                    store=rt.store, model=rt.model, settings=settings, agent=agent, supervisor=supervisor, observer=observer
+                    store=rt.store,
+                    model=rt.model,
+                    settings=settings,
+                    agent=agent,
+                    supervisor=supervisor,
+                    observer=observer,
+                    resolver=merge_resolver(rt.model, settings, agent),
                 )
 
                 current = {"conversation": conv.id}
