@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -141,9 +142,10 @@ async def _repl(
         await renderer(event)
 
     leave = anyio.Event()
-    # at the editor's prompt Ctrl-C is a key; a signal between prompts is ignored there, while
-    # without a terminal (piped input) it ends the session like a shell's
-    interrupts = Interrupts(idle=leave.set if editor is None else lambda: None)
+    # at the editor's prompt Ctrl-C is a key; a signal after Enter and before the turn starts
+    # cancels that turn, while without a terminal (piped input) it ends the session like a shell's
+    interrupts = Interrupts()
+    interrupts.idle = leave.set if editor is None else partial(setattr, interrupts, "pending", True)
     async with ChatSession.open(
         agent_id=agent, conversation_id=conversation, new=new, cli=cli, observer=observe
     ) as session, anyio.create_task_group() as tg:
@@ -165,6 +167,7 @@ async def _repl(
             while True:
                 if editor is not None:
                     await status.refresh()
+                    interrupts.pending = False
                     text = await editor.read("› ")
                 else:
                     text = await _next_line(leave)
@@ -246,8 +249,6 @@ class _StatusLine:
 
 
 async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:
-    from functools import partial
-
     from orchestrator.cli.memory_diff import memory_diff
 
     diff = await anyio.to_thread.run_sync(partial(memory_diff, session.agent.memory_dir, before, after))

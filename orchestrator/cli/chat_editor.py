@@ -49,7 +49,10 @@ class LineEditor:
         """End a prompt still shown (its terminal mode is restored by prompt_toolkit), then the loop."""
         if not self._thread.is_alive():
             return
-        self._loop.call_soon_threadsafe(self._abort)
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=5)
+        except Exception:  # a stuck prompt must not keep the process from leaving
+            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
@@ -114,6 +117,13 @@ class LineEditor:
             return str(await self._session.prompt_async(message))
         except EOFError:
             return None
+
+    async def _shutdown(self) -> None:
+        """End a prompt still shown and let its task finish, so nothing is left pending."""
+        self._abort()
+        others = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=2)
 
     def _toolbar(self) -> str:
         return self.status

@@ -91,7 +91,16 @@ async def run_headless(
         warn_unused_model(session, model, _stderr)
 
         async def finish() -> None:
-            await session.finish_one_shot(_stderr)
+            """S23's wait; Ctrl-C ends it (what still runs is left to start-up recovery)."""
+            async with anyio.create_task_group() as waiting:
+
+                async def stop_on_leave() -> None:
+                    await leave.wait()
+                    waiting.cancel_scope.cancel()
+
+                waiting.start_soon(stop_on_leave)
+                await session.finish_one_shot(_stderr)
+                waiting.cancel_scope.cancel()
 
         def report(result: TurnResult) -> None:
             if text_out:
@@ -108,7 +117,9 @@ async def run_headless(
             if prompt is not None:
                 result = await run_turn(session, prompt, renderer, interrupts, after_turn=finish)
                 report(result)
-                code = result.exit_code
+                code = 130 if leave.is_set() else result.exit_code
+                if leave.is_set() and result.status != "interrupted":
+                    _stderr("reverie: interrupted while waiting for subagents; start-up recovery finishes their work")
             else:
                 code = await _answer_stdin(session, renderer, interrupts, leave, report, finish)
         finally:

@@ -74,6 +74,9 @@ class Interrupts:
     idle: Callable[[], None] = lambda: None
     _turn: anyio.CancelScope | None = None
     received: int = field(default=0)
+    pending: bool = False
+    """Set by an ``idle`` that means "cancel the turn about to start" (the REPL, between the
+    Enter and the turn's start); cleared when a prompt is shown again."""
 
     async def watch(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT) as signals:
@@ -115,6 +118,9 @@ async def run_turn(
     outcome = None
     with anyio.CancelScope() as scope:
         interrupts._turn = scope
+        if interrupts.pending:
+            interrupts.pending = False
+            scope.cancel()
         try:
             outcome = await session.send(text)
         finally:

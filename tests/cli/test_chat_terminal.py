@@ -54,7 +54,7 @@ def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, ba
             assert command.usage in shown, command.usage
 
         term.line("tell me something slowly")
-        time.sleep(1.0)
+        assert _statuses(home, ["running"]) == ["running"], "the turn never started"
         term.interrupt()
         term.wait("interrupted")
         term.wait(_prompt_back)
@@ -65,7 +65,7 @@ def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, ba
             assert conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'assistant'").fetchone() == (0,)
 
         term.line("/status")
-        status = term.wait("kept branches")
+        status = term.wait("kept branches none")
         assert "agent-default" in status and "memory HEAD" in status and "/ 128000 tokens" in status
 
         term.line("/exit")
