@@ -20,8 +20,9 @@ import anyio
 
 from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
-from orchestrator.base.events import Event, ModelRetrying
+from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
 from orchestrator.memfs.resolution import Resolver
+from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
@@ -98,6 +99,11 @@ class ChatSession:
             agent = await rt.agent(agent_id)
             settings = await rt.agent_settings(agent_id, cli)
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
+            current = {"conversation": conv.id}
+
+            async def resolver_call(event: ModelCalled) -> None:
+                await Publisher(rt.store, agent.agent_id)(event, current["conversation"])
+
             async with Supervisor.open(rt.store, observer=observer) as supervisor:
                 reflection = ReflectionCoordinator(
                     store=rt.store,
@@ -106,10 +112,8 @@ class ChatSession:
                     agent=agent,
                     supervisor=supervisor,
                     observer=observer,
-                    resolver=merge_resolver(rt.model, settings, agent),
+                    resolver=merge_resolver(MeteredModel(rt.model, resolver_call), settings, agent),
                 )
-
-                current = {"conversation": conv.id}
 
                 async def observe(event: Event) -> None:
                     if observer is not None:

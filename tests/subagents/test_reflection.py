@@ -165,3 +165,41 @@ async def test_compaction_event_triggers_one_reflection_that_reaches_the_main_ag
         updates = [m for m in request.messages if m.kind == "memory_update"]
         # the merged fact reaches the model: as a <memory_update>, or folded into a prompt recompiled by compaction
         assert any("Edsger Dijkstra" in m.content for m in updates) or "Edsger Dijkstra" in request.system
+
+
+@pytest.mark.anyio
+async def test_a_resolved_conflict_counts_the_resolver_calls(tmp_path: Path) -> None:
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse
+
+    gate = anyio.Event()
+    rules = ScriptedModel()
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose != "reflect":
+            return await rules.complete(request)
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(Message("assistant", "Reflection: updated human.md"))
+        await gate.wait()
+        command = (
+            "cd \"$MEMORY_DIR\" && sed -i 's/Nothing recorded yet./The user is Grace./' human.md "
+            "&& git commit -qam 'feat(reflection): name 🔮'"
+        )
+        return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+
+    model = ScriptedModel(script=[respond] * 40)
+    async with ChatSession.open(agent_id="r9", workspace=tmp_path, cli=STEP3, model=model) as session:
+        memory = session.agent.memory_dir
+        for text in ("my name is Grace Hopper", "ok", "fine"):
+            await session.send(text)
+        human = memory / "human.md"
+        text = await anyio.Path(human).read_text(encoding="utf-8")
+        await anyio.Path(human).write_text(text.replace("Nothing recorded yet.", "The user is Linus."), encoding="utf-8")
+        await _git(memory, "commit", "-qam", "main agent edits human.md")
+        gate.set()
+        assert await session.supervisor.drain(30)
+        records = await session.runtime.store.reflections("r9")
+        calls = await session.runtime.store.events(kinds=["model.call"])
+        resolve = [c for c in calls if c.payload["purpose"] == "resolve"]
+        assert [r.status for r in records] == ["resolved"], records
+        assert resolve and all(c.agent_id == "r9" and c.conversation_id == session.conversation_id for c in resolve)
