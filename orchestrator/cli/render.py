@@ -29,6 +29,7 @@ from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
     ModelRetrying,
+    ReflectionFailed,
     ReflectionKept,
     ReflectionMerged,
     ReminderQueued,
@@ -155,6 +156,8 @@ class TerminalRenderer:
             await self._merged(event)
         elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
             self._line(f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it")
+        elif isinstance(event, ReflectionFailed):
+            self.notice(f"  ⚠ reflection failed: {one_line(event.error, 160)}")
         elif isinstance(event, ReflectionKept):
             files = f" ({', '.join(event.files)})" if event.files else ""
             self.notice(f"  ⚠ reflection conflict: kept on {event.branch}{files}; `reverie reflections list`")

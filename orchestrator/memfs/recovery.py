@@ -29,6 +29,7 @@ import anyio.to_thread
 
 from orchestrator.base import blocking
 from orchestrator.memfs.git import arun, open_repo
+from orchestrator.memfs.indexlock import clear_stale_lock_files
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.worktrees import (
@@ -54,6 +55,7 @@ class RecoveryReport:
     deleted_branches: tuple[str, ...]
     restored_branches: tuple[str, ...]
     pending: tuple[ReflectionBranch, ...]
+    stale_index_locks: tuple[Path, ...] = ()
 
 
 def _rebase_in_progress(worktree: Path) -> bool:
@@ -72,11 +74,18 @@ def _pins(repo: Path) -> tuple[tuple[str, str], ...]:
         return () if local is None else local.refs(PRE_REBASE_REF_PREFIX)
 
 
+def _stale_index_locks(common: Path) -> tuple[Path, ...]:
+    candidates = [common / "index.lock", *common.glob("worktrees/*/index.lock")]
+    return tuple(clear_stale_lock_files([p for p in candidates if p.exists()]))
+
+
 async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:
     """Reconcile ``repo_dir`` (see the module docstring); ``active``: ids of running subagents."""
     repo = Path(repo_dir)
     common = await git_common_dir(repo)
     released = await anyio.to_thread.run_sync(release_stale_lock, common)
+    # D1: a stale index.lock (60 s old, no live process has it open) is removed, with a notice.
+    stale = await blocking.run_sync("files", partial(_stale_index_locks, common))
     aborted: list[Path] = []
     removed: list[Path] = []
     deleted: list[str] = []
@@ -102,6 +111,10 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
                 continue
             owner = by_id.get(pid)
             if owner is not None and not owner.merged:
+                # A pin is needed only while its commits are on no branch (a rebase in flight).
+                held = await arun(repo, "merge-base", "--is-ancestor", tip, owner.tip, check=False, harness=True)
+                if held.ok:
+                    await arun(repo, "update-ref", "-d", ref, tip, check=False, harness=True)
                 continue
             if owner is None and not await blocking.run_sync("git", partial(_is_ancestor, repo, tip)):
                 # The branch is gone but its pinned commits are not in HEAD: list them again.
@@ -126,4 +139,5 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
         deleted_branches=tuple(deleted),
         restored_branches=tuple(restored),
         pending=pending,
+        stale_index_locks=stale,
     )

@@ -1,0 +1,129 @@
+"""DECISIONS D1 with real git: the agent's own git waits for the repository lock (also inside
+bubblewrap), reads do not, git's index.lock contention is retried and a stale one is removed."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from orchestrator.memfs.indexlock import STALE_AFTER_SECONDS, clear_stale_lock_files, retrying_git
+from orchestrator.memfs.recovery import recover
+from orchestrator.tools.bash import run_bash
+from orchestrator.tools.context import ToolContext
+from orchestrator.tools.sandbox import bwrap_problem
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+from tests.support import hold_merge_lock
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "memory")
+
+
+def _ctx(tmp_path: Path, repo: Path, sandbox: str) -> ToolContext:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    return ToolContext(
+        workspace=ws, memory_dir=repo, agent_id="a", agent_name="A", conversation_id="c", sandbox=sandbox
+    )
+
+
+async def _head(repo: Path) -> str:
+    return (await anyio.to_thread.run_sync(lambda: git(repo, "rev-parse", "HEAD"))).strip()
+
+
+def _aged(path: Path, seconds: float) -> None:
+    path.write_text("", encoding="utf-8")
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sandbox", ["off", "bwrap"])
+async def test_agent_git_commit_waits_for_the_repository_lock(tmp_path: Path, repo: Path, sandbox: str) -> None:
+    if sandbox == "bwrap":
+        problem = await anyio.to_thread.run_sync(bwrap_problem)
+        assert problem is None, f"this test needs bubblewrap (make test installs it): {problem}"
+    ctx = _ctx(tmp_path, repo, sandbox)
+    before = await _head(repo)
+    command = (
+        'cd "$MEMORY_DIR" && printf -- "---\\nname: x\\ndescription: d\\n---\\nbody\\n" > notes/x.md '
+        "&& git add notes/x.md && git commit -q -m 'agent commit' && command -v git"
+    )
+    results: list[str] = []
+
+    async def agent() -> None:
+        result = await run_bash(command, ctx)
+        assert result.ok, result.output
+        results.append(result.output)
+
+    async with anyio.create_task_group() as tg:
+        async with hold_merge_lock(repo):
+            tg.start_soon(agent)
+            await anyio.sleep(1.5)
+            # A read goes straight through while the lock is held ...
+            status = await run_bash('git -C "$MEMORY_DIR" status --porcelain', ctx)
+            assert status.ok and "notes/x.md" in status.output
+            # ... the commit waits for the merge that holds it.
+            assert await _head(repo) == before and not results
+    # Released: the agent's commit went through, by the wrapper first on PATH.
+    assert results and "reverie/bin/git" in results[0]
+    assert (await anyio.to_thread.run_sync(lambda: git(repo, "log", "-1", "--format=%s"))).strip() == "agent commit"
+
+
+@pytest.mark.anyio
+async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path) -> None:
+    lock = repo / ".git" / "index.lock"
+    await anyio.to_thread.run_sync(lambda: lock.write_text("", encoding="utf-8"))
+    await anyio.to_thread.run_sync(lambda: (repo / "notes" / "y.md").write_text(note("y", "x"), encoding="utf-8"))
+
+    async def outside_git_finishes() -> None:
+        await anyio.sleep(0.4)
+        await anyio.Path(lock).unlink()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outside_git_finishes)
+        added = await retrying_git(repo, "add", "notes/y.md")
+    assert added.ok
+    assert "notes/y.md" in await anyio.to_thread.run_sync(lambda: git(repo, "diff", "--cached", "--name-only"))
+
+
+def test_only_a_stale_index_lock_is_removed(repo: Path) -> None:
+    old, fresh, held = (repo / ".git" / name for name in ("index.lock", "fresh.lock", "held.lock"))
+    _aged(old, STALE_AFTER_SECONDS + 30)
+    _aged(fresh, 5)
+    _aged(held, STALE_AFTER_SECONDS + 30)
+    notices: list[str] = []
+    with held.open("rb"):
+        removed = clear_stale_lock_files([old, fresh, held], notify=notices.append)
+    assert removed == [old]
+    assert not old.exists() and fresh.exists() and held.exists()
+    assert len(notices) == 1 and str(old) in notices[0] and "stale" in notices[0]
+
+
+@pytest.mark.anyio
+async def test_recovery_removes_a_stale_index_lock_and_redundant_pins(repo: Path) -> None:
+    lock = repo / ".git" / "index.lock"
+    branch = "reverie/reflection/20260101T000000Z-0000000a"
+
+    def setup() -> str:
+        git(repo, "branch", branch)
+        git(repo, "checkout", "-q", branch)
+        sha = commit_file(repo, "notes/r.md", note("r", "x"), "r")
+        git(repo, "checkout", "-q", "main")
+        git(repo, "update-ref", "refs/reverie/pre-rebase/20260101T000000Z-0000000a", sha)
+        _aged(lock, STALE_AFTER_SECONDS + 30)
+        return sha
+
+    sha = await anyio.to_thread.run_sync(setup)
+    report = await recover(repo)
+    assert report.stale_index_locks == (lock,)
+    assert not await anyio.Path(lock).exists()
+    assert (await anyio.to_thread.run_sync(lambda: git(repo, "for-each-ref", "refs/reverie/"))) == ""
+    assert (await anyio.to_thread.run_sync(lambda: git(repo, "rev-parse", branch))).strip() == sha
+    assert [b.branch for b in report.pending] == [branch]
