@@ -5,7 +5,8 @@ Layout under the run directory ``OUT``: ``OUT/home`` is the run's ``REVERIE_HOME
 agent is named by the task id, its memory repository is ``OUT/home/agents/<id>/memory``),
 ``OUT/home/stores/<id>.sqlite3`` is the task's own store, ``OUT/work/<id>`` its bash workspace and
 ``OUT/events/<id>.jsonl`` its event log. A task always starts from nothing: whatever an
-interrupted earlier attempt left is removed first (DECISIONS S24).
+interrupted earlier attempt left is removed first (DECISIONS S24), and its memory repository is a
+fresh copy of the run's template for its seed files (``OUT/templates/<key>/memory``).
 
 Settings precedence (DECISIONS D15), as for ``chat``: the run's command-line overrides
 (``RunOptions.overrides``) > the environment > the task's own ``settings`` > the user's
@@ -15,8 +16,11 @@ Settings precedence (DECISIONS D15), as for ``chat``: the run's command-line ove
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -146,7 +150,44 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
     paths.workspace.mkdir(parents=True, exist_ok=True)
     files = dict(DEFAULT_MEMORY_FILES)
     files.update(memory_files or {})
-    return init_memory_repo(paths.memory, files=files)
+    template, base = _template_repo(paths.home.parent / "templates", files)
+    paths.memory.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(template, paths.memory, symlinks=True)
+    return base
+
+
+_templates_lock = threading.Lock()
+_template_bases: dict[Path, str] = {}
+
+
+def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
+    """The run's seeded memory repository for these files, made once (``git init``, config, first
+    commit through the validator) and copied for every task, so a thousand tasks do not each start
+    half a dozen git processes to build the same repository. A copy is a repository of its own with
+    nothing that names where it lives; its first commit is the template's. Made under a temporary
+    name and renamed into place, so concurrent tasks and processes (Ray workers) share one."""
+    key = hashlib.sha256(json.dumps(sorted(files.items()), ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
+    target = root / key / "memory"
+    with _templates_lock:
+        known = _template_bases.get(target)
+        if known is not None and target.exists():
+            return target, known
+        if not target.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            staging = root / f".{key}.{os.getpid()}.{threading.get_ident()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            init_memory_repo(staging / "memory", files=dict(files))
+            try:
+                os.rename(staging, root / key)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+                if not target.exists():
+                    raise
+        base = head_revision(target)
+        if base is None:
+            raise RuntimeError(f"{target}: the template memory repository has no commit")
+        _template_bases[target] = base
+    return target, base
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:
