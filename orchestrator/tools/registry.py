@@ -70,6 +70,9 @@ _TOOLS: dict[str, _Tool] = {
             "bash",
             "Run a bash command in the workspace directory and return its combined stdout and stderr. "
             "The environment has MEMORY_DIR (your memory repository), AGENT_ID, AGENT_NAME and CONVERSATION_ID. "
+            "Commands run in a sandbox: usually only the workspace, the memory directory and a private /tmp "
+            "are writable, "
+            "and background processes end with the command. "
             "Commands are killed after the timeout; long output is truncated in the middle.",
             _schema(
                 {

@@ -223,7 +223,8 @@ def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str])
     """The bubblewrap command line that runs ``command`` confined (see the module docstring)."""
     mounts = _mounts(ctx, env)
     argv = ["bwrap", *_base_args()]
-    for top in _tmp_tops([*mounts.writable, *mounts.readonly, _real(sys.executable) or _TMP]):
+    visible = [_real(sys.executable), _real(env["HOME"]) if env.get("HOME") else None]
+    for top in _tmp_tops([*mounts.writable, *mounts.readonly, *(p for p in visible if p is not None)]):
         argv += ["--ro-bind", str(top), str(top)]
     for path in sorted(mounts.writable, key=lambda p: len(p.parts)):
         argv += ["--bind", str(path), str(path)]
