@@ -443,9 +443,10 @@ class LocalRepo:
         None): oldest first."""
         pygit2 = _pygit2()
         try:
-            walker = self._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+            start = self._repo.revparse_single(tip).peel(pygit2.Commit).id
+            walker = self._repo.walk(start, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
             if base is not None:
-                walker.hide(base)
+                walker.hide(self._repo.revparse_single(base).peel(pygit2.Commit).id)
             return tuple(str(commit.id) for commit in walker)
         except (KeyError, ValueError, pygit2.GitError) as error:
             raise self._fail("rev-list", error) from error

@@ -45,7 +45,7 @@ from anyio import Path as AsyncPath
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.git import GitError, LocalRepo, ask
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
@@ -168,46 +168,24 @@ async def fault_point(step: str) -> None:
         await sleep(float(os.environ.get("REVERIE_FAULT_PAUSE_SECONDS", "3600")))
 
 
-def _parse_status_v2(raw: str) -> tuple[str | None, frozenset[str]]:
-    """``(HEAD oid or None when unborn, paths with uncommitted changes)`` from
-    ``git status --porcelain=v2 --branch -z`` (renames name both paths)."""
-    head: str | None = None
-    dirty: set[str] = set()
-    fields = raw.split("\0")
-    i = 0
-    while i < len(fields):
-        item = fields[i]
-        i += 1
-        if item.startswith("# branch.oid "):
-            value = item[len("# branch.oid ") :]
-            head = None if value == "(initial)" else value
-        elif item.startswith(("1 ", "u ")):
-            dirty.add(item.split(" ", 8 if item[0] == "1" else 10)[-1])
-        elif item.startswith("2 "):
-            dirty.add(item.split(" ", 9)[-1])
-            if i < len(fields):
-                dirty.add(fields[i])
-                i += 1
-        elif item.startswith(("? ", "! ")):
-            dirty.add(item[2:])
-    return head, frozenset(dirty)
-
-
-def _split_z(raw: str) -> tuple[str, ...]:
-    return tuple(p for p in raw.split("\0") if p)
+def _state(untracked: str) -> Callable[[LocalRepo], tuple[str | None, frozenset[str]]]:
+    """``(HEAD or None when unborn, paths with uncommitted changes)``, asked in-process; renames
+    name both paths."""
+    return lambda repo: (repo.head(), frozenset(path for _, path in repo.status(untracked)))
 
 
 async def _parent_state(repo_dir: Path) -> tuple[str, frozenset[str]]:
-    out = await run_git(repo_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all")
-    head, dirty = _parse_status_v2(out.stdout)
+    head, dirty = await ask(repo_dir, _state("all"))
     if head is None:
         raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
     return head, dirty
 
 
 async def _changed_files(checkout: Path, base: str, tip: str) -> tuple[str, ...]:
-    out = await run_git(checkout, "diff", "--name-only", "-z", "--no-renames", f"{base}...{tip}", check=False)
-    return _split_z(out.stdout) if out.ok else ()
+    try:
+        return await ask(checkout, lambda repo: repo.changed_paths(base, tip))
+    except GitError:
+        return ()
 
 
 def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
@@ -222,8 +200,7 @@ def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
 
 async def _clean_worktree(worktree: Path) -> str:
     """Discard uncommitted edits in the worktree (never committed, turn-loop 5.15 step 2); its HEAD."""
-    out = await run_git(worktree, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal")
-    tip, dirty = _parse_status_v2(out.stdout)
+    tip, dirty = await ask(worktree, _state("normal"))
     if dirty:
         await retrying_git(worktree, "reset", "-q", "--hard")
         await run_git(worktree, "clean", "-q", "-fd")
@@ -268,7 +245,8 @@ class _Merge:
     async def unpin(self) -> None:
         if self.pinned:
             with CancelScope(shield=True):
-                await run_git(self.repo, "update-ref", "-d", _pin_ref(self.branch), self.original_tip, check=False)
+                pin, tip = _pin_ref(self.branch), self.original_tip
+                await ask(self.repo, lambda repo: repo.delete_ref(pin, expected=tip))
             self.pinned = False
 
     async def run(self) -> MergeOutcome:
@@ -300,15 +278,17 @@ class _Merge:
         return result
 
     async def _commits_since(self, head: str) -> tuple[str, ...]:
-        out = await run_git(self.worktree, "rev-list", "--reverse", f"{head}..{self.tip}", check=False)
-        return tuple(out.stdout.split())
+        tip = self.tip
+        try:
+            return await ask(self.worktree, lambda repo: repo.commits(head, tip))
+        except GitError:
+            return ()
 
     async def _attempt(self) -> MergeOutcome:
         head, dirty = await _parent_state(self.repo)
         self.head = head
-        sides = await run_git(self.worktree, "rev-list", "--reverse", "--left-right", f"{head}...{self.tip}")
-        behind = [line[1:] for line in sides.stdout.split() if line.startswith("<")]
-        commits = tuple(line[1:] for line in sides.stdout.split() if line.startswith(">"))
+        tip = self.tip
+        behind, commits = await ask(self.worktree, lambda repo: (repo.commits(tip, head), repo.commits(head, tip)))
         if not commits:
             await self.unpin()
             return self.outcome("no_changes", (), ())
@@ -342,8 +322,8 @@ class _Merge:
     async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome:
         if not self.pinned:
             # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
-            created = await run_git(self.repo, "update-ref", _pin_ref(self.branch), self.original_tip, "", check=False)
-            self.pinned = created.ok
+            pin, tip = _pin_ref(self.branch), self.original_tip
+            self.pinned = await ask(self.repo, lambda repo: repo.set_ref(pin, tip, expected=""))
         await fault_point("before-rebase")
         rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
         if not rebase.ok:
@@ -358,15 +338,14 @@ class _Merge:
                 except ResolverFailed as exc:
                     why = str(exc) or "no reason given"
                 else:
-                    new_tip = (await run_git(self.worktree, "rev-parse", "HEAD")).stdout.strip()
+                    new_tip = await ask(self.worktree, _head)
                     why = await check_linear(self.worktree, head, new_tip)
                     if why is None:
                         self.resolved_files = tuple(dict.fromkeys((*self.resolved_files, *resolved)))
                         rebase = replace(rebase, returncode=0)
             if not rebase.ok:
                 return await self._abort_kept(head, conflicted, rebase.stderr, why)
-        new = await run_git(self.worktree, "rev-list", "--reverse", f"{head}..HEAD")
-        new_commits = tuple(new.stdout.split())
+        new_commits = await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
         if len(new_commits) == len(commits):
             self.rewritten = _compose(self.rewritten, tuple(zip(commits, new_commits, strict=True)))
         self.tip = new_commits[-1]
@@ -375,7 +354,7 @@ class _Merge:
 
     async def _abort_kept(self, head: str, conflicted: tuple[str, ...], stderr: str, why: str | None) -> MergeOutcome:
         await run_git(self.worktree, "rebase", "--abort", check=False)
-        restored = (await run_git(self.worktree, "rev-parse", "HEAD")).stdout.strip()
+        restored = await ask(self.worktree, _head)
         if restored != self.original_tip:
             # A resolver that finished the rebase wrongly: put the branch back where it was.
             await retrying_git(self.worktree, "reset", "-q", "--hard", self.original_tip)
@@ -455,8 +434,7 @@ async def finalize_worktree(
             else:
                 tip = await _clean_worktree(worktree.path)
                 head, _ = await _parent_state(repo)
-                listed = await run_git(repo, "rev-list", "--reverse", f"{head}..{tip}")
-                commits = tuple(listed.stdout.split())
+                commits = await ask(repo, lambda local: local.commits(head, tip))
                 if commits:
                     files = await _changed_files(repo, head, tip)
                     outcome = MergeOutcome(
@@ -474,15 +452,18 @@ async def finalize_worktree(
 
 async def delete_merged_branch(repo: Path, branch: str) -> None:
     """Delete ``branch`` only if ``HEAD`` contains it (never drops a commit), and its pin."""
+    await ask(repo, lambda local: _delete_if_merged(local, branch))
+
+
+def _delete_if_merged(repo: LocalRepo, branch: str) -> None:
     ref = f"refs/heads/{branch}"
-    tip = await run_git(repo, "rev-parse", "--verify", "-q", ref, check=False)
-    if not tip.ok:
-        await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
+    found = dict(repo.refs(ref)).get(ref)
+    head = repo.head()
+    if found is not None and (head is None or not repo.is_ancestor(found, head)):
         return
-    contained = await run_git(repo, "merge-base", "--is-ancestor", tip.stdout.strip(), "HEAD", check=False)
-    if contained.ok:
-        await run_git(repo, "update-ref", "-d", ref, tip.stdout.strip(), check=False)
-        await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
+    if found is not None:
+        repo.delete_ref(ref, expected=found)
+    repo.delete_ref(_pin_ref(branch))
 
 
 async def resolve_branch(repo_dir: Path, name_or_id: str) -> str:
@@ -547,3 +528,10 @@ async def discard_branch(repo_dir: Path, name_or_id: str) -> tuple[str, ...]:
             await run_git(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip)
             await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
     return tuple(dropped.stdout.split())
+
+
+def _head(repo: LocalRepo) -> str:
+    head = repo.head()
+    if head is None:
+        raise GitError(("rev-parse", "HEAD"), 128, "fatal: HEAD names no commit", repo.top_level)
+    return head
