@@ -267,11 +267,17 @@ def _append_script(name: str, path: str, rules: list[str]) -> str:
 
 
 def remember_command(rule: str, *, layout_v1: bool = False) -> str:
-    """The bash command that appends ``- <rule>`` to the right memory file and commits it."""
+    """The bash command that appends ``- <rule>`` to the right memory file and commits it.
+
+    Another process of the same agent may have committed the line already (its commit of the file
+    took ours along): then there is nothing left to commit and the command still succeeds.
+    """
     name, path = _target(rule, layout_v1)
     return (
         f'cd "$MEMORY_DIR" && {_append_script(name, path, [rule])} && git add -- {path} && '
-        f"git commit -q -m 'feat: update {name}' -- {path} && git log --oneline -1"
+        f"{{ git commit -q -m 'feat: update {name}' -- {path} || "
+        f"git show HEAD:{path} | grep -qxF -- {_quote('- ' + rule)}; }} && "
+        "git log --oneline -1"
     )
 
 
