@@ -1,0 +1,88 @@
+"""The resolve policy of DECISIONS D3 end to end: real git, the resolver subagent on the scripted
+model (union, driven by the rule text in its request), and the harness's checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from orchestrator.memfs.merge import finalize_worktree
+from orchestrator.memfs.resolution import Conflict
+from orchestrator.memfs.worktrees import create_worktree, list_reflections
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.models.scripted_resolve import union_text
+from subagents.resolver import ResolverSubagent, make_resolver
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "memory")
+
+
+async def _git(cwd: Path, *args: str) -> str:
+    return await anyio.to_thread.run_sync(lambda: git(cwd, *args))
+
+
+def _hot(*lines: str) -> str:
+    return "---\nname: hot\ndescription: shared\n---\n" + "".join(f"{line}\n" for line in lines)
+
+
+def test_union_keeps_both_sides_each_line_once_heads_order_first() -> None:
+    assert union_text("a\nb\nc\n", "a\nx\nc\ny\nx\n") == "a\nb\nc\nx\ny\n"
+    assert union_text(_hot("base", "head"), _hot("base", "branch")) == _hot("base", "head", "branch")
+
+
+async def test_conflict_is_resolved_inside_the_rebase_and_fast_forwarded(repo: Path) -> None:
+    wt = await create_worktree(repo, agent_id="a")
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/hot.md", _hot("base", "the branch learned"), "r1")
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/other.md", note("other", "x"), "r2")
+    main = await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", _hot("base", "the agent wrote"), "main")
+    outcome = await finalize_worktree(repo, wt, resolver=make_resolver(ScriptedModel(), agent_id="a"))
+    assert (outcome.status, outcome.resolved_files) == ("resolved", ("notes/hot.md",))
+    assert outcome.new_head == (await _git(repo, "rev-parse", "HEAD")).strip()
+    assert await anyio.Path(repo / "notes" / "hot.md").read_text() == _hot("base", "the agent wrote", "the branch learned")
+    # Linear history containing the agent's commit, no merge commit (R3).
+    assert (await _git(repo, "log", "--format=%s")).split()[:3] == ["r2", "r1", "main"]
+    assert (await _git(repo, "rev-list", "--merges", "HEAD")) == ""
+    assert main in (await _git(repo, "rev-list", "HEAD")).split()
+    assert await list_reflections(repo) == ()
+    assert (await _git(repo, "status", "--porcelain")) == ""
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+
+
+async def test_without_the_rule_in_its_request_the_conflict_stays_kept(repo: Path) -> None:
+    """S27: the scripted model resolves only while the rule's text is in the request."""
+
+    class NoRule(ResolverSubagent):
+        def system_prompt(self) -> str:
+            return "You are the merge resolver. Do what you think is right.\n"
+
+    wt = await create_worktree(repo, agent_id="a")
+    r1 = await anyio.to_thread.run_sync(commit_file, wt.path, "notes/hot.md", _hot("base", "branch"), "r1")
+    await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", _hot("base", "agent"), "main")
+    outcome = await finalize_worktree(repo, wt, resolver=NoRule(ScriptedModel(), "a"))
+    assert (outcome.status, outcome.reason_code) == ("kept", "conflict")
+    assert outcome.reason is not None and outcome.reason.startswith("the resolver could not reconcile the changes: ")
+    assert outcome.commits == (r1,)
+    assert (await _git(repo, "rev-parse", wt.branch)).strip() == r1
+    assert (await _git(repo, "status", "--porcelain")) == ""
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+
+
+async def test_a_resolver_that_leaves_markers_is_refused(repo: Path) -> None:
+    async def lazy(conflict: Conflict) -> None:
+        await _git(conflict.worktree, "add", "--", *conflict.files)
+
+    wt = await create_worktree(repo, agent_id="a")
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/hot.md", _hot("base", "branch"), "r1")
+    await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", _hot("base", "agent"), "main")
+    outcome = await finalize_worktree(repo, wt, resolver=lazy)
+    assert outcome.status == "kept"
+    assert outcome.reason == "the resolver could not reconcile the changes: conflict markers left in notes/hot.md"
+    assert await anyio.Path(repo / "notes" / "hot.md").read_text() == _hot("base", "agent")
