@@ -222,6 +222,7 @@ class ReflectionCoordinator:
             sandbox=self.settings.sandbox,
             network=self.settings.network,
             env_names=self.settings.tool_env,
+            secrets=(self.settings.api_key,) if self.settings.api_key else (),
             extra_env={"TRANSCRIPT_PATH": str(payload)},
             read_roots=(payload.parent,),
         )

@@ -310,6 +310,7 @@ class TurnRunner:
             sandbox=self.settings.sandbox,
             network=self.settings.network,
             env_names=self.settings.tool_env,
+            secrets=(self.settings.api_key,) if self.settings.api_key else (),
             overflow_dir=overflow,
             middle_truncate=self.settings.middle_truncate,
             read_roots=(overflow,) if overflow is not None else (),

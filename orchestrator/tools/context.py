@@ -30,7 +30,8 @@ class ToolContext:
     under ``$REVERIE_HOME`` (DECISIONS D6), which is also a read-only root.
 
     ``sandbox``, ``network`` and ``env_names`` are ``[tools] sandbox``, ``network`` and ``env``
-    (DECISIONS D11; ``orchestrator.tools.sandbox``). ``read_roots`` are directories ``read_file`` may
+    (DECISIONS D11; ``orchestrator.tools.sandbox``); no variable whose value is one of ``secrets``
+    (the configured API key) reaches a command. ``read_roots`` are directories ``read_file`` may
     read but no tool may write (D5, D6: a reflection's transcript, the overflow files).
     """
 
@@ -48,6 +49,7 @@ class ToolContext:
     sandbox: str = "auto"
     network: bool = True
     env_names: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
     read_roots: tuple[Path, ...] = ()
 
 

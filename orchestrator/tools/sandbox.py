@@ -96,7 +96,7 @@ def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None)
         # D1: the agent's own git commands take the memory repository's lock (memfs.gitwrap).
         env["PATH"] = wrapped_path(ctx.memory_dir, env["PATH"])
     env.update(ctx.extra_env)
-    secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)}
+    secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)} | {v for v in ctx.secrets if v}
     return {name: value for name, value in env.items() if value not in secrets}
 
 

@@ -71,10 +71,12 @@ async def test_environment_is_an_allowlist_without_the_key(tmp_path: Path, monke
 
 
 def test_unconfined_environment_is_the_same_allowlist(tmp_path: Path) -> None:
-    ctx = _ctx(tmp_path, sandbox="off")
-    env = tool_environment(ctx, {"OPENAI_API_KEY": KEY, "PATH": "/usr/bin", "HOME": "/h", "EDITOR": "vi"})
+    ctx = _ctx(tmp_path, sandbox="off", env_names=("FROM_CONFIG",), secrets=("sk-from-config.toml",))
+    source = {"OPENAI_API_KEY": KEY, "PATH": "/usr/bin", "HOME": "/h", "EDITOR": "vi", "FROM_CONFIG": "sk-from-config.toml"}
+    env = tool_environment(ctx, source)
     assert env["PATH"] == "/usr/bin" and env["HOME"] == "/h"
     assert "OPENAI_API_KEY" not in env and "EDITOR" not in env
+    assert "FROM_CONFIG" not in env, "a value equal to the configured key never passes, whatever its name"
 
 
 async def test_writes_land_only_in_workspace_and_memory(tmp_path: Path) -> None:
@@ -221,3 +223,16 @@ async def test_children_end_with_the_call(tmp_path: Path) -> None:
     result = await run_bash("(sleep 30.0714 &) ; sleep 30.0715 & echo started", _ctx(tmp_path))
     assert result.ok and result.output == "started"
     assert await anyio.to_thread.run_sync(none_left_within, "30.071", 3.0)
+
+
+async def test_the_git_wrapper_is_first_on_path_and_read_only(tmp_path: Path) -> None:
+    """D1's wrapper lives in the git common dir, which commits must write; its folder stays read-only."""
+    repo = await _memory(tmp_path)
+    ctx = _ctx(tmp_path, memory=repo)
+    found = await run_bash("command -v git", ctx)
+    assert found.ok and found.output.startswith(str(repo / ".git")), found.output
+    wrapper = Path(found.output)
+    before = await anyio.Path(wrapper).read_bytes()
+    for attack in ('echo "exit 0" > "$(command -v git)"', 'rm -f "$(command -v git)"', 'rm -rf "$(dirname "$(command -v git)")"'):
+        assert not (await run_bash(attack, ctx)).ok, attack
+    assert await anyio.Path(wrapper).read_bytes() == before
