@@ -33,28 +33,51 @@ MemoryDirOption = Annotated[
 
 @app.command("list")
 def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = None) -> None:
-    """Show reverie's branches: id, commits not in HEAD, and whether a worktree is left."""
+    """Show every reflection: its outcome (D2), why, commits not in HEAD, and any worktree left.
+
+    Branches come from git (the truth about commits); launches whose branch is gone (merged, no
+    changes, failed) come from the store, so a failed run is listed as failed, not as merged.
+    """
     from orchestrator.cli.commands import run_async
 
     repo = resolve_memory_dir(memory_dir, agent)
     branches = run_async(lambda: list_reflections(repo, kind=None))
     records = {r.branch: r for r in run_async(lambda: _records(agent))} if store_path().exists() else {}
-    if not branches:
-        _out.print("No reflection branches.")
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    for b in branches:
+        record = records.pop(b.branch, None)
+        state = _state(record, merged_in_git=b.merged)
+        rows.append((b.id, b.branch, str(b.ahead), state, _why(record), str(b.worktree) if b.worktree else "-"))
+    for record in records.values():
+        rows.append((record.id, record.branch, "0", _state(record, merged_in_git=True), _why(record), "-"))
+    if not rows:
+        _out.print("No reflections.")
         return
     table = Table(show_header=True)
-    table.add_column("id", no_wrap=True)
-    table.add_column("branch", overflow="fold")
-    table.add_column("commits", justify="right")
-    table.add_column("state")
+    for name, justify in (("id", "left"), ("branch", "left"), ("commits", "right"), ("outcome", "left")):
+        table.add_column(name, justify=justify, no_wrap=name == "id")  # type: ignore[arg-type]
     table.add_column("why", overflow="fold")
     table.add_column("worktree", overflow="fold")
-    for b in branches:
-        state = "merged" if b.merged else "kept"
-        record = records.get(b.branch)
-        why = f"{record.status}: {record.reason}" if record and record.reason else (record.status if record else "-")
-        table.add_row(b.id, b.branch, str(b.ahead), state, why, str(b.worktree) if b.worktree else "-")
+    for row in sorted(rows):
+        table.add_row(*row)
     _out.print(table)
+
+
+def _state(record: ReflectionRecord | None, *, merged_in_git: bool) -> str:
+    """The outcome to show: the store's (D2), corrected by git when the branch is in HEAD by now."""
+    if record is None:
+        return "merged" if merged_in_git else "unmerged"
+    if merged_in_git and (record.kept or record.waiting):
+        return "merged"
+    if record.kept:
+        return f"kept ({record.reason_code or record.status.removeprefix('kept_')})"
+    return record.outcome
+
+
+def _why(record: ReflectionRecord | None) -> str:
+    if record is None:
+        return "-"
+    return record.error or record.reason or "-"
 
 
 @app.command("merge")
@@ -71,12 +94,13 @@ def merge(
     if trouble is not None:
         raise UserError(f"{trouble}; then retry the merge (the branch is kept)")
     outcome = run_async(lambda: merge_branch(repo, id))
-    status = "merged" if outcome.status == "merged" else ("no_changes" if outcome.status == "no_changes" else None)
-    if status is not None:
-        _mark_if_stored(agent, outcome.branch, status)
-    if outcome.status == "kept":
+    if outcome.in_head:
+        _mark_if_stored(agent, outcome.branch, outcome.status)
+    if outcome.status in {"kept", "pending"}:
         files = ", ".join(outcome.files) or "-"
-        raise UserError(f"{outcome.branch} kept ({outcome.reason}); files: {files}; nothing was lost")
+        raise UserError(f"{outcome.branch} {outcome.status} ({outcome.reason}); files: {files}; nothing was lost")
+    if outcome.status == "failed":
+        raise UserError(f"{outcome.branch}: merge failed: {'; '.join(outcome.errors) or 'git failed'}; nothing was lost")
     if outcome.status == "no_changes":
         _out.print(f"{outcome.branch}: nothing to merge; branch removed.")
     else:

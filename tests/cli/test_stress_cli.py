@@ -61,7 +61,7 @@ def test_reflections_list_merge_discard(tmp_path: Path) -> None:
     runner = CliRunner()
     listed = runner.invoke(_app(), ["reflections", "list", "--memory-dir", str(repo)])
     assert listed.exit_code == 0, listed.output
-    assert "20260101T000000Z-00000001" in listed.stdout and "kept" in listed.stdout
+    assert "20260101T000000Z-00000001" in listed.stdout and "unmerged" in listed.stdout
     merged = runner.invoke(_app(), ["reflections", "merge", "20260101T000000Z-00000001", "--memory-dir", str(repo)])
     assert merged.exit_code == 0, merged.output
     assert "Merged 1 commit(s)" in merged.stdout
@@ -72,3 +72,33 @@ def test_reflections_list_merge_discard(tmp_path: Path) -> None:
     assert git(repo, "for-each-ref", "refs/heads/reverie/") == ""
     unknown = runner.invoke(_app(), ["reflections", "merge", "nope", "--memory-dir", str(repo)])
     assert unknown.exit_code != 0 and "no reflection branch 'nope'" in str(unknown.exception)
+
+
+def test_reflections_list_shows_each_launch_outcome_truthfully(tmp_path: Path) -> None:
+    import anyio
+
+    from orchestrator.app.session import ChatSession
+    from orchestrator.base.paths import DEFAULT_AGENT_ID
+    from orchestrator.store import ReflectionRecord, utc_now
+
+    async def setup() -> None:
+        async with ChatSession.open(agent_id=DEFAULT_AGENT_ID, workspace=tmp_path) as session:
+            base = dict(
+                agent_id=DEFAULT_AGENT_ID, conversation_id=session.conversation_id, trigger="step-count",
+                base_revision=None, through_seq=0, commits=(), files=(), created_at=utc_now(), updated_at=utc_now(),
+            )
+            await session.runtime.store.save_reflection(ReflectionRecord(
+                id="20260101T000000Z-000000f1", branch="reverie/reflection/20260101T000000Z-000000f1",
+                status="failed", reason=None, error="boom", **base,  # type: ignore[arg-type]
+            ))
+            await session.runtime.store.save_reflection(ReflectionRecord(
+                id="20260101T000000Z-000000a1", branch="reverie/reflection/20260101T000000Z-000000a1",
+                status="merged", reason=None, **base,  # type: ignore[arg-type]
+            ))
+
+    anyio.run(setup, backend="trio")
+    listed = CliRunner().invoke(_app(), ["reflections", "list"])
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if "│" in line and "2026" in line}
+    assert "failed" in rows["20260101T000000Z-000000f1"] and "boom" in rows["20260101T000000Z-000000f1"]
+    assert "merged" in rows["20260101T000000Z-000000a1"]
