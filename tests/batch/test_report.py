@@ -106,6 +106,11 @@ def test_run_report_renders_in_chromium(cli: typer.Typer, tmp_path: Path) -> Non
         assert detail.locator(".diff table.files").is_visible()
         assert "persona.md" in detail.locator(".diff").inner_text()
         assert "FAILED" in detail.locator(".checks").inner_text()
+        page.select_option("#status-filter", "")
+        page.click("tr.task-row[data-task-id='chat']")
+        assert 'reflection_trigger="off"' in page.locator(".sections[data-task-id='chat'] .settings").inner_text()
+        page.click("tr.task-row[data-task-id='chat']")
+        assert page.locator(".sections[data-task-id='chat']").count() == 0, "a second click closes the task"
         page.fill("#text-filter", "never said")
         assert page.locator("tr.task-row").count() == 2
         page.screenshot(path=str(tmp_path / "run-report.png"), full_page=True)
