@@ -219,11 +219,20 @@ def _tmp_tops(paths: Sequence[Path]) -> list[Path]:
     return list(tops)
 
 
+def _interpreter_paths() -> list[Path]:
+    """Where the hook's interpreter and reverie's own code live, unresolved and resolved: a venv's
+    ``bin/python`` is a symlink out of the venv, so a checkout under ``/tmp`` would vanish behind the
+    private ``/tmp`` if only the resolved interpreter were kept visible."""
+    package_root = Path(__file__).resolve().parents[2]
+    candidates = (Path(sys.executable).absolute(), Path(sys.prefix), _real(sys.executable), package_root)
+    return [path for path in candidates if path is not None]
+
+
 def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str]) -> list[str]:
     """The bubblewrap command line that runs ``command`` confined (see the module docstring)."""
     mounts = _mounts(ctx, env)
     argv = ["bwrap", *_base_args()]
-    visible = [_real(sys.executable), _real(env["HOME"]) if env.get("HOME") else None]
+    visible = [*_interpreter_paths(), _real(env["HOME"]) if env.get("HOME") else None]
     for top in _tmp_tops([*mounts.writable, *mounts.readonly, *(p for p in visible if p is not None)]):
         argv += ["--ro-bind", str(top), str(top)]
     for path in sorted(mounts.writable, key=lambda p: len(p.parts)):

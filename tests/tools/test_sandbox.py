@@ -4,9 +4,12 @@ memory repo's hooks and config, worktrees, network, and the auto/bwrap/off modes
 from __future__ import annotations
 
 import os
+import shutil
+import site
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -236,3 +239,32 @@ async def test_the_git_wrapper_is_first_on_path_and_read_only(tmp_path: Path) ->
     for attack in ('echo "exit 0" > "$(command -v git)"', 'rm -f "$(command -v git)"', 'rm -rf "$(dirname "$(command -v git)")"'):
         assert not (await run_bash(attack, ctx)).ok, attack
     assert await anyio.Path(wrapper).read_bytes() == before
+
+
+def test_an_interpreter_installed_under_tmp_stays_visible_inside_the_sandbox(tmp_path: Path) -> None:
+    """A checkout cloned under /tmp has its venv there too: the pre-commit hook's interpreter must
+    not vanish behind the sandbox's private /tmp (it did, so every commit from bash failed)."""
+    top = Path(tempfile.mkdtemp(prefix="reverie-venv-", dir="/tmp"))  # apart from tmp_path's /tmp entry
+    try:
+        _run_probe_in_venv(top / "venv", tmp_path)
+    finally:
+        shutil.rmtree(top)
+
+
+def _run_probe_in_venv(venv: Path, tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    probe = (
+        "import sys, anyio\n"
+        "from pathlib import Path\n"
+        "from orchestrator.tools import ToolContext, run_bash\n"
+        "ws = Path(sys.argv[1]); ws.mkdir()\n"
+        "ctx = ToolContext(memory_dir=None, agent_id='a', agent_name='A', conversation_id='c', sandbox='bwrap', workspace=ws)\n"
+        "result = anyio.run(run_bash, f'{sys.executable} -c \"print(40 + 2)\"', ctx)\n"
+        "print(result.ok, result.output)\n"
+    )
+    paths = [str(Path(__file__).resolve().parents[2]), *site.getsitepackages()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run([str(python), "-c", probe, str(tmp_path / "ws")], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True") and "42" in done.stdout, done.stdout
