@@ -513,9 +513,86 @@ class LocalRepo:
             raise GitError(("worktree", "add"), 128, f"fatal: cannot create branch {branch!r}: {error}", self.top_level) from error
         try:
             self._repo.add_worktree(path.name, str(path), ref)
-        except (KeyError, ValueError, pygit2.GitError) as error:
+        except (KeyError, ValueError, OSError, pygit2.GitError) as error:
             ref.delete()
             raise GitError(("worktree", "add"), 128, f"fatal: {error}", self.top_level) from error
+
+    def fast_forward(self, tip: str) -> str | None:
+        """``git merge --ff-only tip`` on this checkout, in-process: ``"done"``; ``"dirty"`` when an
+        uncommitted or untracked file would be overwritten (nothing changed); ``"moved"`` when
+        ``tip`` does not contain ``HEAD`` (nothing changed); None when libgit2 could not tell, so
+        the caller asks git. Files and index are checked out safely first, the branch moves last
+        (git's order), and only if it still holds the commit the checkout started from."""
+        pygit2 = _pygit2()
+        try:
+            branch = self._repo.references["HEAD"].resolve()
+            start = str(branch.target)
+            if start == tip:
+                return "done"
+            if not self._repo.descendant_of(tip, start):
+                return "moved"
+            target = self._repo.revparse_single(tip).peel(pygit2.Commit)
+            try:
+                self._repo.checkout_tree(target.tree, strategy=pygit2.enums.CheckoutStrategy.SAFE)
+            except pygit2.GitError as error:
+                if "conflict" in str(error).lower():
+                    return "dirty"
+                raise
+            if self._ref_target(branch.name) != start:
+                return "moved"
+            self._repo.references.create(branch.name, target.id, force=True)
+        except (KeyError, ValueError, OSError, pygit2.GitError):
+            return None
+        return "done"
+
+    def rebase_onto(self, onto: str) -> tuple[str, ...] | None:
+        """``git rebase --empty=keep onto`` of this checkout's branch, in memory, when it is clean.
+
+        Each commit of ``onto..HEAD`` (oldest first) is cherry-picked with a three-way tree merge,
+        keeping its author and message, committed by the harness; then the checkout (a clean one,
+        the caller made sure) is moved to the new tip and the branch ref last, so a crash leaves the
+        branch where it was. Returns the new commits, or None without touching anything when git's
+        own rebase must decide: a conflict, a merge commit, or a commit that is or becomes empty
+        (git drops one whose change is already upstream).
+        """
+        pygit2 = _pygit2()
+        try:
+            replayed = self._replay(onto)
+            if replayed is None:
+                return None
+            tip = self._repo[replayed[-1]]
+            self._repo.checkout_tree(tip.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+            branch = self._repo.references["HEAD"].resolve().name
+            self._repo.references.create(branch, tip.id, force=True)
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise self._fail("rebase", error) from error
+        return tuple(str(oid) for oid in replayed)
+
+    def _replay(self, onto: str) -> list[Any] | None:
+        pygit2 = _pygit2()
+        repo = self._repo
+        base = repo.revparse_single(onto).peel(pygit2.Commit)
+        picks = [repo[oid] for oid in self.commits(onto, "HEAD")]
+        if not picks or any(len(commit.parent_ids) != 1 for commit in picks):
+            return None
+        committer = pygit2.Signature(HARNESS_NAME, HARNESS_EMAIL)
+        replayed: list[Any] = []
+        for commit in picks:
+            parent = repo[commit.parent_ids[0]]
+            if commit.tree_id == parent.tree_id:
+                return None
+            merged = repo.merge_trees(parent.tree, base.tree, commit.tree)
+            if merged.conflicts is not None:
+                return None
+            tree = merged.write_tree(repo)
+            if tree == base.tree_id:
+                return None
+            encoding = commit.message_encoding
+            details = (None, commit.author, committer, commit.raw_message, tree, [base.id])
+            oid = repo.create_commit(*details, encoding) if encoding else repo.create_commit(*details)
+            replayed.append(oid)
+            base = repo[oid]
+        return replayed
 
     def prune_worktrees(self) -> tuple[str, ...]:
         """``git worktree prune``: forget linked worktrees whose folder is gone (unless locked);

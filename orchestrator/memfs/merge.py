@@ -45,7 +45,7 @@ from anyio import Path as AsyncPath
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, LocalRepo, ask
+from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
@@ -304,13 +304,21 @@ class _Merge:
         if errors:
             files = await _changed_files(self.worktree, head, self.tip)
             return self.outcome("kept", commits, files, reason=REASON_INVALID, reason_code="invalid", errors=tuple(errors))
-        ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
+        tip = self.tip
+        moved = await ask(self.repo, lambda repo: repo.fast_forward(tip))
+        ff = GitResult(0, b"", b"") if moved == "done" else None
+        if moved is None:
+            ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
         files = await _changed_files(self.worktree, head, self.tip)
-        if ff.ok:
+        if ff is not None and ff.ok:
             await fault_point("after-ff")
             await self.unpin()
             status: MergeStatus = "resolved" if self.resolved_files else "merged"
             return replace(self.outcome(status, commits, files), new_head=self.tip)
+        if moved == "dirty":
+            return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
+        if moved == "moved" or ff is None:
+            raise _Raced
         message = ff.stderr
         if "would be overwritten" in message or "untracked working tree files" in message:
             return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
@@ -325,7 +333,11 @@ class _Merge:
             pin, tip = _pin_ref(self.branch), self.original_tip
             self.pinned = await ask(self.repo, lambda repo: repo.set_ref(pin, tip, expected=""))
         await fault_point("before-rebase")
-        rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
+        replayed = await ask(self.worktree, lambda repo: repo.rebase_onto(head))
+        if replayed is not None:
+            rebase = GitResult(0, b"", b"")
+        else:
+            rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
             why: str | None = None

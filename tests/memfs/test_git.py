@@ -166,3 +166,75 @@ async def test_ask_runs_the_question_off_the_event_loop(tmp_path: Path) -> None:
     repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "r")
     head = (await anyio.to_thread.run_sync(_cli, repo, "rev-parse", "HEAD")).decode().strip()
     assert await ask(repo, lambda local: local.head()) == head
+
+
+def _branch_with(repo: Path, tmp_path: Path, rel: str, text: str) -> tuple[Path, str]:
+    """A linked worktree on ``side`` at the parent's HEAD~1... with one commit writing ``rel``."""
+    path = tmp_path / "wt" / "side"
+    path.parent.mkdir(exist_ok=True)
+    git(repo, "worktree", "add", "-q", "-b", "side", str(path), "HEAD")
+    return path, commit_file(path, rel, text, "side work")
+
+
+def test_fast_forward_moves_files_index_and_branch_like_git(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    path, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "from the side"))
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip) == "done"
+        assert local.head() == tip
+    assert _cli(repo, "status", "--porcelain") == b""
+    assert (repo / "notes" / "new.md").read_text(encoding="utf-8") == note("new", "from the side")
+
+
+def test_fast_forward_never_overwrites_local_changes_or_untracked_files(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    path, tip = _branch_with(repo, tmp_path, "notes/hot.md", note("hot", "side"))
+    (repo / "notes" / "hot.md").write_text("mine\n", encoding="utf-8")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip) == "dirty"
+        assert local.head() == head
+    assert (repo / "notes" / "hot.md").read_text(encoding="utf-8") == "mine\n"
+    git(repo, "checkout", "--", "notes/hot.md")
+    commit_file(path, "notes/extra.md", note("extra", "side"), "more")
+    (repo / "notes" / "extra.md").write_text("untracked, mine\n", encoding="utf-8")
+    side = _cli(path, "rev-parse", "HEAD").decode().strip()
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(side) == "dirty"
+        assert local.head() == head
+    assert (repo / "notes" / "extra.md").read_text(encoding="utf-8") == "untracked, mine\n"
+
+
+def test_fast_forward_refuses_a_tip_that_does_not_contain_head(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    path, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "x"))
+    moved = commit_file(repo, "human.md", note("human", "main moved"), "main")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip) == "moved"
+        assert local.head() == moved
+
+
+def test_rebase_in_memory_replays_onto_the_parent_or_leaves_a_conflict_to_git(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    path, old = _branch_with(repo, tmp_path, "notes/new.md", note("new", "x"))
+    head = commit_file(repo, "human.md", note("human", "main moved"), "main")
+    with open_repo(path) as worktree:
+        assert worktree is not None
+        (new,) = worktree.rebase_onto(head) or ()
+    assert _cli(path, "rev-parse", "HEAD").decode().strip() == new != old
+    assert _cli(path, "rev-parse", f"{new}^").decode().strip() == head
+    assert _cli(path, "log", "-1", "--format=%an %ae %at|%B", new) == _cli(path, "log", "-1", "--format=%an %ae %at|%B", old)
+    assert _cli(path, "log", "-1", "--format=%cn", new).decode().strip() == "Reverie"
+    assert _cli(path, "status", "--porcelain") == b""
+    commit_file(path, "notes/hot.md", note("hot", "side edit"), "side hot")
+    mine = _cli(path, "rev-parse", "HEAD").decode().strip()
+    main = commit_file(repo, "notes/hot.md", note("hot", "main edit"), "main hot")
+    with open_repo(path) as worktree:
+        assert worktree is not None
+        assert worktree.rebase_onto(main) is None
+    assert _cli(path, "rev-parse", "HEAD").decode().strip() == mine
+    assert _cli(path, "status", "--porcelain") == b""
