@@ -41,7 +41,6 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +54,7 @@ from anyio import CancelScope, create_task_group, sleep
 from anyio import Path as AsyncPath
 
 from orchestrator.base.errors import UsageError
+from orchestrator.memfs.git import GitError, LocalRepo, open_repo
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.locks import merge_lock
@@ -358,28 +358,29 @@ async def _main_writer(repo: Path, config: StressConfig, state: _State, stop: li
         await sleep(config.main_interval)
 
 
-def _read_object(proc: subprocess.Popen[bytes], oid: str) -> tuple[str, bytes]:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(oid.encode() + b"\n")
-    proc.stdin.flush()
-    header = proc.stdout.readline().split()
-    if len(header) != 3:
-        raise RuntimeError(f"object {oid} is missing")
-    data = proc.stdout.read(int(header[2]))
-    proc.stdout.read(1)
-    return header[1].decode(), data
+def _read_object(local: LocalRepo, oid: str) -> tuple[str, bytes]:
+    found = local.read(oid)
+    if found is None:
+        raise GitError(("cat-file",), 128, f"fatal: object {oid} is missing", local.top_level)
+    return found
 
 
 def _sweep_invalid(repo: Path, commits: list[str]) -> int:
-    """Audit every commit's tree in-process over one ``git cat-file --batch`` (blocking)."""
-    proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    """Audit every commit's tree in-process, objects read through the git seam (blocking)."""
+    with open_repo(repo) as local:
+        if local is None:
+            raise GitError(("cat-file",), 128, "fatal: not the top level of a git repository", repo)
+        return _sweep_with(local, commits)
+
+
+def _sweep_with(local: LocalRepo, commits: list[str]) -> int:
     trees: dict[str, dict[str, Entry]] = {}
     blobs: dict[str, bytes] = {}
 
     def tree(oid: str, prefix: str = "") -> dict[str, Entry]:
         key = prefix + "\0" + oid
         if key not in trees:
-            _, data = _read_object(proc, oid)
+            _, data = _read_object(local, oid)
             entries: dict[str, Entry] = {}
             pos = 0
             while pos < len(data):
@@ -397,7 +398,7 @@ def _sweep_invalid(repo: Path, commits: list[str]) -> int:
         return trees[key]
 
     def commit_tree(oid: str) -> tuple[dict[str, Entry], dict[str, Entry]]:
-        _, data = _read_object(proc, oid)
+        _, data = _read_object(local, oid)
         lines = data.split(b"\n\n", 1)[0].decode().splitlines()
         own = tree(lines[0].split()[1])
         parents = [line.split()[1] for line in lines if line.startswith("parent ")]
@@ -405,29 +406,24 @@ def _sweep_invalid(repo: Path, commits: list[str]) -> int:
         return own, parent
 
     def commit_tree_only(oid: str) -> dict[str, Entry]:
-        _, data = _read_object(proc, oid)
+        _, data = _read_object(local, oid)
         return tree(data.split(b"\n", 1)[0].decode().split()[1])
 
     invalid = 0
-    try:
-        for sha in commits:
-            index, head = commit_tree(sha)
-            for entry in [*index.values(), *head.values()]:
-                if entry.oid not in blobs and entry.mode.startswith("100"):
-                    blobs[entry.oid] = _read_object(proc, entry.oid)[1]
-            ordered = {p: index[p] for p in sorted(index, key=path_order_key)}
-            snapshot = Snapshot(
-                index=MappingProxyType(ordered),
-                head=MappingProxyType(head),
-                blobs=MappingProxyType(blobs),
-                changes=MappingProxyType(diff_status(ordered, head)),
-            )
-            if not audit_snapshot(snapshot, ROOT_MARKER).ok:
-                invalid += 1
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait()
+    for sha in commits:
+        index, head = commit_tree(sha)
+        for entry in [*index.values(), *head.values()]:
+            if entry.oid not in blobs and entry.mode.startswith("100"):
+                blobs[entry.oid] = _read_object(local, entry.oid)[1]
+        ordered = {p: index[p] for p in sorted(index, key=path_order_key)}
+        snapshot = Snapshot(
+            index=MappingProxyType(ordered),
+            head=MappingProxyType(head),
+            blobs=MappingProxyType(blobs),
+            changes=MappingProxyType(diff_status(ordered, head)),
+        )
+        if not audit_snapshot(snapshot, ROOT_MARKER).ok:
+            invalid += 1
     return invalid
 
 
