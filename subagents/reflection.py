@@ -38,6 +38,7 @@ from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
+from orchestrator.memfs.recovery import recover
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import Worktree, create_worktree
@@ -266,8 +267,6 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     store. Runs of live processes are spared; a run whose process died keeps its branch, and every
     unmerged reflection branch is recorded as ``kept_recovered`` (waiting: retried like pending).
     Returns the records that are pending afterwards."""
-    from orchestrator.memfs.recovery import recover
-
     records = await store.reflections(agent_id)
     live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and pid_alive(r.owner_pid)}
     report = await recover(memory_dir, active=live)

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
+from orchestrator.memfs.git import run
+from orchestrator.memfs.reader import open_reader
+from orchestrator.memfs.validator import audit_head
 
 __all__ = ["AuditedCompile", "audit_errors", "compile_audited"]
 
@@ -38,8 +41,6 @@ class AuditedCompile:
 
 def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
     """The M8 audit's error lines for ``revision`` (empty when it passes), cached per commit."""
-    from orchestrator.memfs.validator import audit_head
-
     key = (str(memory_dir), revision)
     if key not in _AUDITED:
         if len(_AUDITED) >= _CACHE_SIZE:
@@ -49,8 +50,6 @@ def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
 
 
 def _head(memory_dir: Path) -> str | None:
-    from orchestrator.memfs.reader import open_reader
-
     with open_reader(memory_dir) as reader:
         if reader is None:
             return None
@@ -59,8 +58,6 @@ def _head(memory_dir: Path) -> str | None:
 
 
 def _last_valid_ancestor(memory_dir: Path, revision: str) -> str | None:
-    from orchestrator.memfs.git import run
-
     listed = run(memory_dir, "rev-list", "--first-parent", f"--max-count={_ANCESTORS}", revision, check=False)
     for commit in listed.stdout.split()[1:]:
         if not audit_errors(memory_dir, commit):

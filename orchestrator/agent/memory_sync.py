@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
+from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
@@ -139,8 +140,6 @@ def sync_reminder_for(result: SyncResult) -> str | None:
 
 def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
     """The M8 audit of a commit, shared with the audit before the model (each commit once per process)."""
-    from orchestrator.agent.audit import audit_errors
-
     return audit_errors(memory_dir, revision)
 
 

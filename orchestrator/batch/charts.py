@@ -17,6 +17,7 @@ __all__ = ["chart_figure", "write_charts"]
 
 def chart_figure(labels: Sequence[str], values: Sequence[float], title: str, *, xlabel: str = "setting") -> Any:
     """One bar chart as a matplotlib ``Figure`` (drawn on an Agg canvas)."""
+    # lazy: matplotlib is the slowest import of a run and only charts use it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

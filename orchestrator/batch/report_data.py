@@ -23,6 +23,7 @@ from typing import Any
 
 from orchestrator.base.errors import ReverieError
 from orchestrator.batch.eventlog import EventRecord, event_log_path
+from orchestrator.batch.report_svg import sweep_charts
 from orchestrator.batch.report_task import task_detail
 from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
 from orchestrator.batch.runner import task_paths
@@ -235,8 +236,6 @@ def _matrix(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def gather_sweep(sweep_dir: Path, *, workers: int = 4) -> ReportData:
     """A sweep directory's report: every setting's run, the task x setting matrix, the charts."""
-    from orchestrator.batch.report_svg import sweep_charts
-
     dirs = _setting_dirs(sweep_dir)
     if not dirs:
         raise ReportError(f"{sweep_dir}: no setting directories with {RESULTS_FILE} (not a sweep directory)")

@@ -32,6 +32,7 @@ from orchestrator.batch.results import (
 )
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
+from orchestrator.batch.telemetry import SpanEmitter, otel_available
 
 __all__ = ["RETRY_STATUSES", "RUN_FILE", "RunReport", "pending_tasks", "retry_candidates", "run_suite"]
 
@@ -82,8 +83,6 @@ def _elapsed_so_far(out_dir: Path) -> float:
 
 
 def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
-    from orchestrator.batch.telemetry import SpanEmitter, otel_available
-
     if not otel_available() or not results:
         return
     emitter = SpanEmitter(out_dir)

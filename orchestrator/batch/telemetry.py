@@ -23,6 +23,7 @@ SPANS_FILE = "otel-spans.jsonl"
 
 def otel_available() -> bool:
     try:
+        # optional: opentelemetry comes with the dev extra; spans are written only when it is installed
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError:
         return False
@@ -37,6 +38,7 @@ class SpanEmitter:
     """Emits spans for tasks of one run (blocking calls; use from a thread)."""
 
     def __init__(self, run_dir: Path) -> None:
+        # optional: opentelemetry comes with the dev extra; spans are written only when it is installed
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
@@ -60,6 +62,7 @@ class SpanEmitter:
             self._handle = None
 
     def emit_task(self, task_id: str, records: Sequence[EventRecord], *, status: str) -> None:
+        # optional: opentelemetry comes with the dev extra; spans are written only when it is installed
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
 

@@ -13,9 +13,12 @@ stderr and a non-zero exit, never a traceback; ``REVERIE_DEBUG=1`` shows the tra
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import TYPE_CHECKING, Any
+
+from orchestrator import __version__
 
 if TYPE_CHECKING:
     import typer
@@ -44,13 +47,12 @@ _HELP = "Agents whose memory is Markdown in git, with background reflection and 
 
 
 def version_line() -> str:
-    from orchestrator import __version__
-
     return f"reverie {__version__}"
 
 
 def _version_callback(value: bool) -> None:
     if value:
+        # lazy: `reverie --version` imports no typer
         import typer
 
         print(version_line())
@@ -67,6 +69,7 @@ def _unavailable(app: typer.Typer, name: str, module: str, exc: BaseException) -
     reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
 
     def broken() -> None:
+        # lazy: only a failure needs the error tree
         from orchestrator.cli.errors import fail
 
         fail(f"the `{name}` command is unavailable: {module} failed to import ({reason})")
@@ -79,8 +82,6 @@ def _unavailable(app: typer.Typer, name: str, module: str, exc: BaseException) -
 
 
 def _register_module(app: typer.Typer, module: str, names: list[str]) -> None:
-    import importlib
-
     try:
         mod = importlib.import_module(module)
     except Exception as exc:
@@ -99,6 +100,7 @@ def _register_module(app: typer.Typer, module: str, names: list[str]) -> None:
 def build_app(command: str | None = None) -> typer.Typer:
     """The typer app with ``command``'s module only, or with every module when ``command`` is None
     or unknown."""
+    # lazy: `reverie --version` imports no typer
     import typer
 
     app = typer.Typer(
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
 def _report(exc: BaseException) -> Any:
     if isinstance(exc, SystemExit) or os.environ.get("REVERIE_DEBUG"):
         raise exc
+    # lazy: only a failure needs the error tree
     from orchestrator.cli.errors import describe, fail, interrupted, user_error_in
 
     if interrupted(exc):

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
     command_line,
@@ -57,6 +58,7 @@ ScriptedLatencyOption = Annotated[
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
 def _load(suite: Path) -> list[Any]:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.suite import SuiteError, load_suite
 
     if suite.is_dir():
@@ -86,6 +88,7 @@ def _options(
 
 
 def _executor(kind: str, concurrency: int, ray_address: str | None) -> Any:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.executors import make_executor
     from orchestrator.batch.ray_exec import ray_available
 
@@ -123,6 +126,7 @@ def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
 
 
 def _select(tasks: list[Any], ids: list[str] | None, limit: int | None) -> list[Any]:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.suite import SuiteError, select_tasks
 
     try:
@@ -158,10 +162,9 @@ def run(
     write_report: ReportOption = False,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
     from orchestrator.batch.run import run_suite
-    from orchestrator.cli.commands import run_async
-
     if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
         fail("--retry-failed reruns tasks in place: give the run directory once (drop --out)")
     out_dir = retry_failed or out
@@ -190,6 +193,7 @@ def run(
     if recorded and not (resume or retry_failed):
         fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
              "--retry-failed to rerun its failures, or choose another --out")
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.run import retry_candidates
 
     retry = [t.id for t in tasks] if retry_failed is not None else None
@@ -259,9 +263,8 @@ def sweep(
     write_report: ReportOption = False,
 ) -> None:
     """Run the suite under each reflection-trigger setting and compare them (table and PNG charts)."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.sweep import COMPARISON_FILE, expand_triggers, run_sweep
-    from orchestrator.cli.commands import run_async
-
     try:
         settings = expand_triggers(trigger)
     except ValueError as exc:
@@ -271,6 +274,7 @@ def sweep(
     options = _options(out_dir, model, context_window, None, None)
     _executor(executor, concurrency, ray_address)
     if not resume:
+        # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.batch.results import RESULTS_FILE
 
         for setting in settings:
@@ -296,6 +300,7 @@ def sweep(
         async def main() -> Any:
             async with AsyncExitStack() as stack:
                 if executor == "ray":
+                    # lazy: `reverie --help` imports every command module (cli/app.py)
                     from orchestrator.batch.ray_exec import ray_session
 
                     await stack.enter_async_context(ray_session(concurrency, ray_address))
@@ -339,6 +344,7 @@ def events(
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON lines.")] = False,
 ) -> None:
     """Print a run's event log, oldest first: turns, model calls with tokens and latency, tools, commits, reminders, compactions, reflections."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.eventlog import (
         EVENTS_DIR,
         event_log_path,

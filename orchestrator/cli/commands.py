@@ -33,6 +33,7 @@ async def require_agent(store: Any, agent_id: str) -> None:
 
 async def require_agent_in_home(agent_id: str) -> None:
     """:func:`require_agent` against this home's store, for commands that open their own session."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.store import Store
 
     async with Store.opened() as store:
@@ -57,6 +58,7 @@ def prompt_cmd(
     fresh: Annotated[bool, typer.Option("--fresh", help="Compile from the committed memory now instead of the cache.")] = False,
 ) -> None:
     """Print the system prompt the conversation uses (its cached compile), or a fresh compile."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.compiler import compile_system_prompt
     from orchestrator.runtime.runtime import Runtime
 
@@ -95,6 +97,7 @@ def history(
     list_conversations: Annotated[bool, typer.Option("--list", help="List the agent's conversations instead.")] = False,
 ) -> None:
     """Show a conversation's whole durable transcript (evicted messages included), numbered from 1 in each conversation."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.runtime.runtime import Runtime
 
     async def main() -> Any:
@@ -157,6 +160,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Search everything the agent's conversations ever held (FTS5, BM25), evicted messages included."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.runtime.runtime import Runtime
 
     if not query.strip():
@@ -188,6 +192,7 @@ def reflect(
     conversation: ConversationOption = None,
 ) -> None:
     """Reflect on the conversation now (ignores the trigger and a failure pause) and wait for the merge."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
 
     renderer = TerminalRenderer()

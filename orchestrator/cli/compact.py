@@ -39,6 +39,7 @@ def compact(
     """Compact a conversation now: summarise older messages, keep the recent ones."""
     if mode is not None and mode not in _MODES:
         raise UserError(f"--mode {mode!r}: use one of {', '.join(_MODES)}")
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
     from subagents.compaction import CompactionSubagent
 

@@ -24,6 +24,7 @@ _POLICIES = ("root-marker", "legacy-only", "shared-memory")
 def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
     """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
     a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import run
 
     if directory is not None:
@@ -47,6 +48,7 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
 def repo_in_trouble(repo: Path) -> str | None:
     """Why the checkout cannot be worked on now (a rebase or merge stopped half-way, unmerged files),
     with the git commands that finish or undo it; None when it is fine. Nothing is changed."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.repo import repo_status
 
     status = repo_status(repo)
@@ -65,6 +67,7 @@ def repo_in_trouble(repo: Path) -> str | None:
 @app.command("init")
 def init(agent: AgentOption = DEFAULT_AGENT_ID) -> None:
     """Create the agent's memory repository (v2 layout, hook installed, first commit)."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.repo import init_memory_repo
 
     path = agent_memory_dir(agent)
@@ -87,6 +90,7 @@ def validate(
     agent: AgentOption = DEFAULT_AGENT_ID,
 ) -> None:
     """Validate the staged tree (what `git commit` would check) and print the hook's report."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.repo import head_revision
     from orchestrator.memfs.validator import audit_head, format_report, validate_staged
 
@@ -110,6 +114,7 @@ def install_hook(
     policy: Annotated[str, typer.Option("--policy", "-p", help="root-marker, legacy-only or shared-memory.")] = "root-marker",
 ) -> None:
     """Install reverie's pre-commit validation hook into any git repository."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.hook import install_hook as _install
     from orchestrator.memfs.repo import is_memory_repo
 
@@ -127,6 +132,7 @@ def tree(
     agent: AgentOption = DEFAULT_AGENT_ID,
 ) -> None:
     """Show the committed memory as a tree: core files, indexed folders, deferred files, skills."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import run
     from orchestrator.memfs.repo import head_revision
 
@@ -158,6 +164,7 @@ def _escape(text: str) -> str:
 
 
 def _kind(rel: str, all_paths: set[str]) -> str:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.layout import MEMFS_V2, is_projected_memory_path, is_skills_path
 
     if is_skills_path(rel):

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.base.paths import DEFAULT_AGENT_ID, store_path
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
 from orchestrator.memfs.merge import discard_branch, merge_branch
@@ -38,8 +39,6 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
     Branches come from git (the truth about commits); launches whose branch is gone (merged, no
     changes, failed) come from the store, so a failed run is listed as failed, not as merged.
     """
-    from orchestrator.cli.commands import run_async
-
     repo = resolve_memory_dir(memory_dir, agent)
     branches = run_async(lambda: list_reflections(repo, kind=None))
     records = {r.branch: r for r in run_async(lambda: _records(agent))} if store_path().exists() else {}
@@ -87,8 +86,6 @@ def merge(
     memory_dir: MemoryDirOption = None,
 ) -> None:
     """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict."""
-    from orchestrator.cli.commands import run_async
-
     repo = resolve_memory_dir(memory_dir, agent)
     trouble = repo_in_trouble(repo)
     if trouble is not None:
@@ -118,8 +115,6 @@ def discard(
     repo = resolve_memory_dir(memory_dir, agent)
     if not yes and not typer.confirm(f"Discard reflection {id} and its unmerged commits?"):
         raise typer.Exit(1)
-    from orchestrator.cli.commands import run_async
-
     dropped = run_async(lambda: discard_branch(repo, id))
     _mark_if_stored(agent, id, "discarded")
     _out.print(f"Discarded {id}: {len(dropped)} unmerged commit(s) dropped.")
@@ -131,8 +126,6 @@ async def _records(agent: str) -> list[ReflectionRecord]:
 
 
 def _mark_if_stored(agent: str, branch_or_id: str, status: str) -> None:
-    from orchestrator.cli.commands import run_async
-
     if store_path().exists():
         run_async(lambda: _mark(agent, branch_or_id, status))
 

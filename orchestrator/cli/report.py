@@ -21,6 +21,7 @@ _out = Console(highlight=False, soft_wrap=True)
 
 
 def _write(run_dir: Path, out: Path | None) -> Path:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.report_data import ReportError
     from orchestrator.batch.report_html import write_report
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 
 __all__ = ["register", "stress"]
@@ -57,8 +58,6 @@ def stress(
         raise UserError(f"--workdir {workdir}: not a directory")
     if workdir is not None and workdir.exists() and any(workdir.iterdir()):
         raise UserError(f"--workdir {workdir}: directory is not empty")
-    from orchestrator.cli.commands import run_async
-
     if as_json:
         report = run_async(lambda: _run(config, workdir, None))
         _out.print(json.dumps(report.to_json()))

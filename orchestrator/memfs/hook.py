@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.policy import POLICY_FILE_NAME, ROOT_MARKER, LayoutPolicy, policy_file_text
+from orchestrator.memfs.validator import format_report, validate_staged
 
 __all__ = ["HOOK_MARKER", "hook_script", "install_hook", "main"]
 
@@ -80,8 +81,6 @@ def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = 
 
 def main(argv: list[str] | None = None) -> int:
     """Validate the index of the repository git runs the hook in; 0 accept, 1 reject."""
-    from orchestrator.memfs.validator import format_report, validate_staged
-
     try:
         result = validate_staged(Path.cwd())
     except (GitError, OSError):

@@ -76,9 +76,11 @@ class LockBusy(MemfsError, RuntimeError):
 def _loop_token() -> Any:
     """An object identifying the running event loop: locks must not cross loops or backends."""
     if sniffio.current_async_library() == "trio":
+        # only the running backend's module
         import trio
 
         return trio.lowlevel.current_root_task()
+    # only the running backend's module
     import asyncio
 
     return asyncio.get_running_loop()

@@ -56,6 +56,7 @@ from orchestrator.memfs.resolution import (
     conflicted_files,
     resolve_rebase,
 )
+from orchestrator.memfs.validator import audit_head
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
     Worktree,
@@ -153,8 +154,6 @@ class MergeOutcome:
 
 async def default_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
     """The MemFS validator's audit (frontmatter rules and tree constraints, S13) in a thread."""
-    from orchestrator.memfs.validator import audit_head
-
     result = await anyio.to_thread.run_sync(lambda: audit_head(checkout, revision=revision, base=base))
     return tuple(result.errors)
 

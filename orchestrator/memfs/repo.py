@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
+from orchestrator.memfs.hook import install_hook
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -119,8 +120,6 @@ def init_memory_repo(
     the reference reinstalls hooks on every harness operation). A non-empty directory that is not
     a repository is refused rather than swallowed into memory.
     """
-    from orchestrator.memfs.hook import install_hook
-
     if path.exists() and not path.is_dir():
         raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
     if is_memory_repo(path):

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
+from orchestrator.memfs import gitsnapshot
 from orchestrator.memfs.constraints import (
     CONFIG_PATH,
     DEFAULT_CONFIG,
@@ -270,8 +271,6 @@ def validate_staged(
     ``policy`` None reads the repository's policy file as the hook does; ``env`` None is this
     process's environment (where the approval variable is looked up).
     """
-    from orchestrator.memfs import gitsnapshot
-
     repo = Path(repo_dir)
     chosen = gitsnapshot.read_policy(repo) if policy is None else policy
     snapshot = gitsnapshot.read_staged_snapshot(repo)
@@ -287,8 +286,6 @@ def audit_head(
     parent (an empty tree for a root commit). A repository without commits is valid. The policy is
     resolved as the reference's audit does (memfs.md 1.5).
     """
-    from orchestrator.memfs import gitsnapshot
-
     repo = Path(repo_dir)
     snapshot = gitsnapshot.read_commit_snapshot(repo, revision, base)
     if snapshot is None:

@@ -42,6 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
+from orchestrator.models.scripted import ScriptedModel
 
 from .types import (
     Message,
@@ -529,8 +530,6 @@ def resolve_model_client(
     values, keys ``base_url``, ``api_key``, ``model``, ``idle_timeout``). With no endpoint anywhere
     the offline ``ScriptedModel`` is returned, so reverie works without a network.
     """
-    from .scripted import ScriptedModel
-
     env = os.environ if environ is None else environ
     cfg = config or {}
 

@@ -37,6 +37,7 @@ __all__ = ["Runtime", "build_model"]
 def build_model(settings: Settings) -> ModelClient:
     """The OpenAI-compatible client when an endpoint is configured, else the scripted model."""
     if settings.base_url:
+        # lazy: the OpenAI SDK takes over a second to import; the scripted model needs none of it
         from orchestrator.models.openai_client import model_from_settings
 
         return model_from_settings(
