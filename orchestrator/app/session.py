@@ -21,6 +21,8 @@ import anyio
 from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
+from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
+from orchestrator.memfs.repo import head_revision
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
@@ -28,6 +30,7 @@ from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.store import Turn
+from orchestrator.tools import tool_specs
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
 from subagents.resolver import make_resolver
@@ -209,9 +212,6 @@ class ChatSession:
         await self.runtime.store.update_agent(self.agent.agent_id, settings={"model": name})
 
     async def context_use(self) -> ContextUse:
-        from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
-        from orchestrator.tools import tool_specs
-
         store = self.runtime.store
         history = await store.in_context(self.conversation_id)
         prompt = await store.get_prompt(self.conversation_id)
@@ -236,8 +236,6 @@ class ChatSession:
         return ContextUse(size.tokens, self.runner.settings.context_window, size.source)
 
     async def memory_head(self) -> str | None:
-        from orchestrator.memfs.repo import head_revision
-
         return await anyio.to_thread.run_sync(head_revision, self.agent.memory_dir)
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["RunProgress", "command_line", "failure_lines", "progress_bar", "results_table"]
 
@@ -142,8 +143,6 @@ def _columns(results: Sequence[Any], summary: Mapping[str, Any]) -> list[tuple[s
 
 
 def _plain_len(text: str) -> int:
-    from rich.text import Text
-
     return Text.from_markup(text).cell_len
 
 

@@ -14,7 +14,6 @@ when an input line was invalid.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +24,8 @@ import typer
 from orchestrator.base.events import Event
 from orchestrator.base.paths import DEFAULT_AGENT_ID, reverie_home
 from orchestrator.cli.aio import run_async
-from orchestrator.cli.errors import UserError
+from orchestrator.cli.errors import UserError, describe, user_error_in
+from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer
 
@@ -91,6 +91,7 @@ def chat(
         raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
     cli = _cli_settings(context_window, model)
     if prompt is not None or streaming_input:
+        # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.cli.chat_headless import run_headless
 
         code = run_async(lambda: run_headless(agent, conversation, new, cli, prompt, fmt, verbose, model))
@@ -98,14 +99,6 @@ def chat(
         code = _interactive(agent, conversation, new, cli, verbose, model)
     if code:
         raise typer.Exit(code)
-
-
-def warn_unused_model(session: Any, model: str | None, say: Callable[[str], None]) -> None:
-    if model and not session.runtime.settings.uses_endpoint:
-        say(
-            f"reverie: warning: --model {model} has no effect without an endpoint "
-            "(set REVERIE_BASE_URL or model.base_url); using the scripted model"
-        )
 
 
 def _stderr(line: str) -> None:
@@ -126,13 +119,15 @@ def _interactive(
 async def _repl(
     agent: str, conversation: str | None, new: bool, cli: dict[str, Any], verbose: bool, model: str | None
 ) -> int:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
     from orchestrator.cli.chat_slash import Slash, is_slash
-    from orchestrator.cli.chat_turns import Interrupts, run_turn
+    from orchestrator.cli.chat_turns import Interrupts, run_turn, warn_unused_model
 
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     editor = None
     if tty:
+        # lazy: prompt_toolkit loads only for a terminal (chat -p and piped input never need it)
         from orchestrator.cli.chat_editor import LineEditor
 
         editor = LineEditor(history_file(agent), sys.stdout)
@@ -182,8 +177,6 @@ async def _repl(
                         if await slash.run(text):
                             break
                     except Exception as exc:
-                        from orchestrator.cli.errors import describe, user_error_in
-
                         mistake = user_error_in(exc)
                         if mistake is None:
                             raise
@@ -207,6 +200,7 @@ async def _repl(
 
 
 async def _next_line(leave: anyio.Event) -> str | None:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.cli.chat_headless import next_line
 
     line = await next_line(leave)
@@ -215,6 +209,7 @@ async def _next_line(leave: anyio.Event) -> str | None:
 
 def _remember(path: Path, text: str) -> None:
     """Piped input is kept in the agent's history too, in the line editor's file format."""
+    # lazy: prompt_toolkit loads only for a terminal (chat -p and piped input never need it)
     from prompt_toolkit.history import FileHistory
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,8 +244,6 @@ class _StatusLine:
 
 
 async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:
-    from orchestrator.cli.memory_diff import memory_diff
-
     diff = await anyio.to_thread.run_sync(partial(memory_diff, session.agent.memory_dir, before, after))
     if diff is None or not diff.files:
         return
@@ -261,6 +254,7 @@ def _save_terminal() -> Any:
     if not sys.stdin.isatty():
         return None
     try:
+        # optional: termios exists only on POSIX terminals
         import termios
 
         return termios.tcgetattr(sys.stdin.fileno())
@@ -272,6 +266,7 @@ def _restore_terminal(saved: Any) -> None:
     if saved is None:
         return
     try:
+        # optional: termios exists only on POSIX terminals
         import termios
 
         termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)

@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import run_in_terminal
+from prompt_toolkit.application.current import set_app
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings
 
 __all__ = ["LineEditor"]
 
@@ -100,9 +105,6 @@ class LineEditor:
             self._loop.close()
 
     async def _make_session(self) -> None:
-        from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
-
         self.history_path.parent.mkdir(parents=True, exist_ok=True)
         self._session = PromptSession(
             history=FileHistory(str(self.history_path)),
@@ -143,9 +145,6 @@ class LineEditor:
             app.invalidate()
 
     def _show(self, text: str) -> None:
-        from prompt_toolkit.application import run_in_terminal
-        from prompt_toolkit.application.current import set_app
-
         app = self._running_app()
         if app is None:
             self._write(text)
@@ -163,8 +162,6 @@ class LineEditor:
 
 
 def _bindings() -> Any:
-    from prompt_toolkit.key_binding import KeyBindings
-
     kb = KeyBindings()
 
     @kb.add("c-c")

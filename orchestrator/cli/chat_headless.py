@@ -16,9 +16,10 @@ from typing import Any, TextIO, cast
 
 import anyio
 
+from orchestrator.app.session import ChatSession
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event
-from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn
+from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn, warn_unused_model
 from orchestrator.cli.render import TerminalRenderer
 
 __all__ = ["JsonLines", "next_line", "parse_input_line", "run_headless"]
@@ -68,9 +69,6 @@ async def run_headless(
     verbose: bool,
     model: str | None,
 ) -> int:
-    from orchestrator.app.session import ChatSession
-    from orchestrator.cli.chat import warn_unused_model
-
     text_out = fmt == "text"
     # json: nothing but the result on stdout, so the renderer's stream goes nowhere
     renderer = TerminalRenderer(sys.stdout if text_out else cast(TextIO, _Null()), verbose=verbose)

@@ -16,9 +16,12 @@ from pathlib import Path
 import anyio
 
 from orchestrator.app.session import ChatSession
+from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import one_line
+from orchestrator.memfs.git import run as run_git
+from orchestrator.memfs.worktrees import list_reflections
 
-__all__ = ["COMMANDS", "SlashCommand", "Slash", "is_slash"]
+__all__ = ["COMMANDS", "KEYS", "Slash", "SlashCommand", "is_slash"]
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,6 @@ class Slash:
         )
 
     async def _kept_branches(self) -> list[str]:
-        from orchestrator.memfs.worktrees import list_reflections
-
         try:
             branches = await list_reflections(self.session.agent.memory_dir, kind=None)
         except Exception as exc:  # a damaged repository must not break /status
@@ -200,9 +201,6 @@ class Slash:
 
 def _memory_report(repo: Path, commits: int = 3) -> list[str]:
     """The tree of tracked files at HEAD and the last commits, each with a compact diff."""
-    from orchestrator.cli.memory_diff import memory_diff
-    from orchestrator.memfs.git import run as run_git
-
     listed = run_git(repo, "ls-tree", "-r", "--name-only", "HEAD", check=False)
     if listed.returncode != 0:
         return [f"memory {repo}: no commits yet"]

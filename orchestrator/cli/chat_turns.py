@@ -22,7 +22,15 @@ import anyio
 from orchestrator.app.session import ChatSession
 from orchestrator.cli.render import TerminalRenderer
 
-__all__ = ["EXIT_CODES", "Interrupts", "TurnResult", "exit_code", "run_turn"]
+__all__ = [
+    "EXIT_CODES",
+    "Interrupts",
+    "TurnResult",
+    "exit_code",
+    "run_turn",
+    "subagent_usage",
+    "warn_unused_model",
+]
 
 EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130, "cancelled": 130}
 
@@ -166,3 +174,12 @@ async def run_turn(
         memory_before=before,
         memory_after=after,
     )
+
+
+def warn_unused_model(session: Any, model: str | None, say: Callable[[str], None]) -> None:
+    """Say once that ``--model`` changes nothing when no endpoint is configured (the scripted model answers)."""
+    if model and not session.runtime.settings.uses_endpoint:
+        say(
+            f"reverie: warning: --model {model} has no effect without an endpoint "
+            "(set REVERIE_BASE_URL or model.base_url); using the scripted model"
+        )

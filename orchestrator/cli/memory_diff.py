@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.memfs.git import run as run_git
+
 __all__ = ["MemoryDiff", "memory_diff"]
 
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -35,8 +37,6 @@ class MemoryDiff:
 def memory_diff(repo: Path, before: str | None, after: str, *, max_lines: int = 6, width: int = 100) -> MemoryDiff | None:
     """The change from ``before`` (None: nothing) to ``after``; None when git cannot tell (e.g. a
     revision is gone). Blocking: call it in a worker thread."""
-    from orchestrator.memfs.git import run as run_git
-
     proc = run_git(
         repo, "diff", "--no-color", "--no-ext-diff", "--unified=0", before or _EMPTY_TREE, after, check=False
     )

@@ -38,6 +38,7 @@ from orchestrator.base.events import (
     ToolStarted,
     TurnStarted,
 )
+from orchestrator.cli.memory_diff import memory_diff
 
 __all__ = ["TerminalRenderer", "one_line", "tool_line"]
 
@@ -172,8 +173,6 @@ class TerminalRenderer:
         head = f"  ↻ reflection {verb} {commits} commit{'s' if commits != 1 else ''}"
         diff = None
         if self.memory_dir is not None and revision and commits > 0:
-            from orchestrator.cli.memory_diff import memory_diff
-
             diff = await anyio.to_thread.run_sync(
                 partial(memory_diff, self.memory_dir, f"{revision}~{commits}", revision)
             )
