@@ -19,6 +19,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator subagents prompts tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -92,7 +92,7 @@ if TYPE_CHECKING:
     from orchestrator.agent.turn import AgentProfile, Observer
     from orchestrator.base.config import Settings
 
-__all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent"]
+__all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
 
 AGENT_INFO_KEY = "agent-info"
 WORKTREE_KIND = "compaction"

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from orchestrator.base.errors import ReverieError
 from orchestrator.compaction import estimate_messages, estimate_text, hard_limit, tool_schema_tokens
 from orchestrator.models.types import Message, ModelClient, ModelRequest, ToolSpec
 from orchestrator.tools import ToolContext, run_tool
@@ -46,7 +47,7 @@ _TRIMMED = (
 )
 
 
-class ReflectionUnfinished(Exception):
+class ReflectionUnfinished(ReverieError):
     """The reflection agent used every step without finishing."""
 
 

@@ -66,6 +66,8 @@ from orchestrator.store import Store, StoredMessage, TurnStatus
 from orchestrator.tools import ToolContext, overflow_dir_for, run_tool, tool_specs
 
 __all__ = [
+    "AGENT_INFO_KEY",
+    "SYNC_REMINDER_KEY",
     "AgentProfile",
     "Compactor",
     "Observer",

@@ -29,6 +29,8 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── ContextWindowTooSmall             orchestrator/compaction/planner.py: prompt + newest message
     │                                     cannot share the window (D4); the turn is refused
     ├── ReflectionError (RuntimeError)    subagents/reflection.py: a reflection gave up (recorded)
+    ├── ReflectionUnfinished              subagents/reflection_reader.py: the reading loop ran out of
+    │                                     steps (reflection.py records it as a ReflectionError)
     ├── SuiteError (ValueError)           orchestrator/batch/suite.py: a bad suite line
     ├── ReportError (ValueError)          orchestrator/batch/report_data.py: not a run or sweep directory
     └── UserError                         orchestrator/cli/errors.py: a command line the CLI refuses

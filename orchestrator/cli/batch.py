@@ -28,7 +28,24 @@ from orchestrator.cli.batch_output import (
 from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
 
-__all__ = ["MAX_CONCURRENCY", "RunProgress", "events", "register", "run", "sweep"]
+__all__ = [
+    "MAX_CONCURRENCY",
+    "ConcurrencyOption",
+    "ExecutorOption",
+    "ModelOption",
+    "PriceInOption",
+    "PriceOutOption",
+    "RayAddressOption",
+    "ReportOption",
+    "ResumeOption",
+    "RunProgress",
+    "ScriptedLatencyOption",
+    "WindowOption",
+    "events",
+    "register",
+    "run",
+    "sweep",
+]
 
 _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 _err = Console(stderr=True, highlight=False)

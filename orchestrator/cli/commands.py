@@ -16,7 +16,16 @@ from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer, one_line
 
-__all__ = ["register", "require_agent", "require_agent_in_home", "run_async"]
+__all__ = [
+    "history",
+    "prompt_cmd",
+    "reflect",
+    "register",
+    "require_agent",
+    "require_agent_in_home",
+    "run_async",
+    "search",
+]
 
 
 async def require_agent(store: Any, agent_id: str) -> None:

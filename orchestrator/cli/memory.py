@@ -13,7 +13,17 @@ from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption
 
-__all__ = ["AgentOption", "app", "repo_in_trouble", "resolve_memory_dir"]
+__all__ = [
+    "AgentOption",
+    "app",
+    "init",
+    "install_hook",
+    "path",
+    "repo_in_trouble",
+    "resolve_memory_dir",
+    "tree",
+    "validate",
+]
 
 app = typer.Typer(help="Create, locate, inspect and validate memory repositories.", no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)

@@ -22,7 +22,7 @@ from orchestrator.memfs.merge import discard_branch, merge_branch
 from orchestrator.memfs.worktrees import list_reflections
 from orchestrator.store import ReflectionRecord, Store
 
-__all__ = ["app", "register"]
+__all__ = ["MemoryDirOption", "app", "discard", "list_", "merge", "register"]
 
 app = typer.Typer(help="List, merge or discard reflection branches kept after conflicts.", no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)

@@ -44,17 +44,18 @@ from orchestrator.models.types import Message
 from orchestrator.tools.truncation import clip_middle
 
 __all__ = [
+    "EMERGENCY_PERCENTAGE",
     "MIN_KEPT_CHARS",
     "CompactionPlan",
     "ContextWindowTooSmall",
     "PlanningError",
     "find_sliding_cutoff",
+    "hard_limit",
     "normalise_percentage",
     "plan_all",
     "plan_compaction",
     "plan_emergency",
     "round_half_up",
-    "hard_limit",
     "summary_allowance",
 ]
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Final
 
 __all__ = [
+    "EXECUTABLE_MODE",
     "REGULAR_MODE",
     "SYMLINK_MODE",
     "Entry",

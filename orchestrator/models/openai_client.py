@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_CHARS",
     "DEFAULT_REQUEST_TIMEOUT",
     "OpenAIModel",
+    "Sleep",
     "is_context_overflow_text",
     "model_from_settings",
     "resolve_model_client",

@@ -81,6 +81,7 @@ from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse
 __all__ = [
     "CONFIRMATION",
     "CONFIRMATION_ZH",
+    "LATENCY_ENV",
     "ScriptStep",
     "ScriptedModel",
     "answer_rules",

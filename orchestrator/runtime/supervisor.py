@@ -27,7 +27,7 @@ from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
 
-__all__ = ["Supervisor"]
+__all__ = ["DEFAULT_SUBAGENT_CAPACITY", "Supervisor"]
 
 DEFAULT_SUBAGENT_CAPACITY = 4
 

@@ -30,6 +30,7 @@ __all__ = [
     "Planned",
     "PlannedToolCall",
     "RecordedRequest",
+    "Responder",
     "context_overflow",
     "cut_off",
     "http_error",
