@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
+import anyio.to_thread
+
 from orchestrator.agent.reminders import reflection_kept_reminder
 from orchestrator.base.events import (
     Event,
@@ -177,8 +179,6 @@ class BranchRetrier:
 
     async def retry(self, *, turn_end: bool = True) -> list[ReflectionRecord]:
         """One retry round; returns the records as saved afterwards."""
-        import anyio.to_thread
-
         head = await anyio.to_thread.run_sync(head_revision, self.memory_dir)
         done: list[ReflectionRecord] = []
         for record in await self.candidates(head):

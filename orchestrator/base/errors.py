@@ -19,6 +19,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
     │   ├── GitError (RuntimeError)       memfs/git.py: a git command or in-process git read failed
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
+    │   ├── ResolverFailed (RuntimeError) memfs/resolution.py: a merge conflict could not be reconciled
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
     │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
     ├── ModelError                        orchestrator/models/types.py: a model call failed after retries

@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.base.config import load_settings
+from orchestrator.base.paths import config_path
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
@@ -91,8 +93,7 @@ def _load(suite: Path) -> list[Any]:
 def _options(
     out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None, latency: float = 0.0
 ) -> Any:
-    from orchestrator.base.config import load_settings
-    from orchestrator.base.paths import config_path
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.runner import RunOptions
 
     overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}

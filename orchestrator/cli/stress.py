@@ -17,6 +17,8 @@ from rich.table import Table
 from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
+from orchestrator.models.scripted import ScriptedModel
+from subagents.resolver import make_resolver
 
 __all__ = ["register", "stress"]
 
@@ -83,9 +85,6 @@ async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn 
     """The stress run with Ctrl-C turned into a graceful stop (the partial summary is printed)."""
     resolver = None
     if config.merge_policy == "resolve":
-        from orchestrator.models.scripted import ScriptedModel
-        from subagents.resolver import make_resolver
-
         resolver = make_resolver(ScriptedModel(), agent_id="stress", agent_name="stress")
     interrupt = anyio.Event()
 

@@ -14,9 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.hook import install_hook
+from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
+from orchestrator.memfs.locks import merge_lock_sync
+from orchestrator.memfs.validator import format_report, validate_staged
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -164,16 +169,12 @@ def commit_memory(
     Raises ``MemoryCommitRejected`` with the hook's report when the staged tree is invalid; the
     index is left as staged so the caller (or the agent) can fix and retry, nothing is discarded.
     """
-    from orchestrator.memfs.locks import merge_lock_sync
-
     with merge_lock_sync(path):
         return _commit_locked(path, message, paths, allow_empty=allow_empty)
 
 
 def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, allow_empty: bool) -> CommitResult:
     """``commit_memory`` under the repository lock (DECISIONS D1)."""
-    from orchestrator.memfs.validator import format_report, validate_staged
-
     if paths is None:
         _retry_index_lock(path, "add", "-A")
     elif paths:
@@ -199,10 +200,6 @@ def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, all
 
 def _retry_index_lock(path: Path, *args: str) -> None:
     """A writing git command; ``index.lock`` held by a process outside reverie is retried (D1)."""
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
-
     def locked(exc: BaseException) -> bool:
         if not isinstance(exc, GitError) or not is_lock_contention(exc.stderr):
             return False

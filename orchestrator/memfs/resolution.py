@@ -18,6 +18,7 @@ from pathlib import Path
 
 from anyio import Path as AsyncPath
 
+from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 
@@ -57,7 +58,7 @@ Resolver = Callable[[Conflict], Awaitable[None]]
 """Resolves the conflicted files of a :class:`Conflict` in place and stages them; raises on failure."""
 
 
-class ResolverFailed(RuntimeError):
+class ResolverFailed(MemfsError, RuntimeError):
     """The conflict could not be reconciled; ``str()`` is the reason shown to the agent (one line)."""
 
 
