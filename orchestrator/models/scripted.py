@@ -58,6 +58,11 @@ Scripts: ``ScriptedModel(script=[...])`` answers with the given ``ModelResponse`
 ``ModelError`` with ``strict=True``). ``latency`` adds an ``anyio.sleep`` per call. Usage is the
 chars/4 estimate. Tool-call ids are ``call_`` plus a hash of the request, so the same request gets
 the same id on every run.
+
+Why one module of ~770 lines: it is one stateless function of the request (``complete``), and its
+purposes share the same readers of a request (rule sources, the last turn, the transcript's user
+lines, the offered tools); split by purpose, each part would import the others' private readers.
+Merge resolution, which shares none of them, already lives apart (``scripted_resolve``).
 """
 
 from __future__ import annotations
