@@ -499,6 +499,13 @@ class LocalRepo:
             return False
         return True
 
+    def ref(self, name: str) -> str | None:
+        """The commit the ref ``name`` (full name) points at, or None when there is no such ref."""
+        try:
+            return self._ref_target(name)
+        except (KeyError, ValueError, _pygit2().GitError):
+            return None
+
     def _ref_target(self, name: str) -> str | None:
         found = self._repo.references.get(name)
         return None if found is None else str(found.resolve().target)

@@ -468,7 +468,7 @@ async def delete_merged_branch(repo: Path, branch: str) -> None:
 
 def _delete_if_merged(repo: LocalRepo, branch: str) -> None:
     ref = f"refs/heads/{branch}"
-    found = dict(repo.refs(ref)).get(ref)
+    found = repo.ref(ref)
     head = repo.head()
     if found is not None and (head is None or not repo.is_ancestor(found, head)):
         return
