@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -102,3 +103,31 @@ def test_reflections_list_shows_each_launch_outcome_truthfully(tmp_path: Path) -
     rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if "│" in line and "2026" in line}
     assert "failed" in rows["20260101T000000Z-000000f1"] and "boom" in rows["20260101T000000Z-000000f1"]
     assert "merged" in rows["20260101T000000Z-000000a1"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_partial_summary(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, REVERIE_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "stress", "-w", "4", "-m", "500", "--json", "--workdir", str(tmp_path / "w")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(6)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert data["interrupted"] is True and (data["lost"], data["invalid"]) == (0, 0)
+    assert "interrupted" in err
+    repo = tmp_path / "w" / "memory"
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "for-each-ref", "refs/reverie/") == ""
