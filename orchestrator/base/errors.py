@@ -21,8 +21,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── ResolverFailed (RuntimeError) memfs/resolution.py: a merge conflict could not be reconciled
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
-    │   ├── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
-    │   └── ResolverFailed (RuntimeError)  memfs/resolution.py: a conflict the resolver could not reconcile
+    │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
     ├── ModelError                        orchestrator/models/types.py: a model call failed after retries
     ├── ToolError                         orchestrator/tools/context.py: a tool refused; the model reads it
     │   └── SandboxUnavailable            tools/sandbox.py: ``sandbox = bwrap`` and bubblewrap cannot run

@@ -51,9 +51,12 @@ def test_the_docstring_draws_every_class_of_the_tree() -> None:
     tree = {n for n, c in _public_exceptions().items() if issubclass(c, ReverieError)}
     missing = sorted(n for n in tree if n not in drawing)
     assert not missing, f"orchestrator.base.errors does not draw {missing}"
-    drawn = {
+    drawn_lines = [
         line.split("── ", 1)[1].split()[0] for line in drawing.splitlines() if "├── " in line or "└── " in line
-    }
+    ]
+    twice = sorted({n for n in drawn_lines if drawn_lines.count(n) > 1})
+    assert not twice, f"orchestrator.base.errors draws these twice: {twice}"
+    drawn = set(drawn_lines)
     gone = sorted(drawn - tree)
     assert not gone, f"orchestrator.base.errors draws classes that are not ReverieErrors: {gone}"
 
