@@ -26,16 +26,13 @@ gone is stale and :func:`release_stale_lock` deletes it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,6 +42,7 @@ import sniffio
 from anyio import CancelScope, Lock, WouldBlock, fail_after
 
 from orchestrator.base import blocking
+from orchestrator.base.flock import FlockWaiter
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import common_dir
@@ -99,47 +97,6 @@ def common_dir_sync(repo_dir: Path) -> Path:
     return common_dir(Path(repo_dir))
 
 
-@dataclass
-class _Waiter:
-    """A blocking ``flock`` in a worker thread that its (maybe cancelled) caller can abandon."""
-
-    path: Path
-    guard: threading.Lock
-    fd: int = -1
-    abandoned: bool = False
-
-    def acquire(self, wait: bool) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        except BaseException:
-            os.close(fd)
-            raise
-        with self.guard:
-            if self.abandoned:
-                _unlock(fd)
-                return False
-            self.fd = fd
-        return True
-
-    def abandon(self) -> None:
-        with self.guard:
-            self.abandoned = True
-            fd, self.fd = self.fd, -1
-        if fd >= 0:
-            _unlock(fd)
-
-
-def _unlock(fd: int) -> None:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
 def _write_owner(owner: Path, token: str) -> None:
     record = {"pid": os.getpid(), "started": time.time(), "token": token}
     tmp = owner.with_name(f"{owner.name}.{token}.tmp")
@@ -156,13 +113,13 @@ def _drop_owner(owner: Path, token: str) -> None:
         pass
 
 
-def _release(waiter: _Waiter, owner: Path | None, token: str) -> None:
+def _release(waiter: FlockWaiter, owner: Path | None, token: str) -> None:
     if owner is not None:
         _drop_owner(owner, token)
     waiter.abandon()
 
 
-def _acquired(waiter: _Waiter, owner: Path | None, token: str, wait: bool) -> bool:
+def _acquired(waiter: FlockWaiter, owner: Path | None, token: str, wait: bool) -> bool:
     if not waiter.acquire(wait):
         return False
     if owner is not None:
@@ -199,7 +156,7 @@ async def _repo_lock(
         raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {max_wait:g} s") from None
     try:
         token = secrets.token_hex(8)
-        waiter = _Waiter(common / file_name, threading.Lock())
+        waiter = FlockWaiter(common / file_name)
         owner = common / owner_name if owner_name else None
         try:
             if max_wait is None or not wait:
@@ -247,7 +204,7 @@ def merge_lock_sync(repo_dir: Path, *, timeout: float = 120.0, common_dir: Path 
     excludes async holders too. Polls (a thread cannot be woken from a blocking ``flock``).
     """
     common = common_dir or common_dir_sync(repo_dir)
-    waiter = _Waiter(common / LOCK_FILE_NAME, threading.Lock())
+    waiter = FlockWaiter(common / LOCK_FILE_NAME)
     token = secrets.token_hex(8)
     owner = common / OWNER_FILE_NAME
     deadline = time.monotonic() + timeout

@@ -2,8 +2,11 @@
 in one anyio task group, serializes turns per conversation, and keeps subagent failures away from
 the main agent's turns.
 
-Turns of one conversation run one at a time (turn-loop.md 1.2 rule 1); turns of different
-conversations and agents run concurrently. Subagents are children of the supervisor's task group,
+Turns of one conversation run one at a time (turn-loop.md 1.2 rule 1), also across processes:
+an in-process lock queues this process's turns fairly, then a ``flock`` beside the store
+(``<store>.locks/<conversation>.lock``) makes two ``reverie chat -p`` on one conversation take
+turns instead of interleaving their messages. Turns of different conversations and agents run
+concurrently. Subagents are children of the supervisor's task group,
 limited by a capacity limiter; a failing subagent is recorded and reported, never raised into a
 turn. Leaving the ``open`` context cancels what is still running; each subagent cleans up its own
 worktree in a shielded ``finally``.
@@ -24,6 +27,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
+from orchestrator.base.flock import hold_flock
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
 
@@ -78,7 +82,8 @@ class Supervisor:
         named ``after-turn:<hook>``) and never changes the turn's result (turn-loop.md 1.2 rule 6): the
         turn and its post-turn sync are already done.
         """
-        async with self.conversation_lock(conversation_id):
+        lock_file = self.store.path.with_name(f"{self.store.path.name}.locks") / f"{conversation_id}.lock"
+        async with self.conversation_lock(conversation_id), hold_flock(lock_file):
             outcome = await runner.run_turn(conversation_id, text)
         for hook in list(self.after_turn_hooks):
             try:
