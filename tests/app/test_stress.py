@@ -82,8 +82,8 @@ async def test_no_conflicts_merges_everything(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_sixteen_writers_twenty_five_commits_under_a_minute() -> None:
+async def test_sixteen_writers_twenty_five_commits_lose_nothing() -> None:
+    """Load, not speed (that is `reverie stress`'s own figure): every commit is accounted for."""
     report = await run_stress(StressConfig(writers=16, commits=25, conflict_rate=0.1, seed=3))
     assert (report.lost, report.invalid) == (0, 0)
     assert report.merged + report.kept == 400 and report.pending == 0
-    assert report.elapsed_s < 60
