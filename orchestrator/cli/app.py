@@ -5,7 +5,9 @@ Start-up is lazy (issue 14.4): a command's module is imported only when that com
 ``reverie --version`` imports nothing at all. ``COMMANDS`` names the module of every command; with no
 command, ``--help`` or a name it does not know, every module is registered, so help is complete even
 when the table is behind a module's ``register``. A module that fails to import keeps its commands:
-they are listed with the reason and running one says why in one line.
+they are listed with the reason and running one says why in one line. A headless ``chat`` whose
+arguments are plain is parsed without typer at all (``orchestrator.cli.chat_start``): typer and
+pydantic are a third of the 0.3 s budget of ``chat -p``.
 
 User mistakes (bad paths, bad settings, invalid memory, unreachable endpoints) end with one line on
 stderr and a non-zero exit, never a traceback; ``REVERIE_DEBUG=1`` shows the traceback for bugs.
@@ -138,6 +140,14 @@ def main(argv: list[str] | None = None) -> None:
         print(version_line())
         return
     try:
+        if args[:1] == ["chat"]:
+            # lazy: the typer-free path for a headless chat (cli/chat_start.py)
+            from orchestrator.cli.chat_start import parse_chat_args, run_fast
+
+            parsed = parse_chat_args(args[1:])
+            if parsed is not None:
+                run_fast(parsed)
+                return
         app = build_app(_requested(args))
         app(args=args, prog_name="reverie")
     except BaseException as exc:

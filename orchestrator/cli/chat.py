@@ -24,34 +24,18 @@ import typer
 from orchestrator.base.events import Event
 from orchestrator.base.paths import DEFAULT_AGENT_ID, reverie_home
 from orchestrator.cli.aio import run_async
-from orchestrator.cli.errors import UserError, describe, user_error_in
+from orchestrator.cli.chat_start import ChatArgs, start_chat
+from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer
 
-__all__ = ["chat", "history_file", "register"]
-
-_OUTPUT_FORMATS = ("text", "json", "stream-json")
-_INPUT_FORMATS = ("text", "stream-json")
+__all__ = ["chat", "history_file", "interactive", "register"]
 
 
 def history_file(agent_id: str) -> Path:
     """Input history is per agent: what you typed to one agent is not offered to another."""
     return reverie_home() / "history" / f"{agent_id}.txt"
-
-
-def _require_utf8(option: str, value: str) -> None:
-    """Arguments arrive decoded with surrogate escapes; a byte that is not UTF-8 is a user mistake."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        code = ord(value[exc.start])
-        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a character"
-        raise UserError(f"{option} is not valid UTF-8 text ({shown} at position {exc.start})") from None
-
-
-def _cli_settings(context_window: int | None = None, model: str | None = None) -> dict[str, Any]:
-    return {"context_window": context_window, "model": model}
 
 
 def chat(
@@ -75,28 +59,9 @@ def chat(
 
     Exit codes: 0 done, 1 error, 3 stopped at max_steps, 130 interrupted.
     """
-    if output_format is not None and output_format not in _OUTPUT_FORMATS:
-        raise UserError(f"--output-format {output_format!r}: use one of {', '.join(_OUTPUT_FORMATS)}")
-    if input_format not in _INPUT_FORMATS:
-        raise UserError(f"--input-format {input_format!r}: use one of {', '.join(_INPUT_FORMATS)}")
-    if prompt is not None and not prompt.strip():
-        raise UserError("--prompt is empty: give the message to send")
-    if prompt is not None:
-        _require_utf8("--prompt", prompt)
-    if prompt is not None and input_format == "stream-json":
-        raise UserError("--input-format stream-json reads the messages from stdin: leave out -p")
-    streaming_input = input_format == "stream-json"
-    fmt = output_format or ("stream-json" if streaming_input else "text")
-    if output_format is not None and prompt is None and not streaming_input:
-        raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
-    cli = _cli_settings(context_window, model)
-    if prompt is not None or streaming_input:
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.cli.chat_headless import run_headless
-
-        code = run_async(lambda: run_headless(agent, conversation, new, cli, prompt, fmt, verbose, model))
-    else:
-        code = _interactive(agent, conversation, new, cli, verbose, model)
+    code = start_chat(
+        ChatArgs(prompt, agent, conversation, new, context_window, model, output_format, input_format, verbose)
+    )
     if code:
         raise typer.Exit(code)
 
@@ -105,7 +70,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _interactive(
+def interactive(
     agent: str, conversation: str | None, new: bool, cli: dict[str, Any], verbose: bool, model: str | None
 ) -> int:
     """The REPL; the terminal's mode is saved first and restored on every way out."""
