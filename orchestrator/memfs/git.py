@@ -552,7 +552,7 @@ class LocalRepo:
             return None
         return "done"
 
-    def rebase_onto(self, onto: str) -> tuple[str, ...] | None:
+    def rebase_onto(self, onto: str, *, checkout: bool = True) -> tuple[str, ...] | None:
         """``git rebase --empty=keep onto`` of this checkout's branch, in memory, when it is clean.
 
         Each commit of ``onto..HEAD`` (oldest first) is cherry-picked with a three-way tree merge,
@@ -560,7 +560,9 @@ class LocalRepo:
         the caller made sure) is moved to the new tip and the branch ref last, so a crash leaves the
         branch where it was. Returns the new commits, or None without touching anything when git's
         own rebase must decide: a conflict, a merge commit, or a commit that is or becomes empty
-        (git drops one whose change is already upstream).
+        (git drops one whose change is already upstream). ``checkout=False`` moves only the branch
+        (for a worktree deleted straight after; its files and index then lag ``HEAD`` until
+        :meth:`checkout_head`).
         """
         pygit2 = _pygit2()
         try:
@@ -568,12 +570,21 @@ class LocalRepo:
             if replayed is None:
                 return None
             tip = self._repo[replayed[-1]]
-            self._repo.checkout_tree(tip.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+            if checkout:
+                self._repo.checkout_tree(tip.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
             branch = self._repo.references["HEAD"].resolve().name
             self._repo.references.create(branch, tip.id, force=True)
         except (KeyError, ValueError, pygit2.GitError) as error:
             raise self._fail("rebase", error) from error
         return tuple(str(oid) for oid in replayed)
+
+    def checkout_head(self) -> None:
+        """``git reset --hard`` to ``HEAD`` in-process: index and files match ``HEAD`` again."""
+        pygit2 = _pygit2()
+        try:
+            self._repo.checkout_head(strategy=pygit2.enums.CheckoutStrategy.FORCE)
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise self._fail("reset", error) from error
 
     def _replay(self, onto: str) -> list[Any] | None:
         pygit2 = _pygit2()

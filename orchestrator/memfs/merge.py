@@ -36,6 +36,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -44,8 +45,9 @@ from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from orchestrator.base import blocking
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask
+from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_repo
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
@@ -180,6 +182,38 @@ async def _parent_state(repo_dir: Path) -> tuple[str, frozenset[str]]:
     return head, dirty
 
 
+def _survey(
+    repo_dir: Path, worktree: Path, tip: str
+) -> tuple[str, frozenset[str], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """One worker job for an attempt's questions: the parent's ``HEAD`` and dirty paths, then the
+    branch's commits behind and ahead of it and the files it changes (empty when git cannot say)."""
+    head, dirty = using_repo(repo_dir, _state("all"))
+    if head is None:
+        raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
+
+    def branch(repo: LocalRepo) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        behind, commits = repo.commits(tip, head), repo.commits(head, tip)
+        files: tuple[str, ...] = ()
+        if commits:
+            try:
+                files = repo.changed_paths(head, tip)
+            except GitError:
+                files = ()
+        return behind, commits, files
+
+    return (head, dirty, *using_repo(worktree, branch))
+
+
+def _fast_forward(repo_dir: Path, worktree: Path, head: str, tip: str) -> tuple[str | None, tuple[str, ...]]:
+    """``LocalRepo.fast_forward`` of the parent and the files the branch changes, in one job."""
+    moved = using_repo(repo_dir, lambda repo: repo.fast_forward(tip))
+    try:
+        files = using_repo(worktree, lambda repo: repo.changed_paths(head, tip))
+    except GitError:
+        files = ()
+    return moved, files
+
+
 async def _changed_files(checkout: Path, base: str, tip: str) -> tuple[str, ...]:
     try:
         return await ask(checkout, lambda repo: repo.changed_paths(base, tip))
@@ -226,6 +260,7 @@ class _Merge:
     audit: AuditFn
     resolver: Resolver | None
     common: Path
+    keep_checkout: bool = True
     tip: str = ""
     original_tip: str = ""
     rewritten: tuple[tuple[str, str], ...] = ()
@@ -233,6 +268,7 @@ class _Merge:
     retried: int = 0
     resolved_files: tuple[str, ...] = ()
     head: str = ""
+    stale_checkout: bool = False
 
     def outcome(self, status: MergeStatus, commits: tuple[str, ...], files: tuple[str, ...], **kw: object) -> MergeOutcome:
         base = MergeOutcome(
@@ -284,14 +320,13 @@ class _Merge:
             return ()
 
     async def _attempt(self) -> MergeOutcome:
-        head, dirty = await _parent_state(self.repo)
+        head, dirty, behind, commits, files = await blocking.run_sync(
+            "git", partial(_survey, self.repo, self.worktree, self.tip)
+        )
         self.head = head
-        tip = self.tip
-        behind, commits = await ask(self.worktree, lambda repo: (repo.commits(tip, head), repo.commits(head, tip)))
         if not commits:
             await self.unpin()
             return self.outcome("no_changes", (), ())
-        files = await _changed_files(self.worktree, head, self.tip)
         if dirty and _touches(dirty, files):
             return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
         if behind:
@@ -303,12 +338,11 @@ class _Merge:
         if errors:
             files = await _changed_files(self.worktree, head, self.tip)
             return self.outcome("kept", commits, files, reason=REASON_INVALID, reason_code="invalid", errors=tuple(errors))
-        tip = self.tip
-        moved = await ask(self.repo, lambda repo: repo.fast_forward(tip))
+        moved, files = await blocking.run_sync("git", partial(_fast_forward, self.repo, self.worktree, head, self.tip))
         ff = GitResult(0, b"", b"") if moved == "done" else None
         if moved is None:
             ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
-        files = await _changed_files(self.worktree, head, self.tip)
+            files = await _changed_files(self.worktree, head, self.tip)
         if ff is not None and ff.ok:
             await fault_point("after-ff")
             await self.unpin()
@@ -332,10 +366,15 @@ class _Merge:
             pin, tip = _pin_ref(self.branch), self.original_tip
             self.pinned = await ask(self.repo, lambda repo: repo.set_ref(pin, tip, expected=""))
         await fault_point("before-rebase")
-        replayed = await ask(self.worktree, lambda repo: repo.rebase_onto(head))
+        keep = self.keep_checkout
+        replayed = await ask(self.worktree, lambda repo: repo.rebase_onto(head, checkout=keep))
         if replayed is not None:
+            self.stale_checkout = not keep
             rebase = GitResult(0, b"", b"")
         else:
+            if self.stale_checkout:
+                await ask(self.worktree, lambda repo: repo.checkout_head())
+                self.stale_checkout = False
             rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
@@ -356,7 +395,7 @@ class _Merge:
                         rebase = replace(rebase, returncode=0)
             if not rebase.ok:
                 return await self._abort_kept(head, conflicted, rebase.stderr, why)
-        new_commits = await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
+        new_commits = replayed if replayed is not None else await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
         if len(new_commits) == len(commits):
             self.rewritten = _compose(self.rewritten, tuple(zip(commits, new_commits, strict=True)))
         self.tip = new_commits[-1]
@@ -393,9 +432,13 @@ def _compose(
 
 
 async def _merge_locked(
-    repo: Path, worktree: Path, branch: str, audit: AuditFn, resolver: Resolver | None, common: Path
+    repo: Path, worktree: Path, branch: str, audit: AuditFn, resolver: Resolver | None, common: Path,
+    *, keep_checkout: bool = True,
 ) -> MergeOutcome:
-    merge = _Merge(repo, worktree, branch, audit, resolver, common)
+    """``keep_checkout=False`` (the worktree is deleted straight after): an in-memory rebase moves
+    the branch without checking it out in the worktree, which is brought up to date only if git's
+    own rebase has to run there after all."""
+    merge = _Merge(repo, worktree, branch, audit, resolver, common, keep_checkout)
     try:
         return await merge.run()
     except GitError as exc:
@@ -441,7 +484,9 @@ async def finalize_worktree(
     try:
         async with merge_lock(repo) as common:
             if succeeded:
-                outcome = await _merge_locked(repo, worktree.path, worktree.branch, audit, resolver, common)
+                outcome = await _merge_locked(
+                    repo, worktree.path, worktree.branch, audit, resolver, common, keep_checkout=False
+                )
             else:
                 tip = await _clean_worktree(worktree.path)
                 head, _ = await _parent_state(repo)

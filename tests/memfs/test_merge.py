@@ -24,6 +24,7 @@ from orchestrator.memfs.merge import (
     merge_back,
     merge_branch,
 )
+from orchestrator.memfs.resolution import Conflict
 from orchestrator.memfs.worktrees import create_worktree, list_reflections
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note, reachable, write
 
@@ -271,3 +272,38 @@ async def test_head_that_never_stops_moving_leaves_the_branch_pending(repo: Path
     assert len(outcome.commits) == 1
     assert await anyio.to_thread.run_sync(reachable, repo, sha) or outcome.rewritten
     assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+
+
+
+@pytest.mark.anyio
+async def test_finalize_retry_after_an_in_memory_rebase_runs_gits_rebase_on_an_up_to_date_worktree(
+    repo: Path,
+) -> None:
+    """finalize_worktree rebases in memory without checking the doomed worktree out; when HEAD then
+    moves so that only git's own rebase can replay the branch (a conflict), that rebase must find
+    the worktree matching its branch, so the conflict reaches the resolver and the commit lands."""
+    wt = await create_worktree(repo, agent_id="a")
+    await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    await _commit(repo, "notes/m.md", note("m", "main"), "main moved")
+    audits: list[str] = []
+    conflicts: list[tuple[str, ...]] = []
+
+    async def conflicting_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
+        if not audits:
+            await _commit(repo, "notes/r.md", note("r", "upstream"), "conflicting change upstream")
+        audits.append(revision)
+        return ()
+
+    async def resolver(conflict: Conflict) -> None:
+        conflicts.append(conflict.files)
+        for rel in conflict.files:
+            await anyio.to_thread.run_sync(write, conflict.worktree / rel, note("r", "learned and upstream"))
+            await _git(conflict.worktree, "add", rel)
+
+    outcome = await finalize_worktree(repo, wt, audit=conflicting_audit, resolver=resolver)
+    assert (outcome.status, outcome.retried, conflicts) == ("resolved", 1, [("notes/r.md",)])
+    assert (await _git(repo, "rev-parse", "HEAD")).strip() == outcome.new_head
+    assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "reflect"
+    assert "learned and upstream" in (repo / "notes/r.md").read_text()
+    assert not wt.path.exists()
+    assert (await _git(repo, "for-each-ref", "refs/reverie/", "refs/heads/reverie/")) == ""
