@@ -165,7 +165,8 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
     commit through the validator) and copied for every task, so a thousand tasks do not each start
     half a dozen git processes to build the same repository. A copy is a repository of its own with
     nothing that names where it lives; its first commit is the template's. Made under a temporary
-    name and renamed into place, so concurrent tasks and processes (Ray workers) share one."""
+    name and renamed into place, so concurrent tasks and processes (Ray workers) share one. The
+    ``*.sample`` hooks ``git init`` writes are inert and were 13 of the 33 files every task copied."""
     key = hashlib.sha256(json.dumps(sorted(files.items()), ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
     target = root / key / "memory"
     with _templates_lock:
@@ -177,6 +178,8 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
             staging = root / f".{key}.{os.getpid()}.{threading.get_ident()}"
             shutil.rmtree(staging, ignore_errors=True)
             init_memory_repo(staging / "memory", files=dict(files))
+            for sample in (staging / "memory" / ".git" / "hooks").glob("*.sample"):
+                sample.unlink()
             try:
                 os.rename(staging, root / key)
             except OSError:
