@@ -685,6 +685,7 @@ class RepoPool:
         self.size = size
         self._lock = threading.Lock()
         self._open: OrderedDict[str, tuple[tuple[int, int, int], LocalRepo]] = OrderedDict()
+        self._real: dict[str, str] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -694,8 +695,20 @@ class RepoPool:
         identity = _identity(directory)
         if identity is None:
             return None
+        # realpath lstats every component (the largest cost of a pooled open); a spelling seen before
+        # is trusted while its .git is still the one the held handle was opened on.
+        spelled = os.fspath(directory)
+        with self._lock:
+            key = self._real.get(spelled)
+            held = self._open.get(key) if key is not None else None
+            if key is not None and held is not None and held[0] == identity:
+                self._open.move_to_end(key)
+                return held[1]
         key = os.path.realpath(directory)
         with self._lock:
+            if len(self._real) >= 4 * self.size:
+                self._real.clear()
+            self._real[spelled] = key
             held = self._open.get(key)
             if held is not None and held[0] == identity:
                 self._open.move_to_end(key)
@@ -728,6 +741,7 @@ class RepoPool:
             for _, repo in self._open.values():
                 repo.evicted = True
             self._open.clear()
+            self._real.clear()
 
 
 def open_local(directory: Path) -> LocalRepo | None:
