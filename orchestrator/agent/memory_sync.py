@@ -26,7 +26,7 @@ from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
-from orchestrator.memfs.locks import LockBusy, merge_lock
+from orchestrator.memfs.locks import LockBusy, call_if_free, merge_lock
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
 
 __all__ = [
@@ -92,6 +92,9 @@ async def after_turn(
     for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result."""
     if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
         return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
+    free, result = await call_if_free(memory_dir, partial(check_memory, memory_dir, audit=audit))
+    if free:
+        return result
     try:
         async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS):
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))

@@ -11,7 +11,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from orchestrator.base.flock import FlockWaiter
 from orchestrator.memfs.indexlock import STALE_AFTER_SECONDS, clear_stale_lock_files, retrying_git
+from orchestrator.memfs.locks import LOCK_FILE_NAME, OWNER_FILE_NAME, call_if_free, merge_lock
 from orchestrator.memfs.recovery import recover
 from orchestrator.tools.bash import run_bash
 from orchestrator.tools.context import ToolContext
@@ -127,3 +129,29 @@ async def test_recovery_removes_a_stale_index_lock_and_redundant_pins(repo: Path
     assert (await anyio.to_thread.run_sync(lambda: git(repo, "for-each-ref", "refs/reverie/"))) == ""
     assert (await anyio.to_thread.run_sync(lambda: git(repo, "rev-parse", branch))).strip() == sha
     assert [b.branch for b in report.pending] == [branch]
+
+
+@pytest.mark.anyio
+async def test_call_if_free_runs_under_the_lock_and_never_while_another_holds_it(repo: Path) -> None:
+    common = repo / ".git"
+
+    def probe() -> bool:
+        other = FlockWaiter(common / LOCK_FILE_NAME)
+        got = other.acquire(False)
+        other.abandon()
+        return got
+
+    assert await call_if_free(repo, probe) == (True, False)
+    async with merge_lock(repo, wait=False):
+        pass
+    calls: list[int] = []
+    async with hold_merge_lock(repo):
+        assert await call_if_free(repo, lambda: calls.append(1)) == (False, None)
+    outside = FlockWaiter(common / LOCK_FILE_NAME)
+    assert await anyio.to_thread.run_sync(outside.acquire, False)
+    try:
+        assert await call_if_free(repo, lambda: calls.append(2)) == (False, None)
+    finally:
+        outside.abandon()
+    assert calls == []
+    assert not (common / OWNER_FILE_NAME).exists()
