@@ -24,8 +24,10 @@ unless a batch had nothing to merge):
 * ``kept``: commits left on kept branches (D2's kept only: a real conflict, or invalid), named in
   ``kept_branches``; ``pending``: commits still pending after settling (0 unless git is stuck);
 * ``retried``: how many times a merge started over because ``HEAD`` moved under it;
-* ``lost``: recorded commits no ref reaches. A rebase replaces commits by copies; merge-back
-  reports each old → new pair and the recorded SHA is followed through them;
+* ``lost``: recorded commits no ref reaches, neither themselves nor a copy. A rebase replaces
+  commits by copies; merge-back reports each old → new pair and the recorded SHA is followed
+  through them. A merge cancelled between rewriting and reporting (Ctrl-C) leaves pairs unreported:
+  such a commit counts as carried when a reachable commit has its ``git patch-id --stable``;
 * ``invalid``: recorded commits (after the same mapping) whose tree fails the audit
   (frontmatter rules and tree constraints, S13), each checked in-process;
 * merge latency: wall time of each ``merge_back`` call, lock wait included.
@@ -54,7 +56,7 @@ from anyio import CancelScope, create_task_group, sleep
 from anyio import Path as AsyncPath
 
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import GitError, LocalRepo, open_repo
+from orchestrator.memfs.git import GitError, LocalRepo, arun, open_repo
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.locks import merge_lock
@@ -427,6 +429,23 @@ def _sweep_with(local: LocalRepo, commits: list[str]) -> int:
     return invalid
 
 
+async def _patch_ids(repo: Path, *revs: str) -> dict[str, str]:
+    """commit -> ``git patch-id --stable`` for the commits ``git log revs`` lists (merges have none)."""
+    log = await arun(repo, "log", "-p", "--no-color", "--format=commit %H", *revs)
+    ids = await arun(repo, "patch-id", "--stable", input=log.stdout)
+    pairs = (line.split() for line in ids.stdout.splitlines())
+    return {commit: patch for patch, commit in pairs}
+
+
+async def _count_lost(repo: Path, unreached: list[str]) -> int:
+    """How many of the recorded commits no ref reaches have no reachable copy either."""
+    if not unreached:
+        return 0
+    carried = set((await _patch_ids(repo, "--all")).values())
+    theirs = await _patch_ids(repo, "--no-walk", *dict.fromkeys(unreached))
+    return sum(1 for sha in unreached if theirs.get(sha) not in carried)
+
+
 async def _pins_left(repo: Path) -> list[str]:
     out = await run_git(repo, "for-each-ref", "--format=%(refname)", "refs/reverie/")
     return out.stdout.split()
@@ -474,7 +493,7 @@ async def run_stress(
             pending = await _settle(repo, state, audit, policy_resolver)
             finals = [state.final(sha) for sha in state.recorded]
             reachable = set((await run_git(repo, "rev-list", "--all")).stdout.split())
-            lost = sum(1 for sha in finals if sha not in reachable)
+            lost = await _count_lost(repo, [sha for sha in finals if sha not in reachable])
             present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
             invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)
             pins = await _pins_left(repo)

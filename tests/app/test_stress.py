@@ -6,7 +6,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from orchestrator.app.stress import StressConfig, StressReport, percentile, run_stress
+from orchestrator.app.stress import StressConfig, StressReport, _count_lost, percentile, run_stress
 from tests.memfs.reflection_helpers import git
 
 
@@ -87,3 +87,31 @@ async def test_sixteen_writers_twenty_five_commits_lose_nothing() -> None:
     report = await run_stress(StressConfig(writers=16, commits=25, conflict_rate=0.1, seed=3))
     assert (report.lost, report.invalid) == (0, 0)
     assert report.merged + report.kept == 400 and report.pending == 0
+
+
+@pytest.mark.anyio
+async def test_a_rebased_copy_whose_pair_was_never_reported_is_not_lost(tmp_path: Path) -> None:
+    """Ctrl-C between a merge's rewrite and its report leaves the old SHA unreachable but its change
+    in HEAD: that is not a loss; a change no ref carries is."""
+    repo = tmp_path / "r"
+    await _git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    (repo / "a.md").write_text("a\n")
+    await _git(repo, "add", "a.md")
+    await _git(repo, "commit", "-qm", "base")
+    await _git(repo, "checkout", "-qb", "side")
+    (repo / "b.md").write_text("b\n")
+    await _git(repo, "add", "b.md")
+    await _git(repo, "commit", "-qm", "side")
+    rewritten = (await _git(repo, "rev-parse", "HEAD")).strip()
+    await _git(repo, "checkout", "-qb", "gone")
+    (repo / "c.md").write_text("c\n")
+    await _git(repo, "add", "c.md")
+    await _git(repo, "commit", "-qm", "gone")
+    dropped = (await _git(repo, "rev-parse", "HEAD")).strip()
+    await _git(repo, "checkout", "-q", "main")
+    (repo / "a.md").write_text("a2\n")
+    await _git(repo, "commit", "-qam", "moves on")
+    await _git(repo, "cherry-pick", rewritten)
+    await _git(repo, "branch", "-qD", "side", "gone")
+    assert await _count_lost(repo, [rewritten]) == 0
+    assert await _count_lost(repo, [rewritten, dropped]) == 1
