@@ -34,6 +34,10 @@ What it decides, and reverie's choices where the specs leave room:
   ``copy_of``) right after the commit point; the originals stay in the transcript. A window too small
   for even the newest message raises ``ContextWindowTooSmall`` (before any summarizer call), which the
   turn loop turns into its one-line refusal.
+
+Why one module of ~600 lines: it is one subagent's whole life (prepare in the background, apply at the
+trigger or in the turn, its worktree opened and removed in one context manager), and the commit point
+that makes applying cancellation-safe must be read next to what it commits.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ arguments included, must appear in the summary. Tool results are left out of tha
 evidence (a ``git log`` holds hundreds of hashes) that no 300-word summary can carry, and the re-prompt
 would fire on every coding session. Missing ones trigger exactly one re-prompt naming them (at most 50
 named); the better of the two summaries by retention is kept.
+
+Why one module of ~470 lines: the rungs, their tenacity retries and the C6 re-prompt are one fallback
+ladder; each rung's failure decides the next, so they stay together.
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ Rules, and reverie's choices where the specs leave room:
   summary among the evicted messages is pinned for the summarizer to update (C5) and is not counted
   in ``k`` (S4); every other message leaving the context is.
 All estimates are linear in the number of messages (prefix sums), so planning stays cheap at 100k.
+
+Why one module of ~600 lines: it is one pure algorithm (sliding window, then ``all``, then emergency
+eviction) whose steps share the prefix-sum estimates and the D4 rules for the newest message; split,
+each rung would import the others' private helpers. It does no I/O, so it is read and property-tested
+as a whole.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ merge-back reaches ``<step>``; ``REVERIE_FAULT=pause:<step>`` sleeps there inste
 ``REVERIE_FAULT_PAUSE_SECONDS``, default 3600; cancellable). Steps, in order: ``locked`` (lock
 held, nothing done), ``before-rebase`` (pre-rebase ref written), ``between-rebase-and-ff``
 (branch rebased, parent untouched), ``after-ff`` (parent fast-forwarded, refs not yet cleaned).
+
+Why one module of ~600 lines: merge-back is one state machine under one lock; the in-memory rebase,
+the CLI fallback, the resolver's turn, the audit, the fast-forward and the pin refs share the
+invariant "every commit stays reachable", which is only checkable when they are read together.
 """
 
 from __future__ import annotations
