@@ -124,6 +124,12 @@ class ReflectionCoordinator:
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
         await self.retry_waiting()
+        if self.settings.reflection_trigger == "off":
+            # Off never launches at a turn end; the only effect maybe_launch could have is settling
+            # an armed compaction flag, so the transcript is read only when the flag is set.
+            state = await self.store.reflection_state(outcome.conversation_id, self.agent.agent_id)
+            if not state.compaction_pending:
+                return
         await self.maybe_launch(outcome.conversation_id)
 
     async def retry_waiting(self, *, turn_end: bool = True) -> None:
