@@ -140,7 +140,7 @@ async def bench_retention() -> None:
 
 
 SEARCH_MESSAGES = 100_000
-SEARCH_REPEATS = 5
+SEARCH_REPEATS = 11
 SELECTIVE_QUERIES = ("OPS-4242", "periwinkle teapot", "3f9a2c1e", "src/auth/login42.py")
 COMMON_QUERIES = ("deploy", "memory review")
 _VOCAB = (
