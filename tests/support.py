@@ -41,16 +41,21 @@ class SleepRecorder:
         self.delays.append(seconds)
 
 
-def running_with(marker: str) -> list[int]:
+def running_with(marker: str, program: str | None = None) -> list[int]:
     """Live host pids whose command line contains ``marker`` (pids printed inside the sandbox are
-    its own namespace's, so tests look processes up by a unique argument instead)."""
+    its own namespace's, so tests look processes up by a unique argument instead). ``program``
+    keeps only processes running that executable: bwrap's and bash's own command lines carry the
+    marker too, long before the command they start is running."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
+            continue
+        cmdline = b" ".join(argv).decode("utf-8", "replace")
+        if program is not None and Path(argv[0].decode("utf-8", "replace")).name != program:
             continue
         if marker in cmdline and _pid_alive(int(entry.name)):
             found.append(int(entry.name))

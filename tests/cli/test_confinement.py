@@ -118,9 +118,9 @@ def test_kill_9_of_reverie_leaves_no_tool_child(tmp_path: Path, backend: str) ->
         )
         try:
             deadline = time.monotonic() + 60
-            while len(running_with(f"sleep {marker}")) < 2 and time.monotonic() < deadline:
+            while len(running_with(marker, program="sleep")) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert len(running_with(f"sleep {marker}")) >= 2, "the tool call never started"
+            assert len(running_with(marker, program="sleep")) >= 2, "the tool call never started"
             proc.kill()
             proc.wait(10)
             assert none_left_within(marker, 5.0), f"survivors: {running_with(marker)}"
