@@ -125,7 +125,7 @@ def start_chat(args: ChatArgs) -> int:
             )
         )
     # lazy: only the REPL needs the line editor and typer's module
-    from orchestrator.cli.chat import interactive
+    from orchestrator.cli.chat_repl import interactive
 
     return interactive(args.agent, args.conversation, args.new, cli, args.verbose, args.model)
 
