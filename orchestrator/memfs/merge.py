@@ -337,6 +337,9 @@ class _Merge:
             rebased = await self._rebase(head, commits)
             if isinstance(rebased, MergeOutcome):
                 return rebased
+            if not rebased:
+                await self.unpin()
+                return self.outcome("no_changes", (), ())
             commits = rebased
         errors = await self.audit(self.worktree, self.tip, head)
         if errors:
@@ -402,7 +405,8 @@ class _Merge:
         new_commits = replayed if replayed is not None else await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
         if len(new_commits) == len(commits):
             self.rewritten = _compose(self.rewritten, tuple(zip(commits, new_commits, strict=True)))
-        self.tip = new_commits[-1]
+        # git rebase drops commits whose change HEAD already has: then nothing is left to merge.
+        self.tip = new_commits[-1] if new_commits else head
         await fault_point("between-rebase-and-ff")
         return new_commits
 

@@ -307,3 +307,17 @@ async def test_finalize_retry_after_an_in_memory_rebase_runs_gits_rebase_on_an_u
     assert "learned and upstream" in (repo / "notes/r.md").read_text()
     assert not wt.path.exists()
     assert (await _git(repo, "for-each-ref", "refs/reverie/", "refs/heads/reverie/")) == ""
+
+
+@pytest.mark.anyio
+async def test_a_branch_whose_change_is_already_upstream_has_no_changes(repo: Path) -> None:
+    """git rebase drops a commit whose patch HEAD already has: nothing to merge, nothing lost."""
+    wt = await create_worktree(repo, agent_id="a")
+    old = await _commit(wt.path, "notes/r.md", note("r", "learned"), "reflect")
+    await _git(repo, "cherry-pick", old)
+    await _commit(repo, "notes/m.md", note("m", "main"), "main work")
+    outcome = await finalize_worktree(repo, wt)
+    assert outcome.status == "no_changes"
+    assert "learned" in await _git(repo, "show", "HEAD:notes/r.md")
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+    assert (await _git(repo, "status", "--porcelain")) == ""
