@@ -108,13 +108,13 @@ async def test_every_launch_of_a_sweep_has_exactly_one_outcome(tmp_path: Path) -
     seen = Seen()
     cli = {"reflection_trigger": "step-count", "reflection_step_count": 1}
     async with ChatSession.open(agent_id="w1", workspace=tmp_path, cli=cli, observer=seen) as s:
-        for n in range(12):
+        for n in range(30):
             text = f"remember: my lucky number is {n}" if n % 3 == 0 else f"I like colour number {n}"
             await s.send(text)
             assert await s.supervisor.drain(60)
         records = await s.runtime.store.reflections("w1")
     launched = [e.reflection_id for e in seen.events if e.kind == "reflection.launch"]  # type: ignore[attr-defined]
-    assert len(launched) >= 10
+    assert len(launched) >= 28
     by_id: dict[str, list[str]] = {}
     for outcome in seen.outcomes():
         by_id.setdefault(outcome.reflection_id, []).append(outcome.outcome)
