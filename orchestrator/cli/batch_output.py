@@ -10,6 +10,7 @@ cost when the run was priced.
 from __future__ import annotations
 
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
+
+from orchestrator.cli.render import one_line
 
 __all__ = ["RunProgress", "command_line", "failure_lines", "progress_bar", "results_table"]
 
@@ -64,6 +67,9 @@ class RunProgress:
 
     async def on_event(self, task_id: str, kind: str, payload: Mapping[str, Any]) -> None:
         counts = self.live.setdefault(task_id, Counter())
+        if kind == "reflection.failed":
+            self._warn(f"⚠ reflection failed ({task_id}): {one_line(str(payload.get('error') or 'unknown error'), 200)}")
+            return
         if kind in _LIVE_KIND:
             counts[_LIVE_KIND[kind]] += 1
         elif kind == "model.call":
@@ -72,6 +78,13 @@ class RunProgress:
         else:
             return
         self._refresh()
+
+    def _warn(self, line: str) -> None:
+        """Above the live bar (never over it); on stderr with ``--quiet``, since a failure is never silent."""
+        if self.progress is not None:
+            self.progress.console.print(Text(line, style="yellow"))
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     async def on_result(self, result: Any) -> None:
         self.live.pop(result.id, None)

@@ -1,0 +1,30 @@
+"""What ``reverie run`` prints while it runs: a reflection failure in any task is shown above the
+live bar (or on stderr with ``--quiet``), never only written to the event log (issue 10)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from orchestrator.cli.batch_output import RunProgress, progress_bar
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_reflection_failure_is_printed_above_the_bar() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    with progress_bar(True, console) as bar:
+        live = RunProgress(bar, total=2)
+        await live.on_event("reflect-one", "reflection.failed", {"error": "git reset failed\nfatal: index.lock"})
+        await live.on_event("reflect-one", "turn.end", {})
+    assert "⚠ reflection failed (reflect-one): git reset failed fatal: index.lock" in out.getvalue()
+    assert live.stats()["turns"] == 1
+
+
+async def test_with_quiet_the_failure_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    live = RunProgress(None, total=1)
+    await live.on_event("t", "reflection.failed", {"error": "boom"})
+    assert capsys.readouterr().err.strip() == "⚠ reflection failed (t): boom"
