@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.agent import memory_sync
 from orchestrator.agent.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
 from orchestrator.memfs.repo import init_memory_repo
 from tests.support import hold_merge_lock
@@ -98,7 +99,8 @@ def test_remote_push_and_rebase_on_non_fast_forward(repo: Path, tmp_path: Path) 
 
 
 @pytest.mark.anyio
-async def test_after_turn_skips_while_the_merge_lock_is_held(repo: Path) -> None:
+async def test_after_turn_skips_while_the_merge_lock_is_held(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_sync, "SYNC_LOCK_WAIT_SECONDS", 0.3)  # the bound, not the behaviour
     async with hold_merge_lock(repo):
         assert await after_turn(repo) is None
     result = await after_turn(repo)

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator.agent import memory_sync
 from orchestrator.agent.prompt_cache import record_from, resolve_system_prompt, same_memory
 from orchestrator.agent.turn import AgentProfile, TurnRunner
 from orchestrator.app.session import ChatSession
@@ -147,7 +148,8 @@ async def test_stale_update_refresh_survives_a_crash_between_row_and_message(tmp
 # -- 4.7 item 2: the merge lock ---------------------------------------------------------------------
 
 
-async def test_post_turn_sync_skips_silently_while_a_merge_holds_the_lock(tmp_path: Path) -> None:
+async def test_post_turn_sync_skips_silently_while_a_merge_holds_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_sync, "SYNC_LOCK_WAIT_SECONDS", 0.3)  # the bound, not the behaviour
     async with ChatSession.open(agent_id="a1", model=ScriptedModel(), workspace=tmp_path) as session:
         store, conv, repo = session.runtime.store, session.conversation_id, session.agent.memory_dir
         await anyio.to_thread.run_sync(partial((repo / "persona.md").write_text, "uncommitted\n"))
