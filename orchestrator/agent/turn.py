@@ -176,7 +176,8 @@ class TurnRunner:
         finally:
             with anyio.CancelScope(shield=True):
                 if status == "interrupted" and state.streamed.strip():
-                    await self._keep_streamed(conversation_id, turn_id, state)
+                    await self._keep_cut_reply(conversation_id, turn_id, state, state.streamed, "interrupted")
+                    state.streamed = ""
                 await store.end_turn(turn_id, status, error)
                 sync = await self._after_turn(conversation_id)
                 await self._emit(TurnEnded(turn_id, conversation_id, status, state.steps, error), conversation_id)
@@ -226,13 +227,7 @@ class TurnRunner:
                         state.steps -= 1
                         continue
                 if exc.partial_text:
-                    await self.store.append_message(
-                        conversation_id,
-                        Message(role="assistant", content=exc.partial_text),
-                        turn_id=turn_id,
-                        metadata={"partial": True},
-                    )
-                    state.text = exc.partial_text
+                    await self._keep_cut_reply(conversation_id, turn_id, state, exc.partial_text, "partial")
                 return "error", _one_line(str(exc)) or type(exc).__name__
             overflow_retries = 0
             usage = response.usage
@@ -285,17 +280,16 @@ class TurnRunner:
 
         return sink
 
-    async def _keep_streamed(self, conversation_id: str, turn_id: str, state: _TurnState) -> None:
-        """An interrupted request's streamed text stays in the conversation (what the user saw is
-        what the model is told it said), marked so a reader can tell it was cut short."""
+    async def _keep_cut_reply(
+        self, conversation_id: str, turn_id: str, state: _TurnState, text: str, mark: str
+    ) -> None:
+        """A reply cut short (``interrupted`` by the user, or the ``partial`` text of a request that
+        failed at a bound) stays in the conversation: what the user saw is what the model is told it
+        said, marked in the metadata so a reader can tell it was cut."""
         await self.store.append_message(
-            conversation_id,
-            Message(role="assistant", content=state.streamed),
-            turn_id=turn_id,
-            metadata={"interrupted": True},
+            conversation_id, Message(role="assistant", content=text), turn_id=turn_id, metadata={mark: True}
         )
-        state.text = state.streamed
-        state.streamed = ""
+        state.text = text
 
     async def _run_tools(
         self, conversation_id: str, turn_id: str, calls: Sequence[ToolCall], state: _TurnState
