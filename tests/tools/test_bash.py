@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import anyio
@@ -29,28 +28,6 @@ def _ctx(tmp_path: Path, **kw: object) -> ToolContext:
         conversation_id="conv-9",
         **kw,  # type: ignore[arg-type]
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); look at its state
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.split(")")[1].split()[0] != "Z"
-
-
-def _dies_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 SANDBOX_MODES = pytest.mark.parametrize("sandbox", ["bwrap", "off"])
