@@ -77,7 +77,8 @@ async def test_resume_runs_only_missing_tasks(tmp_path: Path) -> None:
         await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2), on_result=stop_after_two)
     assert scope.cancelled_caught
     first = read_results(out / RESULTS_FILE)
-    assert len(first) == 2
+    # a task finishing while the cancel lands is still recorded (on_result is shielded), so 2 or more
+    assert 2 <= len(first) < len(tasks)
     assert not (out / SUMMARY_FILE).exists()
     # an interrupted task left a partial repository behind; resume must start it from scratch
     leftovers = [t.id for t in tasks if t.id not in first and (out / "home" / "agents" / t.id).exists()]
@@ -87,7 +88,7 @@ async def test_resume_runs_only_missing_tasks(tmp_path: Path) -> None:
     report = await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2), resume=True)
     assert set(report.ran) == {t.id for t in tasks} - set(first)
     assert set(report.skipped) == set(first)
-    assert report.summary["resumed"] == 2
+    assert report.summary["resumed"] == len(first)
     lines = (out / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == len(tasks)
 
