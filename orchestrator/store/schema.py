@@ -7,11 +7,19 @@ the previous version intact. Runs in the connection worker thread only.
 ``search_fts`` holds one row per search candidate (a projected message part, compaction.md 8.1) with
 ``rowid = seq * PARTS_PER_MESSAGE + part``, so a candidate finds its message by primary key and a
 message's candidates form one rowid range.
+
+A brand-new store file is not built statement by statement: ``seed_store`` writes it as a copy of an
+empty database migrated once per process in memory (a batch run creates a store per task, and the
+migrations were most of the cost of opening one). The version check still runs on every open, so an
+older file is migrated as before.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
+from pathlib import Path
 
 from orchestrator.store.records import StoreError
 
@@ -22,6 +30,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "configure_connection",
     "migrate",
+    "seed_store",
 ]
 
 BUSY_TIMEOUT_MS = 10_000
@@ -205,3 +214,43 @@ def _statements(script: str) -> list[str]:
     if buffer.strip():
         statements.append(buffer.strip())
     return statements
+
+
+_template: bytes | None = None
+_template_lock = threading.Lock()
+
+
+def _template_bytes() -> bytes:
+    """An empty database at ``SCHEMA_VERSION``, migrated in memory once per process."""
+    global _template
+    with _template_lock:
+        if _template is None:
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            try:
+                migrate(conn)
+                _template = conn.serialize()
+            finally:
+                conn.close()
+        return _template
+
+
+def seed_store(path: Path) -> bool:
+    """Create the store file ``path`` already migrated, unless it (or a journal of it) exists; True
+    when it wrote one. Written under a private name and hard-linked into place, so a concurrent opener
+    sees either no file or the whole one; where linking is refused the file is left to SQLite and
+    the migrations (False), as before. Blocking."""
+    if any(os.path.lexists(f"{path}{suffix}") for suffix in ("", "-wal", "-journal")):
+        return False
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.seed")
+    try:
+        with open(staging, "xb") as out:
+            out.write(_template_bytes())
+        os.link(staging, path)
+    except OSError:
+        return False
+    finally:
+        try:
+            os.unlink(staging)
+        except OSError:
+            pass
+    return True

@@ -27,7 +27,7 @@ from orchestrator.store.prompts import Prompts, write_prompt
 from orchestrator.store.records import PromptRecord, StoredMessage, StoreError
 from orchestrator.store.reflections import ReflectionRecords
 from orchestrator.store.reminder_queue import REMINDER_QUEUE_LIMIT, ReminderQueue, rearm_keys
-from orchestrator.store.schema import configure_connection
+from orchestrator.store.schema import configure_connection, seed_store
 from orchestrator.store.search import LIKE_SCAN_MESSAGES, Search
 from orchestrator.store.transcript import ContextCache, Transcript, insert_messages
 from orchestrator.store.turns import Turns
@@ -57,7 +57,7 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
             await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
         except OSError as exc:
             raise StoreError(f"conversation store {target}: cannot create {target.parent}: {exc.strerror or exc}") from None
-        worker = ConnectionWorker(target, configure_connection)
+        worker = ConnectionWorker(target, configure_connection, seed_store)
         try:
             await worker.start()
         except (sqlite3.DatabaseError, OSError) as exc:

@@ -156,9 +156,17 @@ def _notifier(event: anyio.Event) -> Callable[[], None]:
 class ConnectionWorker:
     """One connection pinned to one lane; ``run(fn)`` executes ``fn(conn)`` there."""
 
-    def __init__(self, path: Path, configure: Callable[[sqlite3.Connection], None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        configure: Callable[[sqlite3.Connection], None],
+        create: Callable[[Path], object] | None = None,
+    ) -> None:
+        """``create(path)`` runs in the lane before connecting (a new file can be seeded there, in
+        the same hand-off as opening it)."""
         self._path = path
         self._configure = configure
+        self._create = create
         self._lane: _Lane | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -175,6 +183,8 @@ class ConnectionWorker:
             raise
 
     def _open(self) -> None:
+        if self._create is not None:
+            self._create(self._path)
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
         try:
             self._configure(conn)
