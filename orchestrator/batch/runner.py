@@ -150,17 +150,89 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
     paths.workspace.mkdir(parents=True, exist_ok=True)
     files = dict(DEFAULT_MEMORY_FILES)
     files.update(memory_files or {})
-    template, base = _template_repo(paths.home.parent / "templates", files)
+    template, base, tree = _template_repo(paths.home.parent / "templates", files)
     paths.memory.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(template, paths.memory, symlinks=True)
+    _copy_tree(template, paths.memory, tree)
     return base
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """A template repository as a task's copy needs it, read once: its directories (parents first),
+    the files each copy gets its own of (contents kept in memory), and git's object files, which
+    each copy hard-links. Git never changes an object file in place (it writes a new file and
+    renames it, and a commit adds new objects to the copy's own directories), so a link shares
+    nothing a task can change in another's repository, as with ``git clone --local``."""
+
+    dirs: tuple[str, ...]
+    files: tuple[tuple[str, int, bytes], ...]
+    objects: tuple[str, ...]
+    links: tuple[tuple[str, str], ...]
+
+
+def _read_tree(root: Path) -> _Tree:
+    dirs: list[str] = []
+    files: list[tuple[str, int, bytes]] = []
+    objects: list[str] = []
+    links: list[tuple[str, str]] = []
+    objects_dir = os.path.join(".git", "objects")
+    for here, subdirs, names in os.walk(root):
+        rel = os.path.relpath(here, root)
+        for name in sorted(subdirs):
+            full = os.path.join(here, name)
+            if os.path.islink(full):
+                links.append((os.path.normpath(os.path.join(rel, name)), os.readlink(full)))
+                subdirs.remove(name)
+            else:
+                dirs.append(os.path.normpath(os.path.join(rel, name)))
+        for name in sorted(names):
+            full = os.path.join(here, name)
+            relpath = os.path.normpath(os.path.join(rel, name))
+            if os.path.islink(full):
+                links.append((relpath, os.readlink(full)))
+            elif relpath.startswith(objects_dir + os.sep):
+                objects.append(relpath)
+            else:
+                with open(full, "rb") as handle:
+                    files.append((relpath, os.stat(full).st_mode & 0o7777, handle.read()))
+    return _Tree(tuple(dirs), tuple(files), tuple(objects), tuple(links))
+
+
+def _copy_tree(template: Path, target: Path, tree: _Tree) -> None:
+    """``target`` as a repository of its own with the template's content: a few dozen system calls
+    where ``shutil.copytree`` made a few hundred. An object that cannot be linked (another file
+    system, a link limit) is copied."""
+    os.mkdir(target)
+    for rel in tree.dirs:
+        os.mkdir(target / rel)
+    for rel, mode, data in tree.files:
+        _write_new(target / rel, mode, data)
+    for rel in tree.objects:
+        source = template / rel
+        try:
+            os.link(source, target / rel)
+        except OSError:
+            _write_new(target / rel, os.stat(source).st_mode & 0o7777, source.read_bytes())
+    for rel, points_to in tree.links:
+        os.symlink(points_to, target / rel)
+
+
+def _write_new(path: Path, mode: int, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 _templates_lock = threading.Lock()
-_template_bases: dict[Path, str] = {}
+_template_bases: dict[Path, tuple[str, _Tree]] = {}
 
 
-def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
+def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tree]:
     """The run's seeded memory repository for these files, made once (``git init``, config, first
     commit through the validator) and copied for every task, so a thousand tasks do not each start
     half a dozen git processes to build the same repository. A copy is a repository of its own with
@@ -172,7 +244,7 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
     with _templates_lock:
         known = _template_bases.get(target)
         if known is not None and target.exists():
-            return target, known
+            return target, *known
         if not target.exists():
             root.mkdir(parents=True, exist_ok=True)
             staging = root / f".{key}.{os.getpid()}.{threading.get_ident()}"
@@ -189,8 +261,9 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str]:
         base = head_revision(target)
         if base is None:
             raise RuntimeError(f"{target}: the template memory repository has no commit")
-        _template_bases[target] = base
-    return target, base
+        tree = _read_tree(target)
+        _template_bases[target] = base, tree
+    return target, base, tree
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:

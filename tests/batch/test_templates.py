@@ -4,7 +4,9 @@ their own template."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -12,8 +14,9 @@ import pytest
 
 from orchestrator.batch.executors import LocalExecutor
 from orchestrator.batch.run import run_suite
-from orchestrator.batch.runner import RunOptions, task_paths
+from orchestrator.batch.runner import RunOptions, _copy_tree, _template_repo, task_paths
 from orchestrator.batch.suite import load_suite
+from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
 from tests.batch.helpers import TINY, write_suite
 
 pytestmark = pytest.mark.anyio
@@ -43,3 +46,85 @@ async def test_tasks_copy_one_template_per_seed_and_stay_independent(tmp_path: P
     assert "human" in fact[2] and "human" not in rule[2]
     assert rule[3] == fact[3] == seeded[3] == ""
     assert len([p for p in (out / "templates").iterdir() if not p.name.startswith(".")]) == 2
+
+
+def _run_git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check)
+
+
+def _commits(repo: Path) -> set[str]:
+    return set(_git(repo, "rev-list", "--all").split())
+
+
+async def test_task_repositories_pass_fsck_and_share_no_new_objects(tmp_path: Path) -> None:
+    """The copies link the template's object files; a commit in one task's repository (``rule``
+    and ``fact`` both commit memory edits) exists in no other repository, the template included."""
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[0], TINY[1]])
+    out = tmp_path / "out"
+    report = await run_suite(load_suite(suite), RunOptions(out_dir=out), LocalExecutor(2))
+    assert report.summary["passed"] == 2
+    await anyio.to_thread.run_sync(_check_isolated, out)
+
+
+def _check_isolated(out: Path) -> None:
+    rule, fact = task_paths(out, "rule").memory, task_paths(out, "fact").memory
+    (template,) = [p / "memory" for p in (out / "templates").iterdir() if not p.name.startswith(".")]
+    for repo in (rule, fact, template):
+        assert _run_git(repo, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+    base = _commits(template)
+    assert len(base) == 1 and base < _commits(rule) and base < _commits(fact)
+    for repo, other in ((rule, fact), (fact, rule)):
+        for sha in _commits(repo) - base:
+            for elsewhere in (other, template):
+                assert _run_git(elsewhere, "cat-file", "-e", sha, check=False).returncode != 0
+    assert _git(template, "status", "--porcelain") == ""
+
+
+async def test_moved_run_directory_keeps_working_repositories(tmp_path: Path) -> None:
+    """Nothing in a task's repository names where it lives: after moving the run directory the
+    repository is whole, and a commit still goes through the installed validation hook."""
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[2]])
+    out = tmp_path / "out"
+    report = await run_suite(load_suite(suite), RunOptions(out_dir=out), LocalExecutor(1))
+    assert report.summary["passed"] == 1
+    moved = tmp_path / "elsewhere"
+    await anyio.Path(out).rename(moved)
+    await anyio.to_thread.run_sync(_check_moved, moved)
+
+
+def _check_moved(moved: Path) -> None:
+    memory = task_paths(moved, "chat").memory
+    assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+    assert _git(memory, "rev-parse", "--show-toplevel").strip() == str(memory.resolve())
+    (memory / "notes").mkdir()
+    (memory / "notes" / "b.md").write_text("---\nname: B\ndescription: a note\n---\nhello\n")
+    _git(memory, "add", "notes/b.md")
+    rejected = _run_git(memory, "commit", "-m", "add note", check=False)
+    assert rejected.returncode == 1 and "Memory validation blocked this commit." in rejected.stderr
+    (memory / "persona.md").write_text("---\nname: persona\ndescription: rules\n---\n- be brief\n")
+    _git(memory, "rm", "-q", "--cached", "notes/b.md")
+    _git(memory, "add", "persona.md")
+    _git(memory, "commit", "-q", "-m", "edit persona")
+    assert _git(memory, "log", "-1", "--format=%s").strip() == "edit persona"
+    assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+
+
+def _other_device_dir() -> Path | None:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def test_copy_falls_back_when_objects_cannot_be_linked(tmp_path: Path) -> None:
+    """A template on another file system (no hard links across devices) is copied instead."""
+    other = _other_device_dir()
+    if other is None or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs a writable directory on another file system (/dev/shm)")
+    with tempfile.TemporaryDirectory(dir=other) as root:
+        template, base, tree = _template_repo(Path(root), dict(DEFAULT_MEMORY_FILES))
+        target = tmp_path / "memory"
+        _copy_tree(template, target, tree)
+        assert tree.objects and all((target / rel).stat().st_nlink == 1 for rel in tree.objects)
+        assert _run_git(target, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+        assert _git(target, "rev-parse", "HEAD").strip() == base
+        assert _git(target, "status", "--porcelain") == ""
+        assert os.access(target / ".git" / "hooks" / "pre-commit", os.X_OK)
