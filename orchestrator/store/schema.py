@@ -220,6 +220,12 @@ _template: bytes | None = None
 _template_lock = threading.Lock()
 
 
+_WAL_FORMAT = b"\x02\x02"
+"""Header bytes 18-19 (file format write and read versions) of a WAL database, as ``PRAGMA
+journal_mode = WAL`` leaves them: the seeded file is a WAL database closed cleanly, so opening it does
+not convert it (which would write through a rollback journal with a full sync)."""
+
+
 def _template_bytes() -> bytes:
     """An empty database at ``SCHEMA_VERSION``, migrated in memory once per process."""
     global _template
@@ -228,9 +234,11 @@ def _template_bytes() -> bytes:
             conn = sqlite3.connect(":memory:", isolation_level=None)
             try:
                 migrate(conn)
-                _template = conn.serialize()
+                image = bytearray(conn.serialize())
             finally:
                 conn.close()
+            image[18:20] = _WAL_FORMAT
+            _template = bytes(image)
         return _template
 
 
