@@ -31,6 +31,7 @@ import anyio
 
 from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.events import Event, ModelCalled, Publisher, ReflectionLaunched, ignore_event
@@ -38,7 +39,7 @@ from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
-from orchestrator.memfs.recovery import recover
+from orchestrator.memfs.recovery import nothing_to_recover, recover
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import Worktree, create_worktree
@@ -274,6 +275,8 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     unmerged reflection branch is recorded as ``kept_recovered`` (waiting: retried like pending).
     Returns the records that are pending afterwards."""
     records = await store.reflections(agent_id)
+    if not records and await blocking.run_sync("git", partial(nothing_to_recover, memory_dir)):
+        return []
     live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and pid_alive(r.owner_pid)}
     report = await recover(memory_dir, active=live)
     pending = {b.branch: b for b in report.pending if b.branch.startswith("reverie/reflection/")}

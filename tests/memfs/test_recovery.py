@@ -11,7 +11,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.memfs.merge import FAULT_STEPS, merge_branch
-from orchestrator.memfs.recovery import recover
+from orchestrator.memfs.recovery import RecoveryReport, nothing_to_recover, recover
 from orchestrator.memfs.validator import audit_head
 from orchestrator.memfs.worktrees import create_worktree, list_reflections
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note, reachable
@@ -136,3 +136,39 @@ async def test_stale_owner_record_is_released(repo: Path) -> None:
     report = await recover(repo)
     assert report.stale_lock_released
     assert not await anyio.Path(owner).exists()
+
+
+def _empty(report: RecoveryReport) -> bool:
+    return report == RecoveryReport(False, (), (), (), (), (), ())
+
+
+@pytest.mark.anyio
+async def test_nothing_to_recover_only_when_recovery_would_do_nothing(repo: Path) -> None:
+    """The cheap look that lets a new agent skip recovery says "nothing" only where recovery finds
+    nothing, and notices each thing recovery acts on."""
+    from orchestrator.memfs.locks import OWNER_FILE_NAME
+    from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
+
+    async def nothing() -> bool:
+        return await anyio.to_thread.run_sync(nothing_to_recover, repo)
+
+    assert await nothing()
+    assert _empty(await recover(repo))
+    wt = await create_worktree(repo, agent_id="a")
+    assert not await nothing()
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/kept.md", note("kept", "mine"), "mine")
+    await recover(repo)  # removes the worktree; the unmerged branch stays, pending
+    assert not await nothing()
+    await _git(repo, "branch", "-D", wt.branch)
+    assert await nothing()
+    await _git(repo, "update-ref", f"{PRE_REBASE_REF_PREFIX}{wt.id}", "HEAD")
+    assert not await nothing()
+    await recover(repo)  # a pin whose commits are in HEAD is deleted
+    assert await _git(repo, "for-each-ref", PRE_REBASE_REF_PREFIX) == ""
+    assert await nothing()
+    for name in (OWNER_FILE_NAME, "index.lock"):
+        await anyio.Path(repo / ".git" / name).write_text('{"pid": 1, "started": 0, "token": "x"}' if name == OWNER_FILE_NAME else "")
+        assert not await nothing()
+        await anyio.Path(repo / ".git" / name).unlink()
+    assert await nothing()
+    assert not await anyio.to_thread.run_sync(nothing_to_recover, repo / "notes")
