@@ -62,7 +62,7 @@ from orchestrator.base.events import (
 )
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
-from orchestrator.store import Store, StoredMessage, TurnStatus
+from orchestrator.store import Store, StoredMessage, SyncReminder, TurnStatus, new_turn_id
 from orchestrator.tools import ToolContext, overflow_dir_for, run_tool, tool_specs
 
 __all__ = [
@@ -148,23 +148,37 @@ class TurnRunner:
         self.compactor = compactor
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
+        """Record now, then show: for what precedes work that may take long (a tool run)."""
         await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
+
+    async def _stage(self, event: Event, conversation_id: str) -> None:
+        """Show now; record with the store's next write of this turn (``Store.stage_event``)."""
+        if not event.transient:
+            self.store.stage_event(
+                event.kind, event.payload(), agent_id=self.agent.agent_id, conversation_id=conversation_id
+            )
+        await self.observer(event)
 
     async def run_turn(self, conversation_id: str, user_text: str) -> TurnOutcome:
         store, agent = self.store, self.agent
-        last_run = await store.last_message_at(agent.agent_id)
-        await self._settle_dangling_tool_calls(conversation_id)
-        turn_id = await store.begin_turn(conversation_id)
+        turn_id = new_turn_id()
+        started = TurnStarted(turn_id, conversation_id)
+        await store.open_turn(
+            conversation_id,
+            Message(role="user", content=user_text),
+            agent_id=agent.agent_id,
+            turn_id=turn_id,
+            agent_info=partial(self._agent_info, conversation_id),
+            agent_info_key=AGENT_INFO_KEY,
+            settle=_dangling_answers,
+            events=[(started.kind, started.payload())],
+        )
         state = _TurnState()
         status: TurnStatus = "error"
         error: str | None = None
         sync: SyncResult | None = None
         try:
-            await self._emit(TurnStarted(turn_id, conversation_id), conversation_id)
-            await self._queue_agent_info(conversation_id, last_run)
-            await store.deliver_reminders(
-                conversation_id, followed_by=[Message(role="user", content=user_text)], turn_id=turn_id
-            )
+            await self.observer(started)
             skills: list[Skill] = await blocking.run_sync("files", partial(discover_skills, agent.memory_dir))
             status, error = await self._loop(conversation_id, turn_id, skills, state)
         except anyio.get_cancelled_exc_class():
@@ -178,9 +192,22 @@ class TurnRunner:
                 if status == "interrupted" and state.streamed.strip():
                     await self._keep_cut_reply(conversation_id, turn_id, state, state.streamed, "interrupted")
                     state.streamed = ""
-                await store.end_turn(turn_id, status, error)
-                sync = await self._after_turn(conversation_id)
-                await self._emit(TurnEnded(turn_id, conversation_id, status, state.steps, error), conversation_id)
+                sync, reminder, shown = await self._after_turn(conversation_id)
+                ended = TurnEnded(turn_id, conversation_id, status, state.steps, error)
+                shown.append(ended)
+                try:
+                    await store.close_turn(
+                        turn_id,
+                        status,
+                        error,
+                        conversation_id=conversation_id,
+                        agent_id=agent.agent_id,
+                        reminder=reminder,
+                        events=[(e.kind, e.payload()) for e in shown if not e.transient],
+                    )
+                finally:
+                    for event in shown:
+                        await self.observer(event)
         return TurnOutcome(
             turn_id=turn_id,
             conversation_id=conversation_id,
@@ -233,7 +260,7 @@ class TurnRunner:
             usage = response.usage
             state.prompt_tokens += usage.prompt_tokens
             state.completion_tokens += usage.completion_tokens
-            await self._emit(
+            await self._stage(
                 ModelCalled(
                     model=response.model or self.settings.model,
                     prompt_tokens=usage.prompt_tokens,
@@ -270,7 +297,7 @@ class TurnRunner:
         )
         if resolved.update_message_id is not None and resolved.revision is not None:
             state.memory_updates += 1
-            await self._emit(MemoryUpdateInjected(resolved.revision, resolved.previous_revision), conversation_id)
+            await self._stage(MemoryUpdateInjected(resolved.revision, resolved.previous_revision), conversation_id)
         return append_available_skills(resolved.content, skills)
 
     def _text_sink(self, state: _TurnState) -> Callable[[str], Awaitable[None]]:
@@ -321,11 +348,12 @@ class TurnRunner:
                 turn_id=turn_id,
                 metadata={"ok": result.ok},
             )
-            await self._emit(ToolFinished(call.id, call.name, result.ok, result.output), conversation_id)
+            await self._stage(ToolFinished(call.id, call.name, result.ok, result.output), conversation_id)
 
-    async def _queue_agent_info(self, conversation_id: str, last: str | None) -> None:
-        """``last``: when the agent last recorded a message, read before this turn wrote anything."""
-        text = agent_info_reminder(
+    def _agent_info(self, conversation_id: str, last: str | None) -> str:
+        """The agent-info text; ``last``: when the agent last recorded a message, read before this
+        turn wrote anything (``Store.open_turn`` calls this in its transaction)."""
+        return agent_info_reminder(
             agent_id=self.agent.agent_id,
             agent_name=self.agent.name,
             agent_description=self.agent.description,
@@ -333,49 +361,44 @@ class TurnRunner:
             memory_dir=str(self.agent.memory_dir),
             last_run=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
         )
-        await self.store.enqueue_reminder(conversation_id, AGENT_INFO_KEY, text, priority=0, once=True)
 
-    async def _settle_dangling_tool_calls(self, conversation_id: str) -> None:
-        """A turn killed between a tool call and its result leaves a call without an answer, which
-        providers reject; answer it with an error result before the next request."""
-        history = await self.store.in_context(conversation_id)
-        answered = {m.message.tool_call_id for m in history if m.message.role == "tool"}
-        dangling = [
-            Message(
-                role="tool",
-                content="Error: the tool call was interrupted before it finished; its effect is unknown.",
-                tool_call_id=call.id,
-                name=call.name,
-            )
-            for m in history
-            if m.message.role == "assistant"
-            for call in m.message.tool_calls
-            if call.id not in answered
-        ]
-        if dangling:
-            await self.store.append_messages(conversation_id, dangling, metadata={"ok": False, "settled": True})
+    async def _after_turn(self, conversation_id: str) -> tuple[SyncResult | None, SyncReminder | None, list[Event]]:
+        """turn-loop.md 4.7: classify the checkout and decide the reminder (``close_turn`` writes it,
+        with the events returned here, which are then shown); never raises.
 
-    async def _after_turn(self, conversation_id: str) -> SyncResult | None:
-        """turn-loop.md 4.7: classify the checkout, queue or clear the reminder; never raises.
-
-        ``None`` when a merge held the repository (the sync is skipped silently and the queue is left
-        as it was) or when the sync failed (recorded as an event)."""
+        The result is ``None`` when a merge held the repository (the sync is skipped silently and the
+        queue is left as it was) or when the sync failed (a ``memory.sync_failed`` event)."""
         try:
             result = await after_turn(self.agent.memory_dir)
             if result is None:
-                return None
+                return None, None, []
             text = sync_reminder_for(result)
-            if text is None:
-                await self.store.cancel_reminder(conversation_id, SYNC_REMINDER_KEY)
-            else:
-                await self.store.enqueue_reminder(conversation_id, SYNC_REMINDER_KEY, text, priority=50)
-                await self._emit(ReminderQueued(SYNC_REMINDER_KEY, result.status), conversation_id)
-            return result
+            reminder = SyncReminder(SYNC_REMINDER_KEY, text, priority=50)
+            queued: list[Event] = [] if text is None else [ReminderQueued(SYNC_REMINDER_KEY, result.status)]
+            return result, reminder, queued
         except Exception as exc:  # the sync must never change the turn's result (4.7 item 7)
-            await self.store.record_event(
+            self.store.stage_event(
                 "memory.sync_failed", {"error": f"{type(exc).__name__}: {exc}"}, conversation_id=conversation_id
             )
-            return None
+            return None, None, []
+
+
+def _dangling_answers(history: Sequence[StoredMessage]) -> list[Message]:
+    """A turn killed between a tool call and its result leaves a call without an answer, which
+    providers reject; each gets an error result before the next request (``Store.open_turn``)."""
+    answered = {m.message.tool_call_id for m in history if m.message.role == "tool"}
+    return [
+        Message(
+            role="tool",
+            content="Error: the tool call was interrupted before it finished; its effect is unknown.",
+            tool_call_id=call.id,
+            name=call.name,
+        )
+        for m in history
+        if m.message.role == "assistant"
+        for call in m.message.tool_calls
+        if call.id not in answered
+    ]
 
 
 @dataclass

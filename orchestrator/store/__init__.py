@@ -6,7 +6,10 @@ trio and asyncio. One module per concept behind the ``Store`` facade: ``conversa
 ``transcript`` (with the in-context cache), ``prompts``, ``reminder_queue``, ``events``, ``turns``,
 ``search``, ``reflections``; ``jobs`` holds what they share.
 
-Intended call sequence of one turn (turn-loop.md 1.2), ``store`` being an open ``Store``::
+The turn loop makes these calls through ``turn_jobs``'s composites (``open_turn``, ``close_turn``)
+and staged events, three jobs for a plain turn; the sequence below is what they do, and each call
+stays available on its own. Intended call sequence of one turn (turn-loop.md 1.2), ``store`` being
+an open ``Store``::
 
     conv = await store.latest_conversation(agent_id) or await store.create_conversation(agent_id)
     turn_id = await store.begin_turn(conv.id)
@@ -52,6 +55,7 @@ from orchestrator.store.records import (
 )
 from orchestrator.store.reflections import ReflectionRecord, ReflectionState
 from orchestrator.store.store import LIKE_SCAN_MESSAGES, REMINDER_QUEUE_LIMIT, Store
+from orchestrator.store.turn_jobs import OpenedTurn, SyncReminder, new_turn_id
 
 __all__ = [
     "LIKE_SCAN_MESSAGES",
@@ -59,6 +63,7 @@ __all__ = [
     "Agent",
     "Conversation",
     "Event",
+    "OpenedTurn",
     "PendingReminder",
     "PromptRecord",
     "ReflectionRecord",
@@ -67,8 +72,10 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredMessage",
+    "SyncReminder",
     "Turn",
     "TurnStatus",
     "format_time",
+    "new_turn_id",
     "utc_now",
 ]

@@ -11,7 +11,7 @@ from typing import Any, cast
 from orchestrator.store.jobs import StoreJobs, dumps, new_id, transaction
 from orchestrator.store.records import Agent, Conversation, StoreError, utc_now
 
-__all__ = ["Conversations"]
+__all__ = ["Conversations", "last_message_time"]
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
@@ -20,6 +20,15 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
 
 def _agent(row: tuple[Any, ...]) -> Agent:
     return Agent(id=row[0], name=row[1], created_at=row[2], settings=json.loads(row[3]))
+
+
+def last_message_time(conn: sqlite3.Connection, agent_id: str, exclude_conversation: str | None = None) -> str | None:
+    row = conn.execute(
+        "SELECT MAX(m.created_at) FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+        "WHERE c.agent_id = ? AND (? IS NULL OR c.id != ?)",
+        (agent_id, exclude_conversation, exclude_conversation),
+    ).fetchone()
+    return cast("str | None", row[0])
 
 
 class Conversations(StoreJobs):
@@ -172,12 +181,4 @@ class Conversations(StoreJobs):
     async def last_message_at(self, agent_id: str, *, exclude_conversation: str | None = None) -> str | None:
         """When the agent last recorded a message (for the agent-info reminder's "Last message")."""
 
-        def job(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT MAX(m.created_at) FROM messages m JOIN conversations c ON c.id = m.conversation_id "
-                "WHERE c.agent_id = ? AND (? IS NULL OR c.id != ?)",
-                (agent_id, exclude_conversation, exclude_conversation),
-            ).fetchone()
-            return cast("str | None", row[0])
-
-        return await self._run(job)
+        return await self._run(lambda conn: last_message_time(conn, agent_id, exclude_conversation))

@@ -1,21 +1,22 @@
 """The event log (DECISIONS S8): append-only rows of a dotted ``kind`` and a JSON payload, read back
 oldest first with filters so a follower can poll with ``after_id``. A follower in the same process
-need not poll at all: ``follow_events`` hands it every event this store records as it is recorded."""
+need not poll at all: ``follow_events`` hands it every event this store records as it is recorded.
+
+``stage_event`` is ``record_event`` for events that may wait for the store's next write (the turn
+loop's ``model.call``, ``turn.ended``...): they are committed in that write's transaction, in order,
+before its own rows, and followers hear of them then (see ``jobs``)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from orchestrator.store.jobs import StoreJobs, dumps, transaction
-from orchestrator.store.records import Event, utc_now
+from orchestrator.store.jobs import EventListener, StoreJobs, staged_event
+from orchestrator.store.records import Event
 
 __all__ = ["EventListener", "Events"]
-
-EventListener = Callable[[Event], None]
-"""Called on the loop, in recording order, with each event this store records; it must not block."""
 
 
 def _event(row: tuple[Any, ...]) -> Event:
@@ -51,22 +52,27 @@ class Events(StoreJobs):
     ) -> Event:
         """Append to the event log (DECISIONS S8). ``kind`` is a dotted name such as
         ``compaction.started``; ``payload`` must be JSON-serialisable."""
-        body = dict(payload or {})
-        text = dumps(body)
+        self.stage_event(kind, payload, agent_id=agent_id, conversation_id=conversation_id)
+        _, recorded = await self._write_events(_nothing)
+        return recorded[-1]
 
-        def job(conn: sqlite3.Connection) -> Event:
-            at = utc_now()
-            with transaction(conn):
-                cur = conn.execute(
-                    "INSERT INTO events(at, kind, agent_id, conversation_id, payload) VALUES (?, ?, ?, ?, ?)",
-                    (at, kind, agent_id, conversation_id, text),
-                )
-            return Event(cast(int, cur.lastrowid), at, kind, agent_id, conversation_id, body)
+    def stage_event(
+        self,
+        kind: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        agent_id: str | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        """Record with the store's next write (or ``flush_events``, or ``close``), keeping the order
+        events are staged and recorded in; ``at`` is now, when it happened. ``payload`` is encoded
+        here, so one that is not JSON-serialisable fails its caller, not the write that carries it."""
+        self._staged.append(staged_event(kind, payload, agent_id, conversation_id))
 
-        event = await self._run(job)
-        for listener in tuple(self._event_listeners):
-            listener(event)
-        return event
+    async def flush_events(self) -> None:
+        """Commit what ``stage_event`` holds now (a no-op when nothing is staged)."""
+        if self._staged:
+            await self._write(_nothing)
 
     async def events(
         self,
@@ -106,3 +112,7 @@ class Events(StoreJobs):
             return int(row[0])
 
         return await self._run(job)
+
+
+def _nothing(conn: sqlite3.Connection) -> None:
+    return None

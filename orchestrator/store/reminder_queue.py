@@ -14,7 +14,17 @@ from orchestrator.store.jobs import StoreJobs, require_conversation, transaction
 from orchestrator.store.records import PendingReminder, StoredMessage, utc_now
 from orchestrator.store.transcript import ContextCache, insert_messages
 
-__all__ = ["REMINDER_QUEUE_LIMIT", "EnqueuePlan", "ReminderQueue", "plan_enqueue", "rearm_keys"]
+__all__ = [
+    "REMINDER_QUEUE_LIMIT",
+    "EnqueuePlan",
+    "ReminderQueue",
+    "cancel",
+    "deliver",
+    "enqueue",
+    "plan_enqueue",
+    "rearm_keys",
+    "sent_flag",
+]
 
 REMINDER_QUEUE_LIMIT = 25
 """turn-loop.md 4.7 item 6: the pending queue keeps the newest 25 entries."""
@@ -49,7 +59,7 @@ def _pending(conn: sqlite3.Connection, conversation_id: str) -> list[PendingRemi
     ]
 
 
-def _was_sent(conn: sqlite3.Connection, conversation_id: str, key: str) -> bool:
+def sent_flag(conn: sqlite3.Connection, conversation_id: str, key: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM reminder_flags WHERE conversation_id = ? AND key = ?", (conversation_id, key)
     ).fetchone()
@@ -61,6 +71,76 @@ def rearm_keys(conn: sqlite3.Connection, conversation_id: str, keys: Sequence[st
         "DELETE FROM reminder_flags WHERE conversation_id = ? AND key = ?",
         [(conversation_id, k) for k in keys],
     )
+
+
+def enqueue(conn: sqlite3.Connection, conversation_id: str, key: str, text: str, *, priority: int, once: bool) -> bool:
+    """``ReminderQueue.enqueue_reminder`` inside the caller's transaction (the conversation exists)."""
+    if once and sent_flag(conn, conversation_id, key):
+        return False
+    queued = [
+        r[0]
+        for r in conn.execute(
+            "SELECT key FROM reminders WHERE conversation_id = ? AND delivered_at IS NULL ORDER BY id",
+            (conversation_id,),
+        )
+    ]
+    plan = plan_enqueue(queued, key)
+    if plan.replace:
+        conn.execute(
+            "UPDATE reminders SET text = ?, priority = ?, once = ? "
+            "WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+            (text, priority, int(once), conversation_id, key),
+        )
+    else:
+        conn.execute(
+            "INSERT INTO reminders(conversation_id, key, text, priority, once, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, key, text, priority, int(once), utc_now()),
+        )
+    conn.executemany(
+        "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+        [(conversation_id, k) for k in plan.evict],
+    )
+    return True
+
+
+def cancel(conn: sqlite3.Connection, conversation_id: str, key: str) -> bool:
+    """``ReminderQueue.cancel_reminder`` inside the caller's transaction."""
+    return (
+        conn.execute(
+            "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
+            (conversation_id, key),
+        ).rowcount
+        > 0
+    )
+
+
+def deliver(
+    conn: sqlite3.Connection,
+    conversation_id: str,
+    drafts: Sequence[tuple[Message, dict[str, Any]]],
+    turn_id: str | None,
+) -> list[StoredMessage]:
+    """``ReminderQueue.deliver_reminders`` inside the caller's transaction."""
+    pending = _pending(conn, conversation_id)
+    batch: list[tuple[Message, dict[str, Any]]] = []
+    if pending:
+        text = "\n\n".join(p.text for p in pending)
+        batch.append(
+            (Message(role="user", content=text, kind="reminder"), {"reminder_keys": [p.key for p in pending]})
+        )
+    batch.extend(drafts)
+    stored = insert_messages(conn, conversation_id, batch, turn_id)
+    if pending:
+        now = utc_now()
+        conn.execute(
+            "UPDATE reminders SET delivered_at = ?, message_id = ? WHERE conversation_id = ? AND delivered_at IS NULL",
+            (now, stored[0].id, conversation_id),
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO reminder_flags(conversation_id, key, sent_at) VALUES (?, ?, ?)",
+            [(conversation_id, p.key, now) for p in pending if p.once],
+        )
+    return stored
 
 
 class ReminderQueue(StoreJobs):
@@ -80,51 +160,15 @@ class ReminderQueue(StoreJobs):
         ``rearm``. Returns whether the reminder is now pending."""
 
         def job(conn: sqlite3.Connection) -> bool:
-            with transaction(conn):
-                require_conversation(conn, conversation_id)
-                if once and _was_sent(conn, conversation_id, key):
-                    return False
-                queued = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT key FROM reminders WHERE conversation_id = ? AND delivered_at IS NULL ORDER BY id",
-                        (conversation_id,),
-                    )
-                ]
-                plan = plan_enqueue(queued, key)
-                if plan.replace:
-                    conn.execute(
-                        "UPDATE reminders SET text = ?, priority = ?, once = ? "
-                        "WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
-                        (text, priority, int(once), conversation_id, key),
-                    )
-                else:
-                    conn.execute(
-                        "INSERT INTO reminders(conversation_id, key, text, priority, once, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
-                        (conversation_id, key, text, priority, int(once), utc_now()),
-                    )
-                conn.executemany(
-                    "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
-                    [(conversation_id, k) for k in plan.evict],
-                )
-                return True
+            require_conversation(conn, conversation_id)
+            return enqueue(conn, conversation_id, key, text, priority=priority, once=once)
 
-        return await self._run(job)
+        return await self._write(job)
 
     async def cancel_reminder(self, conversation_id: str, key: str) -> bool:
         """Drop a pending reminder (e.g. the repository became clean before the next turn)."""
 
-        def job(conn: sqlite3.Connection) -> bool:
-            with transaction(conn):
-                return (
-                    conn.execute(
-                        "DELETE FROM reminders WHERE conversation_id = ? AND key = ? AND delivered_at IS NULL",
-                        (conversation_id, key),
-                    ).rowcount
-                    > 0
-                )
-
-        return await self._run(job)
+        return await self._write(lambda conn: cancel(conn, conversation_id, key))
 
     async def pending_reminders(self, conversation_id: str) -> list[PendingReminder]:
         def job(conn: sqlite3.Connection) -> list[PendingReminder]:
@@ -148,33 +192,11 @@ class ReminderQueue(StoreJobs):
         extra = list(followed_by)
 
         def job(conn: sqlite3.Connection) -> list[StoredMessage]:
-            with transaction(conn):
-                pending = _pending(conn, conversation_id)
-                drafts: list[tuple[Message, dict[str, Any]]] = []
-                if pending:
-                    text = "\n\n".join(p.text for p in pending)
-                    drafts.append(
-                        (
-                            Message(role="user", content=text, kind="reminder"),
-                            {"reminder_keys": [p.key for p in pending]},
-                        )
-                    )
-                drafts.extend((m, dict(metadata or {})) for m in extra)
-                stored = insert_messages(conn, conversation_id, drafts, turn_id)
-                if pending:
-                    now = utc_now()
-                    conn.execute(
-                        "UPDATE reminders SET delivered_at = ?, message_id = ? WHERE conversation_id = ? AND delivered_at IS NULL",
-                        (now, stored[0].id, conversation_id),
-                    )
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO reminder_flags(conversation_id, key, sent_at) VALUES (?, ?, ?)",
-                        [(conversation_id, p.key, now) for p in pending if p.once],
-                    )
-            self._context.appended(conversation_id, stored)
-            return stored
+            return deliver(conn, conversation_id, [(m, dict(metadata or {})) for m in extra], turn_id)
 
-        return await self._run(job)
+        stored = await self._write(job, after=lambda done: self._context.appended(conversation_id, done))
+        self._viewed_append(conversation_id, stored)
+        return stored
 
     async def mark_sent(self, conversation_id: str, *keys: str) -> None:
         def job(conn: sqlite3.Connection) -> None:
@@ -189,7 +211,7 @@ class ReminderQueue(StoreJobs):
 
     async def was_sent(self, conversation_id: str, key: str) -> bool:
         def job(conn: sqlite3.Connection) -> bool:
-            return _was_sent(conn, conversation_id, key)
+            return sent_flag(conn, conversation_id, key)
 
         return await self._run(job)
 

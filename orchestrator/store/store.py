@@ -22,7 +22,6 @@ from orchestrator.base.paths import store_path
 from orchestrator.models.types import Message
 from orchestrator.store.conversations import Conversations
 from orchestrator.store.events import Events
-from orchestrator.store.jobs import transaction
 from orchestrator.store.prompts import Prompts, write_prompt
 from orchestrator.store.records import PromptRecord, StoredMessage, StoreError
 from orchestrator.store.reflections import ReflectionRecords
@@ -30,19 +29,24 @@ from orchestrator.store.reminder_queue import REMINDER_QUEUE_LIMIT, ReminderQueu
 from orchestrator.store.schema import configure_connection, seed_store
 from orchestrator.store.search import LIKE_SCAN_MESSAGES, Search
 from orchestrator.store.transcript import ContextCache, Transcript, insert_messages
+from orchestrator.store.turn_jobs import TurnJobs
 from orchestrator.store.turns import Turns
-from orchestrator.store.worker import ConnectionWorker
+from orchestrator.store.worker import ConnectionWorker, WorkerClosedError
 
 __all__ = ["LIKE_SCAN_MESSAGES", "REMINDER_QUEUE_LIMIT", "Store"]
 
 
-class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Search, ReflectionRecords):
+class Store(
+    Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, TurnJobs, Search, ReflectionRecords
+):
     """Async access to one SQLite conversation store. Create with ``await Store.open(path)`` or
     ``async with Store.opened(path) as store``; several processes may open the same file (WAL)."""
 
     def __init__(self, worker: ConnectionWorker, path: Path) -> None:
         self._worker = worker
         self._event_listeners = []
+        self._staged = []
+        self._views = {}
         self._context = ContextCache()
         self.path = path
 
@@ -83,7 +87,14 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
             await store.close()
 
     async def close(self) -> None:
-        await self._worker.close()
+        """Commit the events still staged, then close the connection (idempotent)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.flush_events()
+            except (WorkerClosedError, sqlite3.Error):
+                pass
+            finally:
+                await self._worker.close()
 
     # -- compaction's commit point ---------------------------------------------------------------------
 
@@ -105,37 +116,41 @@ class Store(Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, Se
         keep = list(keep_ids)
 
         def job(conn: sqlite3.Connection) -> StoredMessage:
-            with transaction(conn):
-                current = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT message_id FROM in_context WHERE conversation_id = ? ORDER BY position",
-                        (conversation_id,),
-                    )
-                ]
-                missing = [i for i in keep if i not in set(current)]
-                if missing:
-                    raise StoreError(
-                        f"cannot keep {missing[0]!r}: it is not in the context of {conversation_id!r}"
-                    )
-                wanted = set(keep)
-                kept = [i for i in current if i in wanted]
-                summary = insert_messages(
-                    conn,
-                    conversation_id,
-                    [(summary_message, dict(metadata or {}))],
-                    turn_id,
-                    in_context=False,
-                )[0]
-                conn.execute("DELETE FROM in_context WHERE conversation_id = ?", (conversation_id,))
-                conn.executemany(
-                    "INSERT INTO in_context(conversation_id, position, message_id) VALUES (?, ?, ?)",
-                    [(conversation_id, n, mid) for n, mid in enumerate([summary.id, *kept])],
+            current = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT message_id FROM in_context WHERE conversation_id = ? ORDER BY position",
+                    (conversation_id,),
                 )
-                if prompt is not None:
-                    write_prompt(conn, prompt)
-                rearm_keys(conn, conversation_id, rearm)
-            self._context.forget(conversation_id)
+            ]
+            missing = [i for i in keep if i not in set(current)]
+            if missing:
+                raise StoreError(
+                    f"cannot keep {missing[0]!r}: it is not in the context of {conversation_id!r}"
+                )
+            wanted = set(keep)
+            kept = [i for i in current if i in wanted]
+            summary = insert_messages(
+                conn,
+                conversation_id,
+                [(summary_message, dict(metadata or {}))],
+                turn_id,
+                in_context=False,
+            )[0]
+            conn.execute("DELETE FROM in_context WHERE conversation_id = ?", (conversation_id,))
+            conn.executemany(
+                "INSERT INTO in_context(conversation_id, position, message_id) VALUES (?, ?, ?)",
+                [(conversation_id, n, mid) for n, mid in enumerate([summary.id, *kept])],
+            )
+            if prompt is not None:
+                write_prompt(conn, prompt)
+            rearm_keys(conn, conversation_id, rearm)
             return summary
 
-        return await self._run(job)
+        summary = await self._write(job, after=lambda _: self._context.forget(conversation_id))
+        view = self._views.get(conversation_id)
+        if view is not None:
+            view.context = None
+            if prompt is not None:
+                view.prompt, view.prompt_known = prompt, True
+        return summary

@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from orchestrator.models.types import Message, ToolCall
-from orchestrator.store.jobs import StoreJobs, dumps, fault, new_id, transaction
+from orchestrator.store.jobs import StoreJobs, dumps, fault, new_id
 from orchestrator.store.projection import project
 from orchestrator.store.prompts import write_prompt
 from orchestrator.store.records import PromptRecord, StoredMessage, StoreError, utc_now
 from orchestrator.store.schema import PARTS_PER_MESSAGE
 
-__all__ = ["MSG_COLUMNS", "ContextCache", "Transcript", "insert_messages", "row_to_message"]
+__all__ = ["MSG_COLUMNS", "ContextCache", "Transcript", "insert_messages", "read_in_context", "row_to_message"]
 
 MSG_COLUMNS = "m.id, m.seq, m.conversation_id, m.role, m.kind, m.content, m.tool_calls, m.tool_call_id, m.name, m.metadata, m.created_at, m.turn_id"
 
@@ -126,6 +126,21 @@ class ContextCache:
         self._lists.pop(conversation_id, None)
 
 
+def read_in_context(conn: sqlite3.Connection, cache: ContextCache, conversation_id: str) -> list[StoredMessage]:
+    """The in-context list through the lane-side cache; runs in the connection's lane."""
+    cached = cache.get(conn, conversation_id)
+    if cached is not None:
+        return cached
+    rows = conn.execute(
+        f"SELECT {MSG_COLUMNS} FROM in_context i JOIN messages m ON m.id = i.message_id "
+        "WHERE i.conversation_id = ? ORDER BY i.position",
+        (conversation_id,),
+    ).fetchall()
+    messages = [row_to_message(r) for r in rows]
+    cache.put(conversation_id, messages)
+    return messages
+
+
 class Transcript(StoreJobs):
     """Mixed into ``Store``: the ``messages``, ``in_context`` and ``search_fts`` rows of a message."""
 
@@ -163,32 +178,33 @@ class Transcript(StoreJobs):
         drafts = [(m, dict(metadata or {})) for m in messages]
 
         def job(conn: sqlite3.Connection) -> list[StoredMessage]:
-            with transaction(conn):
-                stored = insert_messages(conn, conversation_id, drafts, turn_id)
-                if prompt is not None:
-                    write_prompt(conn, prompt)
-            self._context.appended(conversation_id, stored)
+            stored = insert_messages(conn, conversation_id, drafts, turn_id)
+            if prompt is not None:
+                write_prompt(conn, prompt)
             return stored
 
-        return await self._run(job)
+        stored = await self._write(job, after=lambda done: self._context.appended(conversation_id, done))
+        self._viewed_append(conversation_id, stored)
+        view = self._views.get(conversation_id)
+        if view is not None and prompt is not None:
+            view.prompt, view.prompt_known = prompt, True
+        return stored
 
     async def in_context(self, conversation_id: str) -> list[StoredMessage]:
-        """The messages currently sent to the model, in order."""
+        """The messages currently sent to the model, in order (from memory while a turn of the
+        conversation is open here, see ``jobs.TurnView``)."""
+        view = self._views.get(conversation_id)
+        if view is not None and view.context is not None:
+            return list(view.context)
 
         def job(conn: sqlite3.Connection) -> list[StoredMessage]:
-            cached = self._context.get(conn, conversation_id)
-            if cached is not None:
-                return cached
-            rows = conn.execute(
-                f"SELECT {MSG_COLUMNS} FROM in_context i JOIN messages m ON m.id = i.message_id "
-                "WHERE i.conversation_id = ? ORDER BY i.position",
-                (conversation_id,),
-            ).fetchall()
-            messages = [row_to_message(r) for r in rows]
-            self._context.put(conversation_id, messages)
-            return messages
+            return read_in_context(conn, self._context, conversation_id)
 
-        return await self._run(job)
+        messages = await self._run(job)
+        view = self._views.get(conversation_id)
+        if view is not None and view.context is None:
+            view.context = list(messages)
+        return messages
 
     async def transcript(
         self, conversation_id: str, since_seq: int | None = None, *, limit: int | None = None

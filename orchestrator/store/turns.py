@@ -12,9 +12,9 @@ from orchestrator.base.processes import pid_alive
 from orchestrator.store.jobs import StoreJobs, new_id, require_conversation, transaction
 from orchestrator.store.records import StoreError, Turn, TurnStatus, utc_now
 
-__all__ = ["Turns"]
+__all__ = ["FINAL_STATUSES", "Turns"]
 
-_FINAL_STATUSES = {"end_turn", "error", "interrupted", "max_steps", "cancelled"}
+FINAL_STATUSES = {"end_turn", "error", "interrupted", "max_steps", "cancelled"}
 
 
 def _turn(row: tuple[Any, ...]) -> Turn:
@@ -32,31 +32,29 @@ class Turns(StoreJobs):
 
         def job(conn: sqlite3.Connection) -> str:
             turn_id = new_id("turn")
-            with transaction(conn):
-                require_conversation(conn, conversation_id)
-                conn.execute(
-                    "INSERT INTO turns(id, conversation_id, started_at, status, owner_host, owner_pid) "
-                    "VALUES (?, ?, ?, 'running', ?, ?)",
-                    (turn_id, conversation_id, utc_now(), socket.gethostname(), os.getpid()),
-                )
+            require_conversation(conn, conversation_id)
+            conn.execute(
+                "INSERT INTO turns(id, conversation_id, started_at, status, owner_host, owner_pid) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (turn_id, conversation_id, utc_now(), socket.gethostname(), os.getpid()),
+            )
             return turn_id
 
-        return await self._run(job)
+        return await self._write(job)
 
     async def end_turn(self, turn_id: str, status: TurnStatus, error: str | None = None) -> None:
-        if status not in _FINAL_STATUSES:
-            raise StoreError(f"end_turn: status must be one of {sorted(_FINAL_STATUSES)}, not {status!r}")
+        if status not in FINAL_STATUSES:
+            raise StoreError(f"end_turn: status must be one of {sorted(FINAL_STATUSES)}, not {status!r}")
 
         def job(conn: sqlite3.Connection) -> None:
-            with transaction(conn):
-                cur = conn.execute(
-                    "UPDATE turns SET status = ?, error = ?, ended_at = ? WHERE id = ?",
-                    (status, error, utc_now(), turn_id),
-                )
-                if cur.rowcount == 0:
-                    raise StoreError(f"unknown turn {turn_id!r}")
+            cur = conn.execute(
+                "UPDATE turns SET status = ?, error = ?, ended_at = ? WHERE id = ?",
+                (status, error, utc_now(), turn_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"unknown turn {turn_id!r}")
 
-        await self._run(job)
+        await self._write(job)
 
     async def get_turn(self, turn_id: str) -> Turn | None:
         def job(conn: sqlite3.Connection) -> Turn | None:
