@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
@@ -279,6 +280,14 @@ def _head(memory: Path) -> str | None:
     return head_revision(memory)
 
 
+async def _head_after(outcome: TurnOutcome, memory: Path) -> str | None:
+    """HEAD after a turn: the post-turn sync read it last thing in the turn (no second read then);
+    what a background subagent commits later is seen after a later turn, as before."""
+    if outcome.sync is not None and outcome.sync.revision is not None:
+        return outcome.sync.revision
+    return await blocking.run_sync("git", partial(_head, memory))
+
+
 class _EventPump:
     """Copies the task's store events into its JSONL log and tallies the kinds the results count.
 
@@ -403,7 +412,7 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
                 turns += 1
                 steps += outcome.steps
                 answer = outcome.text
-                new_head = await blocking.run_sync("git", partial(_head, paths.memory))
+                new_head = await _head_after(outcome, paths.memory)
                 if new_head != head and new_head is not None:
                     commit = MemoryCommitted(new_head, head)
                     await store.record_event(

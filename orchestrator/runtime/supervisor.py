@@ -5,8 +5,10 @@ the main agent's turns.
 Turns of one conversation run one at a time (turn-loop.md 1.2 rule 1), also across processes:
 an in-process lock queues this process's turns fairly, then a ``flock`` beside the store
 (``<store>.locks/<conversation>.lock``) makes two ``reverie chat -p`` on one conversation take
-turns instead of interleaving their messages. Turns of different conversations and agents run
-concurrently. Subagents are children of the supervisor's task group,
+turns instead of interleaving their messages. The lock file stays open while the supervisor
+lives, so a turn takes and releases its ``flock`` with one non-blocking call each on the loop (no
+thread hop per turn); only a lock another process holds is waited for in a thread (``hold_flock``).
+Turns of different conversations and agents run concurrently. Subagents are children of the supervisor's task group,
 limited by a capacity limiter; a failing subagent is recorded and reported, never raised into a
 turn. Leaving the ``open`` context cancels what is still running; each subagent cleans up its own
 worktree in a shielded ``finally``.
@@ -17,10 +19,14 @@ composition root gives it, through the interfaces of ``orchestrator.runtime.plug
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -54,6 +60,9 @@ class Supervisor:
         self._idle.set()
         self.failures: list[str] = []
         self.after_turn_hooks: list[AfterTurnHook] = []
+        self._lock_fds: dict[str, int] = {}
+        self._held: set[str] = set()
+        self._closed = False
 
     @classmethod
     @asynccontextmanager
@@ -66,6 +75,7 @@ class Supervisor:
                 yield supervisor
             finally:
                 tg.cancel_scope.cancel()
+                supervisor._close_lock_files()
 
     @property
     def running(self) -> int:
@@ -82,8 +92,7 @@ class Supervisor:
         named ``after-turn:<hook>``) and never changes the turn's result (turn-loop.md 1.2 rule 6): the
         turn and its post-turn sync are already done.
         """
-        lock_file = self.store.path.with_name(f"{self.store.path.name}.locks") / f"{conversation_id}.lock"
-        async with self.conversation_lock(conversation_id), hold_flock(lock_file):
+        async with self.conversation_lock(conversation_id), self._turn_flock(conversation_id):
             outcome = await runner.run_turn(conversation_id, text)
         for hook in list(self.after_turn_hooks):
             try:
@@ -98,6 +107,38 @@ class Supervisor:
                         "subagent.failed", {"name": name, "error": message}, conversation_id=conversation_id
                     )
         return outcome
+
+    @asynccontextmanager
+    async def _turn_flock(self, conversation_id: str) -> AsyncIterator[None]:
+        """The conversation's cross-process ``flock`` (module docstring); the caller holds its
+        in-process lock, so this process never contends with itself for the open file."""
+        lock_file = self.store.path.with_name(f"{self.store.path.name}.locks") / f"{conversation_id}.lock"
+        fd = self._lock_fds.get(conversation_id)
+        if fd is None and not self._closed:
+            fd = await anyio.to_thread.run_sync(partial(_open_lock_file, lock_file))
+            self._lock_fds[conversation_id] = fd
+        try:
+            if fd is None:
+                raise BlockingIOError
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            async with hold_flock(lock_file):
+                yield
+            return
+        self._held.add(conversation_id)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._held.discard(conversation_id)
+            if self._closed:
+                os.close(self._lock_fds.pop(conversation_id))
+
+    def _close_lock_files(self) -> None:
+        """Close the lock files no turn holds; a turn still running closes its own when it ends."""
+        self._closed = True
+        for conversation_id in [c for c in self._lock_fds if c not in self._held]:
+            os.close(self._lock_fds.pop(conversation_id))
 
     def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
         """Start a subagent task as a child of the supervisor; its failure is contained."""
@@ -128,3 +169,8 @@ class Supervisor:
             await self._idle.wait()
             return True
         return False
+
+
+def _open_lock_file(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
