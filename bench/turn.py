@@ -11,7 +11,9 @@ for (in-process CPU <= 2 ms for a chat turn without memory edits):
 * ``other threads``: what is left of the process's CPU (anyio's default pool);
 * ``git children``: CPU of the git processes the turn waited for (not in-process).
 
-Wall time shares are printed too (SQLite awaited, prompt resolution, post-turn sync, tools): they
+Round trips per turn are counted too: store jobs (each a hand-off to a SQLite lane thread and a
+wake-up of the loop when it is done) and thread hops (``anyio.to_thread``: git, files, locks). Wall
+time shares are printed as well (SQLite awaited, prompt resolution, post-turn sync, tools): they
 overlap each other and the CPU figures, and say where a turn waits.
 
     .venv/bin/python bench/turn.py [--turns 100]
@@ -33,6 +35,7 @@ import anyio
 
 _wall: defaultdict[str, float] = defaultdict(float)
 _cpu: defaultdict[str, float] = defaultdict(float)
+_trips: defaultdict[str, int] = defaultdict(int)
 
 
 def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -59,6 +62,22 @@ def _instrument() -> None:
     original_after = turn.TurnRunner._after_turn
     turn.TurnRunner._after_turn = _timed_async("post-turn sync (git + audit)", original_after)  # type: ignore[method-assign]
 
+    submit = worker.ConnectionWorker._submit
+
+    async def counted_submit(self: Any, action: Any, *, last: bool = False) -> Any:
+        _trips["store jobs"] += 1
+        return await submit(self, action, last=last)
+
+    worker.ConnectionWorker._submit = counted_submit  # type: ignore[method-assign]
+    import anyio.to_thread
+
+    to_thread = anyio.to_thread.run_sync
+
+    async def counted_to_thread(*args: Any, **kwargs: Any) -> Any:
+        _trips["thread hops"] += 1
+        return await to_thread(*args, **kwargs)
+
+    anyio.to_thread.run_sync = counted_to_thread  # type: ignore[assignment]
     execute = worker._Job.execute
 
     def timed_execute(job: Any) -> None:
@@ -81,7 +100,7 @@ def _instrument() -> None:
 
         return await run_sync(kind, job)
 
-    blocking.run_sync = timed_run_sync  # type: ignore[assignment]
+    blocking.run_sync = timed_run_sync
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -94,7 +113,9 @@ def _children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float], dict[str, float]]:
+async def _run(
+    turns: int, kind: str
+) -> tuple[list[float], dict[str, float], dict[str, float], dict[str, int]]:
     from orchestrator.app.session import ChatSession
 
     durations: list[float] = []
@@ -104,6 +125,7 @@ async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float], di
         await session.send("warm up")
         _wall.clear()
         _cpu.clear()
+        _trips.clear()
         process, loop, children = time.process_time(), time.thread_time(), _children()
         for i in range(turns):
             text = f"remember: fact number {i} is {i * 7}" if kind == "commit" else f"hello number {i}"
@@ -115,7 +137,8 @@ async def _run(turns: int, kind: str) -> tuple[list[float], dict[str, float], di
         cpu["loop thread"] = time.thread_time() - loop
         cpu["other threads"] = time.process_time() - process - sum(cpu.values())
         cpu["git children (not in-process)"] = _children() - children
-    return durations, dict(_wall), cpu
+        trips = dict(_trips)
+    return durations, dict(_wall), cpu, trips
 
 
 def main() -> None:
@@ -127,18 +150,23 @@ def main() -> None:
         _instrument()
         rows = []
         for kind in ("chat", "commit"):
-            durations, wall, cpu = anyio.run(_run, args.turns, kind, backend="trio")
-            rows.append((kind, durations, wall, cpu))
+            durations, wall, cpu, trips = anyio.run(_run, args.turns, kind, backend="trio")
+            rows.append((kind, durations, wall, cpu, trips))
     print(f"machine load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    print(f"{'turn kind':<10} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'in-process CPU ms':>18}")
-    for kind, durations, _, cpu in rows:
+    print(
+        f"{'turn kind':<10} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'in-process CPU ms':>18} "
+        f"{'store jobs':>11} {'thread hops':>12}"
+    )
+    for kind, durations, _, cpu, trips in rows:
         in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
+        n = len(durations)
         print(
-            f"{kind:<10} {len(durations):>6} {len(durations) / sum(durations):>8.1f} "
+            f"{kind:<10} {n:>6} {n / sum(durations):>8.1f} "
             f"{_pct(durations, 0.5) * 1000:>8.1f} {_pct(durations, 0.99) * 1000:>8.1f} "
-            f"{in_process / len(durations) * 1000:>18.2f}"
+            f"{in_process / n * 1000:>18.2f} {trips.get('store jobs', 0) / n:>11.1f} "
+            f"{trips.get('thread hops', 0) / n:>12.1f}"
         )
-    for kind, durations, wall, cpu in rows:
+    for kind, durations, wall, cpu, _ in rows:
         n = len(durations)
         in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
         print(f"\n{kind}: CPU per turn (ms, share of in-process CPU)")

@@ -86,6 +86,11 @@ class Store(
         finally:
             await store.close()
 
+    @property
+    def jobs(self) -> int:
+        """SQLite jobs this store has made so far, each a round trip to its lane (bench/turn.py)."""
+        return self._worker.jobs
+
     async def close(self) -> None:
         """Commit the events still staged, then close the connection (idempotent)."""
         with anyio.CancelScope(shield=True):

@@ -171,6 +171,8 @@ class ConnectionWorker:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._rank = 0
+        self.jobs = 0
+        """Jobs handed to the lane so far, each one round trip from the loop and back."""
 
     async def start(self) -> None:
         """Open and configure the connection in its lane."""
@@ -230,6 +232,7 @@ class ConnectionWorker:
 
     async def _submit(self, action: Callable[[], T], *, last: bool = False) -> T:
         assert self._lane is not None
+        self.jobs += 1
         finished = anyio.Event()
         job = _Job(action, self._current)
         job.notify = _notifier(finished)

@@ -100,3 +100,69 @@ async def test_cancelled_turn_leaves_store_consistent_and_next_turn_settles(tmp_
         assert len(settled) == 1 and "interrupted" in settled[0].message.content
     status = await anyio.run_process(["git", "-C", str(session.agent.memory_dir), "status", "--porcelain"])
     assert status.stdout == b""
+
+
+async def test_a_turns_messages_and_events_are_durable_in_order_after_it(tmp_path: Path) -> None:
+    """What a plain turn wrote, read back by another connection once it returns (three jobs of the
+    store's own: the opening, the reply, the close; the observer saw the same events, in order)."""
+    from orchestrator.store import Store
+
+    seen: list[str] = []
+
+    async def observe(event: object) -> None:
+        seen.append(getattr(event, "kind", ""))
+
+    model = ScriptedModel(
+        script=[ModelResponse(Message("assistant", "one")), _bash("echo hi", "t1"), ModelResponse(Message("assistant", "two"))]
+    )
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path, observer=observe) as session:
+        first = await session.send("hello")
+        second = await session.send("run it")
+        store = session.runtime.store
+        async with Store.opened(store.path) as other:
+            messages = await other.transcript(session.conversation_id)
+            events = await other.events(conversation_id=session.conversation_id)
+            turns = await other.turns(session.conversation_id)
+    assert [(m.message.role, m.message.kind) for m in messages] == [
+        ("user", "reminder"),
+        ("user", "message"),
+        ("assistant", "message"),
+        ("user", "message"),
+        ("assistant", "message"),
+        ("tool", "message"),
+        ("assistant", "message"),
+    ]
+    assert [m.turn_id for m in messages] == [first.turn_id] * 3 + [second.turn_id] * 4
+    assert [(t.id, t.status) for t in turns] == [(first.turn_id, "end_turn"), (second.turn_id, "end_turn")]
+    kinds = [e.kind for e in events]
+    assert kinds == [
+        "turn.start", "model.call", "turn.end",
+        "turn.start", "model.call", "tool.start", "tool.end", "model.call", "turn.end",
+    ]
+    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert [k for k in seen if k in set(kinds)] == kinds
+
+
+async def test_a_turn_cancelled_in_the_model_call_leaves_no_half_written_row(tmp_path: Path) -> None:
+    """Cancelled while the model thinks: the user's message is durable (it was before the request),
+    no reply row exists, the turn is ``interrupted`` with its events closed, and the next turn reads
+    the store afresh and answers normally."""
+    from orchestrator.store import Store
+
+    model = ScriptedModel(script=[ModelResponse(Message("assistant", "back"))], latency=30)
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
+        with anyio.move_on_after(1.0):
+            await session.send("think hard")
+        async with Store.opened(session.runtime.store.path) as other:
+            messages = await other.transcript(session.conversation_id)
+            events = await other.events(conversation_id=session.conversation_id)
+            turns = await other.turns(session.conversation_id)
+        assert [(m.message.role, m.message.content) for m in messages][1:] == [("user", "think hard")]
+        assert [t.status for t in turns] == ["interrupted"]
+        assert [e.kind for e in events] == ["turn.start", "turn.end"]
+        assert events[-1].payload["status"] == "interrupted"
+        model.latency = 0
+        outcome = await session.send("hello again")
+        assert (outcome.status, outcome.text) == ("end_turn", "back")
+        history = await session.runtime.store.in_context(session.conversation_id)
+    assert [m.message.content for m in history][-2:] == ["hello again", "back"]
