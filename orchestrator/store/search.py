@@ -8,8 +8,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.store.jobs import StoreJobs
-from orchestrator.store.projection import fts_expression, like_pattern, parse_bound, parse_query, project
-from orchestrator.store.records import SearchHit, StoredMessage, StoreError
+from orchestrator.store.projection import (
+    Projected,
+    fts_expression,
+    like_pattern,
+    parse_bound,
+    parse_query,
+    project,
+)
+from orchestrator.store.records import SearchHit, StoreError
 from orchestrator.store.schema import PARTS_PER_MESSAGE
 from orchestrator.store.transcript import MSG_COLUMNS, row_to_message
 
@@ -81,20 +88,24 @@ class Search(StoreJobs):
             expression = fts_expression(needles)
             if expression is not None:
                 sql = (
-                    "SELECT f.rowid, bm25(search_fts) AS score, f.date, c.agent_id, m.conversation_id "
+                    f"SELECT h.rowid, h.score, h.agent_id, {MSG_COLUMNS} FROM ("
+                    "SELECT f.rowid, bm25(search_fts) AS score, f.date, c.agent_id "
                     "FROM search_fts f JOIN messages m ON m.seq = f.rowid / ? "
                     "JOIN conversations c ON c.id = m.conversation_id "
                     f"WHERE search_fts MATCH ? AND {scope_sql}{filter_sql} "
                     "ORDER BY score, f.date DESC, f.rowid DESC LIMIT ?"
+                    ") h JOIN messages m ON m.seq = h.rowid / ? ORDER BY h.score, h.date DESC, h.rowid DESC"
                 )
-                params = [PARTS_PER_MESSAGE, expression, *args, *fargs, limit]
+                params = [PARTS_PER_MESSAGE, expression, *args, *fargs, limit, PARTS_PER_MESSAGE]
             else:
                 sql = (
-                    "SELECT f.rowid, 0.0 AS score, f.date, s.agent_id, s.conversation_id FROM ("
-                    "SELECT m.seq, c.agent_id, m.conversation_id FROM messages m "
+                    f"SELECT h.rowid, 0.0, h.agent_id, {MSG_COLUMNS} FROM ("
+                    "SELECT f.rowid, f.date, s.agent_id FROM ("
+                    "SELECT m.seq, c.agent_id FROM messages m "
                     f"JOIN conversations c ON c.id = m.conversation_id WHERE {scope_sql} ORDER BY m.seq DESC LIMIT ?"
                     ") s JOIN search_fts f ON f.rowid BETWEEN s.seq * ? AND s.seq * ? + ? "
                     f"WHERE 1{filter_sql} ORDER BY f.date DESC, f.rowid DESC LIMIT ?"
+                    ") h JOIN messages m ON m.seq = h.rowid / ? ORDER BY h.date DESC, h.rowid DESC"
                 )
                 params = [
                     *args,
@@ -104,19 +115,20 @@ class Search(StoreJobs):
                     PARTS_PER_MESSAGE - 1,
                     *fargs,
                     limit,
+                    PARTS_PER_MESSAGE,
                 ]
             rows = conn.execute(sql, params).fetchall()
             hits: list[SearchHit] = []
-            cache: dict[int, StoredMessage] = {}
-            for rowid, score, _date, hit_agent, hit_conv in rows:
+            projected: dict[int, list[Projected]] = {}
+            for row in rows:
+                rowid, score, hit_agent = row[0], row[1], row[2]
                 seq, part = divmod(rowid, PARTS_PER_MESSAGE)
-                if seq not in cache:
-                    row = conn.execute(
-                        f"SELECT {MSG_COLUMNS} FROM messages m WHERE m.seq = ?", (seq,)
-                    ).fetchone()
-                    cache[seq] = row_to_message(row)
-                sm = cache[seq]
-                parts = project(sm.id, sm.message, sm.metadata, sm.created_at, hit_agent, hit_conv)
+                parts = projected.get(seq)
+                if parts is None:
+                    sm = row_to_message(row[3:])
+                    parts = projected[seq] = project(
+                        sm.id, sm.message, sm.metadata, sm.created_at, hit_agent, sm.conversation_id
+                    )
                 p = parts[part]
                 hits.append(
                     SearchHit(
@@ -124,7 +136,7 @@ class Search(StoreJobs):
                         message_type=p.message_type,
                         created_at=p.date,
                         agent_id=hit_agent,
-                        conversation_id=hit_conv,
+                        conversation_id=row[5],
                         seq=seq,
                         score=float(score),
                         fields=p.fields,
