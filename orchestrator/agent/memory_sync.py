@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
-
 from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
@@ -147,6 +145,9 @@ def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
 
 
 def _network(memory_dir: Path, *args: str) -> None:
+    # lazy: only a repository with a remote gets here, and `chat -p` starts faster without tenacity
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
+
     for attempt in Retrying(
         stop=stop_after_attempt(3),
         wait=wait_chain(wait_fixed(0.5), wait_fixed(1.0)),

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from orchestrator.compaction.identifiers import Retention, retention
 from orchestrator.compaction.packaging import (
@@ -48,6 +47,9 @@ from orchestrator.compaction.tokens import estimate_messages, estimate_text, thr
 from orchestrator.compaction.transcript import render_transcript, shrink_transcript, summarizer_input
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, is_context_overflow_text
 from prompts import load_prompt
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -183,6 +185,9 @@ class _Caller:
                 raise
             self.attempts.append(SummaryAttempt(request.model, rung, budget, chars, "ok"))
             return response.message.content.strip()
+
+        # lazy: tenacity is needed once a summary is asked for, not at `reverie chat` start-up
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_attempts),

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import icu
+if TYPE_CHECKING:
+    import icu
 
 __all__ = ["collation_key", "compare_labels", "sorted_by_collation"]
 
@@ -20,7 +21,10 @@ _T = TypeVar("_T")
 
 @functools.cache
 def _collator() -> icu.Collator:
-    """One shared collator: ICU's const operations (compare, sort keys) are thread-safe."""
+    """One shared collator: ICU's const operations (compare, sort keys) are thread-safe. ICU is
+    imported here, on first use: a turn that reuses its cached prompt and has no skills sorts nothing."""
+    import icu
+
     return icu.Collator.createInstance(icu.Locale("en-US"))
 
 

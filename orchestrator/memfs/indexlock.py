@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio.to_thread
-from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
 
 from orchestrator.memfs.git import GitError, GitResult, arun
 
@@ -126,6 +125,9 @@ async def retrying_git(
 ) -> GitResult:
     """``run_git`` for a writing command: git's lock-file contention is retried (tenacity,
     exponential with jitter, about 10 s in all), and a stale lock file is removed on the way."""
+    # lazy: tenacity is for writing commands, not for the reads of `chat -p` start-up
+    from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
+
     result: GitResult | None = None
     async for attempt in AsyncRetrying(
         stop=stop_after_attempt(attempts),

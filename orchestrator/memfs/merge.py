@@ -47,7 +47,6 @@ from typing import Literal
 import anyio.to_thread
 from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from orchestrator.base import blocking
 from orchestrator.memfs.errors import MemfsError
@@ -299,6 +298,14 @@ class _Merge:
     async def _run(self) -> MergeOutcome:
         await fault_point("locked")
         self.tip = self.original_tip = await _clean_worktree(self.worktree)
+        # lazy: only a merge-back needs tenacity, not `chat -p` start-up
+        from tenacity import (
+            AsyncRetrying,
+            retry_if_exception_type,
+            stop_after_attempt,
+            wait_random_exponential,
+        )
+
         result: MergeOutcome | None = None
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(RACE_ATTEMPTS),

@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.hook import install_hook
@@ -207,6 +205,9 @@ def _retry_index_lock(path: Path, *args: str) -> None:
         if named is not None:
             clear_stale_lock_files([named])
         return True
+
+    # lazy: tenacity is for writing commands, not for the reads of `chat -p` start-up
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     for attempt in Retrying(
         stop=stop_after_attempt(12),
