@@ -12,7 +12,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,15 @@ from orchestrator.store.worker import ConnectionWorker, WorkerClosedError
 __all__ = ["LIKE_SCAN_MESSAGES", "REMINDER_QUEUE_LIMIT", "Store"]
 
 
+def _create(target: Path) -> bool:
+    """In the connection's lane, before connecting: the folder, and a new file seeded migrated."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"conversation store {target}: cannot create {target.parent}: {exc.strerror or exc}") from None
+    return seed_store(target)
+
+
 class Store(
     Conversations, Transcript, Prompts, ReminderQueue, Events, Turns, TurnJobs, Search, ReflectionRecords
 ):
@@ -57,16 +65,14 @@ class Store(
         """Open (creating and migrating if needed) and mark turns left ``running`` by a dead process as
         ``interrupted``. ``path`` defaults to ``orchestrator.base.paths.store_path()``."""
         target = Path(path) if path is not None else store_path()
-        try:
-            await anyio.to_thread.run_sync(partial(target.parent.mkdir, parents=True, exist_ok=True))
-        except OSError as exc:
-            raise StoreError(f"conversation store {target}: cannot create {target.parent}: {exc.strerror or exc}") from None
-        worker = ConnectionWorker(target, configure_connection, seed_store)
+        worker = ConnectionWorker(target, configure_connection, _create)
         try:
             await worker.start()
         except (sqlite3.DatabaseError, OSError) as exc:
             raise StoreError(f"conversation store {target}: not usable ({exc})") from None
         store = cls(worker, target)
+        if worker.created:
+            return store  # written just now from the empty template: no turn of a dead process in it
         try:
             await store.recover_interrupted_turns()
         except sqlite3.DatabaseError as exc:

@@ -160,13 +160,14 @@ class ConnectionWorker:
         self,
         path: Path,
         configure: Callable[[sqlite3.Connection], None],
-        create: Callable[[Path], object] | None = None,
+        create: Callable[[Path], bool] | None = None,
     ) -> None:
         """``create(path)`` runs in the lane before connecting (a new file can be seeded there, in
-        the same hand-off as opening it)."""
+        the same hand-off as opening it); ``created`` keeps what it returned (True: it made the file)."""
         self._path = path
         self._configure = configure
         self._create = create
+        self.created = False
         self._lane: _Lane | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -186,7 +187,7 @@ class ConnectionWorker:
 
     def _open(self) -> None:
         if self._create is not None:
-            self._create(self._path)
+            self.created = self._create(self._path)
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
         try:
             self._configure(conn)

@@ -108,3 +108,31 @@ async def test_store_from_the_future_is_refused(tmp_path: Path) -> None:
         await Store.open(path)
     names = [p.name async for p in anyio.Path(tmp_path).iterdir()]
     assert sorted(n for n in names if "future" in n or n.startswith(".")) == ["future.sqlite3"]
+
+
+async def test_store_under_a_file_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    await anyio.Path(blocker).write_text("x")
+    with pytest.raises(StoreError, match=r"cannot create .*not-a-dir"):
+        await Store.open(blocker / "s.sqlite3")
+
+
+async def test_reopened_store_still_recovers_a_dead_processs_turn(tmp_path: Path) -> None:
+    """Only a file seeded just now skips recovery: one that exists is checked for running turns."""
+    path = tmp_path / "s.sqlite3"
+    async with Store.opened(path) as store:
+        await store.ensure_agent("a1")
+        conv = await store.create_conversation("a1")
+        turn = await store.begin_turn(conv.id)
+    await anyio.to_thread.run_sync(_claim_for_dead_process, path, turn)
+    async with Store.opened(path) as store:
+        (recorded,) = await store.turns(conv.id)
+        assert recorded.status == "interrupted"
+
+
+def _claim_for_dead_process(path: Path, turn: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE turns SET status = 'running', owner_pid = 2147483646 WHERE id = ?", (turn,))
+    finally:
+        conn.close()
