@@ -51,6 +51,13 @@ def build_model(settings: Settings) -> ModelClient:
     return ScriptedModel(latency=latency_from_env(os.environ))
 
 
+def _settings_and_cleanup(*, cli: Mapping[str, Any] | None, agent: Mapping[str, Any], path: Path | None) -> Settings:
+    """Both blocking steps of opening in one worker-thread hop (a batch opens a runtime per task)."""
+    settings = load_settings(cli=cli, agent=agent, path=path)
+    cleanup_overflow_files()  # compaction.md 7.5: older than 24 h
+    return settings
+
+
 @dataclass
 class Runtime:
     """Settings, store and model of one process, and the agents it has loaded.
@@ -85,8 +92,7 @@ class Runtime:
         ``config_file`` replaces ``$REVERIE_HOME/config.toml`` (a batch task's home is the run's, the
         user's config is read from where the command started, DECISIONS D15)."""
         suite = dict(suite or {})
-        settings = await anyio.to_thread.run_sync(partial(load_settings, cli=cli, agent=suite, path=config_file))
-        await anyio.to_thread.run_sync(cleanup_overflow_files)  # compaction.md 7.5: older than 24 h
+        settings = await anyio.to_thread.run_sync(partial(_settings_and_cleanup, cli=cli, agent=suite, path=config_file))
         async with Store.opened(store_path) as store:
             yield cls(
                 settings=settings,
