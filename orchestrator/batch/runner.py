@@ -142,17 +142,19 @@ def batch_environment(out_dir: Path) -> Iterator[None]:
 def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
     """Remove every trace of an earlier attempt, then create the seeded memory repository; returns
     its first commit (the task's memory base, what the report diffs against)."""
-    shutil.rmtree(paths.agent, ignore_errors=True)
-    shutil.rmtree(paths.workspace, ignore_errors=True)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        paths.store.with_name(paths.store.name + suffix).unlink(missing_ok=True)
-    paths.events.unlink(missing_ok=True)
-    paths.store.parent.mkdir(parents=True, exist_ok=True)
-    paths.workspace.mkdir(parents=True, exist_ok=True)
-    files = dict(DEFAULT_MEMORY_FILES)
-    files.update(memory_files or {})
-    template, base, tree = _template_repo(paths.home.parent / "templates", files)
-    paths.memory.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (paths.agent, paths.workspace):
+        if os.path.lexists(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+    store = str(paths.store)
+    for leftover in (store, f"{store}-wal", f"{store}-shm", f"{store}-journal", str(paths.events)):
+        try:
+            os.unlink(leftover)
+        except FileNotFoundError:
+            pass
+    os.makedirs(paths.store.parent, exist_ok=True)
+    os.makedirs(paths.workspace, exist_ok=True)
+    template, base, tree = _template_repo(paths.home.parent / "templates", memory_files or {})
+    os.makedirs(paths.memory.parent, exist_ok=True)
     _copy_tree(template, paths.memory, tree)
     return base
 
@@ -203,37 +205,66 @@ def _copy_tree(template: Path, target: Path, tree: _Tree) -> None:
     """``target`` as a repository of its own with the template's content: a few dozen system calls
     where ``shutil.copytree`` made a few hundred. An object that cannot be linked (another file
     system, a link limit) is copied."""
+    source, root = str(template) + os.sep, str(target) + os.sep
     os.mkdir(target)
     for rel in tree.dirs:
-        os.mkdir(target / rel)
+        os.mkdir(root + rel)
     for rel, mode, data in tree.files:
-        _write_new(target / rel, mode, data)
+        _write_new(root + rel, mode, data)
     for rel in tree.objects:
-        source = template / rel
         try:
-            os.link(source, target / rel)
+            os.link(source + rel, root + rel)
         except OSError:
-            _write_new(target / rel, os.stat(source).st_mode & 0o7777, source.read_bytes())
+            with open(source + rel, "rb") as handle:
+                _write_new(root + rel, os.stat(source + rel).st_mode & 0o7777, handle.read())
     for rel, points_to in tree.links:
-        os.symlink(points_to, target / rel)
+        os.symlink(points_to, root + rel)
 
 
-def _write_new(path: Path, mode: int, data: bytes) -> None:
+def _write_new(path: str, mode: int, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
 
 _templates_lock = threading.Lock()
-_template_bases: dict[Path, tuple[str, _Tree]] = {}
+_Identity = tuple[int, int]
+_template_bases: dict[Path, tuple[_Identity, str, _Tree]] = {}
+_known_templates: dict[tuple[Path, tuple[tuple[str, str], ...]], tuple[_Identity, Path, str, _Tree]] = {}
 
 
-def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tree]:
+def _identity(path: Path) -> _Identity | None:
+    """Which folder ``path`` is: a template removed and made again (another run in the same out
+    directory and process) is another one, and what was read of the old one must not be used."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _template_repo(root: Path, seeds: Mapping[str, str]) -> tuple[Path, str, _Tree]:
+    """The template for a task's seed files (over the defaults); tasks with the same seeds look it
+    up without hashing them again."""
+    wanted = (root, tuple(sorted(seeds.items())))
+    known = _known_templates.get(wanted)
+    if known is not None and _identity(known[1]) == known[0]:
+        return known[1], known[2], known[3]
+    files = dict(DEFAULT_MEMORY_FILES)
+    files.update(seeds)
+    target, base, tree = _make_template(root, files)
+    identity = _identity(target)
+    if identity is not None:
+        _known_templates[wanted] = identity, target, base, tree
+    return target, base, tree
+
+
+def _make_template(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tree]:
     """The run's seeded memory repository for these files, made once (``git init``, config, first
     commit through the validator) and copied for every task, so a thousand tasks do not each start
     half a dozen git processes to build the same repository. A copy is a repository of its own with
@@ -244,8 +275,8 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tr
     target = root / key / "memory"
     with _templates_lock:
         known = _template_bases.get(target)
-        if known is not None and target.exists():
-            return target, *known
+        if known is not None and _identity(target) == known[0]:
+            return target, known[1], known[2]
         if not target.exists():
             root.mkdir(parents=True, exist_ok=True)
             staging = root / f".{key}.{os.getpid()}.{threading.get_ident()}"
@@ -262,8 +293,10 @@ def _template_repo(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tr
         base = head_revision(target)
         if base is None:
             raise RuntimeError(f"{target}: the template memory repository has no commit")
+        identity = _identity(target)
         tree = _read_tree(target)
-        _template_bases[target] = base, tree
+        if identity is not None:
+            _template_bases[target] = identity, base, tree
     return target, base, tree
 
 

@@ -5,6 +5,7 @@ their own template."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -128,3 +129,19 @@ def test_copy_falls_back_when_objects_cannot_be_linked(tmp_path: Path) -> None:
         assert _git(target, "rev-parse", "HEAD").strip() == base
         assert _git(target, "status", "--porcelain") == ""
         assert os.access(target / ".git" / "hooks" / "pre-commit", os.X_OK)
+
+
+async def test_a_template_made_again_in_the_same_process_is_read_again(tmp_path: Path) -> None:
+    """The template is read once per process; a run in an out directory removed since (a new
+    template, another first commit) copies the new one, not what was read of the old."""
+    suite = load_suite(write_suite(tmp_path / "s.jsonl", [TINY[2]]))
+    out = tmp_path / "out"
+    first = await run_suite(suite, RunOptions(out_dir=out), LocalExecutor(1))
+    await anyio.to_thread.run_sync(shutil.rmtree, out)
+    await anyio.sleep(1.1)  # a commit made in another second has another id
+    second = await run_suite(suite, RunOptions(out_dir=out), LocalExecutor(1))
+    assert first.summary["passed"] == second.summary["passed"] == 1
+    assert first.results[0].memory_base != second.results[0].memory_base
+    memory = task_paths(out, "chat").memory
+    fsck = await anyio.to_thread.run_sync(lambda: _run_git(memory, "fsck", "--full", "--strict", "--no-dangling", check=False))
+    assert fsck.returncode == 0
