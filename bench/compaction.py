@@ -18,8 +18,14 @@
   phrase: a handful of hits) and common words (in a large share of the messages) are reported apart,
   since FTS5 has to rank every match of a common word; they run as two passes, so a common word's
   large posting lists do not flush the cache between selective queries. The two sides alternate
-  (ABBA) over ``SEARCH_REPEATS`` rounds; medians and ratios are printed. Target (exit status 1 when
-  missed): FTS5 at least 50x faster than the LIKE scan, median over the selective queries.
+  (ABBA) over ``SEARCH_REPEATS`` rounds, each side a burst of ``SEARCH_BURST`` calls of the same
+  query: the first call of a burst comes straight after the other side's work and is reported
+  apart ("cold"), the others are the side's steady state ("warm", as this bench says it measures).
+  A scan streams the whole table through the CPU caches and leaves the store's lane thread asleep
+  for its ~50 ms, so the next sub-millisecond query of any kind pays for both; timing FTS5 only
+  there measured the scan's after-effect, which the scan itself never pays. Medians and ratios are
+  printed for both. Target (exit status 1 when missed): warm FTS5 at least 50x faster than the warm
+  LIKE scan, median over the selective queries.
 
     .venv/bin/python bench/compaction.py [planner] [retention] [search]
 """
@@ -141,6 +147,7 @@ async def bench_retention() -> None:
 
 SEARCH_MESSAGES = 100_000
 SEARCH_REPEATS = 11
+SEARCH_BURST = 3
 SELECTIVE_QUERIES = ("OPS-4242", "periwinkle teapot", "3f9a2c1e", "src/auth/login42.py")
 COMMON_QUERIES = ("deploy", "memory review")
 _VOCAB = (
@@ -200,13 +207,15 @@ async def bench_search() -> bool:
             await _fill(store, conv.id, random.Random(7))
             print(
                 f"  filled in {time.perf_counter() - start:.1f} s; {SEARCH_REPEATS} rounds, sides alternating, "
-                f"limit {SEARCH_LIMIT} both sides"
+                f"bursts of {SEARCH_BURST} calls, limit {SEARCH_LIMIT} both sides"
             )
             scan = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, check_same_thread=False)
             scan.execute(f"PRAGMA cache_size = -{SCAN_CACHE_KIB}")
             queries = [*SELECTIVE_QUERIES, *COMMON_QUERIES]
-            fts_times: dict[str, list[float]] = {q: [] for q in queries}
-            like_times: dict[str, list[float]] = {q: [] for q in queries}
+            # (side, query) -> (first calls of the bursts, the other calls)
+            times: dict[tuple[str, str], tuple[list[float], list[float]]] = {
+                (side, q): ([], []) for side in ("fts", "like") for q in queries
+            }
             counts: dict[str, tuple[int, int]] = {}
             for query in queries:
                 count = _like_job(conv.id, query.split(), limit=None)
@@ -217,30 +226,38 @@ async def bench_search() -> bool:
                         like = _like_job(conv.id, query.split())
                         sides = ("fts", "like") if round_no % 2 == 0 else ("like", "fts")
                         for side in sides:
-                            t0 = time.perf_counter()
-                            if side == "fts":
-                                await store.search(query, conversation_id=conv.id, limit=SEARCH_LIMIT)
-                                fts_times[query].append(time.perf_counter() - t0)
-                            else:
-                                await anyio.to_thread.run_sync(like, scan)
-                                like_times[query].append(time.perf_counter() - t0)
+                            firsts, rest = times[(side, query)]
+                            for call in range(SEARCH_BURST):
+                                t0 = time.perf_counter()
+                                if side == "fts":
+                                    await store.search(query, conversation_id=conv.id, limit=SEARCH_LIMIT)
+                                else:
+                                    await anyio.to_thread.run_sync(like, scan)
+                                (rest if call else firsts).append(time.perf_counter() - t0)
             scan.close()
-    print(f"  {'query':<24} {'kind':<9} {'LIKE matches':>12} {'fts ms':>9} {'LIKE ms':>9} {'LIKE/fts':>9}")
+    print(
+        f"  {'query':<24} {'kind':<9} {'LIKE matches':>12} {'fts ms':>9} {'LIKE ms':>9} {'LIKE/fts':>9}"
+        f" {'cold fts ms':>12} {'cold ratio':>11}"
+    )
     ratios: dict[str, float] = {}
+    cold_ratios: dict[str, float] = {}
     for query in queries:
-        fts, like = statistics.median(fts_times[query]), statistics.median(like_times[query])
+        fts, like = (statistics.median(times[(side, query)][1]) for side in ("fts", "like"))
+        cold_fts, cold_like = (statistics.median(times[(side, query)][0]) for side in ("fts", "like"))
         ratios[query] = like / fts
+        cold_ratios[query] = cold_like / cold_fts
         kind = "selective" if query in SELECTIVE_QUERIES else "common"
         print(
             f"  {query!r:<24} {kind:<9} {counts[query][1]:>12,} {fts * 1000:>9.2f} {like * 1000:>9.1f} "
-            f"{ratios[query]:>8.0f}x"
+            f"{ratios[query]:>8.0f}x {cold_fts * 1000:>12.2f} {cold_ratios[query]:>10.0f}x"
         )
     selective = statistics.median(ratios[q] for q in SELECTIVE_QUERIES)
     common = statistics.median(ratios[q] for q in COMMON_QUERIES)
+    cold = statistics.median(cold_ratios[q] for q in SELECTIVE_QUERIES)
     ok = selective >= 50
     print(
-        f"median LIKE/fts: selective {selective:.0f}x (target >= 50x: {'met' if ok else 'MISSED'}), "
-        f"common words {common:.1f}x (reported only)"
+        f"median LIKE/fts: selective {selective:.0f}x warm (target >= 50x: {'met' if ok else 'MISSED'}), "
+        f"{cold:.0f}x cold (right after the other side, reported only); common words {common:.1f}x (reported only)"
     )
     return ok
 
