@@ -24,7 +24,7 @@ from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
-from orchestrator.memfs.locks import LockBusy, call_if_free, merge_lock
+from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
 
 __all__ = [
@@ -87,17 +87,46 @@ async def after_turn(
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
 ) -> SyncResult | None:
     """The post-turn sync of 4.7 under the repository lock (D1): ``None`` when the lock stayed busy
-    for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result."""
-    if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
-        return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
-    free, result = await call_if_free(memory_dir, partial(check_memory, memory_dir, audit=audit))
-    if free:
+    for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result.
+
+    The repository's git common directory (the lock's home) is asked once per process and memory
+    directory, so a turn whose lock is free pays one worker hop: take the lock, check, release. A
+    repository that went away since (its lock file cannot be created) is asked about afresh."""
+    check = partial(_boxed, partial(check_memory, memory_dir, audit=audit))
+    common = _common_dirs.get(memory_dir)
+    if common is None:
+        if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
+            return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
+        common = await blocking.run_sync("git", partial(common_dir_sync, memory_dir))
+        _common_dirs[memory_dir] = common
+    try:
+        free, boxed = await call_if_free(memory_dir, check, common_dir=common)
+    except FileNotFoundError:
+        if _common_dirs.pop(memory_dir, None) is None:
+            raise
+        return await after_turn(memory_dir, audit=audit)
+    if free and boxed is not None:
+        result, error = boxed
+        if error is not None:
+            raise error
+        assert result is not None
         return result
     try:
-        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS):
+        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS, common_dir=common):
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     except LockBusy:
         return None
+
+
+_common_dirs: dict[Path, Path] = {}
+
+
+def _boxed(fn: Callable[[], SyncResult]) -> tuple[SyncResult | None, Exception | None]:
+    """The checks' own failure, told apart from the lock's (a missing lock directory)."""
+    try:
+        return fn(), None
+    except Exception as exc:
+        return None, exc
 
 
 def _has_git(memory_dir: Path) -> bool:

@@ -27,6 +27,7 @@ from orchestrator.models.types import Message
 from orchestrator.store import PromptRecord, Store, StoredMessage
 
 __all__ = [
+    "HeadRead",
     "PromptAction",
     "ResolvedPrompt",
     "current_revision",
@@ -42,6 +43,13 @@ class PromptAction(Enum):
     REUSE = "reuse"
     UNSENT_RECOMPILE = "unsent"
     MEMORY_CHANGED = "changed"
+
+
+@dataclass(frozen=True)
+class HeadRead:
+    """HEAD as the caller just read it (``current_revision``), so resolving needs no read of its own."""
+
+    commit: str | None
 
 
 @dataclass(frozen=True)
@@ -143,15 +151,20 @@ async def resolve_system_prompt(
     memory_dir: Path,
     raw_system: str,
     turn_id: str | None = None,
+    head: HeadRead | None = None,
 ) -> ResolvedPrompt:
     """The prompt to send now; may persist a fresh compile or append a ``<memory_update>``.
 
     ``HEAD`` is read once and every compile is pinned to that revision. A message and the row it
     implies are written in one transaction (rule 4), so a crash between them cannot lose an update.
     The v1 ``<memory_metadata>`` message count is the conversation's in-context message count, as
-    compaction passes it.
+    compaction passes it. ``head``: HEAD read by the caller a moment ago (the turn reads it with the
+    skills in one worker hop); read here otherwise.
     """
-    revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
+    if head is not None:
+        revision = head.commit
+    else:
+        revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
     row = await store.get_prompt(conversation_id)
     action = decide(row, _sha256(raw_system), revision)
     if action is PromptAction.REUSE:

@@ -41,7 +41,7 @@ from typing import Protocol
 import anyio
 
 from orchestrator.agent.memory_sync import SyncResult, after_turn, sync_reminder_for
-from orchestrator.agent.prompt_cache import resolve_system_prompt
+from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
 from orchestrator.base import blocking
@@ -179,7 +179,7 @@ class TurnRunner:
         sync: SyncResult | None = None
         try:
             await self.observer(started)
-            skills: list[Skill] = await blocking.run_sync("files", partial(discover_skills, agent.memory_dir))
+            skills, state.head = await blocking.run_sync("git", partial(_skills_and_head, agent.memory_dir))
             status, error = await self._loop(conversation_id, turn_id, skills, state)
         except anyio.get_cancelled_exc_class():
             status, error = "interrupted", "the turn was interrupted"
@@ -294,7 +294,9 @@ class TurnRunner:
             memory_dir=self.agent.memory_dir,
             raw_system=self.agent.raw_system,
             turn_id=turn_id,
+            head=state.head,
         )
+        state.head = None
         if resolved.update_message_id is not None and resolved.revision is not None:
             state.memory_updates += 1
             await self._stage(MemoryUpdateInjected(resolved.revision, resolved.previous_revision), conversation_id)
@@ -401,8 +403,15 @@ def _dangling_answers(history: Sequence[StoredMessage]) -> list[Message]:
     ]
 
 
+def _skills_and_head(memory_dir: Path) -> tuple[list[Skill], HeadRead]:
+    """What a turn reads from its memory before the first request, in one worker hop."""
+    return discover_skills(memory_dir), HeadRead(current_revision(memory_dir))
+
+
 @dataclass
 class _TurnState:
+    head: HeadRead | None = None
+    """HEAD read with the skills at the turn's start, for its first request only."""
     steps: int = 0
     assistant_steps: int = 0
     text: str = ""

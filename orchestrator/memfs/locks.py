@@ -199,14 +199,17 @@ async def merge_lock(
         yield common
 
 
-async def call_if_free(repo_dir: Path, fn: Callable[[], T]) -> tuple[bool, T | None]:
+async def call_if_free(
+    repo_dir: Path, fn: Callable[[], T], *, common_dir: Path | None = None
+) -> tuple[bool, T | None]:
     """``(True, fn())`` run under the repository lock if it is free right now, else ``(False, None)``.
 
     The same two locks as :func:`merge_lock` in the same order, but taking the file lock, running
     ``fn`` and releasing happen in one worker-thread hop instead of three: the post-turn check of
     every turn pays this, and the lock is nearly always free. Callers fall back to ``merge_lock``.
+    ``common_dir``, when the caller knows it (``common_dir_sync``), saves the hop that asks for it.
     """
-    common = await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
+    common = common_dir if common_dir is not None else await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
     in_process = _process_lock(common, LOCK_FILE_NAME)
     try:
         in_process.acquire_nowait()

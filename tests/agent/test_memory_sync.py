@@ -135,3 +135,22 @@ def test_rebased_tip_is_audited_before_the_second_push(repo: Path, tmp_path: Pat
     assert any("notes.md" in line for line in result.audit_errors)
     remote_head = subprocess.run(["git", "-C", str(remote), "rev-parse", "main"], capture_output=True, text=True)
     assert remote_head.stdout.strip() == _git(other, "rev-parse", "HEAD").stdout.strip(), "nothing was pushed"
+
+
+@pytest.mark.anyio
+async def test_after_turn_asks_again_when_the_repository_went_away(repo: Path) -> None:
+    """The lock's directory is remembered per process; a repository removed since is not an error
+    but the same "not initialized" answer a first look gives."""
+    import shutil
+
+    import anyio.to_thread
+
+    first = await after_turn(repo)
+    assert first is not None and first.status == "skipped" and first.revision is not None
+    await anyio.to_thread.run_sync(shutil.rmtree, repo / ".git")
+    gone = await after_turn(repo)
+    assert gone is not None and (gone.status, gone.summary) == ("skipped", "Memory repo is not initialized.")
+    await anyio.to_thread.run_sync(shutil.rmtree, repo)
+    await anyio.to_thread.run_sync(init_memory_repo, repo)
+    again = await after_turn(repo)
+    assert again is not None and again.revision is not None
