@@ -170,18 +170,16 @@ class BranchRetrier:
         self.resolver = resolver
 
     async def candidates(self, head: str | None) -> list[ReflectionRecord]:
-        records = await self.store.reflections(self.agent_id)
-        return [
-            r
-            for r in records
-            if r.waiting or (r.status == "kept_conflict" and head is not None and r.kept_head not in (None, head))
-        ]
+        return _retryable(await self.store.reflections(self.agent_id), head)
 
     async def retry(self, *, turn_end: bool = True) -> list[ReflectionRecord]:
         """One retry round; returns the records as saved afterwards."""
+        records = await self.store.reflections(self.agent_id)
+        if not any(r.waiting or r.status == "kept_conflict" for r in records):
+            return []  # nothing could be retried: no HEAD to read (a worker hop every turn end)
         head = await anyio.to_thread.run_sync(head_revision, self.memory_dir)
         done: list[ReflectionRecord] = []
-        for record in await self.candidates(head):
+        for record in _retryable(records, head):
             try:
                 outcome = await merge_branch(self.memory_dir, record.branch, resolver=self.resolver)
             except ValueError:
@@ -213,3 +211,11 @@ class BranchRetrier:
                 continue
             done.append(await settle(self.store, self.emit, record, outcome, first=was_waiting))
         return done
+
+
+def _retryable(records: list[ReflectionRecord], head: str | None) -> list[ReflectionRecord]:
+    return [
+        r
+        for r in records
+        if r.waiting or (r.status == "kept_conflict" and head is not None and r.kept_head not in (None, head))
+    ]
