@@ -56,3 +56,38 @@ async def test_a_store_that_cannot_open_frees_its_lane_and_says_why(tmp_path: Pa
         with pytest.raises(Exception, match="not usable"):
             await Store.open(tmp_path / "bad.sqlite3")
     assert len(_lane_threads()) <= max(before, lane_count())
+
+
+async def test_jobs_finished_in_one_wake_each_reach_their_own_caller(tmp_path: Path) -> None:
+    """Jobs queued behind a slow one are finished together and their loop is woken once for all
+    of them (``worker._wake``): every caller still gets its own result, or its own error."""
+    import time
+
+    stores = [await Store.open(tmp_path / f"s{i}.sqlite3") for i in range(2 * lane_count())]
+    got: dict[tuple[int, int], object] = {}
+
+    def job(n: int, k: int) -> int:
+        if (n + k) % 3 == 0:
+            raise ValueError(f"{n}-{k}")
+        return n * 100 + k
+
+    async def ask(n: int, store: Store) -> None:
+        for k in range(4):
+            try:
+                got[(n, k)] = await store._run(lambda _conn, n=n, k=k: job(n, k))
+            except ValueError as exc:
+                got[(n, k)] = str(exc)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for store in stores:
+                tg.start_soon(store._run, lambda _conn: time.sleep(0.05))
+            await anyio.sleep(0.01)
+            for n, store in enumerate(stores):
+                tg.start_soon(ask, n, store)
+    finally:
+        for store in stores:
+            await store.close()
+    assert got == {
+        (n, k): (f"{n}-{k}" if (n + k) % 3 == 0 else n * 100 + k) for n in range(len(stores)) for k in range(4)
+    }
