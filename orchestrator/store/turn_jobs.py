@@ -91,7 +91,8 @@ class TurnJobs(StoreJobs):
 
         def job(conn: sqlite3.Connection) -> tuple[list[StoredMessage], list[StoredMessage], list[StoredMessage], TurnView]:
             require_conversation(conn, conversation_id)
-            last = last_message_time(conn, agent_id)
+            info = agent_info is not None and not sent_flag(conn, conversation_id, agent_info_key)
+            last = last_message_time(conn, agent_id) if info else None
             history = read_in_context(conn, self._context, conversation_id)
             answers = list(settle(history)) if settle is not None else []
             settled = (
@@ -104,7 +105,7 @@ class TurnJobs(StoreJobs):
                 "VALUES (?, ?, ?, 'running', ?, ?)",
                 (tid, conversation_id, utc_now(), host, pid),
             )
-            if agent_info is not None and not sent_flag(conn, conversation_id, agent_info_key):
+            if info and agent_info is not None:
                 enqueue(conn, conversation_id, agent_info_key, agent_info(last), priority=0, once=True)
             delivered = deliver(conn, conversation_id, [(user_message, {})], tid)
             view = TurnView([*history, *settled, *delivered], read_prompt(conn, conversation_id), True)
