@@ -189,25 +189,17 @@ class TurnRunner:
             raise
         finally:
             with anyio.CancelScope(shield=True):
-                if status == "interrupted" and state.streamed.strip():
-                    await self._keep_cut_reply(conversation_id, turn_id, state, state.streamed, "interrupted")
-                    state.streamed = ""
-                sync, reminder, shown = await self._after_turn(conversation_id)
-                ended = TurnEnded(turn_id, conversation_id, status, state.steps, error)
-                shown.append(ended)
+                reminder: SyncReminder | None = None
+                shown: list[Event] = []
                 try:
-                    await store.close_turn(
-                        turn_id,
-                        status,
-                        error,
-                        conversation_id=conversation_id,
-                        agent_id=agent.agent_id,
-                        reminder=reminder,
-                        events=[(e.kind, e.payload()) for e in shown if not e.transient],
-                    )
+                    if status == "interrupted" and state.streamed.strip():
+                        await self._keep_cut_reply(conversation_id, turn_id, state, state.streamed, "interrupted")
+                        state.streamed = ""
+                    sync, reminder, shown = await self._after_turn(conversation_id)
                 finally:
-                    for event in shown:
-                        await self.observer(event)
+                    # Whatever failed above, the turn is closed: its status, and its view of the store.
+                    shown.append(TurnEnded(turn_id, conversation_id, status, state.steps, error))
+                    await self._close(turn_id, status, error, conversation_id, reminder, shown)
         return TurnOutcome(
             turn_id=turn_id,
             conversation_id=conversation_id,
@@ -221,6 +213,30 @@ class TurnRunner:
             sync=sync,
             tool_calls=tuple(state.tool_calls),
         )
+
+    async def _close(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        error: str | None,
+        conversation_id: str,
+        reminder: SyncReminder | None,
+        shown: list[Event],
+    ) -> None:
+        """``Store.close_turn`` with the events to record, then show them (also if it failed)."""
+        try:
+            await self.store.close_turn(
+                turn_id,
+                status,
+                error,
+                conversation_id=conversation_id,
+                agent_id=self.agent.agent_id,
+                reminder=reminder,
+                events=[(e.kind, e.payload()) for e in shown if not e.transient],
+            )
+        finally:
+            for event in shown:
+                await self.observer(event)
 
     async def _loop(
         self, conversation_id: str, turn_id: str, skills: list[Skill], state: _TurnState

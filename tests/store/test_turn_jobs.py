@@ -221,3 +221,14 @@ async def test_close_turn_records_status_reminder_and_events_together(tmp_path: 
 def _prompt(conv: str, *, sent: bool) -> PromptRecord:
     return PromptRecord(conv, "a1", "system", "core", "t", "h", "r1", "memfs-v2", "t" if sent else None, "r1")
 
+
+
+async def test_a_failing_close_turn_still_closes_the_view(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    await store.open_turn(conv, Message("user", "hi"), agent_id="a1")
+    with pytest.raises(StoreError):
+        await store.close_turn("turn-unknown", "end_turn", conversation_id=conv)
+    async with Store.opened(tmp_path / "s.sqlite3") as other:
+        await other.append_message(conv, Message("user", "written elsewhere"))
+    assert (await store.in_context(conv))[-1].message.content == "written elsewhere"
+    await store.close()
