@@ -5,7 +5,9 @@ turns that commit memory (a bash tool call running ``git commit`` through the in
 each: turns/s, wall p50/p99, and where the **CPU** of a turn goes, the figure issue 14 sets a target
 for (in-process CPU <= 2 ms for a chat turn without memory edits):
 
-* ``loop thread``: the event loop's own thread (turn loop, prompt cache, model, events);
+* ``loop thread``: the event loop's own thread (turn loop, prompt cache, model, events), with the
+  embedded model's own share (``ScriptedModel``'s reply and token estimate, which grow with the
+  conversation) shown apart below it;
 * ``sqlite lanes``: store jobs in the lane threads (``orchestrator.store.worker``);
 * ``blocking git`` / ``blocking files``: work handed to ``orchestrator.base.blocking`` threads;
 * ``other threads``: what is left of the process's CPU (anyio's default pool);
@@ -36,6 +38,7 @@ import anyio
 _wall: defaultdict[str, float] = defaultdict(float)
 _cpu: defaultdict[str, float] = defaultdict(float)
 _trips: defaultdict[str, int] = defaultdict(int)
+_model_cpu = [0.0]
 
 
 def _timed_async(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -78,6 +81,18 @@ def _instrument() -> None:
         return await to_thread(*args, **kwargs)
 
     anyio.to_thread.run_sync = counted_to_thread  # type: ignore[assignment]
+    from orchestrator.models.scripted import ScriptedModel
+
+    respond = ScriptedModel._respond
+
+    def timed_respond(self: Any, request: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return respond(self, request)
+        finally:
+            _model_cpu[0] += time.thread_time() - start
+
+    ScriptedModel._respond = timed_respond  # type: ignore[method-assign]
     execute = worker._Job.execute
 
     def timed_execute(job: Any) -> None:
@@ -115,7 +130,7 @@ def _children() -> float:
 
 async def _run(
     turns: int, kind: str
-) -> tuple[list[float], dict[str, float], dict[str, float], dict[str, int]]:
+) -> tuple[list[float], dict[str, float], dict[str, float], dict[str, int], float]:
     from orchestrator.app.session import ChatSession
 
     durations: list[float] = []
@@ -126,6 +141,7 @@ async def _run(
         _wall.clear()
         _cpu.clear()
         _trips.clear()
+        _model_cpu[0] = 0.0
         process, loop, children = time.process_time(), time.thread_time(), _children()
         for i in range(turns):
             text = f"remember: fact number {i} is {i * 7}" if kind == "commit" else f"hello number {i}"
@@ -138,7 +154,8 @@ async def _run(
         cpu["other threads"] = time.process_time() - process - sum(cpu.values())
         cpu["git children (not in-process)"] = _children() - children
         trips = dict(_trips)
-    return durations, dict(_wall), cpu, trips
+        model = _model_cpu[0]
+    return durations, dict(_wall), cpu, trips, model
 
 
 def main() -> None:
@@ -150,14 +167,14 @@ def main() -> None:
         _instrument()
         rows = []
         for kind in ("chat", "commit"):
-            durations, wall, cpu, trips = anyio.run(_run, args.turns, kind, backend="trio")
-            rows.append((kind, durations, wall, cpu, trips))
+            durations, wall, cpu, trips, model = anyio.run(_run, args.turns, kind, backend="trio")
+            rows.append((kind, durations, wall, cpu, trips, model))
     print(f"machine load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(
         f"{'turn kind':<10} {'turns':>6} {'turns/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'in-process CPU ms':>18} "
         f"{'store jobs':>11} {'thread hops':>12}"
     )
-    for kind, durations, _, cpu, trips in rows:
+    for kind, durations, _, cpu, trips, _model in rows:
         in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
         n = len(durations)
         print(
@@ -166,13 +183,15 @@ def main() -> None:
             f"{in_process / n * 1000:>18.2f} {trips.get('store jobs', 0) / n:>11.1f} "
             f"{trips.get('thread hops', 0) / n:>12.1f}"
         )
-    for kind, durations, wall, cpu, _ in rows:
+    for kind, durations, wall, cpu, _, model in rows:
         n = len(durations)
         in_process = sum(v for k, v in cpu.items() if not k.startswith("git children"))
         print(f"\n{kind}: CPU per turn (ms, share of in-process CPU)")
         for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             share = "" if name.startswith("git children") else f"{seconds / in_process:>6.1%}"
             print(f"    {name:<32} {seconds / n * 1000:>8.2f}  {share}")
+            if name == "loop thread":
+                print(f"      {'of which the embedded model':<30} {model / n * 1000:>8.2f}  {model / in_process:>6.1%}")
         print(f"{kind}: wall per turn (ms, share of turn time; overlapping)")
         for name, seconds in sorted(wall.items(), key=lambda kv: -kv[1]):
             print(f"    {name:<32} {seconds / n * 1000:>8.2f}  {seconds / sum(durations):>6.1%}")
