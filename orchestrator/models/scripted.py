@@ -81,7 +81,17 @@ from anyio import sleep as anyio_sleep
 from orchestrator.base.errors import UsageError
 
 from .scripted_resolve import resolve_turn
-from .types import Message, ModelClient, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, Usage
+from .types import (
+    Message,
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = [
     "CONFIRMATION",
@@ -171,6 +181,21 @@ _ERROR_WORDS = re.compile(r"\b(?:error|errors|failed|failure|exception|traceback
 
 def _estimate(text: str) -> int:
     return (len(text) + 3) // 4
+
+
+_SPEC_CHARS: dict[int, tuple[ToolSpec, int]] = {}
+
+
+def _spec_chars(spec: ToolSpec) -> int:
+    """Characters a tool schema adds to the prompt estimate; the same few specs come with every
+    request, so each is encoded once (keyed by identity, the spec kept so its id stays its own)."""
+    known = _SPEC_CHARS.get(id(spec))
+    if known is not None and known[0] is spec:
+        return known[1]
+    chars = len(spec.name + spec.description + json.dumps(dict(spec.parameters)))
+    if len(_SPEC_CHARS) < 256:
+        _SPEC_CHARS[id(spec)] = (spec, chars)
+    return chars
 
 
 def _clean_value(value: str) -> str:
@@ -437,14 +462,14 @@ class ScriptedModel(ModelClient):
             turn = _Turn(*resolve_turn(request, _rule_sources(request), _call_id))
         else:
             turn = _chat(request)
-        prompt = request.system + "".join(
-            m.content + "".join(c.arguments for c in m.tool_calls) for m in request.messages
+        prompt = len(request.system) + sum(
+            len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages
         )
-        prompt += "".join(t.name + t.description + json.dumps(dict(t.parameters)) for t in request.tools)
+        prompt += sum(_spec_chars(t) for t in request.tools)
         completion = turn.text + "".join(c.name + c.arguments for c in turn.tool_calls)
         return ModelResponse(
             message=Message(role="assistant", content=turn.text, tool_calls=turn.tool_calls),
-            usage=Usage(_estimate(prompt), _estimate(completion)),
+            usage=Usage((prompt + 3) // 4, _estimate(completion)),
             finish_reason="tool_calls" if turn.tool_calls else "stop",
             model=request.model or self.model,
         )
