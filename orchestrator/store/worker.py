@@ -17,8 +17,9 @@ an ``anyio.Event``; the lane, once the job is done, schedules ``event.set`` on t
 without waiting for it (the backend's ``run_sync_soon``), so a lane never stalls on a busy loop.
 A lane with more jobs queued runs a few more (up to ``_BATCH_JOBS``, while under ``_BATCH_SECONDS``)
 before it tells the loop, then wakes each loop once for all of them: at a thousand sessions every
-wake-up (a socket write and an epoll round on the loop) would otherwise be paid per job. The
-wait is shielded from cancellation: a job that has been handed to a lane always runs to the end
+wake-up (a socket write and an epoll round on the loop) would otherwise be paid per job. On trio
+the caller's task itself sleeps and is rescheduled instead (no event and shielded cancel scope per
+job: about a third of a job's cost on the loop). The wait is shielded from cancellation: a job that has been handed to a lane always runs to the end
 (commit or rollback), so a cancelled caller never leaves a half-known transaction behind; the
 cancellation is delivered at the caller's next checkpoint.
 """
@@ -35,10 +36,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import sniffio
 
 from orchestrator.base.blocking import current_rank
 
@@ -69,7 +71,7 @@ class _Job:
     def __init__(self, action: Callable[[], Any], conn: Callable[[], sqlite3.Connection | None]) -> None:
         self.action = action
         self.conn = conn
-        self.finished: anyio.Event | None = None
+        self.finished: _Waker | None = None
         self.backend: Any = None
         self.native: Any = None
         self.result: Any = None
@@ -85,14 +87,41 @@ class _Job:
             self.error = exc
 
 
-def _set_all(events: list[anyio.Event]) -> None:
+class _Waker(Protocol):
+    def set(self) -> None: ...
+
+
+class _Reschedule:
+    """Wakes a trio task sleeping in ``wait_task_rescheduled`` (run on its loop, like ``Event.set``)."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def set(self) -> None:
+        # only the running backend's module
+        import trio
+
+        trio.lowlevel.reschedule(self.task)
+
+
+def _refuse_abort(_raise_cancel: Any) -> Any:
+    """A job handed to a lane is waited for to its end: the cancellation waits for the next checkpoint."""
+    # only the running backend's module
+    import trio
+
+    return trio.lowlevel.Abort.FAILED
+
+
+def _set_all(events: list[_Waker]) -> None:
     for event in events:
         event.set()
 
 
 def _wake(jobs: list[_Job]) -> None:
     """Tell each waiting loop, once, about all of its jobs in ``jobs`` (in their order)."""
-    loops: dict[int, tuple[Any, Any, list[anyio.Event]]] = {}
+    loops: dict[int, tuple[Any, Any, list[_Waker]]] = {}
     for job in jobs:
         if job.finished is None:
             continue
@@ -264,14 +293,22 @@ class ConnectionWorker:
     async def _submit(self, action: Callable[[], T], *, last: bool = False) -> T:
         assert self._lane is not None
         self.jobs += 1
-        finished = anyio.Event()
         job = _Job(action, self._current)
         token = anyio.lowlevel.current_token()
-        job.finished, job.backend, job.native = finished, token.backend_class, token.native_token
+        job.backend, job.native = token.backend_class, token.native_token
         rank = sys.maxsize if last else self._rank_floor(current_rank())
-        self._lane.put(rank, job)
-        with anyio.CancelScope(shield=True):
-            await finished.wait()
+        if sniffio.current_async_library() == "trio":
+            # only the running backend's module
+            import trio
+
+            job.finished = _Reschedule(trio.lowlevel.current_task())
+            self._lane.put(rank, job)
+            await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+        else:
+            finished = job.finished = anyio.Event()
+            self._lane.put(rank, job)
+            with anyio.CancelScope(shield=True):
+                await finished.wait()
         if job.error is not None:
             raise job.error
         return cast(T, job.result)

@@ -8,6 +8,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -123,6 +125,36 @@ async def test_cancelled_caller_still_commits(tmp_path: Path) -> None:
             pytest.fail("cancellation should be delivered at the next checkpoint")
         assert scope.cancelled_caught
         assert [m.message.content for m in await store.in_context(conv)] == ["written anyway"]
+    finally:
+        await store.close()
+
+
+async def test_caller_cancelled_while_its_job_runs_gets_the_result_first(tmp_path: Path) -> None:
+    """Cancelled mid-job (not before it): the job runs to the end, its result reaches the caller,
+    and the cancellation lands at the caller's next checkpoint."""
+    store, _conv = await open_with_conversation(tmp_path)
+    started = threading.Event()
+
+    def slow(_conn: sqlite3.Connection) -> str:
+        started.set()
+        time.sleep(0.2)
+        return "finished"
+
+    try:
+        results: list[str] = []
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_when_running() -> None:
+                    await anyio.to_thread.run_sync(started.wait)
+                    scope.cancel()
+
+                tg.start_soon(cancel_when_running)
+                results.append(await store._run(slow))
+                await anyio.lowlevel.checkpoint()
+                results.append("not cancelled")
+        assert scope.cancelled_caught
+        assert results == ["finished"]
     finally:
         await store.close()
 
