@@ -22,7 +22,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -139,9 +139,10 @@ def batch_environment(out_dir: Path) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
-    """Remove every trace of an earlier attempt, then create the seeded memory repository; returns
-    its first commit (the task's memory base, what the report diffs against)."""
+def _reset(paths: _Paths, memory_files: Mapping[str, str] | None, first: Sequence[EventRecord] = ()) -> str:
+    """Remove every trace of an earlier attempt, then create the seeded memory repository and start
+    the event log with ``first`` (``task.start``, in the same hand-off); returns the repository's
+    first commit (the task's memory base, what the report diffs against)."""
     for folder in (paths.agent, paths.workspace):
         if os.path.lexists(folder):
             shutil.rmtree(folder, ignore_errors=True)
@@ -156,6 +157,7 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None) -> str:
     template, base, tree = _template_repo(paths.home.parent / "templates", memory_files or {})
     os.makedirs(paths.memory.parent, exist_ok=True)
     _copy_tree(template, paths.memory, tree)
+    append_records(paths.events, first)
     return base
 
 
@@ -355,11 +357,22 @@ class _EventPump:
             self.subagent_out += completion
 
     async def local(self, kind: str, payload: Mapping[str, Any], at: str) -> None:
-        """A line the runner writes itself (``task.start``, ``task.end``), after what is pending."""
+        """A line the runner writes itself (``task.end``), after what is pending."""
         async with self._lock:
             self.seq += 1
             self._pending.append(EventRecord(self.seq, at, self.task_id, kind, dict(payload)))
         await self.flush()
+
+    def first(self, kind: str, payload: Mapping[str, Any], at: str) -> list[EventRecord]:
+        """The log's first line (``task.start``), for the caller to write; then ``announce`` it."""
+        self.seq += 1
+        return [EventRecord(self.seq, at, self.task_id, kind, dict(payload))]
+
+    async def announce(self, records: Sequence[EventRecord]) -> None:
+        """Tell the progress sink about records written elsewhere."""
+        if self.sink is not None:
+            for record in records:
+                await self.sink(self.task_id, record.kind, record.payload)
 
     async def follow(self, store: Any) -> Callable[[], None]:
         """Catch up on what the store holds already, then take each new event as it is recorded."""
@@ -426,8 +439,9 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     base: str | None = None
     check_results: list[CheckResult] = []
     try:
-        base = await blocking.run_sync("git", partial(_reset, paths, task.memory_files))
-        await pump.local("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
+        start = pump.first("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
+        base = await blocking.run_sync("git", partial(_reset, paths, task.memory_files, start))
+        await pump.announce(start)
         model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
         session_cm = ChatSession.open(
             agent_id=task.id,
@@ -460,8 +474,7 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
                     error = f"turn {turns}: {outcome.error}"
                     break
             await session.finish_one_shot()
-            stop_following()
-            await pump.flush()
+            stop_following()  # what it took last is written with task.end
         head = await blocking.run_sync("git", partial(_head, paths.memory))
         for check in task.checks:
             if check.where == "answer":
