@@ -165,6 +165,8 @@ class Supervisor:
 
     async def drain(self, seconds: float = math.inf) -> bool:
         """Wait until no subagent runs (True) or ``seconds`` pass (False)."""
+        if self._idle.is_set():
+            return True  # the common case of a one-shot turn: no deadline scope to set up
         with anyio.move_on_after(seconds):
             await self._idle.wait()
             return True
