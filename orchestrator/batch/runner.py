@@ -272,8 +272,10 @@ def _make_template(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tr
     half a dozen git processes to build the same repository. A copy is a repository of its own with
     nothing that names where it lives; its first commit is the template's. Made under a temporary
     name and renamed into place, so concurrent tasks and processes (Ray workers) share one. The
-    ``*.sample`` hooks ``git init`` writes are inert and were 13 of the 33 files every task copied;
-    the objects are packed, so each copy links one pack instead of a folder per loose object."""
+    ``*.sample`` hooks ``git init`` copies from git's template folder are inert and were 13 of the 33
+    files every task copied, and so are the rest of that folder (``description`` for gitweb, the
+    commented-out ``info/exclude``, the obsolete ``branches/``); the objects are packed, so each
+    copy links one pack instead of a folder per loose object."""
     key = hashlib.sha256(json.dumps(sorted(files.items()), ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
     target = root / key / "memory"
     with _templates_lock:
@@ -285,8 +287,14 @@ def _make_template(root: Path, files: Mapping[str, str]) -> tuple[Path, str, _Tr
             staging = root / f".{key}.{os.getpid()}.{threading.get_ident()}"
             shutil.rmtree(staging, ignore_errors=True)
             init_memory_repo(staging / "memory", files=dict(files))
-            for sample in (staging / "memory" / ".git" / "hooks").glob("*.sample"):
+            git_dir = staging / "memory" / ".git"
+            for sample in (git_dir / "hooks").glob("*.sample"):
                 sample.unlink()
+            for inert in (git_dir / "description", git_dir / "info" / "exclude"):
+                inert.unlink(missing_ok=True)
+            for folder in (git_dir / "info", git_dir / "branches"):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
             # one pack of the first commit's objects: a copy links two files and makes no fan-out folders
             run(staging / "memory", "repack", "-a", "-d", "-q", "-n", harness=True)
             try:
