@@ -124,11 +124,13 @@ class ReflectionCoordinator:
             await self.store.save_reflection_state(after_compaction(state))
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
-        await self.retry_waiting()
+        records, state = await self.store.reflections_and_state(self.agent.agent_id, outcome.conversation_id)
+        retried = await self.retrier.retry(turn_end=True, records=records)
         if self.settings.reflection_trigger == "off":
             # Off never launches at a turn end; the only effect maybe_launch could have is settling
             # an armed compaction flag, so the transcript is read only when the flag is set.
-            state = await self.store.reflection_state(outcome.conversation_id, self.agent.agent_id)
+            if retried:
+                state = await self.store.reflection_state(outcome.conversation_id, self.agent.agent_id)
             if not state.compaction_pending:
                 return
         await self.maybe_launch(outcome.conversation_id)

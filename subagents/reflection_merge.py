@@ -172,9 +172,13 @@ class BranchRetrier:
     async def candidates(self, head: str | None) -> list[ReflectionRecord]:
         return _retryable(await self.store.reflections(self.agent_id), head)
 
-    async def retry(self, *, turn_end: bool = True) -> list[ReflectionRecord]:
-        """One retry round; returns the records as saved afterwards."""
-        records = await self.store.reflections(self.agent_id)
+    async def retry(
+        self, *, turn_end: bool = True, records: list[ReflectionRecord] | None = None
+    ) -> list[ReflectionRecord]:
+        """One retry round; returns the records as saved afterwards. ``records``: the agent's
+        records as the caller just read them (``Store.reflections_and_state``)."""
+        if records is None:
+            records = await self.store.reflections(self.agent_id)
         if not any(r.waiting or r.status == "kept_conflict" for r in records):
             return []  # nothing could be retried: no HEAD to read (a worker hop every turn end)
         head = await anyio.to_thread.run_sync(head_revision, self.memory_dir)

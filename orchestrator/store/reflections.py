@@ -132,6 +132,29 @@ class ReflectionRecords:
         result: ReflectionState = await self._run(job)
         return result
 
+    async def reflections_and_state(
+        self, agent_id: str, conversation_id: str
+    ) -> tuple[list[ReflectionRecord], ReflectionState]:
+        """The agent's reflection records and the conversation's trigger state in one job: what a
+        turn end reads when it has nothing to retry or launch (one store round trip, not two)."""
+
+        def job(conn: sqlite3.Connection) -> tuple[list[ReflectionRecord], ReflectionState]:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? ORDER BY created_at, id", (agent_id,)
+            ).fetchall()
+            row = conn.execute(
+                f"SELECT {_STATE_COLUMNS} FROM reflection_state WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()
+            state = (
+                ReflectionState(conversation_id, agent_id)
+                if row is None
+                else ReflectionState(row[0], row[1], row[2], bool(row[3]), row[4], row[5], bool(row[6]))
+            )
+            return [_record(r) for r in rows], state
+
+        result: tuple[list[ReflectionRecord], ReflectionState] = await self._run(job)
+        return result
+
     async def save_reflection_state(self, state: ReflectionState) -> None:
         def job(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")

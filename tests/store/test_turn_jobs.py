@@ -232,3 +232,27 @@ async def test_a_failing_close_turn_still_closes_the_view(tmp_path: Path) -> Non
         await other.append_message(conv, Message("user", "written elsewhere"))
     assert (await store.in_context(conv))[-1].message.content == "written elsewhere"
     await store.close()
+
+
+async def test_a_turn_ends_reflection_read_is_one_job_with_the_same_answers(tmp_path: Path) -> None:
+    from orchestrator.store import ReflectionRecord, ReflectionState, utc_now
+
+    store, conv = await open_with_conversation(tmp_path)
+    other_conv = (await store.create_conversation("a1")).id
+    for n, status in enumerate(("pending", "merged")):
+        await store.save_reflection(
+            ReflectionRecord(
+                id=f"r{n}", agent_id="a1", conversation_id=conv, branch=f"b{n}", trigger="manual", status=status,
+                reason=None, base_revision=None, through_seq=0, commits=(), files=(),
+                created_at=utc_now(), updated_at=utc_now(),
+            )
+        )
+    await store.save_reflection_state(ReflectionState(conv, "a1", reflected_through_seq=7, compaction_pending=True))
+    jobs = store.jobs
+    records, state = await store.reflections_and_state("a1", conv)
+    assert store.jobs == jobs + 1
+    assert records == await store.reflections("a1") and [r.id for r in records] == ["r0", "r1"]
+    assert state == await store.reflection_state(conv, "a1") and state.compaction_pending
+    assert (await store.reflections_and_state("a1", other_conv))[1] == ReflectionState(other_conv, "a1")
+    assert (await store.reflections_and_state("nobody", conv))[0] == []
+    await store.close()
