@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator.batch.executors import LocalExecutor
 from orchestrator.batch.run import run_suite
-from orchestrator.batch.runner import RunOptions, _copy_tree, _template_repo, task_paths
+from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import load_suite
+from orchestrator.batch.templates import copy_template, template_repo
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
 from tests.batch.helpers import TINY, write_suite
 
@@ -121,9 +122,9 @@ def test_copy_falls_back_when_objects_cannot_be_linked(tmp_path: Path) -> None:
     if other is None or other.stat().st_dev == tmp_path.stat().st_dev:
         pytest.skip("needs a writable directory on another file system (/dev/shm)")
     with tempfile.TemporaryDirectory(dir=other) as root:
-        template, base, tree = _template_repo(Path(root), dict(DEFAULT_MEMORY_FILES))
+        template, base, tree = template_repo(Path(root), dict(DEFAULT_MEMORY_FILES))
         target = tmp_path / "memory"
-        _copy_tree(template, target, tree)
+        copy_template(template, target, tree)
         assert tree.objects and all((target / rel).stat().st_nlink == 1 for rel in tree.objects)
         assert _run_git(target, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
         assert _git(target, "rev-parse", "HEAD").strip() == base
