@@ -198,6 +198,10 @@ def main() -> None:
     chat_cpu = sum(v for k, v in rows[0][3].items() if not k.startswith("git children")) / len(rows[0][1])
     print(f"\nratio commit-turn / chat-turn p50: {_pct(rows[1][1], 0.5) / _pct(rows[0][1], 0.5):.1f}x")
     print(f"chat turn in-process CPU {chat_cpu * 1000:.2f} ms (target <= 2 ms: {'met' if chat_cpu <= 0.002 else 'MISSED'})")
+    print(
+        "before the lean turn (main e7e07e9, this bench, median of 3 interleaved runs): chat turn 4.14 ms CPU, "
+        "17 store jobs and 8 thread hops per turn"
+    )
 
 
 if __name__ == "__main__":
