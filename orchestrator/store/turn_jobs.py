@@ -134,6 +134,7 @@ class TurnJobs(StoreJobs):
         staged events and then ``events`` (``turn.ended``), in one transaction; the conversation's
         ``TurnView`` closes even if it fails."""
         if status not in FINAL_STATUSES:
+            self._views.pop(conversation_id, None)
             raise StoreError(f"close_turn: status must be one of {sorted(FINAL_STATUSES)}, not {status!r}")
 
         def job(conn: sqlite3.Connection) -> None:
