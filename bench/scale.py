@@ -6,7 +6,8 @@ answer) and runs the real command line in a child process::
     reverie run SUITE --concurrency N --scripted-latency 0.2 --out DIR -q
 
 Three model calls of 0.2 s each make the ideal 0.6 s whatever N. Reported per N: ``elapsed`` from the
-run's summary.json (it includes creating every repository and store), efficiency = 0.6 s / elapsed,
+run's summary.json (it includes creating every repository and store, not the process's start-up and
+imports, which ``process s`` adds: the child's whole wall time), efficiency = 0.6 s / elapsed,
 peak RSS and peak OS threads of the child (sampled from /proc every 50 ms; RSS from ``VmHWM``), CPU
 seconds of the child and everything it waited for (git, hooks) divided by the number of turns (and
 the child's own share, "in-process", read from /proc before it exits), and
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,7 @@ _RSS_LIMIT_MIB = 2048
 class Row:
     n: int
     elapsed: float | None
+    wall: float
     passed: int
     peak_rss_mib: float
     peak_threads: int
@@ -123,6 +126,7 @@ def measure(n: int, root: Path, timeout: float) -> Row:
     cpu_before = _children_cpu()
     cmd = [*_reverie(), "run", str(suite), "--concurrency", str(n), "--scripted-latency", str(LATENCY)]
     cmd += ["--out", str(out), "-q"]
+    began = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = _Sampler(proc.pid)
     note = ""
@@ -134,6 +138,7 @@ def measure(n: int, root: Path, timeout: float) -> Row:
         proc.kill()
         proc.communicate()
         note = f"killed after {timeout:.0f} s"
+    wall = time.perf_counter() - began
     sampler.stop()
     cpu = _children_cpu() - cpu_before
     elapsed: float | None = None
@@ -152,6 +157,7 @@ def measure(n: int, root: Path, timeout: float) -> Row:
     return Row(
         n,
         elapsed,
+        wall,
         passed,
         sampler.rss_kib / 1024,
         sampler.threads,
@@ -184,7 +190,7 @@ def main() -> int:
         f"{TURNS} chat turns per task, scripted latency {LATENCY * 1000:.0f} ms, ideal {IDEAL:.1f} s; "
         f"{os.cpu_count()} CPUs"
     )
-    header = f"{'N':>5} {'load':>5} {'elapsed s':>9} {'efficiency':>10} {'peak RSS MiB':>12} {'threads':>7} "
+    header = f"{'N':>5} {'load':>5} {'elapsed s':>9} {'process s':>9} {'efficiency':>10} {'peak RSS MiB':>12} {'threads':>7} "
     header += f"{'CPU/turn ms':>11} {'in-process':>10} {'passed':>11}  verdict"
     rows = []
     with tempfile.TemporaryDirectory(prefix="reverie-bench-scale-") as tmp:
@@ -195,7 +201,7 @@ def main() -> int:
             if len(rows) == 1:
                 print(header)
             print(
-                f"{row.n:>5} {row.load:>5.2f} {elapsed:>9} {row.efficiency:>10.3f} {row.peak_rss_mib:>12.0f} "
+                f"{row.n:>5} {row.load:>5.2f} {elapsed:>9} {row.wall:>9.2f} {row.efficiency:>10.3f} {row.peak_rss_mib:>12.0f} "
                 f"{row.peak_threads:>7} {row.cpu_per_turn_ms:>11.1f} {row.own_cpu_per_turn_ms:>10.1f} "
                 f"{f'{row.passed}/{row.n}':>11}  {_verdict(row)}" + (f" ({row.note})" if row.note else ""),
                 flush=True,

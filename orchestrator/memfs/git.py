@@ -63,6 +63,7 @@ __all__ = [
     "ask",
     "clean_environment",
     "common_dir",
+    "load_pygit2",
     "open_local",
     "open_repo",
     "parse_tree",
@@ -240,6 +241,11 @@ def _pygit2() -> ModuleType:
     import pygit2
 
     return pygit2
+
+
+def load_pygit2() -> None:
+    """Import libgit2 now rather than on the first in-process read (a batch run, before its clock)."""
+    _pygit2()
 
 
 _KIND_NAMES: Final = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
