@@ -90,8 +90,9 @@ def read_events(run_dir: Path, *, task: str | None = None, kinds: Sequence[str] 
     if not folder.is_dir():
         raise FileNotFoundError(f"{run_dir}: no event log here (expected {folder})")
     found: list[EventRecord] = []
-    for path in sorted(folder.glob("*.jsonl")):
-        if task is not None and path.stem != task:
+    paths = sorted(folder.glob("*.jsonl")) if task is None else [event_log_path(run_dir, task)]
+    for path in paths:
+        if not path.is_file():
             continue
         found.extend(r for r in _parse_lines(path.read_text(encoding="utf-8")) if not kinds or r.kind in kinds)
     found.sort(key=lambda r: (r.at, r.task, r.seq))
