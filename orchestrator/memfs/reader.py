@@ -230,6 +230,7 @@ class ReaderPool:
         self.max_readers = max_readers
         self._lock = threading.Lock()
         self._readers: OrderedDict[str, tuple[tuple[int, int], ObjectReader]] = OrderedDict()
+        self._real: dict[str, str] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -247,8 +248,19 @@ class ReaderPool:
         identity = _identity(directory)
         if identity is None:
             return None
+        # as in RepoPool: a spelling seen before is trusted while its .git is the held reader's
+        spelled = os.fspath(directory)
+        with self._lock:
+            known = self._real.get(spelled)
+            held = self._readers.get(known) if known is not None else None
+            if known is not None and held is not None and held[0] == identity:
+                self._readers.move_to_end(known)
+                return held[1]
         key = os.path.realpath(directory)
         with self._lock:
+            if len(self._real) >= 4 * self.max_readers:
+                self._real.clear()
+            self._real[spelled] = key
             held = self._readers.get(key)
             if held is not None and held[0] == identity:
                 self._readers.move_to_end(key)
@@ -288,6 +300,7 @@ class ReaderPool:
         with self._lock:
             readers = [held[1] for held in self._readers.values()]
             self._readers.clear()
+            self._real.clear()
         for reader in readers:
             self._retire(reader)
 

@@ -251,6 +251,21 @@ def test_pool_bounds_processes_and_recovers_after_eviction(tmp_path: Path) -> No
     assert len(pool) == 0
 
 
+def test_pool_follows_a_spelling_whose_symlink_now_points_elsewhere(tmp_path: Path) -> None:
+    pool = ReaderPool(max_readers=4)
+    first, second = tmp_path / "a", tmp_path / "b"
+    heads = [_commit(first, {"MEMORY.md": "# a\n"}), _commit(second, {"MEMORY.md": "# b\n"})]
+    link = tmp_path / "memory"
+    link.symlink_to(first)
+    for target, head in ((first, heads[0]), (second, heads[1]), (first, heads[0])):
+        link.unlink()
+        link.symlink_to(target)
+        with pool.open(link) as reader:
+            assert reader is not None
+            resolved = reader.resolve()
+            assert resolved is not None and resolved.commit == head
+
+
 def test_injection_is_literal() -> None:
     core = "<memory>\nidx $` | $' | $& | $$\n</memory>"
     assert inject_core_memory("Base prompt.   ", core) == "Base prompt.\n\n" + core
