@@ -1,23 +1,39 @@
-"""The in-process executor, and the choice between it and Ray's for a run.
+"""The local executors (in this process, or spread over worker processes), and the choice between
+them and Ray's for a run.
 
-Both implement ``orchestrator.batch.protocol.Executor`` (the contract lives there, so neither
+All implement ``orchestrator.batch.protocol.Executor`` (the contract lives there, so neither
 implementation imports the other).
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import anyio
+import sniffio
+from anyio.abc import ByteReceiveStream, Process
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import Executor, ResultSink
 from orchestrator.batch.ray_exec import RayExecutor
+from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
-from orchestrator.batch.suite import Task
+from orchestrator.batch.suite import Task, task_to_json
+from orchestrator.batch.worker import READY, decode, encode
 
-__all__ = ["LocalExecutor", "make_executor"]
+__all__ = ["TASKS_PER_PROCESS", "LocalExecutor", "ProcessExecutor", "auto_processes", "make_executor"]
+
+TASKS_PER_PROCESS = 8
+_EXIT_GRACE = 10.0
 
 
 class LocalExecutor:
@@ -54,12 +70,291 @@ class LocalExecutor:
                     tg.start_soon(one, index, task, name=f"batch task {task.id}")
 
 
-def make_executor(kind: str, concurrency: int, *, ray_address: str | None = None) -> Executor:
-    """``local`` or ``ray``; a bad name is a ``UsageError`` for the command line to report."""
+def auto_processes(concurrency: int, tasks: int) -> int:
+    """``--processes auto``: one process per core, but only as many as keep about
+    ``TASKS_PER_PROCESS`` tasks in flight in each (a child's start-up and the pipe are not worth it
+    for fewer), and never more than the tasks."""
+    busy = min(concurrency, tasks)
+    return max(1, min(os.cpu_count() or 1, busy // TASKS_PER_PROCESS))
+
+
+def _shares(concurrency: int, processes: int) -> list[int]:
+    """Concurrency split as evenly as it goes; the driver (first) gets the larger part."""
+    base, extra = divmod(concurrency, processes)
+    return [base + (1 if i < extra else 0) for i in range(processes)]
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class _Queue:
+    """The tasks not yet handed to anyone, lowest index (suite order) first. A task handed to a
+    child that had died already is that child's: it ends as an ``error`` result like the rest it held
+    (no take-back, so ``drained`` is final and nothing is handed out twice)."""
+
+    def __init__(self, count: int) -> None:
+        self._heap = list(range(count))
+        self.drained = anyio.Event()
+        if not count:
+            self.drained.set()
+
+    def take(self) -> int | None:
+        if not self._heap:
+            return None
+        index = heapq.heappop(self._heap)
+        if not self._heap:
+            self.drained.set()
+        return index
+
+
+class _Lines:
+    """Lines from a byte stream (a child's stdout); ``None`` at its end."""
+
+    def __init__(self, stream: ByteReceiveStream) -> None:
+        self._stream = stream
+        self._ready: list[bytes] = []
+        self._partial: list[bytes] = []
+
+    async def next(self) -> bytes | None:
+        while not self._ready:
+            try:
+                chunk = await self._stream.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return None
+            if b"\n" not in chunk:
+                self._partial.append(chunk)
+                continue
+            *complete, rest = b"".join([*self._partial, chunk]).split(b"\n")
+            self._partial = [rest] if rest else []
+            self._ready = complete[::-1]
+        return self._ready.pop()
+
+
+class ProcessExecutor:
+    """The local executor over several processes: this one (the driver) runs its share of the
+    concurrency in-process from the first moment, exactly as ``LocalExecutor``, while ``processes - 1``
+    children (``python -m orchestrator.batch.worker``) start; each child then pulls the next task in
+    suite order whenever one of its slots is free, so early tasks still finish first and a slow
+    child start only means the driver takes more of the suite. The driver alone awaits
+    ``on_result`` (it appends ``results.jsonl``); each task's files are written by whichever
+    process runs it. A child that dies turns the tasks it held into ``error`` results; cancelling
+    the run kills every child (its process group) before ``run`` returns.
+
+    ``processes=None`` is ``auto_processes``; one process is ``LocalExecutor``'s behaviour."""
+
+    name = "local"
+
+    def __init__(self, concurrency: int = 1, processes: int | None = None) -> None:
+        if concurrency < 1:
+            raise UsageError(f"concurrency {concurrency}: must be at least 1")
+        if processes is not None and processes < 1:
+            raise UsageError(f"--processes {processes}: must be auto or at least 1")
+        if processes is not None and processes > concurrency:
+            raise UsageError(
+                f"--processes {processes} needs --concurrency {processes} or more (each process runs at least one task at a time)"
+            )
+        self.concurrency = concurrency
+        self.processes = processes
+        self.pids: list[int] = []
+        """The children started by the latest ``run`` (for tests and diagnostics)."""
+
+    def plan(self, tasks: int) -> int:
+        """How many processes a run of ``tasks`` tasks uses (the driver included)."""
+        wanted = auto_processes(self.concurrency, tasks) if self.processes is None else self.processes
+        return max(1, min(wanted, tasks))
+
+    async def run(
+        self,
+        tasks: Sequence[Task],
+        options: RunOptions,
+        *,
+        on_result: ResultSink,
+        progress: ProgressSink | None = None,
+    ) -> None:
+        count = self.plan(len(tasks))
+        self.pids = []
+        if count == 1:
+            await LocalExecutor(self.concurrency).run(tasks, options, on_result=on_result, progress=progress)
+            return
+        shares = _shares(self.concurrency, count)
+        queue = _Queue(len(tasks))
+        options = replace(options, out_dir=options.out_dir.resolve())
+
+        async def local_slot() -> None:
+            while (index := queue.take()) is not None:
+                with blocking.ranked(index):
+                    result = await run_task(tasks[index], options, progress=progress)
+                with anyio.CancelScope(shield=True):
+                    await on_result(result)
+
+        with batch_environment(options.out_dir):
+            env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
+            async with anyio.create_task_group() as tg:
+                for share in shares[1:]:
+                    child = _Child(share, tasks, queue, options, env, on_result, progress, self.pids)
+                    tg.start_soon(child.run, name="batch worker process")
+                for _ in range(shares[0]):
+                    tg.start_soon(local_slot, name="batch driver slot")
+
+
+class _Child:
+    """One worker process, from spawn to exit, as its driver sees it."""
+
+    def __init__(
+        self,
+        slots: int,
+        tasks: Sequence[Task],
+        queue: _Queue,
+        options: RunOptions,
+        env: dict[str, str],
+        on_result: ResultSink,
+        progress: ProgressSink | None,
+        pids: list[int],
+    ) -> None:
+        self.slots = slots
+        self.tasks = tasks
+        self.queue = queue
+        self.options = options
+        self.env = env
+        self.on_result = on_result
+        self.progress = progress
+        self.pids = pids
+        self.held: dict[int, Task] = {}
+        self.open = True
+        self._writing = anyio.Lock()
+
+    async def run(self) -> None:
+        process = await anyio.open_process(
+            [sys.executable, "-m", "orchestrator.batch.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=self.env, start_new_session=True,
+        )
+        self.pids.append(process.pid)
+        try:
+            await self._talk(process)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                await process.aclose()
+
+    async def _send(self, process: Process, message: dict[str, Any]) -> bool:
+        """Under ``_writing``."""
+        assert process.stdin is not None
+        try:
+            await process.stdin.send(encode(message))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return False
+        return True
+
+    async def _close_input(self, process: Process) -> None:
+        """Under ``_writing`` (closing the pipe mid-write would lose that task)."""
+        if self.open:
+            self.open = False
+            assert process.stdin is not None
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await process.stdin.aclose()
+
+    async def _feed(self, process: Process) -> None:
+        """Hand over tasks while a slot is free; no work left closes the child's input (it then
+        finishes what it holds and exits). Taking a task and sending it is one step under the lock,
+        so the input is never closed between the two."""
+        async with self._writing:
+            while self.open and len(self.held) < self.slots:
+                index = self.queue.take()
+                if index is None:
+                    await self._close_input(process)
+                    return
+                self.held[index] = self.tasks[index]
+                if not await self._send(process, {"index": index, "task": task_to_json(self.tasks[index])}):
+                    self.open = False
+                    return
+
+    async def _talk(self, process: Process) -> None:
+        assert process.stdout is not None
+        header = {"options": self.options.to_json(), "progress": self.progress is not None}
+        async with self._writing:
+            if not await self._send(process, header):
+                self.open = False
+        lines = _Lines(process.stdout)
+        async with anyio.create_task_group() as tg:
+
+            async def close_when_drained() -> None:
+                await self.queue.drained.wait()
+                async with self._writing:
+                    await self._close_input(process)
+
+            tg.start_soon(close_when_drained)
+            while (line := await lines.next()) is not None:
+                try:
+                    message = decode(line)
+                    await self._take(process, message)
+                except (ValueError, KeyError, TypeError) as exc:
+                    print(f"reverie: batch worker {process.pid}: bad message ({exc}); stopping it", file=sys.stderr)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    break
+            self.open = False
+            tg.cancel_scope.cancel()
+        with anyio.move_on_after(_EXIT_GRACE):
+            await process.wait()
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        how = _exit_text(process.returncode)
+        for index in sorted(self.held):
+            task = self.held.pop(index)
+            result = TaskResult(
+                id=task.id, status="error", checks_passed=0, checks_total=len(task.checks),
+                error=f"batch worker process {process.pid} {how} while running this task", worker_pid=process.pid,
+            )
+            with anyio.CancelScope(shield=True):
+                await self.on_result(result)
+            if self.progress is not None:
+                await self.progress(task.id, "task.end", {"status": "error", "checks_passed": 0, "error": result.error})
+
+    async def _take(self, process: Process, message: dict[str, Any]) -> None:
+        if "event" in message:
+            task_id, kind, payload = message["event"]
+            if self.progress is not None:
+                await self.progress(str(task_id), str(kind), payload)
+        elif "result" in message:
+            index = int(message["index"])
+            if index not in self.held:
+                raise ValueError(f"a result for task #{index}, which it was not given")
+            result = TaskResult.from_json(message["result"])
+            del self.held[index]
+            with anyio.CancelScope(shield=True):
+                await self.on_result(result)
+            await self._feed(process)
+        elif READY in message:
+            await self._feed(process)
+        else:
+            raise ValueError(f"unknown message {sorted(message)}")
+
+
+def make_executor(
+    kind: str, concurrency: int, *, ray_address: str | None = None, processes: int | None = 1
+) -> Executor:
+    """``local`` or ``ray``; a bad name is a ``UsageError`` for the command line to report.
+    ``processes`` (local only): ``None`` is auto, 1 keeps every task in this process."""
     if kind == "local":
         if ray_address:
             raise UsageError("--ray-address needs --executor ray")
-        return LocalExecutor(concurrency)
+        if processes == 1:
+            return LocalExecutor(concurrency)
+        return ProcessExecutor(concurrency, processes)
     if kind == "ray":
+        if processes is not None and processes != 1:
+            raise UsageError("--processes is for the local executor (Ray places its own workers)")
         return RayExecutor(concurrency, address=ray_address)
     raise UsageError(f"executor {kind!r}: use local or ray")

@@ -105,7 +105,23 @@ def _options(
     )
 
 
-def _executor(kind: str, concurrency: int, ray_address: str | None) -> Any:
+def _processes(value: str | None, kind: str) -> int | None:
+    """``--processes``: ``auto`` (None) or a whole number >= 1; the local executor's default is auto,
+    anything else's is 1 (Ray places its own workers)."""
+    if value is None:
+        return None if kind == "local" else 1
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        fail(f"--processes {value!r}: use auto or a whole number of processes (1 = every task in this process)")
+    if number < 1:
+        fail(f"--processes {value}: use auto or a whole number of processes, at least 1")
+    return number
+
+
+def _executor(kind: str, concurrency: int, ray_address: str | None, processes: int | None = 1) -> Any:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.executors import make_executor
     from orchestrator.batch.ray_exec import ray_available
@@ -113,7 +129,7 @@ def _executor(kind: str, concurrency: int, ray_address: str | None) -> Any:
     if kind == "ray" and not ray_available():
         fail("--executor ray needs Ray: pip install 'reverie[ray]'")
     try:
-        return make_executor(kind, concurrency, ray_address=ray_address)
+        return make_executor(kind, concurrency, ray_address=ray_address, processes=processes)
     except ValueError as exc:
         fail(str(exc))
 
@@ -171,6 +187,15 @@ def run(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Run only the first N tasks (after --task).")] = None,
     executor: Annotated[str | None, typer.Option("--executor", help="local (in this process, the default) or ray.")] = None,
     ray_address: RayAddressOption = None,
+    processes: Annotated[
+        str | None,
+        typer.Option(
+            "--processes", "-P", metavar="auto|N",
+            help="Local executor: spread tasks over N processes (this one and N-1 workers; the concurrency is "
+                 "split between them). auto (default): one per core, but only while each keeps about 8 tasks "
+                 "in flight, so small runs stay in this process; 1: every task in this process.",
+        ),
+    ] = None,
     model: ModelOption = None,
     context_window: WindowOption = None,
     price_in: PriceInOption = None,
@@ -206,7 +231,7 @@ def run(
     jobs = concurrency or int(meta.get("concurrency") or 1)
     kind = executor or str(meta.get("executor") or "local")
     options = _options(out_dir, model, context_window, price_in, price_out, latency)
-    chosen = _executor(kind, jobs, ray_address)
+    chosen = _executor(kind, jobs, ray_address, _processes(processes, kind))
     recorded = read_results(out_dir / RESULTS_FILE)
     if recorded and not (resume or retry_failed):
         fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
@@ -226,7 +251,7 @@ def run(
     already = len(run_tasks) - len(todo)
     resume_line = command_line(
         ["run", suite], {"--out": out_dir, "--resume": True, "--concurrency": jobs, "--executor": None if kind == "local" else kind,
-                         "--ray-address": ray_address, "--model": model, "--context-window": context_window,
+                         "--ray-address": ray_address, "--processes": processes, "--model": model, "--context-window": context_window,
                          "--price-in": price_in, "--price-out": price_out, "--scripted-latency": latency or None,
                          "--task": task or None, "--limit": limit, "--quiet": quiet, "--report": write_report},
     )
