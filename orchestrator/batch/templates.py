@@ -19,13 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# A batch run reads every task's repository in-process (libgit2) and sorts memory paths for every
-# prompt (ICU). Both are first-use imports so that ``chat -p`` and the pre-commit hook start fast;
-# a run needs them for sure, so they load with the batch modules (~40 ms) rather than inside the
-# first task, where the run's ``elapsed`` counts them (at e7e07e9 they loaded with the CLI).
-import icu  # noqa: F401
-import pygit2  # noqa: F401
-
 from orchestrator.memfs.git import run
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo
 
