@@ -32,7 +32,13 @@ from orchestrator.batch.worker import READY, decode, encode
 
 __all__ = ["TASKS_PER_PROCESS", "LocalExecutor", "ProcessExecutor", "auto_processes", "make_executor"]
 
-TASKS_PER_PROCESS = 8
+TASKS_PER_PROCESS = 16
+"""A worker's start (~0.4 s of CPU: imports, libgit2) costs about what 14 tasks of three turns do,
+so ``auto`` gives a process no fewer tasks in flight than this (bench/scale.py: 16 tasks on two
+processes were slower than on one)."""
+BORROWED_SLOTS = 8
+"""While a child starts, the driver runs up to this many of its slots too: about half the tasks the
+start costs, which evens out when the driver and the child finish (64 at once: 40 and 24)."""
 _EXIT_GRACE = 10.0
 
 
@@ -141,7 +147,8 @@ class _Lines:
 class ProcessExecutor:
     """The local executor over several processes: this one (the driver) runs its share of the
     concurrency in-process from the first moment, exactly as ``LocalExecutor``, while ``processes - 1``
-    children (``python -m orchestrator.batch.worker``) start; each child then pulls the next task in
+    children (``python -m orchestrator.batch.worker``) start (and runs a few of each starting child's
+    slots meanwhile, ``BORROWED_SLOTS``); each child then pulls the next task in
     suite order whenever one of its slots is free, so early tasks still finish first and a slow
     child start only means the driver takes more of the suite. The driver alone awaits
     ``on_result`` (it appends ``results.jsonl``); each task's files are written by whichever
@@ -188,21 +195,30 @@ class ProcessExecutor:
         queue = _Queue(len(tasks))
         options = replace(options, out_dir=options.out_dir.resolve())
 
+        async def run_here(index: int) -> None:
+            with blocking.ranked(index):
+                result = await run_task(tasks[index], options, progress=progress)
+            with anyio.CancelScope(shield=True):
+                await on_result(result)
+
         async def local_slot() -> None:
             while (index := queue.take()) is not None:
-                with blocking.ranked(index):
-                    result = await run_task(tasks[index], options, progress=progress)
-                with anyio.CancelScope(shield=True):
-                    await on_result(result)
+                await run_here(index)
+
+        async def borrowed_slot(child: _Child) -> None:
+            while not child.ready.is_set() and (index := queue.take()) is not None:
+                await run_here(index)
 
         with batch_environment(options.out_dir):
             env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
             async with anyio.create_task_group() as tg:
+                for _ in range(shares[0]):
+                    tg.start_soon(local_slot, name="batch driver slot")
                 for share in shares[1:]:
                     child = _Child(share, tasks, queue, options, env, on_result, progress, self.pids)
                     tg.start_soon(child.run, name="batch worker process")
-                for _ in range(shares[0]):
-                    tg.start_soon(local_slot, name="batch driver slot")
+                    for _ in range(min(share, BORROWED_SLOTS)):
+                        tg.start_soon(borrowed_slot, child, name="batch driver slot, borrowed")
 
 
 class _Child:
@@ -229,6 +245,8 @@ class _Child:
         self.pids = pids
         self.held: dict[int, Task] = {}
         self.open = True
+        self.ready = anyio.Event()
+        """Set once the child can run tasks: the driver stops borrowing its slots."""
         self._writing = anyio.Lock()
 
     async def run(self) -> None:
@@ -337,6 +355,7 @@ class _Child:
                 await self.on_result(result)
             await self._feed(process)
         elif READY in message:
+            self.ready.set()
             await self._feed(process)
         else:
             raise ValueError(f"unknown message {sorted(message)}")

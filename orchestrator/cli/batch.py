@@ -192,7 +192,7 @@ def run(
         typer.Option(
             "--processes", "-P", metavar="auto|N",
             help="Local executor: spread tasks over N processes (this one and N-1 workers; the concurrency is "
-                 "split between them). auto (default): one per core, but only while each keeps about 8 tasks "
+                 "split between them). auto (default): one per core, but only while each keeps about 16 tasks "
                  "in flight, so small runs stay in this process; 1: every task in this process.",
         ),
     ] = None,

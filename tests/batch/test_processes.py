@@ -193,9 +193,9 @@ def test_the_worker_speaks_only_the_protocol_on_stdout_and_reports_on_stderr(tmp
 def test_auto_keeps_small_runs_in_process() -> None:
     cores = os.cpu_count() or 1
     assert auto_processes(1, 1000) == 1
-    assert auto_processes(7, 1000) == 1
+    assert auto_processes(15, 1000) == 1
     assert auto_processes(64, 4) == 1
-    assert auto_processes(64, 64) == min(cores, 8)
+    assert auto_processes(64, 64) == min(cores, 4)
     assert auto_processes(4096, 4096) == cores
     assert isinstance(make_executor("local", 4, processes=1), LocalExecutor)
     assert isinstance(make_executor("local", 4, processes=None), ProcessExecutor)
