@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -217,3 +219,54 @@ def test_bad_processes_values_are_one_line(tmp_path: Path, value: str, says: str
     assert len(lines) == 1 and says in lines[0] and "--processes" in lines[0], result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "o" / RESULTS_FILE).exists()
+
+
+_LAUNCH = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import typer
+from orchestrator.cli.batch import register
+app = typer.Typer()
+register(app)
+app(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_multi_process_run_leaves_no_worker_and_resume_finishes_it(tmp_path: Path) -> None:
+    """SIGINT reaches the driver only (the workers have their own session): exit 130 without a
+    traceback from anyone, no worker left, and the printed command finishes the rest."""
+    tasks = _suite(tmp_path, 4)
+    suite = tmp_path / "s.jsonl"
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCH, "run", str(suite), "--out", str(out), "-q", "-j", "4", "--processes", "2",
+         "--scripted-latency", "0.2"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
+    )
+    deadline = time.monotonic() + 90
+    children: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = {s["pid"] for t in tasks for s in (_starts(out, t.id) if (out / "events").is_dir() else [])} - {proc.pid}
+        results = out / RESULTS_FILE
+        if children and results.exists() and results.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    assert children, "a worker process ran a task"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err, err.decode()
+    assert not any(_alive(pid) for pid in children)
+    done = {json.loads(line)["id"] for line in (out / RESULTS_FILE).read_text().splitlines()}
+    assert 2 <= len(done) < len(tasks)
+
+    app = typer.Typer()
+    register(app)
+    hint = shlex.split(err.decode().strip().splitlines()[-1])
+    assert "--processes" in hint
+    result = CliRunner().invoke(app, hint[1:])
+    assert result.exit_code == 1, result.output  # the suite's "wrong" tasks fail by design
+    final = [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
+    assert sorted(r["id"] for r in final) == sorted(t.id for t in tasks)
+    assert {r["id"]: r["status"] for r in final} == {t.id: EXPECTED[t.id.rsplit("-", 1)[0]] for t in tasks}
