@@ -30,7 +30,7 @@ from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environmen
 from orchestrator.batch.suite import Task, task_to_json
 from orchestrator.batch.worker import READY, decode, encode
 
-__all__ = ["TASKS_PER_PROCESS", "LocalExecutor", "ProcessExecutor", "auto_processes", "make_executor"]
+__all__ = ["BORROWED_SLOTS", "TASKS_PER_PROCESS", "LocalExecutor", "ProcessExecutor", "auto_processes", "make_executor"]
 
 TASKS_PER_PROCESS = 16
 """A worker's start (~0.4 s of CPU: imports, libgit2) costs about what 14 tasks of three turns do,

@@ -27,6 +27,10 @@ from typing import IO, Any
 
 import anyio
 
+from orchestrator.base import blocking
+from orchestrator.batch.runner import RunOptions, batch_environment, run_task
+from orchestrator.batch.suite import task_from_json
+
 __all__ = ["READY", "decode", "encode", "main", "serve"]
 
 READY = "ready"
@@ -80,7 +84,7 @@ class _Outbox:
 
 
 def _warm() -> None:
-    """What every task would otherwise load on first use (libgit2, ICU collation, tenacity), as the
+    """What every task would otherwise import on first use (libgit2, ICU collation, tenacity), as the
     driver does before its clock starts (``run._load_backends``): before ``ready``, so no task of
     this worker waits behind it."""
     import tenacity  # noqa: F401
@@ -93,10 +97,6 @@ def _warm() -> None:
 
 async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """Run tasks read from ``source`` until it ends, answering on ``sink``."""
-    from orchestrator.base import blocking
-    from orchestrator.batch.runner import RunOptions, batch_environment, run_task
-    from orchestrator.batch.suite import task_from_json
-
     await anyio.to_thread.run_sync(_warm)
     reader = anyio.wrap_file(source)
     header = decode(await reader.readline())
