@@ -33,7 +33,7 @@ from orchestrator.store.prompts import read_prompt
 from orchestrator.store.records import StoredMessage, StoreError, TurnStatus, utc_now
 from orchestrator.store.reminder_queue import cancel, deliver, enqueue, sent_flag
 from orchestrator.store.transcript import ContextCache, insert_messages, read_in_context
-from orchestrator.store.turns import FINAL_STATUSES
+from orchestrator.store.turns import FINAL_STATUSES, finish_turn
 
 __all__ = ["AgentInfo", "OpenedTurn", "Settle", "SyncReminder", "TurnJobs", "new_turn_id"]
 
@@ -138,12 +138,7 @@ class TurnJobs(StoreJobs):
             raise StoreError(f"close_turn: status must be one of {sorted(FINAL_STATUSES)}, not {status!r}")
 
         def job(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE turns SET status = ?, error = ?, ended_at = ? WHERE id = ?",
-                (status, error, utc_now(), turn_id),
-            )
-            if cur.rowcount == 0:
-                raise StoreError(f"unknown turn {turn_id!r}")
+            finish_turn(conn, turn_id, status, error)
             if reminder is None:
                 return
             if reminder.text is None:

@@ -12,7 +12,7 @@ from orchestrator.base.processes import pid_alive
 from orchestrator.store.jobs import StoreJobs, new_id, require_conversation, transaction
 from orchestrator.store.records import StoreError, Turn, TurnStatus, utc_now
 
-__all__ = ["FINAL_STATUSES", "Turns"]
+__all__ = ["FINAL_STATUSES", "Turns", "finish_turn"]
 
 FINAL_STATUSES = {"end_turn", "error", "interrupted", "max_steps", "cancelled"}
 
@@ -46,15 +46,7 @@ class Turns(StoreJobs):
         if status not in FINAL_STATUSES:
             raise StoreError(f"end_turn: status must be one of {sorted(FINAL_STATUSES)}, not {status!r}")
 
-        def job(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE turns SET status = ?, error = ?, ended_at = ? WHERE id = ?",
-                (status, error, utc_now(), turn_id),
-            )
-            if cur.rowcount == 0:
-                raise StoreError(f"unknown turn {turn_id!r}")
-
-        await self._write(job)
+        await self._write(lambda conn: finish_turn(conn, turn_id, status, error))
 
     async def get_turn(self, turn_id: str) -> Turn | None:
         def job(conn: sqlite3.Connection) -> Turn | None:
@@ -103,3 +95,13 @@ class Turns(StoreJobs):
             return [_turn(r) for r in found]
 
         return await self._run(job)
+
+
+def finish_turn(conn: sqlite3.Connection, turn_id: str, status: str, error: str | None) -> None:
+    """The turn's final record (the caller owns the transaction and checked ``status``)."""
+    cur = conn.execute(
+        "UPDATE turns SET status = ?, error = ?, ended_at = ? WHERE id = ?",
+        (status, error, utc_now(), turn_id),
+    )
+    if cur.rowcount == 0:
+        raise StoreError(f"unknown turn {turn_id!r}")

@@ -25,3 +25,16 @@ def write_suite(path: Path, tasks: list[dict[str, Any]] | None = None) -> Path:
 
 
 EXPECTED = {"rule": "passed", "fact": "passed", "chat": "passed", "seeded": "passed", "wrong": "failed"}
+
+
+LAUNCH_CLI = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import typer
+from orchestrator.cli.batch import register
+app = typer.Typer()
+register(app)
+app(sys.argv[1:])
+"""
+"""``python -c LAUNCH_CLI run ...``: the batch commands in a child that turns SIGINT into
+KeyboardInterrupt as a terminal's Ctrl-C does (a child started from Python may inherit it ignored)."""

@@ -18,17 +18,9 @@ from typer.testing import CliRunner
 
 from orchestrator.batch.results import RESULTS_FILE
 from orchestrator.cli.batch import register
+from tests.batch.helpers import LAUNCH_CLI
 
 ROOT = Path(__file__).resolve().parents[2]
-_LAUNCH = """
-import signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-import typer
-from orchestrator.cli.batch import register
-app = typer.Typer()
-register(app)
-app(sys.argv[1:])
-"""
 
 
 @pytest.mark.slow
@@ -38,7 +30,7 @@ def test_sigint_then_resume(tmp_path: Path) -> None:
     suite.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCH, "run", str(suite), "--out", str(out), "-q", "-j", "2", "--price-in", "3"],
+        [sys.executable, "-c", LAUNCH_CLI, "run", str(suite), "--out", str(out), "-q", "-j", "2", "--price-in", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
     )
     deadline = time.monotonic() + 60

@@ -29,7 +29,7 @@ from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import Task, load_suite
 from orchestrator.cli.batch import register
-from tests.batch.helpers import EXPECTED, TINY, write_suite
+from tests.batch.helpers import EXPECTED, LAUNCH_CLI, TINY, write_suite
 
 pytestmark = pytest.mark.anyio
 
@@ -221,15 +221,6 @@ def test_bad_processes_values_are_one_line(tmp_path: Path, value: str, says: str
     assert not (tmp_path / "o" / RESULTS_FILE).exists()
 
 
-_LAUNCH = """
-import signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-import typer
-from orchestrator.cli.batch import register
-app = typer.Typer()
-register(app)
-app(sys.argv[1:])
-"""
 
 
 @pytest.mark.slow
@@ -240,7 +231,7 @@ def test_ctrl_c_on_a_multi_process_run_leaves_no_worker_and_resume_finishes_it(t
     suite = tmp_path / "s.jsonl"
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCH, "run", str(suite), "--out", str(out), "-q", "-j", "4", "--processes", "2",
+        [sys.executable, "-c", LAUNCH_CLI, "run", str(suite), "--out", str(out), "-q", "-j", "4", "--processes", "2",
          "--scripted-latency", "0.2"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
     )
