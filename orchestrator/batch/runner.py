@@ -41,6 +41,7 @@ from orchestrator.memfs.repo import head_revision
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
 from orchestrator.store.records import utc_now
+from orchestrator.store.schema import STORE_SYNC_VARIABLE
 
 __all__ = [
     "COUNTED_KINDS",
@@ -122,9 +123,10 @@ def task_paths(out_dir: Path, task_id: str) -> _Paths:
 @contextmanager
 def batch_environment(out_dir: Path) -> Iterator[None]:
     """Point ``REVERIE_HOME`` (and the worktree root) at the run's home for the duration, since
-    every path in reverie derives from it; the previous values come back afterwards."""
+    every path in reverie derives from it, and make task stores skip syncs (``schema.configure_connection``
+    says why); the previous values come back afterwards."""
     home = Path(os.path.abspath(out_dir / "home"))
-    wanted = {"REVERIE_HOME": str(home), "REVERIE_WORKTREES": str(home / "worktrees")}
+    wanted = {"REVERIE_HOME": str(home), "REVERIE_WORKTREES": str(home / "worktrees"), STORE_SYNC_VARIABLE: "off"}
     saved = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     try:

@@ -109,6 +109,8 @@ def _check_moved(moved: Path) -> None:
     _git(memory, "commit", "-q", "-m", "edit persona")
     assert _git(memory, "log", "-1", "--format=%s").strip() == "edit persona"
     assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+    # the copy starts without the template's reflog; git keeps the task's own from its first commit
+    assert "edit persona" in _git(memory, "reflog", "show", "main")
 
 
 def _other_device_dir() -> Path | None:

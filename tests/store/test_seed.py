@@ -136,3 +136,17 @@ def _claim_for_dead_process(path: Path, turn: str) -> None:
         conn.execute("UPDATE turns SET status = 'running', owner_pid = 2147483646 WHERE id = ?", (turn,))
     finally:
         conn.close()
+
+
+async def test_a_batch_task_store_skips_syncs_and_any_other_store_keeps_them(tmp_path: Path) -> None:
+    from orchestrator.batch.runner import batch_environment
+
+    async def synchronous(path: Path) -> int:
+        async with Store.opened(path) as store:
+            value: int = await store._run(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
+        return value
+
+    assert await synchronous(tmp_path / "plain.sqlite3") == 1  # NORMAL
+    with batch_environment(tmp_path / "run"):
+        assert await synchronous(tmp_path / "task.sqlite3") == 0  # OFF
+    assert await synchronous(tmp_path / "after.sqlite3") == 1
