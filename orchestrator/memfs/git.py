@@ -38,12 +38,12 @@ import shutil
 import subprocess
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
@@ -58,6 +58,7 @@ __all__ = [
     "REPOS",
     "GitResult",
     "LocalRepo",
+    "PathLRU",
     "RepoPool",
     "arun",
     "ask",
@@ -72,6 +73,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 HARNESS_NAME: Final = "Reverie"
 HARNESS_EMAIL: Final = "noreply@reverie.invalid"
@@ -677,58 +679,94 @@ def _identity(directory: Path) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mode
 
 
-class RepoPool:
-    """At most ``size`` open repositories, least recently used closed first (DECISIONS S26).
+class PathLRU(Generic[V]):
+    """Handles keyed by a directory's real path, least recently used first, each held with the
+    identity of the ``.git`` it was opened on, so a repository deleted and re-created at the same
+    path is opened afresh. ``realpath`` lstats every component (the largest cost of a pooled open),
+    so a spelling seen before is trusted while its identity still matches the held handle's. Shared
+    by the repository pool here and the object-reader pool (``memfs.reader``)."""
 
-    Keyed by the directory's real path; a handle is re-opened when the directory's ``.git`` was
-    replaced (a repository deleted and re-created at the same path). Only a repository's top level
-    opens: a plain folder inside another repository is "no repository" (memfs M6).
-    """
-
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int) -> None:
         if size < 1:
             raise UsageError("size must be at least 1")
         self.size = size
         self._lock = threading.Lock()
-        self._open: OrderedDict[str, tuple[tuple[int, int, int], LocalRepo]] = OrderedDict()
+        self._held: OrderedDict[str, tuple[Hashable, V]] = OrderedDict()
         self._real: dict[str, str] = {}
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._open)
+            return len(self._held)
 
-    def _get(self, directory: Path) -> LocalRepo | None:
-        identity = _identity(directory)
-        if identity is None:
-            return None
-        # realpath lstats every component (the largest cost of a pooled open); a spelling seen before
-        # is trusted while its .git is still the one the held handle was opened on.
+    def find(self, directory: Path, identity: Hashable) -> tuple[str, V | None]:
+        """The real path of ``directory`` and the handle held for it, if still of ``identity``."""
         spelled = os.fspath(directory)
         with self._lock:
             key = self._real.get(spelled)
-            held = self._open.get(key) if key is not None else None
-            if key is not None and held is not None and held[0] == identity:
-                self._open.move_to_end(key)
-                return held[1]
+            found = self._fresh(key, identity) if key is not None else None
+            if key is not None and found is not None:
+                return key, found
         key = os.path.realpath(directory)
         with self._lock:
             if len(self._real) >= 4 * self.size:
                 self._real.clear()
             self._real[spelled] = key
-            held = self._open.get(key)
-            if held is not None and held[0] == identity:
-                self._open.move_to_end(key)
-                return held[1]
+            return key, self._fresh(key, identity)
+
+    def _fresh(self, key: str, identity: Hashable) -> V | None:
+        held = self._held.get(key)
+        if held is None or held[0] != identity:
+            return None
+        self._held.move_to_end(key)
+        return held[1]
+
+    def put(self, key: str, identity: Hashable, handle: V) -> list[V]:
+        """Hold ``handle``; returns those it displaced (the one it replaces, the oldest beyond ``size``)."""
+        dropped: list[V] = []
+        with self._lock:
+            previous = self._held.pop(key, None)
+            if previous is not None:
+                dropped.append(previous[1])
+            self._held[key] = (identity, handle)
+            while len(self._held) > self.size:
+                dropped.append(self._held.popitem(last=False)[1][1])
+        return dropped
+
+    def clear(self) -> list[V]:
+        """Forget everything; returns the handles that were held."""
+        with self._lock:
+            handles = [held[1] for held in self._held.values()]
+            self._held.clear()
+            self._real.clear()
+        return handles
+
+
+class RepoPool:
+    """At most ``size`` open repositories, least recently used closed first (DECISIONS S26).
+
+    Keyed by the directory's real path (:class:`PathLRU`). Only a repository's top level opens: a
+    plain folder inside another repository is "no repository" (memfs M6).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._handles: PathLRU[LocalRepo] = PathLRU(size)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def _get(self, directory: Path) -> LocalRepo | None:
+        identity = _identity(directory)
+        if identity is None:
+            return None
+        key, held = self._handles.find(directory, identity)
+        if held is not None:
+            return held
         opened = open_local(Path(key))
         if opened is None:
             return None
-        with self._lock:
-            previous = self._open.pop(key, None)
-            if previous is not None:
-                previous[1].evicted = True
-            self._open[key] = (identity, opened)
-            while len(self._open) > self.size:
-                self._open.popitem(last=False)[1][1].evicted = True
+        for old in self._handles.put(key, identity, opened):
+            old.evicted = True
         return opened
 
     @contextmanager
@@ -743,11 +781,8 @@ class RepoPool:
 
     def close_all(self) -> None:
         """Forget every handle (libgit2 closes files when the last reference goes)."""
-        with self._lock:
-            for _, repo in self._open.values():
-                repo.evicted = True
-            self._open.clear()
-            self._real.clear()
+        for repo in self._handles.clear():
+            repo.evicted = True
 
 
 def open_local(directory: Path) -> LocalRepo | None:

@@ -21,7 +21,6 @@ not name a commit.
 from __future__ import annotations
 
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Final
 
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import GitError, LocalRepo, open_local, parse_tree
+from orchestrator.memfs.git import GitError, LocalRepo, PathLRU, open_local, parse_tree
 
 __all__ = [
     "DEFAULT_POOL",
@@ -220,21 +219,18 @@ def _identity(directory: Path) -> tuple[int, int] | None:
 class ReaderPool:
     """At most ``max_readers`` live readers (a libgit2 handle and caches each), LRU evicted.
 
-    A reader is keyed by the directory's real path and re-created when the directory's ``.git``
-    is replaced (a repository deleted and re-created at the same path).
+    Keyed as the repository pool is (:class:`~orchestrator.memfs.git.PathLRU`): by real path, a
+    reader re-created when the directory's ``.git`` is replaced.
     """
 
     def __init__(self, max_readers: int = 64) -> None:
         if max_readers < 1:
             raise UsageError("max_readers must be at least 1")
         self.max_readers = max_readers
-        self._lock = threading.Lock()
-        self._readers: OrderedDict[str, tuple[tuple[int, int], ObjectReader]] = OrderedDict()
-        self._real: dict[str, str] = {}
+        self._readers: PathLRU[ObjectReader] = PathLRU(max_readers)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._readers)
+        return len(self._readers)
 
     def _retire(self, reader: ObjectReader) -> None:
         reader.evicted = True
@@ -248,36 +244,14 @@ class ReaderPool:
         identity = _identity(directory)
         if identity is None:
             return None
-        # as in RepoPool: a spelling seen before is trusted while its .git is the held reader's
-        spelled = os.fspath(directory)
-        with self._lock:
-            known = self._real.get(spelled)
-            held = self._readers.get(known) if known is not None else None
-            if known is not None and held is not None and held[0] == identity:
-                self._readers.move_to_end(known)
-                return held[1]
-        key = os.path.realpath(directory)
-        with self._lock:
-            if len(self._real) >= 4 * self.max_readers:
-                self._real.clear()
-            self._real[spelled] = key
-            held = self._readers.get(key)
-            if held is not None and held[0] == identity:
-                self._readers.move_to_end(key)
-                return held[1]
+        key, held = self._readers.find(directory, identity)
+        if held is not None:
+            return held
         local = open_local(Path(key))
         if local is None:
             return None
         reader = ObjectReader(local)
-        retired: list[ObjectReader] = []
-        with self._lock:
-            previous = self._readers.pop(key, None)
-            if previous is not None:
-                retired.append(previous[1])
-            self._readers[key] = (identity, reader)
-            while len(self._readers) > self.max_readers:
-                retired.append(self._readers.popitem(last=False)[1][1])
-        for old in retired:
+        for old in self._readers.put(key, identity, reader):
             self._retire(old)
         return reader
 
@@ -297,11 +271,7 @@ class ReaderPool:
 
     def close_all(self) -> None:
         """Drop every reader and its caches (at shutdown, in tests, before a cold bench)."""
-        with self._lock:
-            readers = [held[1] for held in self._readers.values()]
-            self._readers.clear()
-            self._real.clear()
-        for reader in readers:
+        for reader in self._readers.clear():
             self._retire(reader)
 
 
