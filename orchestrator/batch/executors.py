@@ -11,7 +11,6 @@ import contextlib
 import heapq
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,14 +18,15 @@ from typing import Any
 
 import anyio
 import sniffio
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import Executor, ResultSink
 from orchestrator.batch.ray_exec import RayExecutor
 from orchestrator.batch.results import TaskResult
-from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
+from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, load_backends, run_task
+from orchestrator.batch.spawn import ForkedLink, WorkerLink, prefork, spawn
 from orchestrator.batch.suite import Task, task_to_json
 from orchestrator.batch.worker import READY, decode, encode
 
@@ -146,9 +146,10 @@ class _Lines:
 
 class ProcessExecutor:
     """The local executor over several processes: this one (the driver) runs its share of the
-    concurrency in-process from the first moment, exactly as ``LocalExecutor``, while ``processes - 1``
-    children (``python -m orchestrator.batch.worker``) start (and runs a few of each starting child's
-    slots meanwhile, ``BORROWED_SLOTS``); each child then pulls the next task in
+    concurrency in-process from the first moment, exactly as ``LocalExecutor``, beside ``processes - 1``
+    worker children. Those ``prefork`` forked before the loop can work at once; any other is
+    spawned (``orchestrator.batch.spawn``), and while it starts the driver runs a few of its slots
+    too (``BORROWED_SLOTS``). Each child pulls the next task in
     suite order whenever one of its slots is free, so early tasks still finish first and a slow
     child start only means the driver takes more of the suite. The driver alone awaits
     ``on_result`` (it appends ``results.jsonl``); each task's files are written by whichever
@@ -172,6 +173,9 @@ class ProcessExecutor:
         self.processes = processes
         self.pids: list[int] = []
         """The children started by the latest ``run`` (for tests and diagnostics)."""
+        self.forked_pids: list[int] = []
+        """Those of them that were forked rather than spawned."""
+        self._forked: list[ForkedLink] = []
 
     def plan(self, tasks: int) -> int:
         """How many processes a run of ``tasks`` tasks uses (the driver included)."""
@@ -188,6 +192,7 @@ class ProcessExecutor:
     ) -> None:
         count = self.plan(len(tasks))
         self.pids = []
+        self.forked_pids = []
         if count == 1:
             await LocalExecutor(self.concurrency).run(tasks, options, on_result=on_result, progress=progress)
             return
@@ -209,20 +214,46 @@ class ProcessExecutor:
             while not child.ready.is_set() and (index := queue.take()) is not None:
                 await run_here(index)
 
-        with batch_environment(options.out_dir):
-            env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
-            async with anyio.create_task_group() as tg:
-                for _ in range(shares[0]):
-                    tg.start_soon(local_slot, name="batch driver slot")
-                for share in shares[1:]:
-                    child = _Child(share, tasks, queue, options, env, on_result, progress, self.pids)
-                    tg.start_soon(child.run, name="batch worker process")
-                    for _ in range(min(share, BORROWED_SLOTS)):
-                        tg.start_soon(borrowed_slot, child, name="batch driver slot, borrowed")
+        forked, self._forked = self._forked, []
+        try:
+            with batch_environment(options.out_dir):
+                env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
+                async with anyio.create_task_group() as tg:
+                    for _ in range(shares[0]):
+                        tg.start_soon(local_slot, name="batch driver slot")
+                    for share in shares[1:]:
+                        link = forked.pop(0) if forked else None
+                        if link is not None:
+                            self.forked_pids.append(link.pid)
+                        child = _Child(share, tasks, queue, options, env, on_result, progress, self.pids)
+                        tg.start_soon(child.run, link, name="batch worker process")
+                        if link is None:
+                            for _ in range(min(share, BORROWED_SLOTS)):
+                                tg.start_soon(borrowed_slot, child, name="batch driver slot, borrowed")
+        finally:
+            for unused in forked:
+                with anyio.CancelScope(shield=True):
+                    await unused.aclose()
+
+    def prefork(self, tasks: int) -> None:
+        """Fork the workers a run of ``tasks`` tasks will use, now: call it before the event loop
+        (and any thread) starts, e.g. right after parsing the command line. Where forking is not
+        possible (``spawn.can_fork``) nothing happens and ``run`` spawns its workers. Workers a
+        ``run`` does not use are stopped at its end, or by ``release``."""
+        self.release()
+        if self.plan(tasks) > 1:
+            load_backends()
+            self._forked = prefork(self.plan(tasks) - 1)
+
+    def release(self) -> None:
+        """Stop forked workers no ``run`` used (for a command that ends before or without one)."""
+        unused, self._forked = self._forked, []
+        for link in unused:
+            link.release()
 
 
 class _Child:
-    """One worker process, from spawn to exit, as its driver sees it."""
+    """One worker process, from its start to its exit, as its driver sees it."""
 
     def __init__(
         self,
@@ -249,39 +280,32 @@ class _Child:
         """Set once the child can run tasks: the driver stops borrowing its slots."""
         self._writing = anyio.Lock()
 
-    async def run(self) -> None:
-        process = await anyio.open_process(
-            [sys.executable, "-m", "orchestrator.batch.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=self.env, start_new_session=True,
-        )
-        self.pids.append(process.pid)
+    async def run(self, link: WorkerLink | None) -> None:
+        if link is None:
+            link = await spawn(self.env)
+        self.pids.append(link.pid)
         try:
-            await self._talk(process)
+            await self._talk(link)
         finally:
             with anyio.CancelScope(shield=True):
-                if process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                await process.aclose()
+                await link.aclose()
 
-    async def _send(self, process: Process, message: dict[str, Any]) -> bool:
+    async def _send(self, link: WorkerLink, message: dict[str, Any]) -> bool:
         """Under ``_writing``."""
-        assert process.stdin is not None
         try:
-            await process.stdin.send(encode(message))
+            await link.send(encode(message))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return False
         return True
 
-    async def _close_input(self, process: Process) -> None:
-        """Under ``_writing`` (closing the pipe mid-write would lose that task)."""
+    async def _close_input(self, link: WorkerLink) -> None:
+        """Under ``_writing`` (closing the input mid-write would lose that task)."""
         if self.open:
             self.open = False
-            assert process.stdin is not None
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                await process.stdin.aclose()
+                await link.close_input()
 
-    async def _feed(self, process: Process) -> None:
+    async def _feed(self, link: WorkerLink) -> None:
         """Hand over tasks while a slot is free; no work left closes the child's input (it then
         finishes what it holds and exits). Taking a task and sending it is one step under the lock,
         so the input is never closed between the two."""
@@ -289,58 +313,55 @@ class _Child:
             while self.open and len(self.held) < self.slots:
                 index = self.queue.take()
                 if index is None:
-                    await self._close_input(process)
+                    await self._close_input(link)
                     return
                 self.held[index] = self.tasks[index]
-                if not await self._send(process, {"index": index, "task": task_to_json(self.tasks[index])}):
+                if not await self._send(link, {"index": index, "task": task_to_json(self.tasks[index])}):
                     self.open = False
                     return
 
-    async def _talk(self, process: Process) -> None:
-        assert process.stdout is not None
+    async def _talk(self, link: WorkerLink) -> None:
         header = {"options": self.options.to_json(), "progress": self.progress is not None}
         async with self._writing:
-            if not await self._send(process, header):
+            if not await self._send(link, header):
                 self.open = False
-        lines = _Lines(process.stdout)
+        lines = _Lines(await link.output())
         async with anyio.create_task_group() as tg:
 
             async def close_when_drained() -> None:
                 await self.queue.drained.wait()
                 async with self._writing:
-                    await self._close_input(process)
+                    await self._close_input(link)
 
             tg.start_soon(close_when_drained)
             while (line := await lines.next()) is not None:
                 try:
                     message = decode(line)
-                    await self._take(process, message)
+                    await self._take(link, message)
                 except (ValueError, KeyError, TypeError) as exc:
-                    print(f"reverie: batch worker {process.pid}: bad message ({exc}); stopping it", file=sys.stderr)
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(process.pid, signal.SIGKILL)
+                    print(f"reverie: batch worker {link.pid}: bad message ({exc}); stopping it", file=sys.stderr)
+                    link.kill()
                     break
             self.open = False
             tg.cancel_scope.cancel()
         with anyio.move_on_after(_EXIT_GRACE):
-            await process.wait()
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-        how = _exit_text(process.returncode)
+            await link.wait()
+        if link.returncode is None:
+            link.kill()
+            await link.wait()
+        how = _exit_text(link.returncode)
         for index in sorted(self.held):
             task = self.held.pop(index)
             result = TaskResult(
                 id=task.id, status="error", checks_passed=0, checks_total=len(task.checks),
-                error=f"batch worker process {process.pid} {how} while running this task", worker_pid=process.pid,
+                error=f"batch worker process {link.pid} {how} while running this task", worker_pid=link.pid,
             )
             with anyio.CancelScope(shield=True):
                 await self.on_result(result)
             if self.progress is not None:
                 await self.progress(task.id, "task.end", {"status": "error", "checks_passed": 0, "error": result.error})
 
-    async def _take(self, process: Process, message: dict[str, Any]) -> None:
+    async def _take(self, link: WorkerLink, message: dict[str, Any]) -> None:
         if "event" in message:
             task_id, kind, payload = message["event"]
             if self.progress is not None:
@@ -353,10 +374,10 @@ class _Child:
             del self.held[index]
             with anyio.CancelScope(shield=True):
                 await self.on_result(result)
-            await self._feed(process)
+            await self._feed(link)
         elif READY in message:
             self.ready.set()
-            await self._feed(process)
+            await self._feed(link)
         else:
             raise ValueError(f"unknown message {sorted(message)}")
 

@@ -30,7 +30,7 @@ from orchestrator.batch.results import (
     summarize,
     write_summary,
 )
-from orchestrator.batch.runner import ProgressSink, RunOptions
+from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
 from orchestrator.batch.telemetry import SpanEmitter, otel_available
 
@@ -38,19 +38,6 @@ __all__ = ["RETRY_STATUSES", "RUN_FILE", "RunReport", "pending_tasks", "retry_ca
 
 RUN_FILE = "run.json"
 RETRY_STATUSES = ("failed", "error")
-
-
-def _load_backends() -> None:
-    """Import what every task needs and imports on first use (libgit2, ICU, tenacity: ~0.15 s),
-    once, before the run's clock starts. They are lazy so that ``chat -p`` and the pre-commit hook
-    start fast; a batch run pays for them once per process, not per task, and ``elapsed`` is the
-    tasks' time (bench/scale.py prints the whole process's wall time beside it)."""
-    import tenacity  # noqa: F401
-
-    from orchestrator.memfs import collation, git
-
-    git.load_pygit2()
-    collation.collation_key("")
 
 
 @dataclass(frozen=True)
@@ -154,7 +141,7 @@ async def run_suite(
         if on_result is not None:
             await on_result(result)
 
-    await anyio.to_thread.run_sync(_load_backends)
+    await anyio.to_thread.run_sync(load_backends)
     started = time.perf_counter()
     await executor.run(todo, options, on_result=record, progress=progress)
     elapsed = time.perf_counter() - started

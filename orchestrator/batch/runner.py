@@ -48,9 +48,24 @@ __all__ = [
     "ProgressSink",
     "RunOptions",
     "batch_environment",
+    "load_backends",
     "run_task",
     "task_paths",
 ]
+
+def load_backends() -> None:
+    """Import what every task needs and imports on first use (libgit2, ICU, tenacity: ~0.15 s), once
+    per process, before a run's clock starts and before a worker says it is ready (and before
+    workers are forked, so they inherit it). They are lazy so that ``chat -p`` and the pre-commit
+    hook start fast; ``elapsed`` is the tasks' time (bench/scale.py prints the whole process's wall
+    time beside it)."""
+    import tenacity  # noqa: F401
+
+    from orchestrator.memfs import collation, git
+
+    git.load_pygit2()
+    collation.collation_key("")
+
 
 ProgressSink = Callable[[str, str, Mapping[str, Any]], Awaitable[None]]
 """``(task_id, kind, payload)`` for live progress: every non-transient event of the task."""

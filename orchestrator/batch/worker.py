@@ -1,4 +1,5 @@
-"""The child side of the multi-process local executor: ``python -m orchestrator.batch.worker``.
+"""The child side of the multi-process local executor: a process forked from the driver before its
+event loop started, or ``python -m orchestrator.batch.worker`` (``orchestrator.batch.spawn``).
 
 A batch task costs tens of milliseconds of Python under the GIL, so one process uses one core at
 most; ``executors.ProcessExecutor`` spreads tasks over child processes running this module. The
@@ -8,12 +9,12 @@ happened, so a task's result is the same whichever process ran it.
 
 The protocol is JSON lines. The driver writes ``{"options": ..., "progress": bool}`` first, then
 one ``{"index": i, "task": ...}`` per task it hands over (never more than the worker's slots at
-once), and closes the pipe when it has no more. The worker answers ``{"ready": pid}`` once it can
+once), and ends its input when it has no more. The worker answers ``{"ready": pid}`` once it can
 run a task (imports and libgit2 loaded, so the driver does not wait behind them), then per task the
 progress events (``{"event": [task_id, kind, payload]}``, only when the driver shows progress) and
-one ``{"index": i, "result": ...}``. Its stdout is the protocol alone: whatever else writes to fd 1
-is sent to stderr, which is the driver's. It ignores SIGINT (the driver decides when it stops) and
-never reads the terminal: stdin is the driver's pipe.
+one ``{"index": i, "result": ...}``. The protocol runs over stdin and stdout (spawned) or a socket
+pair (forked); either way whatever else writes to fd 1 is sent to stderr, which is the driver's.
+It ignores SIGINT (the driver decides when it stops) and never reads the terminal.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 
 from orchestrator.base import blocking
-from orchestrator.batch.runner import RunOptions, batch_environment, run_task
+from orchestrator.batch.runner import RunOptions, batch_environment, load_backends, run_task
 from orchestrator.batch.suite import task_from_json
 
-__all__ = ["READY", "decode", "encode", "main", "serve"]
+__all__ = ["READY", "decode", "encode", "main", "serve", "serve_socket"]
 
 READY = "ready"
 
@@ -83,23 +85,15 @@ class _Outbox:
                 return
 
 
-def _warm() -> None:
-    """What every task would otherwise import on first use (libgit2, ICU collation, tenacity), as the
-    driver does before its clock starts (``run._load_backends``): before ``ready``, so no task of
-    this worker waits behind it."""
-    import tenacity  # noqa: F401
-
-    from orchestrator.memfs import collation, git
-
-    git.load_pygit2()
-    collation.collation_key("")
-
-
 async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
-    """Run tasks read from ``source`` until it ends, answering on ``sink``."""
-    await anyio.to_thread.run_sync(_warm)
+    """Run tasks read from ``source`` until it ends, answering on ``sink``. An input that ends before
+    the header is a driver that needed no worker after all (a forked one it did not use)."""
+    await anyio.to_thread.run_sync(load_backends)
     reader = anyio.wrap_file(source)
-    header = decode(await reader.readline())
+    first = await reader.readline()
+    if not first:
+        return
+    header = decode(first)
     options = RunOptions.from_json(header["options"])
     outbox = _Outbox(sink)
 
@@ -124,17 +118,29 @@ async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
 
 
 def main() -> None:
-    """Keep fd 1 for the protocol alone, then serve on the backend the driver runs."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A spawned worker: the protocol on stdin and stdout (see ``orchestrator.batch.spawn``)."""
     protocol = os.fdopen(os.dup(1), "wb", buffering=0)
+    source = os.fdopen(os.dup(0), "rb")
+    _serve_process(source, protocol)
+
+
+def serve_socket(sock: socket.socket) -> None:
+    """A forked worker: the protocol on its end of the socket pair (see ``orchestrator.batch.spawn``)."""
+    sock.setblocking(True)
+    _serve_process(sock.makefile("rb"), cast(IO[bytes], sock.makefile("wb", buffering=0)))
+
+
+def _serve_process(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Keep fd 1 free of anything but stderr's text, never read the terminal, and serve on the
+    backend the driver runs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    source = os.fdopen(os.dup(0), "rb")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     backend = os.environ.get("REVERIE_BACKEND", "trio")
-    anyio.run(serve, source, protocol, backend=backend if backend in {"trio", "asyncio"} else "trio")
+    anyio.run(serve, source, sink, backend=backend if backend in {"trio", "asyncio"} else "trio")
 
 
 if __name__ == "__main__":

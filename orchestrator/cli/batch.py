@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -255,7 +255,14 @@ def run(
                          "--price-in": price_in, "--price-out": price_out, "--scripted-latency": latency or None,
                          "--task": task or None, "--limit": limit, "--quiet": quiet, "--report": write_report},
     )
-    with progress_bar(not quiet, _err) as bar:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.executors import ProcessExecutor
+
+    if isinstance(chosen, ProcessExecutor):
+        chosen.prefork(len(todo))  # before the progress bar's thread and the event loop
+    with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
+        if isinstance(chosen, ProcessExecutor):
+            cleanup.callback(chosen.release)
         tracker = RunProgress(bar, len(run_tasks), already)
 
         async def main() -> Any:

@@ -1,0 +1,269 @@
+"""How the multi-process executor's worker processes come to life, and the link the driver talks to
+each one through (``WorkerLink``: bytes in, lines out, exit status, kill).
+
+Two ways to start one, the same link either way:
+
+* **forked** (the default where the platform has ``fork`` and pidfds, i.e. Linux): ``prefork``
+  forks the workers a run will use from the command itself, before its event loop and its first
+  thread start. A child inherits every module the driver imported and libgit2 loaded, so it takes
+  its first task a few milliseconds after the fork instead of after ~0.3 s of CPU spent importing
+  (bench/scale.py: at 64 tasks on two cores that start was a quarter of the second core's run, and
+  the driver took 40 tasks to the child's 24 meanwhile). Forking is only safe while the process has
+  one thread (a lock another thread holds would stay locked in the child forever), so ``prefork``
+  checks and forks nothing otherwise. Driver and child talk over a socket pair; the driver sees the
+  child exit through a pidfd on its own loop, without a waiting thread.
+* **spawned** (``REVERIE_WORKER_START=spawn``, another platform, or no ``prefork`` before the loop,
+  as when a test runs the executor in-process): ``python -m orchestrator.batch.worker`` with pipes
+  for its stdin and stdout.
+
+Either child runs in a session of its own (its process group is killed as one), ignores SIGINT (the
+driver decides when it stops) and speaks ``orchestrator.batch.worker``'s JSON-lines protocol. A
+forked child leaves with ``os._exit``: the driver's exit handlers and buffered output are the
+driver's, not to be run or flushed twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import NoReturn
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process, SocketStream
+
+__all__ = ["START_ENV", "ForkedLink", "WorkerLink", "can_fork", "prefork", "spawn"]
+
+START_ENV = "REVERIE_WORKER_START"
+"""``fork`` (the default where possible) or ``spawn``: how the local executor starts its workers."""
+
+
+class WorkerLink(ABC):
+    """One worker process as the driver sees it."""
+
+    pid: int
+    forked: bool
+    returncode: int | None = None
+    """Popen's convention: the exit code, or minus the signal that killed it; None while it runs."""
+
+    @abstractmethod
+    async def output(self) -> ByteReceiveStream:
+        """What the child writes (protocol lines)."""
+
+    @abstractmethod
+    async def send(self, data: bytes) -> None:
+        """Raises ``anyio.BrokenResourceError``, ``anyio.ClosedResourceError`` or ``OSError`` once the
+        child is gone."""
+
+    @abstractmethod
+    async def close_input(self) -> None:
+        """The child reads the end of its input: it finishes what it holds and exits."""
+
+    @abstractmethod
+    async def wait(self) -> int:
+        """Until the child has exited; its ``returncode``."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Kill the child if it still runs, reap it and let go of everything held for it."""
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+
+class _Spawned(WorkerLink):
+    forked = False
+
+    def __init__(self, process: Process) -> None:
+        self._process = process
+        self.pid = process.pid
+
+    async def output(self) -> ByteReceiveStream:
+        assert self._process.stdout is not None
+        return self._process.stdout
+
+    async def send(self, data: bytes) -> None:
+        assert self._process.stdin is not None
+        await self._process.stdin.send(data)
+
+    async def close_input(self) -> None:
+        assert self._process.stdin is not None
+        await self._process.stdin.aclose()
+
+    async def wait(self) -> int:
+        code = await self._process.wait()
+        self.returncode = code
+        return code
+
+    async def aclose(self) -> None:
+        self.returncode = self._process.returncode
+        self.kill()
+        await self._process.aclose()
+        self.returncode = self._process.returncode
+
+
+async def spawn(env: Mapping[str, str]) -> WorkerLink:
+    """Start ``python -m orchestrator.batch.worker`` (the way that works anywhere)."""
+    process = await anyio.open_process(
+        [sys.executable, "-m", "orchestrator.batch.worker"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=dict(env), start_new_session=True,
+    )
+    return _Spawned(process)
+
+
+class ForkedLink(WorkerLink):
+    forked = True
+
+    def __init__(self, pid: int, sock: socket.socket, pidfd: int) -> None:
+        self.pid = pid
+        self._sock: socket.socket | None = sock
+        self._pidfd = pidfd
+        self._stream: SocketStream | None = None
+
+    async def _connected(self) -> SocketStream:
+        if self._stream is None:
+            if self._sock is None:
+                raise anyio.ClosedResourceError
+            sock, self._sock = self._sock, None
+            sock.setblocking(False)
+            self._stream = await SocketStream.from_socket(sock)
+        return self._stream
+
+    async def output(self) -> ByteReceiveStream:
+        return await self._connected()
+
+    async def send(self, data: bytes) -> None:
+        await (await self._connected()).send(data)
+
+    async def close_input(self) -> None:
+        await (await self._connected()).send_eof()
+
+    def _reap(self, flags: int) -> bool:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode is not None
+
+    async def wait(self) -> int:
+        while not self._reap(os.WNOHANG):
+            await anyio.wait_readable(self._pidfd)
+        assert self.returncode is not None
+        return self.returncode
+
+    async def aclose(self) -> None:
+        self.kill()
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.wait()
+                if self._stream is not None:
+                    await self._stream.aclose()
+        finally:
+            self._close_pidfd()
+
+    def release(self) -> None:
+        """For a link no loop ever used (the run ended before it needed this worker): close its
+        socket, so the child reads the end of its input and exits (killed after a grace period),
+        and reap it."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        deadline = time.monotonic() + _RELEASE_GRACE
+        while self._pidfd >= 0 and not self._reap(os.WNOHANG):
+            if time.monotonic() > deadline:
+                self.kill()
+                self._reap(0)
+                break
+            time.sleep(0.005)
+        self._close_pidfd()
+
+    def release_in_child(self) -> None:
+        """In a later sibling: the earlier siblings' ends are not its to hold (an open copy would
+        keep their input from ever ending)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+_RELEASE_GRACE = 2.0
+
+
+def _single_threaded() -> bool:
+    if threading.active_count() != 1:
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return True
+
+
+def can_fork() -> bool:
+    """Whether ``prefork`` would fork now: asked for (not ``spawn``), possible on this platform, and
+    this process has a single thread."""
+    if os.environ.get(START_ENV, "fork").strip().lower() == "spawn":
+        return False
+    if not hasattr(os, "fork") or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return _single_threaded()
+
+
+def prefork(count: int) -> list[ForkedLink]:
+    """Fork ``count`` workers now (call it before any event loop or thread starts); ``[]`` when
+    ``can_fork`` says no, and the executor spawns its workers instead. The caller owns the links:
+    each ends with ``aclose`` on a loop, or ``ForkedLink.release`` without one."""
+    if count <= 0 or not can_fork():
+        return []
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    links: list[ForkedLink] = []
+    for _ in range(count):
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            for link in links:
+                link.release_in_child()
+            _child(theirs)
+        theirs.close()
+        links.append(ForkedLink(pid, ours, os.pidfd_open(pid)))
+    return links
+
+
+def _child(sock: socket.socket) -> NoReturn:
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # the protocol's module is imported by the driver already (the executor uses it)
+        from orchestrator.batch.worker import serve_socket
+
+        serve_socket(sock)
+        code = 0
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)
