@@ -25,6 +25,7 @@ driver's, not to be run or flushed twice.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -233,6 +234,8 @@ def prefork(count: int) -> list[ForkedLink]:
     each ends with ``aclose`` on a loop, or ``ForkedLink.release`` without one."""
     if count <= 0 or not can_fork():
         return []
+    # children then never scan the heap they inherit, nor dirty its pages doing so
+    gc.freeze()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -19,6 +19,7 @@ It ignores SIGINT (the driver decides when it stops) and never reads the termina
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -89,6 +90,7 @@ async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """Run tasks read from ``source`` until it ends, answering on ``sink``. An input that ends before
     the header is a driver that needed no worker after all (a forked one it did not use)."""
     await anyio.to_thread.run_sync(load_backends)
+    gc.freeze()  # as the driver does before its loop (cli/aio.py): the imports are never collected
     reader = anyio.wrap_file(source)
     first = await reader.readline()
     if not first:

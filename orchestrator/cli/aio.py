@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -20,10 +21,16 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
 
     Ctrl-C inside a task group arrives wrapped in an exception group; it is unwrapped to a plain
     ``KeyboardInterrupt`` so every command ends the same way (exit 130, no traceback).
+
+    Everything alive before the loop (modules, classes, functions: most of the heap) is frozen out
+    of the cyclic garbage collector first (``gc.freeze``, a constant-time move): a long session or a
+    batch of many would otherwise re-scan it at every full collection (perf at 64 batch tasks:
+    7% of all CPU in the collector, 3% after).
     """
     backend = os.environ.get("REVERIE_BACKEND", "trio")
     if backend not in {"trio", "asyncio"}:
         raise UserError(f"REVERIE_BACKEND={backend!r}: use trio or asyncio")
+    gc.freeze()
     try:
         return anyio.run(fn, backend=backend)
     except BaseExceptionGroup as group:
