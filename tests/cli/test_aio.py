@@ -20,7 +20,10 @@ def unfrozen() -> Iterator[None]:
 
 
 def test_what_exists_before_the_loop_is_never_scanned_by_the_collector(unfrozen: None) -> None:
-    program = object.__new__(type("Program", (), {}))
+    class Program:
+        pass
+
+    program = Program()
 
     async def main() -> tuple[int, bool]:
         made_in_the_loop = [object()]
