@@ -216,7 +216,7 @@ class ProcessExecutor:
 
         forked, self._forked = self._forked, []
         try:
-            with batch_environment(options.out_dir):
+            with batch_environment(options.out_dir, processes=count):
                 env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
                 async with anyio.create_task_group() as tg:
                     for _ in range(shares[0]):
@@ -225,7 +225,7 @@ class ProcessExecutor:
                         link = forked.pop(0) if forked else None
                         if link is not None:
                             self.forked_pids.append(link.pid)
-                        child = _Child(share, tasks, queue, options, env, on_result, progress, self.pids)
+                        child = _Child(share, count, tasks, queue, options, env, on_result, progress, self.pids)
                         tg.start_soon(child.run, link, name="batch worker process")
                         if link is None:
                             for _ in range(min(share, BORROWED_SLOTS)):
@@ -258,6 +258,7 @@ class _Child:
     def __init__(
         self,
         slots: int,
+        processes: int,
         tasks: Sequence[Task],
         queue: _Queue,
         options: RunOptions,
@@ -267,6 +268,7 @@ class _Child:
         pids: list[int],
     ) -> None:
         self.slots = slots
+        self.processes = processes
         self.tasks = tasks
         self.queue = queue
         self.options = options
@@ -321,7 +323,7 @@ class _Child:
                     return
 
     async def _talk(self, link: WorkerLink) -> None:
-        header = {"options": self.options.to_json(), "progress": self.progress is not None}
+        header = {"options": self.options.to_json(), "progress": self.progress is not None, "processes": self.processes}
         async with self._writing:
             if not await self._send(link, header):
                 self.open = False

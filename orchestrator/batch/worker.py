@@ -7,7 +7,8 @@ driver stays the owner of the run (it alone appends ``results.jsonl``): a worker
 tasks it is handed with the same ``run_task`` as the in-process executor and writes back what
 happened, so a task's result is the same whichever process ran it.
 
-The protocol is JSON lines. The driver writes ``{"options": ..., "progress": bool}`` first, then
+The protocol is JSON lines. The driver writes ``{"options": ..., "progress": bool, "processes": n}``
+first (``processes``: how many share the cores, which sizes the worker's SQLite lanes), then
 one ``{"index": i, "task": ...}`` per task it hands over (never more than the worker's slots at
 once), and ends its input when it has no more. The worker answers ``{"ready": pid}`` once it can
 run a task (imports and libgit2 loaded, so the driver does not wait behind them), then per task the
@@ -108,7 +109,7 @@ async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
             result = await run_task(task, options, progress=progress if header.get("progress") else None)
         outbox.put({"index": index, "result": result.to_json()})
 
-    with batch_environment(options.out_dir):
+    with batch_environment(options.out_dir, processes=int(header.get("processes") or 1)):
         async with anyio.create_task_group() as pump_group:
             pump_group.start_soon(outbox.pump)
             outbox.put({READY: os.getpid()})

@@ -44,12 +44,13 @@ import sniffio
 
 from orchestrator.base.blocking import current_rank
 
-__all__ = ["SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
+__all__ = ["LANES_VARIABLE", "SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
 
 T = TypeVar("T")
 
 SQLITE_LANES = 4
 """Threads serving every SQLite connection of the process; ``REVERIE_SQLITE_LANES`` overrides."""
+LANES_VARIABLE = "REVERIE_SQLITE_LANES"
 
 
 class WorkerClosedError(RuntimeError):
@@ -183,7 +184,7 @@ _lanes_lock = threading.Lock()
 
 
 def lane_count() -> int:
-    raw = os.environ.get("REVERIE_SQLITE_LANES", "")
+    raw = os.environ.get(LANES_VARIABLE, "")
     return max(1, int(raw)) if raw.isdigit() else SQLITE_LANES
 
 
