@@ -34,7 +34,15 @@ from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
 from orchestrator.batch.telemetry import SpanEmitter, otel_available
 
-__all__ = ["RETRY_STATUSES", "RUN_FILE", "RunReport", "pending_tasks", "retry_candidates", "run_suite"]
+__all__ = [
+    "RETRY_STATUSES",
+    "RUN_FILE",
+    "RunReport",
+    "pending_tasks",
+    "processes_setting",
+    "retry_candidates",
+    "run_suite",
+]
 
 RUN_FILE = "run.json"
 RETRY_STATUSES = ("failed", "error")
@@ -51,6 +59,14 @@ class RunReport:
 def retry_candidates(results: Mapping[str, TaskResult], ids: Sequence[str]) -> set[str]:
     """Pure: which of ``ids`` have a result that failed or errored (so ``--retry-failed`` reruns them)."""
     return {i for i in ids if i in results and results[i].status in RETRY_STATUSES}
+
+
+def processes_setting(executor: Executor) -> int | str:
+    """``--processes`` as the executor was given it: ``"auto"`` or a number (1 for an executor that
+    keeps every task in this process, or places them itself, as Ray does). ``run.json`` records it so
+    that ``--resume`` and ``--retry-failed`` run the rest the way the run started."""
+    processes = getattr(executor, "processes", 1)
+    return "auto" if processes is None else int(processes)
 
 
 def pending_tasks(tasks: Sequence[Task], done: Sequence[str] | set[str]) -> list[Task]:
@@ -120,6 +136,7 @@ async def run_suite(
         "suite": suite_name,
         "executor": executor.name,
         "concurrency": executor.concurrency,
+        "processes": processes_setting(executor),
         "options": options.to_json(),
         "tasks": [t.id for t in tasks],
     }

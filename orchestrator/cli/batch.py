@@ -76,6 +76,13 @@ ScriptedLatencyOption = Annotated[
     ),
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
+_PROCESSES_HELP = (
+    "Local executor: run the tasks in N processes, this one and N-1 worker processes, which split --concurrency "
+    "between them. auto (default): one per core, but only as many as keep about 16 tasks in flight each, so "
+    "small runs stay in this process. 1: every task in this process."
+)
+
+
 def _load(suite: Path) -> list[Any]:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.suite import SuiteError, load_suite
@@ -105,9 +112,9 @@ def _options(
     )
 
 
-def _processes(value: str | None, kind: str) -> int | None:
-    """``--processes``: ``auto`` (None) or a whole number >= 1; the local executor's default is auto,
-    anything else's is 1 (Ray places its own workers)."""
+def _processes(value: str | None, kind: str, name: str = "--processes") -> int | None:
+    """``--processes`` (or ``name``, e.g. the field of a run.json): ``auto`` (None) or a whole number
+    >= 1; the local executor's default is auto, anything else's is 1 (Ray places its own workers)."""
     if value is None:
         return None if kind == "local" else 1
     if value.strip().lower() == "auto":
@@ -115,10 +122,29 @@ def _processes(value: str | None, kind: str) -> int | None:
     try:
         number = int(value)
     except ValueError:
-        fail(f"--processes {value!r}: use auto or a whole number of processes (1 = every task in this process)")
+        fail(f"{name} {value!r}: use auto or a whole number of processes (1 = every task in this process)")
     if number < 1:
-        fail(f"--processes {value}: use auto or a whole number of processes, at least 1")
+        fail(f"{name} {value}: use auto or a whole number of processes, at least 1")
     return number
+
+
+def _resumed_processes(
+    given: str | None, meta: dict[str, Any], run_file: Path, kind: str, verb: str
+) -> tuple[str | None, str]:
+    """``--processes`` for a resumed or retried run: the flag when given, else what its run.json
+    recorded (the latest invocation's, when the executor is the one it was recorded for); and the name
+    to blame for a bad value. It decides where the rest of the run goes, so one line on stderr says
+    which was taken."""
+    was = meta.get("processes")
+    if was is None or str(meta.get("executor") or "local") != kind:
+        return given, "--processes"
+    if given is None:
+        _err.print(f"{verb} with --processes {was}, as {run_file} records", soft_wrap=True, markup=False)
+        return str(was), f"{run_file}: processes"
+    same = given.strip().lower() == str(was).lower()
+    _err.print(f"{verb} with --processes {given}" + ("" if same else f" (given; {run_file} had {was})"),
+               soft_wrap=True, markup=False)
+    return given, "--processes"
 
 
 def _executor(kind: str, concurrency: int, ray_address: str | None, processes: int | None = 1) -> Any:
@@ -185,15 +211,13 @@ def run(
     ] = None,
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="Run only this task (repeatable).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Run only the first N tasks (after --task).")] = None,
-    executor: Annotated[str | None, typer.Option("--executor", help="local (in this process, the default) or ray.")] = None,
+    executor: Annotated[str | None, typer.Option("--executor", help="local (this machine, the default; see --processes) or ray.")] = None,
     ray_address: RayAddressOption = None,
     processes: Annotated[
         str | None,
         typer.Option(
             "--processes", "-P", metavar="auto|N",
-            help="Local executor: spread tasks over N processes (this one and N-1 workers; the concurrency is "
-                 "split between them). auto (default): one per core, but only while each keeps about 16 tasks "
-                 "in flight, so small runs stay in this process; 1: every task in this process.",
+            help=_PROCESSES_HELP + " --resume/--retry-failed: the run's own unless given (run.json).",
         ),
     ] = None,
     model: ModelOption = None,
@@ -231,7 +255,10 @@ def run(
     jobs = concurrency or int(meta.get("concurrency") or 1)
     kind = executor or str(meta.get("executor") or "local")
     options = _options(out_dir, model, context_window, price_in, price_out, latency)
-    chosen = _executor(kind, jobs, ray_address, _processes(processes, kind))
+    processes, processes_name = _resumed_processes(
+        processes, meta, out_dir / "run.json", kind, "retrying" if retry_failed else "resuming"
+    )
+    chosen = _executor(kind, jobs, ray_address, _processes(processes, kind, processes_name))
     recorded = read_results(out_dir / RESULTS_FILE)
     if recorded and not (resume or retry_failed):
         fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
