@@ -70,10 +70,14 @@ def append_records(path: Path, records: Sequence[EventRecord]) -> None:
     """Append records (blocking); the directory is created on first use."""
     if not records:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_json(), ensure_ascii=False, default=str) + "\n")
+    text = "".join(json.dumps(record.to_json(), ensure_ascii=False, default=str) + "\n" for record in records)
+    try:
+        handle = path.open("a", encoding="utf-8")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a", encoding="utf-8")
+    with handle:
+        handle.write(text)
 
 
 def _parse_lines(text: str) -> Iterator[EventRecord]:

@@ -214,11 +214,20 @@ async def _head_after(outcome: TurnOutcome, memory: Path) -> str | None:
     return await blocking.run_sync("git", partial(_head, memory))
 
 
+_FLUSH_SECONDS = 1.0
+"""How long a batch task's event log may trail its events (``_EventPump``)."""
+
+
 class _EventPump:
     """Copies the task's store events into its JSONL log and tallies the kinds the results count.
 
     It follows the store (``Store.follow_events``) rather than querying it per event, and writes the
-    records gathered since the last flush in one append: the runner flushes after every turn."""
+    records gathered since the last write in one append. The runner flushes after every turn: the
+    progress sink hears of them then, and the log is appended when ``_FLUSH_SECONDS`` have passed
+    since its last append (and always with ``task.end``). So ``reverie events --follow`` lags a
+    task by at most that much, while a batch of short tasks pays one thread hand-off per task for
+    its log instead of one per turn (what is not yet written when a process dies belongs to a task
+    without a result, which a resumed run starts again from scratch)."""
 
     def __init__(self, task_id: str, path: Path, sink: ProgressSink | None) -> None:
         self.task_id = task_id
@@ -230,6 +239,8 @@ class _EventPump:
         self.tokens_in = 0
         self.tokens_out = 0
         self._pending: list[EventRecord] = []
+        self._unwritten: list[EventRecord] = []
+        self._written_at = time.monotonic()
         self.subagent_in = 0
         self.subagent_out = 0
         self._lock = anyio.Lock()
@@ -249,7 +260,7 @@ class _EventPump:
         async with self._lock:
             self.seq += 1
             self._pending.append(EventRecord(self.seq, at, self.task_id, kind, dict(payload)))
-        await self.flush()
+        await self.flush(write=True)
 
     def first(self, kind: str, payload: Mapping[str, Any], at: str) -> list[EventRecord]:
         """The log's first line (``task.start``), for the caller to write; then ``announce`` it."""
@@ -285,11 +296,16 @@ class _EventPump:
         elif event.kind == "model.call":
             self._count_call(event.payload)
 
-    async def flush(self) -> None:
+    async def flush(self, *, write: bool = False) -> None:
+        """Hand what is pending to the progress sink; append the log too when ``write`` or when it
+        was last appended ``_FLUSH_SECONDS`` ago."""
         async with self._lock:
             records, self._pending = self._pending, []
-            if records:
-                await blocking.run_sync("files", partial(append_records, self.path, records))
+            self._unwritten.extend(records)
+            if self._unwritten and (write or time.monotonic() - self._written_at >= _FLUSH_SECONDS):
+                lines, self._unwritten = self._unwritten, []
+                await blocking.run_sync("files", partial(append_records, self.path, lines))
+                self._written_at = time.monotonic()
         if self.sink is not None:
             for record in records:
                 await self.sink(self.task_id, record.kind, record.payload)
