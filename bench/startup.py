@@ -9,13 +9,20 @@ hits them alike); the table shows medians and the ratio to ``python -c pass``:
   exits (subagent waits and teardown included); the same on ``REVERIE_BACKEND=asyncio``, reported
   only, since trio (the default, DECISIONS S11) is about 50 ms of the budget on its own;
 * ``chat -p`` against the loopback OpenAI-compatible server: time until the first request arrives,
-  next to ``python -c "import openai"`` (the SDK import is the one thing allowed before it).
+  next to ``python -c "import openai"`` (the SDK import is the one thing allowed before it), and
+  reverie's own time before the first request: the median of each repeat's first-request time minus
+  the bare SDK import measured next to it. The CPU seconds the process has spent when the request
+  arrives (``/proc``) are printed beside the bare import's (the same paired median), as they are
+  less noisy on a shared machine than wall time, and the GIL makes the two differ only by waits.
 
 Bytecode caches are allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the children, and one
 warm-up run writes them), as on a user's machine. Then ``python -X importtime`` of ``chat -p`` lists
 the heaviest modules it imports.
 
-    .venv/bin/python bench/startup.py [--repeats 21]
+    .venv/bin/python bench/startup.py [--repeats 21] [--real-only]
+
+``--real-only`` runs only the real path's probes (``python -c pass``, the bare SDK import and the first
+request), for comparing changes to that path quickly.
 """
 
 from __future__ import annotations
@@ -58,11 +65,39 @@ def _first_byte(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return first, time.perf_counter() - start
 
 
-def _first_request(cmd: list[str], env: dict[str, str], arrivals: list[float]) -> float:
+def _cpu_wall(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and the child's CPU seconds (user + system) for a whole run."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, cmd
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds process ``pid``'s live threads have run so far (``schedstat``: nanoseconds, where
+    ``stat`` counts 10 ms ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            continue
+    return total / 1e9
+
+
+def _first_request(cmd: list[str], env: dict[str, str], arrivals: list[tuple[float, float]], pid: list[int]) -> tuple[float, float]:
+    """Seconds from start until the first request arrives, and the CPU the process had used by then."""
     arrivals.clear()
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return arrivals[0] - start
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid[:] = [proc.pid]
+    assert proc.wait() == 0, cmd
+    at, cpu = arrivals[0]
+    return at - start, cpu
 
 
 def _top_level_imports(env: dict[str, str], top: int) -> list[tuple[int, str]]:
@@ -87,14 +122,17 @@ def _top_level_imports(env: dict[str, str], top: int) -> list[tuple[int, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--real-only", action="store_true", help="only the real path's probes")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply
 
-    arrivals: list[float] = []
+    arrivals: list[tuple[float, float]] = []
+    pid: list[int] = []
 
     def respond(body: Any) -> Any:
-        arrivals.append(time.perf_counter())
+        at = time.perf_counter()
+        arrivals.append((at, _proc_cpu(pid[0]) if pid else float("nan")))
         return text_reply("(loopback) hi")
 
     reverie = [_PY, "-m", "orchestrator"]
@@ -117,44 +155,63 @@ def main() -> None:
                 "chat -p: exit",
                 "chat -p on asyncio: first byte",
                 "chat -p (server): first request",
+                "reverie's own before the request",
             )
         }
+        cpu: dict[str, list[float]] = {"import openai": [], "chat -p (server) at the request": [], "own": []}
         for _ in range(args.repeats):
             samples["python -c pass"].append(_wall([_PY, "-c", "pass"], env))
-            samples['python -c "import openai"'].append(_wall([_PY, "-c", "import openai"], env))
-            samples["reverie --version"].append(_wall([*reverie, "--version"], env))
-            samples["reverie --help"].append(_wall([*reverie, "--help"], env))
-            first, done = _first_byte([*reverie, "chat", "-p", "hello"], env)
-            samples["chat -p: reply's first byte"].append(first)
-            samples["chat -p: exit"].append(done)
-            samples["chat -p on asyncio: first byte"].append(_first_byte([*reverie, "chat", "-p", "hello"], asyncio_env)[0])
-            samples["chat -p (server): first request"].append(
-                _first_request([*reverie, "chat", "-p", "hello", "-a", "real"], real_env, arrivals)
-            )
-        top = _top_level_imports(env, 12)
+            sdk_wall, sdk_cpu = _cpu_wall([_PY, "-c", "import openai"], env)
+            samples['python -c "import openai"'].append(sdk_wall)
+            cpu["import openai"].append(sdk_cpu)
+            if not args.real_only:
+                samples["reverie --version"].append(_wall([*reverie, "--version"], env))
+                samples["reverie --help"].append(_wall([*reverie, "--help"], env))
+                first, done = _first_byte([*reverie, "chat", "-p", "hello"], env)
+                samples["chat -p: reply's first byte"].append(first)
+                samples["chat -p: exit"].append(done)
+                samples["chat -p on asyncio: first byte"].append(_first_byte([*reverie, "chat", "-p", "hello"], asyncio_env)[0])
+            request_wall, request_cpu = _first_request([*reverie, "chat", "-p", "hello", "-a", "real"], real_env, arrivals, pid)
+            samples["chat -p (server): first request"].append(request_wall)
+            samples["reverie's own before the request"].append(request_wall - sdk_wall)
+            cpu["chat -p (server) at the request"].append(request_cpu)
+            cpu["own"].append(request_cpu - sdk_cpu)
+        top = [] if args.real_only else _top_level_imports(env, 12)
 
     base = statistics.median(samples["python -c pass"])
     sdk = statistics.median(samples['python -c "import openai"'])
     print(f"{'probe':36} {'median s':>9} {'min s':>8} {'x python -c pass':>17}")
     for name, values in samples.items():
-        med = statistics.median(values)
-        print(f"{name:36} {med:9.3f} {min(values):8.3f} {med / base:17.1f}")
-    version = statistics.median(samples["reverie --version"])
-    firsts = samples["chat -p: reply's first byte"]
-    answer = statistics.median(firsts)
+        if values:
+            med = statistics.median(values)
+            print(f"{name:36} {med:9.3f} {min(values):8.3f} {med / base:17.1f}")
     first_request = statistics.median(samples["chat -p (server): first request"])
     print()
-    print(f"--version / python -c pass = {version / base:.2f} (target <= 3)")
-    verdict = "met" if answer <= _FIRST_BYTE_TARGET else "MISSED"
-    print(
-        f"chat -p first byte: median {answer:.3f} s, best {min(firsts):.3f} s over {len(firsts)} runs; "
-        f"median / target = {answer / _FIRST_BYTE_TARGET:.2f} (target <= {_FIRST_BYTE_TARGET:.3f} s: {verdict})"
-    )
+    if not args.real_only:
+        version = statistics.median(samples["reverie --version"])
+        firsts = samples["chat -p: reply's first byte"]
+        answer = statistics.median(firsts)
+        print(f"--version / python -c pass = {version / base:.2f} (target <= 3)")
+        verdict = "met" if answer <= _FIRST_BYTE_TARGET else "MISSED"
+        print(
+            f"chat -p first byte: median {answer:.3f} s, best {min(firsts):.3f} s over {len(firsts)} runs; "
+            f"median / target = {answer / _FIRST_BYTE_TARGET:.2f} (target <= {_FIRST_BYTE_TARGET:.3f} s: {verdict})"
+        )
+    own = statistics.median(samples["reverie's own before the request"])
     print(
         f"first request after {first_request:.3f} s; the SDK import alone takes {sdk:.3f} s: "
-        f"{first_request - sdk:.3f} s go to reverie itself ({first_request / sdk:.2f}x the SDK import)"
+        f"reverie's own time before the first request {own:.3f} s (median of paired differences; "
+        f"{first_request / sdk:.2f}x the SDK import)"
     )
-    print("\nheaviest imports of `chat -p` (python -X importtime, cumulative, top levels):")
+    sdk_cpu = statistics.median(cpu["import openai"])
+    request_cpu = statistics.median(cpu["chat -p (server) at the request"])
+    own_cpu = statistics.median(cpu["own"])
+    print(
+        f"CPU used by the first request {request_cpu:.3f} s, by the whole bare SDK import {sdk_cpu:.3f} s: "
+        f"reverie's own CPU before the first request {own_cpu:.3f} s (median of paired differences)"
+    )
+    if top:
+        print("\nheaviest imports of `chat -p` (python -X importtime, cumulative, top levels):")
     for micros, name in top:
         print(f"  {micros / 1000:8.1f} ms  {name}")
 
