@@ -45,7 +45,6 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
-from orchestrator.models.scripted import ScriptedModel
 
 from .types import (
     Message,
@@ -545,6 +544,9 @@ def resolve_model_client(
 
     url = pick(base_url, "REVERIE_BASE_URL", "base_url")
     if not url:
+        # lazy: a configured endpoint (the real path) never needs the scripted model
+        from orchestrator.models.scripted import ScriptedModel
+
         return ScriptedModel()
     timeout = (
         idle_timeout if idle_timeout is not None else float(cfg.get("idle_timeout") or DEFAULT_IDLE_TIMEOUT)

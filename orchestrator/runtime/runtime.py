@@ -24,7 +24,6 @@ from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
 from orchestrator.memfs.repo import init_memory_repo
-from orchestrator.models.scripted import ScriptedModel, latency_from_env
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Plugins
 from orchestrator.store import Conversation, Store, StoreError
@@ -48,6 +47,9 @@ def build_model(settings: Settings) -> ModelClient:
             request_timeout=settings.request_timeout,
             max_response_chars=settings.max_response_chars,
         )
+    # lazy: the real path does not need the scripted model's ~10 ms of dataclasses and patterns
+    from orchestrator.models.scripted import ScriptedModel, latency_from_env
+
     return ScriptedModel(latency=latency_from_env(os.environ))
 
 
