@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any
 
 import httpx2
 import openai
-from anyio import CancelScope, current_time, fail_after, move_on_after, to_thread
+from anyio import CancelScope, create_task_group, current_time, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -283,10 +285,25 @@ class OpenAIModel(ModelClient):
             http_client=self._http_client,
         )
 
+    def _build_or_error(self) -> openai.AsyncOpenAI | Exception:
+        try:
+            return self._build_sdk()
+        except Exception as exc:
+            return exc
+
     async def _sdk(self) -> openai.AsyncOpenAI:
-        """The SDK client, built in a worker thread: TLS setup reads certificate files."""
+        """The SDK client, built in a worker thread: TLS setup reads certificate files. The SDK's
+        first request asks ``platform`` for its headers, which runs ``uname -p`` (~6 ms, once per
+        process); started beside the build, that child's wait overlaps the build's CPU instead of
+        delaying the first request (issue 14.4)."""
         if self._client is None:
-            client = await to_thread.run_sync(self._build_sdk)
+            async with create_task_group() as tg:
+                tg.start_soon(partial(to_thread.run_sync, platform.platform))
+                built = await to_thread.run_sync(self._build_or_error)
+            if isinstance(built, Exception):
+                # raised here, not inside the group, so callers see the SDK's own error type
+                raise built
+            client = built
             if self._client is None:
                 self._client = client
             else:
