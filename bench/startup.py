@@ -14,6 +14,9 @@ hits them alike); the table shows medians and the ratio to ``python -c pass``:
   the bare SDK import measured next to it. The CPU seconds the process has spent when the request
   arrives (``/proc``) are printed beside the bare import's (the same paired median), as they are
   less noisy on a shared machine than wall time, and the GIL makes the two differ only by waits.
+  The same differences are printed against the SDK sending one request on its own (``_SDK_REQUEST``):
+  the bare import leaves out what the SDK itself does before its first request (httpcore2, which
+  imports trio when it is installed, h11, the TLS context, ``uname -p`` for the platform headers).
 
 Bytecode caches are allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the children, and one
 warm-up run writes them), as on a user's machine. Then ``python -X importtime`` of ``chat -p`` lists
@@ -39,6 +42,22 @@ from typing import Any
 
 _PY = sys.executable
 _FIRST_BYTE_TARGET = 0.3
+_SDK_REQUEST = """
+import asyncio, os, openai
+
+async def main():
+    client = openai.AsyncOpenAI(base_url=os.environ["REVERIE_BASE_URL"], api_key="sk-loopback", max_retries=0)
+    stream = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], stream=True
+    )
+    async for _ in stream:
+        pass
+
+asyncio.run(main())
+"""
+"""The SDK alone sending one streamed request: what a first request costs before any of reverie's
+work (the client's transport imports, its TLS context, the platform headers come on top of the bare
+import)."""
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -154,11 +173,19 @@ def main() -> None:
                 "chat -p: reply's first byte",
                 "chat -p: exit",
                 "chat -p on asyncio: first byte",
+                "SDK alone: first request",
                 "chat -p (server): first request",
                 "reverie's own before the request",
             )
         }
-        cpu: dict[str, list[float]] = {"import openai": [], "chat -p (server) at the request": [], "own": []}
+        cpu: dict[str, list[float]] = {
+            "import openai": [],
+            "SDK alone at the request": [],
+            "chat -p (server) at the request": [],
+            "own": [],
+            "own vs SDK alone": [],
+        }
+        beyond_sdk: list[float] = []
         for _ in range(args.repeats):
             samples["python -c pass"].append(_wall([_PY, "-c", "pass"], env))
             sdk_wall, sdk_cpu = _cpu_wall([_PY, "-c", "import openai"], env)
@@ -171,11 +198,16 @@ def main() -> None:
                 samples["chat -p: reply's first byte"].append(first)
                 samples["chat -p: exit"].append(done)
                 samples["chat -p on asyncio: first byte"].append(_first_byte([*reverie, "chat", "-p", "hello"], asyncio_env)[0])
+            alone_wall, alone_cpu = _first_request([_PY, "-c", _SDK_REQUEST], real_env, arrivals, pid)
+            samples["SDK alone: first request"].append(alone_wall)
+            cpu["SDK alone at the request"].append(alone_cpu)
             request_wall, request_cpu = _first_request([*reverie, "chat", "-p", "hello", "-a", "real"], real_env, arrivals, pid)
             samples["chat -p (server): first request"].append(request_wall)
             samples["reverie's own before the request"].append(request_wall - sdk_wall)
+            beyond_sdk.append(request_wall - alone_wall)
             cpu["chat -p (server) at the request"].append(request_cpu)
             cpu["own"].append(request_cpu - sdk_cpu)
+            cpu["own vs SDK alone"].append(request_cpu - alone_cpu)
         top = [] if args.real_only else _top_level_imports(env, 12)
 
     base = statistics.median(samples["python -c pass"])
@@ -209,6 +241,13 @@ def main() -> None:
     print(
         f"CPU used by the first request {request_cpu:.3f} s, by the whole bare SDK import {sdk_cpu:.3f} s: "
         f"reverie's own CPU before the first request {own_cpu:.3f} s (median of paired differences)"
+    )
+    alone = statistics.median(samples["SDK alone: first request"])
+    alone_cpu = statistics.median(cpu["SDK alone at the request"])
+    print(
+        f"against the SDK sending its own first request ({alone:.3f} s, {alone_cpu:.3f} s CPU): reverie adds "
+        f"{statistics.median(beyond_sdk):.3f} s, {statistics.median(cpu['own vs SDK alone']):.3f} s CPU "
+        "(medians of paired differences)"
     )
     if top:
         print("\nheaviest imports of `chat -p` (python -X importtime, cumulative, top levels):")

@@ -5,6 +5,11 @@ created the agent (its memory repository's first commits and compile are a one-t
 their own needs), as on every later start. What another command needs
 (typer's help, the batch runner, stress, plotting) or what only a later step needs (tenacity's
 retries, ICU's collation of a compile, the SDK on the embedded model) must not be imported by then.
+
+On the real path the budget is closed: beyond what the SDK imports to send a request on its own
+(measured here, in a fresh interpreter against the same server), only the packages named in
+``_TURN_NEEDS`` may be loaded when reverie's first request arrives, so anything new on that path
+fails until someone decides it belongs there.
 """
 
 from __future__ import annotations
@@ -35,6 +40,28 @@ _ELSEWHERE = (
 """Needed by other commands or later steps, never before chat's first byte or request."""
 _EMBEDDED_ONLY = ("openai", "httpx", "pydantic", "tenacity")
 """The SDK and its retries: the embedded model makes no request."""
+_REAL_PATH_NEVER = ("orchestrator.models.scripted", "orchestrator.models.scripted_resolve")
+"""The embedded model, which a configured endpoint does not use."""
+_TURN_NEEDS = frozenset(
+    {
+        "orchestrator",
+        "subagents",
+        "prompts",
+        "tenacity",  # the retries wrap the first attempt (DECISIONS S26)
+        "pygit2",  # HEAD, skills and the agent's repository check, in process
+        "_cffi_backend",
+        "tarfile",  # pygit2.repository imports it, and it grp and pwd
+        "grp",
+        "pwd",
+        "sqlite3",
+        "_sqlite3",
+        "tomllib",  # config.toml
+        "html",  # the memory compiler escapes file contents
+        "shlex",  # the pre-commit hook's command line
+        "stringprep",  # trio's getaddrinfo encodes the host name as IDNA
+    }
+)
+"""Top-level packages reverie's turn needs before its first request, beyond the SDK's own."""
 
 _FIRST_BYTE = """
 import json, sys
@@ -69,6 +96,28 @@ signal.signal(signal.SIGUSR1, dump)
 from orchestrator.cli.app import main
 main(sys.argv[1:])
 """
+
+
+_SDK_ALONE = """
+import asyncio, json, os, signal, sys
+
+def dump(*_):
+    with open(os.environ["SNAPSHOT"] + ".part", "w") as f:
+        json.dump(sorted(sys.modules), f)
+    os.replace(os.environ["SNAPSHOT"] + ".part", os.environ["SNAPSHOT"])
+
+signal.signal(signal.SIGUSR1, dump)
+import openai
+
+async def main():
+    client = openai.AsyncOpenAI(base_url=os.environ["REVERIE_BASE_URL"], api_key="sk-test", max_retries=0)
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    async for _ in stream:
+        pass
+
+asyncio.run(main())
+"""
+"""The SDK sending one streamed request by itself, snapshotting ``sys.modules`` like ``_AT_REQUEST``."""
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -107,8 +156,9 @@ def test_embedded_chat_writes_its_first_byte_before_importing_what_it_does_not_n
     assert _heavy(modules, _ELSEWHERE + _EMBEDDED_ONLY) == set()
 
 
-def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: Path) -> None:
-    snapshot = tmp_path / "modules.json"
+def _modules_at_first_request(script: str, args: list[str], tmp_path: Path, name: str, *, warm_up: bool) -> list[str]:
+    """``sys.modules`` of ``python -c script *args`` while its first request is at the loopback server."""
+    snapshot = tmp_path / f"{name}.json"
     child: dict[str, subprocess.Popen[str]] = {}
 
     def respond(body: Any) -> Any:
@@ -121,9 +171,10 @@ def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: P
 
     with LoopbackOpenAI(fallback=respond) as server:
         env = _env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", SNAPSHOT=str(snapshot))
-        _warm_up(env)
+        if warm_up:
+            _warm_up(env)
         child["proc"] = subprocess.Popen(
-            [sys.executable, "-c", _AT_REQUEST, "chat", "-p", "hello"],
+            [sys.executable, "-c", script, *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -131,7 +182,22 @@ def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: P
         )
         out, err = child["proc"].communicate(timeout=120)
     assert child["proc"].returncode == 0, err[-2000:]
-    assert "(loopback) hi" in out
-    modules = json.loads(snapshot.read_text())
+    if warm_up:
+        assert "(loopback) hi" in out
+    modules: list[str] = json.loads(snapshot.read_text())
+    return modules
+
+
+def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: Path) -> None:
+    modules = _modules_at_first_request(_AT_REQUEST, ["chat", "-p", "hello"], tmp_path, "reverie", warm_up=True)
     assert "openai" in modules and "orchestrator.app.session" in modules
-    assert _heavy(modules, _ELSEWHERE) == set()
+    assert _heavy(modules, _ELSEWHERE + _REAL_PATH_NEVER) == set()
+
+
+def test_first_request_loads_only_the_sdks_own_needs_and_the_turns(tmp_path: Path) -> None:
+    reverie = _modules_at_first_request(_AT_REQUEST, ["chat", "-p", "hello"], tmp_path, "reverie", warm_up=True)
+    sdk = _modules_at_first_request(_SDK_ALONE, [], tmp_path, "sdk", warm_up=False)
+    assert "openai" in sdk and "orchestrator" not in {m.split(".")[0] for m in sdk}
+    beyond = {m.split(".")[0] for m in reverie} - {m.split(".")[0] for m in sdk}
+    assert beyond - _TURN_NEEDS == set(), "imported before the first request, not needed by the SDK or the turn"
+    assert {"orchestrator", "pygit2", "sqlite3"} <= beyond
