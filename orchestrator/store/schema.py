@@ -29,6 +29,7 @@ __all__ = [
     "PARTS_PER_MESSAGE",
     "SCHEMA_VERSION",
     "STORE_SYNC_VARIABLE",
+    "batch_store",
     "configure_connection",
     "migrate",
     "seed_store",
@@ -172,17 +173,26 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def configure_connection(conn: sqlite3.Connection) -> None:
-    """Per-connection settings (WAL, busy timeout, foreign keys), then bring the schema up to date.
+    """Per-connection settings (journal, busy timeout, foreign keys), then bring the schema up to date.
 
-    ``synchronous`` is NORMAL (WAL: a commit survives a process crash, a checkpoint syncs), or OFF
-    when ``REVERIE_STORE_SYNC=off``, which a batch run sets for its task stores: there the durable
-    record is ``results.jsonl`` (synced per line) and a task without a line is rerun from scratch,
-    while the four syncs each task store's close costs were half a 64-task run's time on ext4. OFF
-    still survives a crash of the process (the OS has the pages); only an OS crash or power loss
-    can cost a finished task's store (not its result)."""
+    A store is a WAL database with ``synchronous = NORMAL`` (a commit survives a process crash, a
+    checkpoint syncs), except a batch task's: ``REVERIE_STORE_SYNC=off``, which a batch run sets for
+    its task stores, gives ``synchronous = OFF`` and a rollback journal kept in memory. There the
+    durable record is ``results.jsonl`` (synced per line): a task's store is closed before its line
+    is written, and a task without a line is rerun from scratch, its store deleted first; so a
+    crash can only damage the store of a task that will be run again. What that buys: the four
+    syncs each task store's close cost (half a 64-task run's time on ext4), and the ``-wal`` and
+    ``-shm`` files a WAL store creates and deletes around every task (on a journal-less ext4 a freed
+    inode is skipped by every later allocation for seconds to minutes: at a thousand tasks, inode
+    allocation was 12% of the run's CPU). Only one connection uses a task store while its task
+    runs; a reader elsewhere (``reverie report``) waits for a commit as with any rollback journal."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {_synchronous()}")
+    if batch_store():
+        conn.execute("PRAGMA journal_mode = MEMORY")
+        conn.execute("PRAGMA synchronous = OFF")
+    else:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
     migrate(conn)
 
@@ -190,8 +200,9 @@ def configure_connection(conn: sqlite3.Connection) -> None:
 STORE_SYNC_VARIABLE = "REVERIE_STORE_SYNC"
 
 
-def _synchronous() -> str:
-    return "OFF" if os.environ.get(STORE_SYNC_VARIABLE, "").strip().lower() == "off" else "NORMAL"
+def batch_store() -> bool:
+    """Whether stores opened now are batch task stores (``configure_connection``)."""
+    return os.environ.get(STORE_SYNC_VARIABLE, "").strip().lower() == "off"
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -231,30 +242,31 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-_template: bytes | None = None
+_templates: dict[bool, bytes] = {}
 _template_lock = threading.Lock()
 
 
 _WAL_FORMAT = b"\x02\x02"
 """Header bytes 18-19 (file format write and read versions) of a WAL database, as ``PRAGMA
 journal_mode = WAL`` leaves them: the seeded file is a WAL database closed cleanly, so opening it does
-not convert it (which would write through a rollback journal with a full sync)."""
+not convert it (which would write through a rollback journal with a full sync). A batch task's store
+keeps the rollback format (``configure_connection``)."""
 
 
-def _template_bytes() -> bytes:
-    """An empty database at ``SCHEMA_VERSION``, migrated in memory once per process."""
-    global _template
+def _template_bytes(batch: bool) -> bytes:
+    """An empty database at ``SCHEMA_VERSION``, migrated in memory once per process (per kind)."""
     with _template_lock:
-        if _template is None:
+        if batch not in _templates:
             conn = sqlite3.connect(":memory:", isolation_level=None)
             try:
                 migrate(conn)
                 image = bytearray(conn.serialize())
             finally:
                 conn.close()
-            image[18:20] = _WAL_FORMAT
-            _template = bytes(image)
-        return _template
+            if not batch:
+                image[18:20] = _WAL_FORMAT
+            _templates[batch] = bytes(image)
+        return _templates[batch]
 
 
 def seed_store(path: Path) -> bool:
@@ -267,7 +279,7 @@ def seed_store(path: Path) -> bool:
     staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.seed")
     try:
         with open(staging, "xb") as out:
-            out.write(_template_bytes())
+            out.write(_template_bytes(batch_store()))
         os.link(staging, path)
     except OSError:
         return False

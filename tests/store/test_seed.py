@@ -138,15 +138,25 @@ def _claim_for_dead_process(path: Path, turn: str) -> None:
         conn.close()
 
 
-async def test_a_batch_task_store_skips_syncs_and_any_other_store_keeps_them(tmp_path: Path) -> None:
+async def test_a_batch_task_store_skips_syncs_and_journal_files_and_any_other_store_keeps_them(tmp_path: Path) -> None:
     from orchestrator.batch.runner import batch_environment
 
-    async def synchronous(path: Path) -> int:
+    async def settings(path: Path) -> tuple[int, str, list[str]]:
         async with Store.opened(path) as store:
+            await store.ensure_agent("agent-a")
+            conversation = await store.create_conversation("agent-a")
+            await store.record_event("probe", {"n": 1}, conversation_id=conversation.id)
             value: int = await store._run(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
-        return value
+            mode: str = await store._run(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+            beside = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path)
+        return value, mode, beside
 
-    assert await synchronous(tmp_path / "plain.sqlite3") == 1  # NORMAL
+    assert await settings(tmp_path / "plain.sqlite3") == (1, "wal", ["plain.sqlite3-shm", "plain.sqlite3-wal"])
     with batch_environment(tmp_path / "run"):
-        assert await synchronous(tmp_path / "task.sqlite3") == 0  # OFF
-    assert await synchronous(tmp_path / "after.sqlite3") == 1
+        assert await settings(tmp_path / "task.sqlite3") == (0, "memory", [])
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("task.sqlite3") and p.name != "task.sqlite3"]
+    assert (await settings(tmp_path / "after.sqlite3"))[:2] == (1, "wal")
+    async with Store.opened(tmp_path / "task.sqlite3") as store:
+        events = await store.events()
+        mode = await store._run(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+    assert [e.kind for e in events if e.kind == "probe"] == ["probe"] and mode == "wal", "a task store opened later is an ordinary one"
