@@ -267,7 +267,7 @@ def run_tree(cmd: list[str], timeout: float, *, every: float = _SAMPLE_EVERY) ->
 
 def measure(n: int, root: Path, timeout: float) -> Row:
     suite = root / f"scale-{n}.jsonl"
-    out = root / f"run-{n}"
+    out = Path(tempfile.mkdtemp(prefix=f"run-{n}-", dir=root)) / "out"
     _write_suite(suite, n)
     load = os.getloadavg()[0]
     cmd = [*_reverie(), "run", str(suite), "--concurrency", str(n), "--scripted-latency", str(LATENCY)]
