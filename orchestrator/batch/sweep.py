@@ -3,6 +3,10 @@
 Each setting runs into ``OUT/<label>/`` as an ordinary run (so ``--resume`` works per setting);
 the comparison is ``OUT/comparison.json``, ``OUT/comparison.md`` and one PNG per metric.
 A setting overrides every task's own trigger: the point is to compare triggers on equal tasks.
+
+Each setting gets a fresh executor of the one choice ``reverie run`` would make (``--processes``
+included), so a setting's statuses equal a run's. Its worker processes are spawned rather than
+forked: forking happens before an event loop starts (batch/spawn.py), and one loop spans a sweep.
 """
 
 from __future__ import annotations
@@ -146,7 +150,8 @@ async def run_sweep(
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
     suite_name: str = "",
 ) -> SweepReport:
-    """Run every setting one after another (each run already uses the executor's concurrency).
+    """Run every setting one after another, each with a new executor from ``make_executor`` (each
+    run already uses the executor's concurrency and processes).
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
     recognisable as one."""
     meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}

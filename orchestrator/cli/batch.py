@@ -37,6 +37,7 @@ __all__ = [
     "ModelOption",
     "PriceInOption",
     "PriceOutOption",
+    "ProcessesOption",
     "RayAddressOption",
     "ReportOption",
     "ResumeOption",
@@ -57,7 +58,7 @@ MAX_CONCURRENCY = 4096
 
 ConcurrencyOption = Annotated[int, typer.Option("--concurrency", "-j", min=1, max=MAX_CONCURRENCY, help="Tasks run at once.")]
 ResumeOption = Annotated[bool, typer.Option("--resume", help="Skip tasks already in results.jsonl; rerun the rest from scratch.")]
-ExecutorOption = Annotated[str, typer.Option("--executor", help="local (in this process) or ray.")]
+ExecutorOption = Annotated[str, typer.Option("--executor", help="local (this machine; see --processes) or ray.")]
 RayAddressOption = Annotated[
     str | None, typer.Option("--ray-address", help="Join this Ray cluster (default: a private loopback-only Ray).")
 ]
@@ -81,6 +82,9 @@ _PROCESSES_HELP = (
     "between them. auto (default): one per core, but only as many as keep about 16 tasks in flight each, so "
     "small runs stay in this process. 1: every task in this process."
 )
+ProcessesOption = Annotated[
+    str | None, typer.Option("--processes", "-P", metavar="auto|N", help=_PROCESSES_HELP + " The same for every setting.")
+]
 
 
 def _load(suite: Path) -> list[Any]:
@@ -334,8 +338,10 @@ def sweep(
     resume: ResumeOption = False,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    processes: ProcessesOption = None,
     model: ModelOption = None,
     context_window: WindowOption = None,
+    scripted_latency: ScriptedLatencyOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
 ) -> None:
@@ -348,8 +354,9 @@ def sweep(
         fail(str(exc))
     tasks = _load(suite)
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
-    options = _options(out_dir, model, context_window, None, None)
-    _executor(executor, concurrency, ray_address)
+    options = _options(out_dir, model, context_window, None, None, scripted_latency or 0.0)
+    spread = _processes(processes, executor)
+    _executor(executor, concurrency, ray_address, spread)
     if not resume:
         # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.batch.results import RESULTS_FILE
@@ -382,7 +389,7 @@ def sweep(
 
                     await stack.enter_async_context(ray_session(concurrency, ray_address))
                 return await run_sweep(
-                    tasks, settings, options, lambda: _executor(executor, concurrency, ray_address), resume=resume,
+                    tasks, settings, options, lambda: _executor(executor, concurrency, ray_address, spread), resume=resume,
                     progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
                 )
 
@@ -394,8 +401,9 @@ def sweep(
             _err.print("interrupted; finish with:")
             print(command_line(["sweep", suite], {
                 "--trigger": trigger, "--out": out_dir, "--resume": True, "--concurrency": concurrency,
-                "--executor": None if executor == "local" else executor, "--ray-address": ray_address, "--model": model,
-                "--context-window": context_window, "--quiet": quiet, "--report": write_report,
+                "--executor": None if executor == "local" else executor, "--ray-address": ray_address,
+                "--processes": processes, "--model": model, "--context-window": context_window,
+                "--scripted-latency": scripted_latency or None, "--quiet": quiet, "--report": write_report,
             }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     table = Table(title=f"sweep of {suite}", title_justify="left")

@@ -1,0 +1,67 @@
+"""``reverie sweep --processes``: every setting runs through the executor ``run`` would choose (a
+worker process takes part of each), with the statuses of an in-process sweep, and the flag is
+checked as ``run`` checks it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.cli.batch import register
+from tests.batch.helpers import EXPECTED, TINY, write_suite
+
+_SETTINGS = ("off", "step-count-1")
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def _results(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_sweep_over_two_processes_gives_the_statuses_of_one(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [{**t, "id": f"{t['id']}-{k}"} for k in range(2) for t in TINY])
+    expected = {f"{name}-{k}": status for k in range(2) for name, status in EXPECTED.items()}
+    statuses: dict[str, dict[str, dict[str, str]]] = {}
+    ran_by: dict[str, set[int]] = {}
+    for processes in ("1", "2"):
+        out = tmp_path / f"p{processes}"
+        result = CliRunner().invoke(cli, [
+            "sweep", str(suite), "--trigger", "off", "--trigger", "step-count:1", "--out", str(out), "-q", "-j", "4",
+            "--processes", processes, "--scripted-latency", "0.2",
+        ])
+        assert result.exit_code == 0, result.output
+        statuses[processes] = {}
+        ran_by[processes] = set()
+        for label in _SETTINGS:
+            assert json.loads((out / label / "run.json").read_text())["processes"] == int(processes)
+            results = _results(out / label)
+            statuses[processes][label] = {r["id"]: r["status"] for r in results}
+            ran_by[processes] |= {r["worker_pid"] for r in results}
+    assert statuses["1"] == statuses["2"] == dict.fromkeys(_SETTINGS, expected)
+    assert ran_by["1"] == {os.getpid()}
+    assert ran_by["2"] - {os.getpid()}, "a worker process ran tasks of the sweep"
+
+
+@pytest.mark.parametrize(("value", "says"), [("0", "at least 1"), ("many", "use auto or a whole number"),
+                                             ("5", "needs --concurrency 5")])
+def test_bad_processes_on_a_sweep_are_one_line(cli: typer.Typer, tmp_path: Path, value: str, says: str) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[2]])
+    result = CliRunner().invoke(
+        cli, ["sweep", str(suite), "--trigger", "off", "--out", str(tmp_path / "o"), "-q", "-j", "2", "--processes", value]
+    )
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "--processes" in lines[0], result.output
+    assert not (tmp_path / "o").exists(), "nothing ran"
