@@ -185,7 +185,6 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None, first: Sequenc
         except FileNotFoundError:
             pass
     os.makedirs(paths.store.parent, exist_ok=True)
-    os.makedirs(paths.workspace, exist_ok=True)
     template, base, tree = template_repo(paths.home.parent / "templates", memory_files or {})
     os.makedirs(paths.memory.parent, exist_ok=True)
     copy_template(template, paths.memory, tree)

@@ -141,7 +141,8 @@ def _make_template(root: Path, files: Mapping[str, str]) -> tuple[Path, str, Tem
     commented-out ``info/exclude``, the obsolete ``branches/``), and so are the template commit's
     reflog, its ``COMMIT_EDITMSG`` and the empty ``refs/tags`` and ``objects/info`` (git makes what it
     needs of them again; each folder or file is ~0.1 ms of a task's setup on ext4); the objects are
-    packed, so each copy links one pack instead of a folder per loose object."""
+    packed, so each copy links one pack instead of a folder per loose object, and the branch is in
+    ``packed-refs``, so a copy has no ``refs/heads`` folder until its first commit makes one."""
     key = hashlib.sha256(json.dumps(sorted(files.items()), ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
     target = root / key / "memory"
     with _templates_lock:
@@ -162,7 +163,12 @@ def _make_template(root: Path, files: Mapping[str, str]) -> tuple[Path, str, Tem
             shutil.rmtree(git_dir / "logs", ignore_errors=True)
             # one pack of the first commit's objects: a copy links two files and makes no fan-out folders
             run(staging / "memory", "repack", "-a", "-d", "-q", "-n", harness=True)
-            for folder in (git_dir / "info", git_dir / "branches", git_dir / "refs" / "tags", git_dir / "objects" / "info"):
+            # the branch in packed-refs: a copy needs no refs/heads folder until it commits
+            run(staging / "memory", "pack-refs", "--all", harness=True)
+            for folder in (
+                git_dir / "info", git_dir / "branches", git_dir / "refs" / "tags", git_dir / "refs" / "heads",
+                git_dir / "objects" / "info",
+            ):
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
             try:

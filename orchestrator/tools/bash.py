@@ -67,6 +67,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
+    # a batch task's workspace is made when its first command needs it (most tasks never run one)
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
     argv, env = plan_command(ctx, ["bash", "-c", command])
     proc = subprocess.Popen(
         argv,

@@ -96,8 +96,13 @@ async def test_moved_run_directory_keeps_working_repositories(tmp_path: Path) ->
 
 def _check_moved(moved: Path) -> None:
     memory = task_paths(moved, "chat").memory
+    assert not task_paths(moved, "chat").workspace.exists(), "a task that runs no command gets no workspace folder"
     assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
     assert _git(memory, "rev-parse", "--show-toplevel").strip() == str(memory.resolve())
+    # the branch starts in packed-refs; the first commit writes it loose as usual
+    assert not (memory / ".git" / "refs" / "heads").exists()
+    first = _git(memory, "rev-parse", "main").strip()
+    assert f"{first} refs/heads/main" in (memory / ".git" / "packed-refs").read_text()
     (memory / "notes").mkdir()
     (memory / "notes" / "b.md").write_text("---\nname: B\ndescription: a note\n---\nhello\n")
     _git(memory, "add", "notes/b.md")
@@ -108,6 +113,8 @@ def _check_moved(moved: Path) -> None:
     _git(memory, "add", "persona.md")
     _git(memory, "commit", "-q", "-m", "edit persona")
     assert _git(memory, "log", "-1", "--format=%s").strip() == "edit persona"
+    assert (memory / ".git" / "refs" / "heads" / "main").read_text().strip() == _git(memory, "rev-parse", "HEAD").strip()
+    assert _git(memory, "rev-parse", "HEAD~1").strip() == first
     assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
     # the copy starts without the template's reflog; git keeps the task's own from its first commit
     assert "edit persona" in _git(memory, "reflog", "show", "main")

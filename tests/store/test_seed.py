@@ -138,6 +138,11 @@ def _claim_for_dead_process(path: Path, turn: str) -> None:
         conn.close()
 
 
+def _beside(path: Path) -> list[str]:
+    """The files SQLite keeps next to a database (journal, WAL, shared memory)."""
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path)
+
+
 async def test_a_batch_task_store_skips_syncs_and_journal_files_and_any_other_store_keeps_them(tmp_path: Path) -> None:
     from orchestrator.batch.runner import batch_environment
 
@@ -148,13 +153,13 @@ async def test_a_batch_task_store_skips_syncs_and_journal_files_and_any_other_st
             await store.record_event("probe", {"n": 1}, conversation_id=conversation.id)
             value: int = await store._run(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
             mode: str = await store._run(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
-            beside = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path)
+            beside = await anyio.to_thread.run_sync(_beside, path)
         return value, mode, beside
 
     assert await settings(tmp_path / "plain.sqlite3") == (1, "wal", ["plain.sqlite3-shm", "plain.sqlite3-wal"])
     with batch_environment(tmp_path / "run"):
         assert await settings(tmp_path / "task.sqlite3") == (0, "memory", [])
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("task.sqlite3") and p.name != "task.sqlite3"]
+    assert await anyio.to_thread.run_sync(_beside, tmp_path / "task.sqlite3") == []
     assert (await settings(tmp_path / "after.sqlite3"))[:2] == (1, "wal")
     async with Store.opened(tmp_path / "task.sqlite3") as store:
         events = await store.events()

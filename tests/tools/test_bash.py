@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -41,6 +42,17 @@ async def test_env_and_cwd(tmp_path: Path) -> None:
     real = await anyio.to_thread.run_sync(os.path.realpath, cwd)
     assert real == await anyio.to_thread.run_sync(os.path.realpath, ctx.workspace)
     assert env == f"{ctx.memory_dir}|agent-1|Ada|conv-9"
+
+
+@SANDBOX_MODES
+async def test_a_missing_workspace_is_made_for_the_first_command(tmp_path: Path, sandbox: str) -> None:
+    ctx = _ctx(tmp_path, sandbox=sandbox)
+    fresh = dataclasses.replace(ctx, workspace=tmp_path / "later" / "ws")
+    result = await run_bash("pwd; touch made-here", fresh)
+    assert result.ok, result.output
+    real = await anyio.to_thread.run_sync(os.path.realpath, result.output.strip())
+    assert real == await anyio.to_thread.run_sync(os.path.realpath, fresh.workspace)
+    assert await AsyncPath(fresh.workspace / "made-here").is_file()
 
 
 async def test_stdout_and_stderr_merged_in_order(tmp_path: Path) -> None:
