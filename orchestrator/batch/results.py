@@ -19,7 +19,7 @@ __all__ = [
     "SUMMARY_FILE",
     "CheckResult",
     "TaskResult",
-    "append_result",
+    "append_results",
     "compact_results",
     "read_results",
     "summarize",
@@ -84,11 +84,11 @@ class TaskResult:
         return cls(**values)
 
 
-def append_result(path: Path, result: TaskResult) -> None:
-    """Append one line durably (blocking)."""
-    line = json.dumps(result.to_json(), ensure_ascii=False, sort_keys=True) + "\n"
+def append_results(path: Path, results: Sequence[TaskResult]) -> None:
+    """Append one line per result, durably: one write and one sync for all of them (blocking)."""
+    text = "".join(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for r in results)
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(line)
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
 

@@ -24,7 +24,7 @@ from orchestrator.batch.results import (
     RESULTS_FILE,
     SUMMARY_FILE,
     TaskResult,
-    append_result,
+    append_results,
     compact_results,
     read_results,
     summarize,
@@ -46,6 +46,40 @@ __all__ = [
 
 RUN_FILE = "run.json"
 RETRY_STATUSES = ("failed", "error")
+
+
+class _Journal:
+    """``results.jsonl`` appended with group commit: the results that finish while a write is in
+    flight are written and synced together by the next one, and each caller returns once its own
+    line is on disk (so "a task is done exactly when it has a line" holds as with a sync per line).
+    At a thousand tasks finishing over a few seconds that is a fraction of the syncs and thread
+    hand-offs a line each would cost the driver."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._pending: list[_Line] = []
+        self._lock = anyio.Lock()
+
+    async def append(self, result: TaskResult) -> None:
+        line = _Line(result)
+        self._pending.append(line)
+        async with self._lock:
+            if line.written:
+                return
+            batch, self._pending = self._pending, []
+            try:
+                await anyio.to_thread.run_sync(append_results, self._path, [b.result for b in batch])
+            except BaseException:
+                self._pending[:0] = batch
+                raise
+            for written in batch:
+                written.written = True
+
+
+@dataclass
+class _Line:
+    result: TaskResult
+    written: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,13 +180,14 @@ async def run_suite(
     todo = pending_tasks(tasks, set(existing) - again)
     previous = dict(existing)
     results_path = out_dir / RESULTS_FILE
+    journal = _Journal(results_path)
     fresh: list[TaskResult] = []
 
     async def record(result: TaskResult) -> None:
         earlier = previous.get(result.id)
         if earlier is not None:
             result = replace(result, attempts=earlier.attempts + 1)
-        await anyio.to_thread.run_sync(append_result, results_path, result)
+        await journal.append(result)
         existing[result.id] = result
         fresh.append(result)
         if on_result is not None:

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.batch.eventlog import follow_events, read_events
 from orchestrator.batch.executors import LocalExecutor
-from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
-from orchestrator.batch.run import run_suite
+from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, TaskResult, read_results
+from orchestrator.batch.run import _Journal, run_suite
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import load_suite
 from tests.batch.helpers import EXPECTED, write_suite
@@ -126,3 +126,28 @@ async def test_spans_follow_genai_conventions(tmp_path: Path) -> None:
     assert chat["attributes"]["gen_ai.usage.input_tokens"] > 0
     root = next(s for s in spans if s["name"] == "invoke_agent rule")
     assert chat["parent_id"] == root["context"]["span_id"]
+
+
+async def test_results_journal_writes_every_line_once_and_returns_only_after_it(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    journal = _Journal(path)
+    seen_on_return: dict[str, bool] = {}
+
+    async def finish(i: int) -> None:
+        result = TaskResult(id=f"t{i:03d}", status="passed", checks_passed=1, checks_total=1)
+        await journal.append(result)
+        recorded = await anyio.to_thread.run_sync(read_results, path)
+        seen_on_return[result.id] = result.id in recorded
+
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(finish, i)
+    lines = (await anyio.Path(path).read_text()).splitlines()
+    assert len(lines) == 60 and len({line for line in lines}) == 60, "each result exactly once"
+    assert all(seen_on_return.values()) and len(seen_on_return) == 60, "a caller returns once its line is written"
+
+
+async def test_a_results_journal_that_cannot_write_says_so(tmp_path: Path) -> None:
+    journal = _Journal(tmp_path / "missing" / "results.jsonl")
+    with pytest.raises(OSError):
+        await journal.append(TaskResult(id="t", status="passed", checks_passed=0, checks_total=0))

@@ -67,3 +67,4 @@ async def test_the_event_log_is_appended_at_most_once_a_second_and_always_at_the
     assert await logged() == ["turn.one", "turn.two", "turn.three"]
     await pump.local("task.end", {}, "2026-01-01T00:00:03Z")
     assert await logged("seq") == [1, 2, 3, 4]
+
