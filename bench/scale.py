@@ -14,9 +14,9 @@ auto by default), and git and hook processes under either. Every 50 ms the bench
 driver's live descendants and reports, over that tree:
 
 - ``RSS MiB``: the peak of the summed resident sets (pages shared between processes, e.g. after a
-  fork, count once per process, so this errs high); ``largest``: the highest peak of one process
-  (its ``VmHWM``) among those sampled (not ``wait4``'s maximum: a child's counts its parent's
-  resident set at the moment it exec'd, the bench's own);
+  fork, count once per process, so this errs high); ``largest``: the highest peak of any one
+  process (its ``VmHWM``) among those sampled. ``wait4``'s maximum would not do: a child's includes
+  its parent's resident set at the moment it exec'd (the bench's, or a test runner's);
 - ``threads``: the peak of the summed OS threads; ``procs``: the driver plus the worker processes
   seen (a worker is a direct child of the driver running the same executable);
 - CPU per turn (all CPU seconds of the tree / the number of turns), split into the ``driver``'s own
