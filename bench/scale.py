@@ -25,7 +25,10 @@ driver's live descendants and reports, over that tree:
   and up to its last 50 ms are missed) and ``git+other``: the rest (every git and hook process,
   too short-lived to sample; it also holds whatever the workers' last samples missed).
 
-The machine's load average before each run is printed too, since the cores are shared. Targets
+The machine's load average before each run is printed too, since the cores are shared, and so is
+``calib ms``: the best of three runs of a fixed pure-Python loop just before the run (a VM's vCPU
+can be slowed by its host without any load showing inside; here the same loop took 190-320 ms
+minutes apart), so rows measured on a slowed machine can be told apart. Targets
 (issue 14): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the tree's
 peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
 
@@ -83,6 +86,7 @@ class Row:
     workers_cpu_per_turn_ms: float
     other_cpu_per_turn_ms: float
     load: float
+    calib_ms: float
     note: str
 
     @property
@@ -276,6 +280,7 @@ def measure(n: int, root: Path, timeout: float) -> Row:
     os.sync()
     time.sleep(_SETTLE)
     load = os.getloadavg()[0]
+    calib = _calibrate()
     cmd = [*_reverie(), "run", str(suite), "--concurrency", str(n), "--scripted-latency", str(LATENCY)]
     cmd += ["--out", str(out), "-q"]
     used = run_tree(cmd, timeout)
@@ -308,6 +313,7 @@ def measure(n: int, root: Path, timeout: float) -> Row:
         workers_cpu_per_turn_ms=used.workers_cpu * per_turn,
         other_cpu_per_turn_ms=used.other_cpu * per_turn,
         load=load,
+        calib_ms=calib,
         note=note,
     )
 
@@ -324,18 +330,30 @@ def _verdict(row: Row) -> str:
     return "MISSED: " + ", ".join(problems) if problems else "ok"
 
 
-_GROUPS = f"{'':>42}  {'peak over the process tree':-^32}  {'CPU per turn, ms':-^31}"
+_GROUPS = f"{'':>48}  {'peak over the process tree':-^32}  {'CPU per turn, ms':-^31}"
 _HEADER = (
-    f"{'N':>5} {'load':>5} {'elapsed s':>9} {'process s':>9} {'efficiency':>10}  "
+    f"{'N':>5} {'load':>5} {'calib':>5} {'elapsed s':>9} {'process s':>9} {'efficiency':>10}  "
     f"{'RSS MiB':>8} {'largest':>8} {'threads':>8} {'procs':>5}  "
     f"{'all':>6} {'driver':>6} {'workers':>7} {'git+other':>9}  {'passed':>11}  verdict"
 )
 
 
+def _calibrate() -> float:
+    """Milliseconds for a fixed amount of pure-Python work, best of three."""
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - began)
+    return best * 1000
+
+
 def _line(row: Row) -> str:
     elapsed = f"{row.elapsed:.2f}" if row.elapsed is not None else "-"
     return (
-        f"{row.n:>5} {row.load:>5.2f} {elapsed:>9} {row.wall:>9.2f} {row.efficiency:>10.3f}  "
+        f"{row.n:>5} {row.load:>5.2f} {row.calib_ms:>5.0f} {elapsed:>9} {row.wall:>9.2f} {row.efficiency:>10.3f}  "
         f"{row.tree_rss_mib:>8.0f} {row.largest_rss_mib:>8.0f} {row.peak_threads:>8} {row.processes:>5}  "
         f"{row.cpu_per_turn_ms:>6.1f} {row.driver_cpu_per_turn_ms:>6.1f} {row.workers_cpu_per_turn_ms:>7.1f} "
         f"{row.other_cpu_per_turn_ms:>9.1f}  {f'{row.passed}/{row.n}':>11}  {_verdict(row)}"
