@@ -214,7 +214,7 @@ class ProcessExecutor:
             while not child.ready.is_set() and (index := queue.take()) is not None:
                 await run_here(index)
 
-        forked, self._forked = self._forked, []
+        forked, self._forked = self._forked[: count - 1], self._forked[count - 1 :]
         try:
             with batch_environment(options.out_dir, processes=count):
                 env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
@@ -235,15 +235,16 @@ class ProcessExecutor:
                 with anyio.CancelScope(shield=True):
                     await unused.aclose()
 
-    def prefork(self, tasks: int) -> None:
-        """Fork the workers a run of ``tasks`` tasks will use, now: call it before the event loop
-        (and any thread) starts, e.g. right after parsing the command line. Where forking is not
-        possible (``spawn.can_fork``) nothing happens and ``run`` spawns its workers. Workers a
-        ``run`` does not use are stopped at its end, or by ``release``."""
+    def prefork(self, tasks: int, *, runs: int = 1) -> None:
+        """Fork the workers ``runs`` runs of up to ``tasks`` tasks will use (a sweep's settings run
+        one after another), now: call it before the event loop (and any thread) starts, e.g. right
+        after parsing the command line. Where forking is not possible (``spawn.can_fork``) nothing
+        happens and ``run`` spawns its workers. Each ``run`` takes the ones it needs and stops those
+        it leaves; ``release`` stops what no run took."""
         self.release()
         if self.plan(tasks) > 1:
             load_backends()
-            self._forked = prefork(self.plan(tasks) - 1)
+            self._forked = prefork((self.plan(tasks) - 1) * max(1, runs))
 
     def release(self) -> None:
         """Stop forked workers no ``run`` used (for a command that ends before or without one)."""

@@ -150,8 +150,9 @@ async def run_sweep(
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
     suite_name: str = "",
 ) -> SweepReport:
-    """Run every setting one after another, each with a new executor from ``make_executor`` (each
-    run already uses the executor's concurrency and processes).
+    """Run every setting one after another, each with the executor ``make_executor`` gives (a new
+    one or the same again: the command line gives one whose workers were forked for every setting
+    up front; each run already uses the executor's concurrency and processes).
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
     recognisable as one."""
     meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}

@@ -356,7 +356,7 @@ def sweep(
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
     options = _options(out_dir, model, context_window, None, None, scripted_latency or 0.0)
     spread = _processes(processes, executor)
-    _executor(executor, concurrency, ray_address, spread)
+    chosen = _executor(executor, concurrency, ray_address, spread)
     if not resume:
         # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.batch.results import RESULTS_FILE
@@ -365,7 +365,15 @@ def sweep(
             if (out_dir / setting.label / RESULTS_FILE).exists():
                 fail(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
 
-    with progress_bar(not quiet, _err) as bar:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.executors import ProcessExecutor
+
+    if isinstance(chosen, ProcessExecutor):
+        # every setting's workers, forked before the progress bar's thread and the event loop
+        chosen.prefork(len(tasks), runs=len(settings))
+    with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
+        if isinstance(chosen, ProcessExecutor):
+            cleanup.callback(chosen.release)
         trackers: dict[str, RunProgress] = {}
 
         def progress_for(setting: Any) -> Any:
@@ -389,7 +397,7 @@ def sweep(
 
                     await stack.enter_async_context(ray_session(concurrency, ray_address))
                 return await run_sweep(
-                    tasks, settings, options, lambda: _executor(executor, concurrency, ray_address, spread), resume=resume,
+                    tasks, settings, options, lambda: chosen, resume=resume,
                     progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
                 )
 

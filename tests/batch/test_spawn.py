@@ -49,6 +49,36 @@ print(json.dumps({"own": os.getpid(), "pids": executor.pids, "forked": executor.
                   "statuses": report.summary["statuses"], "left": left}))
 """
 
+_SWEEP = r"""
+import json, os, sys
+from pathlib import Path
+import anyio
+from orchestrator.batch.executors import ProcessExecutor
+from orchestrator.batch.runner import RunOptions
+from orchestrator.batch.suite import load_suite
+from orchestrator.batch.sweep import expand_triggers, run_sweep
+
+suite, out = Path(sys.argv[1]), Path(sys.argv[2])
+tasks = load_suite(suite)
+settings = expand_triggers(["off", "step-count:2"])
+executor = ProcessExecutor(4, processes=2)
+executor.prefork(len(tasks), runs=len(settings))
+ready = [link.pid for link in executor._forked]
+ran = []
+
+async def done(setting, report):
+    ran.append({"forked": list(executor.forked_pids), "pids": list(executor.pids),
+                "statuses": report.summary["statuses"]})
+
+async def main():
+    await run_sweep(tasks, settings, RunOptions(out_dir=out, latency=0.2), lambda: executor, on_setting_done=done)
+
+anyio.run(main, backend="trio")
+executor.release()
+left = [pid for pid in ready if os.path.exists(f"/proc/{pid}")]
+print(json.dumps({"ready": ready, "ran": ran, "left": left}))
+"""
+
 _REFUSE = r"""
 import json, os, threading
 from orchestrator.batch import spawn
@@ -101,6 +131,17 @@ def test_forked_workers_run_tasks_with_the_results_of_one_process(tmp_path: Path
     by = {r["worker_pid"] for r in results}
     assert by == {seen["own"], seen["forked"][0]}, f"the driver and the forked worker both ran tasks: {by}"
     assert seen["left"] == [], "every worker exited and the driver reaped it before returning"
+
+
+def test_a_sweep_forks_every_setting_s_workers_before_its_loop(tmp_path: Path) -> None:
+    suite, out = _suite(tmp_path, 2), tmp_path / "sweep"
+    seen = _python(_SWEEP, str(suite), str(out))
+    assert len(seen["ready"]) == 2, "one worker per setting, forked up front"
+    assert [r["forked"] for r in seen["ran"]] == [[pid] for pid in seen["ready"]], seen["ran"]
+    assert all(r["forked"] == r["pids"] for r in seen["ran"]), "no setting spawned a worker"
+    expected = {f"{name}-{k}": status for k in range(2) for name, status in EXPECTED.items()}
+    assert [r["statuses"] for r in seen["ran"]] == [expected, expected]
+    assert seen["left"] == []
 
 
 def test_spawn_is_still_there_when_asked_for(tmp_path: Path) -> None:
