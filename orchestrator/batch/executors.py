@@ -247,7 +247,8 @@ class ProcessExecutor:
             self._forked = prefork((self.plan(tasks) - 1) * max(1, runs))
 
     def release(self) -> None:
-        """Stop forked workers no ``run`` used (for a command that ends before or without one)."""
+        """Stop forked workers no ``run`` used (for a command that ends before or without one).
+        Blocking (it reaps them): call it where no event loop runs."""
         unused, self._forked = self._forked, []
         for link in unused:
             link.release()

@@ -51,7 +51,6 @@ class WorkerLink(ABC):
     """One worker process as the driver sees it."""
 
     pid: int
-    forked: bool
     returncode: int | None = None
     """Popen's convention: the exit code, or minus the signal that killed it; None while it runs."""
 
@@ -83,8 +82,6 @@ class WorkerLink(ABC):
 
 
 class _Spawned(WorkerLink):
-    forked = False
-
     def __init__(self, process: Process) -> None:
         self._process = process
         self.pid = process.pid
@@ -123,8 +120,6 @@ async def spawn(env: Mapping[str, str]) -> WorkerLink:
 
 
 class ForkedLink(WorkerLink):
-    forked = True
-
     def __init__(self, pid: int, sock: socket.socket, pidfd: int) -> None:
         self.pid = pid
         self._sock: socket.socket | None = sock
