@@ -48,6 +48,7 @@ from typing import Any, Final, Generic, TypeVar
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.plain import NotPlain, PlainRepo, parse_tree
 
 __all__ = [
     "HARNESS_EMAIL",
@@ -251,26 +252,6 @@ def load_pygit2() -> None:
 
 
 _KIND_NAMES: Final = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
-_SHA1_BYTES: Final = 20
-
-
-def parse_tree(data: bytes) -> tuple[tuple[str, str, str], ...]:
-    """``(name, mode, oid)`` per entry of a raw tree object, in stored order.
-
-    Names are the stored bytes decoded as UTF-8 with ``surrogateescape`` (DECISIONS M2): no quoting,
-    no trimming, and a name that is not UTF-8 round-trips to its bytes.
-    """
-    entries: list[tuple[str, str, str]] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        space = data.index(b" ", pos)
-        nul = data.index(b"\0", space)
-        mode = data[pos:space].decode("ascii")
-        name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
-        oid_end = nul + 1 + _SHA1_BYTES
-        entries.append((name, mode, data[nul + 1 : oid_end].hex()))
-        pos = oid_end
-    return tuple(entries)
 
 
 class LocalRepo:
@@ -279,14 +260,31 @@ class LocalRepo:
     libgit2 objects are not thread-safe: a ``LocalRepo`` is used by one thread at a time, which
     :meth:`RepoPool.open` guarantees by holding :attr:`lock`. Every libgit2 failure is re-raised
     as :class:`GitError`; a name that resolves to nothing is ``None``, not an error.
+
+    A plain repository (``memfs.plain``) is opened without libgit2: HEAD, refs, loose objects and
+    an unset ``core.hooksPath`` are read from its files, and libgit2 is loaded and the handle
+    opened on the first question those files cannot settle (status, a packed object, a write).
+    A chat's first request then waits for no libgit2 (issue 14.4).
     """
 
-    def __init__(self, handle: Any, top_level: Path) -> None:
-        self._repo = handle
+    def __init__(self, handle: Any, top_level: Path, plain: PlainRepo | None = None) -> None:
+        self._handle = handle
+        self._plain = plain
         self.top_level = top_level
-        self.git_dir = Path(handle.path).resolve()
+        self.git_dir = plain.git_dir if plain is not None else Path(handle.path).resolve()
         self.lock = threading.Lock()
         self.evicted = False
+
+    @property
+    def _repo(self) -> Any:
+        """The libgit2 handle, opened on first use for a repository first read as plain."""
+        if self._handle is None:
+            pygit2 = _pygit2()
+            try:
+                self._handle = pygit2.Repository(str(self.top_level), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            except (pygit2.GitError, KeyError, ValueError, OSError) as error:
+                raise self._fail("rev-parse", error) from error
+        return self._handle
 
     @property
     def common_dir(self) -> Path:
@@ -302,6 +300,9 @@ class LocalRepo:
 
     def read(self, oid: str) -> tuple[str, bytes] | None:
         """(object type, raw bytes) of ``oid`` exactly as stored, or None when it is missing."""
+        if self._plain is not None:
+            with contextlib.suppress(NotPlain):
+                return self._plain.read(oid)
         pygit2 = _pygit2()
         try:
             kind, data = self._repo.odb.read(oid)
@@ -313,6 +314,9 @@ class LocalRepo:
 
     def resolve(self, revision: str = "HEAD") -> tuple[str, str] | None:
         """(commit, tree) that ``revision`` names, peeled to a commit; None when it names none."""
+        if self._plain is not None:
+            with contextlib.suppress(NotPlain):
+                return self._plain.resolve(revision)
         pygit2 = _pygit2()
         try:
             commit = self._repo.revparse_single(revision).peel(pygit2.Commit)
@@ -352,6 +356,9 @@ class LocalRepo:
 
     def entry(self, tree_oid: str, path: str) -> tuple[str, str] | None:
         """(oid, type) of ``path`` below tree ``tree_oid`` (``<tree>:<path>``), else None."""
+        if self._plain is not None:
+            with contextlib.suppress(NotPlain):
+                return self._plain.entry(tree_oid, path)
         pygit2 = _pygit2()
         try:
             tree = self._repo[tree_oid]
@@ -387,6 +394,8 @@ class LocalRepo:
             return False
 
     def config(self, key: str) -> str | None:
+        if self._plain is not None and self._plain.unset(key):
+            return None
         try:
             value = self._repo.config[key]
         except (KeyError, ValueError, _pygit2().GitError):
@@ -395,6 +404,9 @@ class LocalRepo:
 
     def refs(self, prefix: str) -> tuple[tuple[str, str], ...]:
         """(full ref name, target oid) of every direct ref under ``prefix``, sorted by name."""
+        if self._plain is not None:
+            with contextlib.suppress(NotPlain):
+                return self._plain.refs(prefix)
         pygit2 = _pygit2()
         out: list[tuple[str, str]] = []
         try:
@@ -509,6 +521,9 @@ class LocalRepo:
 
     def ref(self, name: str) -> str | None:
         """The commit the ref ``name`` (full name) points at, or None when there is no such ref."""
+        if self._plain is not None:
+            with contextlib.suppress(NotPlain):
+                return self._plain.ref(name)
         try:
             return self._ref_target(name)
         except (KeyError, ValueError, _pygit2().GitError):
@@ -787,7 +802,11 @@ class RepoPool:
 
 def open_local(directory: Path) -> LocalRepo | None:
     """A new handle on the repository whose top level is ``directory`` (resolved), else None; the
-    caller owns it (pooled callers use :func:`open_repo`)."""
+    caller owns it (pooled callers use :func:`open_repo`). A plain repository opens without
+    libgit2 (:class:`LocalRepo`)."""
+    plain = PlainRepo.open(directory)
+    if plain is not None:
+        return LocalRepo(None, directory, plain)
     pygit2 = _pygit2()
     try:
         handle = pygit2.Repository(str(directory), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)

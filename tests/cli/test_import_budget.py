@@ -42,17 +42,15 @@ _EMBEDDED_ONLY = ("openai", "httpx", "pydantic", "tenacity")
 """The SDK and its retries: the embedded model makes no request."""
 _REAL_PATH_NEVER = ("orchestrator.models.scripted", "orchestrator.models.scripted_resolve")
 """The embedded model, which a configured endpoint does not use."""
+_AFTER_THE_REPLY = ("pygit2", "_cffi_backend")
+"""libgit2: a tidy memory repository's HEAD, refs, skills and hook location are read from its files
+(``memfs.plain``); the post-turn sync's status is the first question that needs libgit2."""
 _TURN_NEEDS = frozenset(
     {
         "orchestrator",
         "subagents",
         "prompts",
         "tenacity",  # the retries wrap the first attempt (DECISIONS S26)
-        "pygit2",  # HEAD, skills and the agent's repository check, in process
-        "_cffi_backend",
-        "tarfile",  # pygit2.repository imports it, and it grp and pwd
-        "grp",
-        "pwd",
         "sqlite3",
         "_sqlite3",
         "tomllib",  # config.toml
@@ -153,7 +151,7 @@ def test_embedded_chat_writes_its_first_byte_before_importing_what_it_does_not_n
     modules = json.loads(line.removeprefix("MODULES "))
     assert modules, "nothing was written to stdout"
     assert "orchestrator.app.session" in modules
-    assert _heavy(modules, _ELSEWHERE + _EMBEDDED_ONLY) == set()
+    assert _heavy(modules, _ELSEWHERE + _EMBEDDED_ONLY + _AFTER_THE_REPLY) == set()
 
 
 def _modules_at_first_request(script: str, args: list[str], tmp_path: Path, name: str, *, warm_up: bool) -> list[str]:
@@ -191,7 +189,7 @@ def _modules_at_first_request(script: str, args: list[str], tmp_path: Path, name
 def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: Path) -> None:
     modules = _modules_at_first_request(_AT_REQUEST, ["chat", "-p", "hello"], tmp_path, "reverie", warm_up=True)
     assert "openai" in modules and "orchestrator.app.session" in modules
-    assert _heavy(modules, _ELSEWHERE + _REAL_PATH_NEVER) == set()
+    assert _heavy(modules, _ELSEWHERE + _REAL_PATH_NEVER + _AFTER_THE_REPLY) == set()
 
 
 def test_first_request_loads_only_the_sdks_own_needs_and_the_turns(tmp_path: Path) -> None:
@@ -200,4 +198,4 @@ def test_first_request_loads_only_the_sdks_own_needs_and_the_turns(tmp_path: Pat
     assert "openai" in sdk and "orchestrator" not in {m.split(".")[0] for m in sdk}
     beyond = {m.split(".")[0] for m in reverie} - {m.split(".")[0] for m in sdk}
     assert beyond - _TURN_NEEDS == set(), "imported before the first request, not needed by the SDK or the turn"
-    assert {"orchestrator", "pygit2", "sqlite3"} <= beyond
+    assert {"orchestrator", "sqlite3"} <= beyond
