@@ -19,8 +19,9 @@ from orchestrator.cli.errors import UserError, user_error_in
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.repo import GitError
 
-# Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie.
-_OUTSIDE_THE_TREE = {"WorkerClosedError", "LlamaServerError"}
+# Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie;
+# NotPlain is a signal memfs.git.LocalRepo always catches (ask libgit2 instead), never an error.
+_OUTSIDE_THE_TREE = {"WorkerClosedError", "LlamaServerError", "NotPlain"}
 
 
 def _public_exceptions() -> dict[str, type[BaseException]]:
