@@ -64,12 +64,16 @@ __all__ = [
     "arun",
     "ask",
     "clean_environment",
+    "commit_packed",
     "common_dir",
+    "init_local",
     "load_pygit2",
     "open_local",
     "open_repo",
     "parse_tree",
     "run",
+    "set_local_config",
+    "stage_all",
     "using_repo",
 ]
 
@@ -858,3 +862,87 @@ async def ask(directory: Path | str, question: Callable[[LocalRepo], T]) -> T:
     """:func:`using_repo` in a worker thread behind the ``git`` limiter, for async callers, e.g.
     ``await ask(worktree, lambda repo: repo.commits(head, tip))``."""
     return await blocking.run_sync("git", functools.partial(using_repo, directory, question))
+
+
+
+# ---------------------------------------------------------------------------------------------
+# A new repository and its first commit, written in-process (a batch run's templates)
+# ---------------------------------------------------------------------------------------------
+
+
+def init_local(directory: Path, *, branch: str) -> None:
+    """``git init -b <branch>`` in-process (libgit2 writes the same layout and core settings), for a
+    repository made many times over where a process each step would dominate. Blocking.
+    :class:`GitError` when it fails."""
+    pygit2 = _pygit2()
+    try:
+        pygit2.init_repository(str(directory), initial_head=branch)
+    except (pygit2.GitError, OSError, ValueError) as error:
+        raise GitError(("init",), 128, f"fatal: {error}", directory) from None
+
+
+def set_local_config(directory: Path, values: Mapping[str, str]) -> None:
+    """``git config <key> <value>`` for each of ``values``, in the repository's own config file,
+    in-process. Blocking. :class:`GitError` when it fails."""
+    pygit2 = _pygit2()
+    try:
+        config = _open_top(pygit2, directory).config
+        for key, value in values.items():
+            config[key] = value
+    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
+        raise GitError(("config",), 128, f"fatal: {error}", directory) from None
+
+
+def stage_all(directory: Path) -> dict[str, tuple[str, str, bytes]]:
+    """``git add -A`` in a repository without commits, in-process (libgit2 applies the ignore rules
+    and the built-in attribute conversions as git does; it runs no external filter driver, so the
+    caller makes sure none is configured). Returns what the index now holds: path -> (mode as git
+    prints it, blob id, the stored bytes). Blocking. :class:`GitError` when it fails."""
+    pygit2 = _pygit2()
+    try:
+        repo = _open_top(pygit2, directory)
+        index = repo.index
+        index.add_all()
+        index.write()
+        return {entry.path: (f"{entry.mode:o}", str(entry.id), repo[entry.id].data) for entry in index}
+    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
+        raise GitError(("add",), 128, f"fatal: {error}", directory) from None
+
+
+def commit_packed(
+    directory: Path, *, branch: str, message: str, author: tuple[str, str], committer: tuple[str, str]
+) -> str:
+    """The root commit of the unborn ``branch`` from the index as staged, in-process; its id.
+
+    What ``git commit -m <message>`` then ``git repack -a -d`` and ``git pack-refs --all`` leave,
+    without a process: the objects are in one pack (the loose ones written on the way are removed),
+    the branch is in ``packed-refs``, and there is no reflog. Nothing is signed or re-encoded, so
+    the caller makes sure git would not either (``commit.gpgsign``, ``i18n.commitEncoding``).
+    ``author``/``committer`` are (name, email), both timed now; ``message`` gets git's final newline.
+    Blocking. :class:`GitError` when libgit2 fails."""
+    pygit2 = _pygit2()
+    text = message if message.endswith("\n") else message + "\n"
+    try:
+        repo = _open_top(pygit2, directory)
+        now = pygit2.Signature(*committer)
+        made = repo.create_commit(
+            None, pygit2.Signature(author[0], author[1], now.time, now.offset), now, text, repo.index.write_tree(), []
+        )
+        packer = pygit2.PackBuilder(repo)
+        packer.set_threads(1)
+        packer.add_recur(made)
+        git_dir = Path(repo.path)
+        packer.write(str(git_dir / "objects" / "pack"))
+        for fanout in (git_dir / "objects").iterdir():
+            if len(fanout.name) == 2 and fanout.is_dir():
+                shutil.rmtree(fanout)
+        (git_dir / "packed-refs").write_text(
+            f"# pack-refs with: peeled fully-peeled sorted \n{made} refs/heads/{branch}\n", encoding="ascii"
+        )
+    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
+        raise GitError(("commit",), 128, f"fatal: {error}", directory) from None
+    return str(made)
+
+
+def _open_top(pygit2: ModuleType, directory: Path) -> Any:
+    return pygit2.Repository(str(directory), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)

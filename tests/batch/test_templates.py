@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import load_suite
 from orchestrator.batch.templates import copy_template, template_repo
-from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
+from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, MemoryCommitRejected
 from tests.batch.helpers import TINY, write_suite
 
 pytestmark = pytest.mark.anyio
@@ -155,3 +156,98 @@ async def test_a_template_made_again_in_the_same_process_is_read_again(tmp_path:
     memory = task_paths(out, "chat").memory
     fsck = await anyio.to_thread.run_sync(lambda: _run_git(memory, "fsck", "--full", "--strict", "--no-dangling", check=False))
     assert fsck.returncode == 0
+
+
+_SEEDS = {"persona.md": "---\nname: persona\ndescription: rules\n---\n- be brief\n", "skills/x/SKILL.md": "---\nname: x\ndescription: Use when x\n---\nsteps\n"}
+
+
+def _first_commit(template: Path) -> tuple[str, str, str, str]:
+    """What a template's first commit holds and says, and its index, without the commit time."""
+    tree = _git(template, "rev-parse", "HEAD^{tree}").strip()
+    who = _git(template, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%B")
+    return tree, who, _git(template, "ls-files", "-s"), _git(template, "status", "--porcelain")
+
+
+def _layout(template: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(template)) for p in template.rglob("*") if "objects/pack" not in str(p)
+    )
+
+
+def test_the_template_built_in_process_is_the_one_git_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default build (in-process) and the build by git processes (taken when a commit date is
+    fixed, which only git parses) give the same tree, author, committer, message, index, local
+    config and files; both pass fsck and are clean."""
+    fast, base, _ = template_repo(tmp_path / "fast", _SEEDS)
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-02T03:04:05Z")
+    slow, _, _ = template_repo(tmp_path / "slow", _SEEDS)
+    assert _first_commit(fast) == _first_commit(slow)
+    local = [sorted(_git(t, "config", "--local", "--list").splitlines()) for t in (fast, slow)]
+    assert local[0] == local[1]
+    assert _layout(fast) == _layout(slow)
+    assert "user.name=reverie" in _git(fast, "config", "--local", "--list")  # this machine has no identity
+    for template in (fast, slow):
+        assert _run_git(template, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+        assert len(list((template / ".git" / "objects" / "pack").glob("*.pack"))) == 1
+    assert _git(fast, "rev-parse", "HEAD").strip() == base
+    assert _git(slow, "log", "-1", "--format=%cI").strip() == "2026-01-02T03:04:05+00:00"
+
+
+def test_a_template_keeps_git_s_own_identity_where_there_is_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an identity in git's configuration (here ``GIT_CONFIG_GLOBAL``, which git reads and
+    libgit2 does not) the repository gets none of its own and the commit is that identity's
+    (less what the environment overrides: the author)."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tname = Ada\n\temail = ada@example.invalid\n", encoding="utf-8")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.delenv("GIT_COMMITTER_NAME")
+    monkeypatch.delenv("GIT_COMMITTER_EMAIL")
+    template, _, _ = template_repo(tmp_path / "t", {})
+    assert "user." not in _git(template, "config", "--local", "--list")
+    assert _git(template, "log", "-1", "--format=%an <%ae>|%cn <%ce>").strip() == "reverie-test <test@reverie.invalid>|Ada <ada@example.invalid>"
+
+
+def test_seeds_git_treats_specially_are_committed_as_git_commits_them(tmp_path: Path) -> None:
+    """A seeded ``.gitignore`` is honoured as ``git add -A`` honours it: the ignored seed is in the
+    working tree, not in the commit."""
+    seeds = {".gitignore": "scratch.md\n", "scratch.md": "not memory\n"}
+    template, _, tree = template_repo(tmp_path / "t", seeds)
+    assert _git(template, "ls-files").split() == [".gitignore", "MEMORY.md", "human.md", "persona.md"]
+    assert (template / "scratch.md").read_text() == "not memory\n"
+    assert _run_git(template, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+
+
+@pytest.mark.parametrize("date", [None, "2026-01-02T03:04:05Z"], ids=["in-process", "git"])
+def test_invalid_seeds_are_the_validators_report_and_leave_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, date: str | None
+) -> None:
+    if date is not None:
+        monkeypatch.setenv("GIT_AUTHOR_DATE", date)
+    with pytest.raises(MemoryCommitRejected) as rejected:
+        template_repo(tmp_path / "t", {"persona.md": "no frontmatter\n"})
+    assert str(rejected.value) == "Memory validation failed:\n\n  persona.md: missing frontmatter (must start with ---)"
+    assert [p.name for p in (tmp_path / "t").iterdir() if not p.name.endswith(".lock")] == []
+
+
+_BUILD_ONE = """
+import sys
+from pathlib import Path
+from orchestrator.batch.templates import template_repo
+print(template_repo(Path(sys.argv[1]), {})[1])
+"""
+
+
+def test_processes_building_one_template_at_once_share_it(tmp_path: Path) -> None:
+    """Processes of one run (a driver and its workers) asking for the same template at the same
+    moment get the same repository, and no half-built copy is left behind."""
+    root = tmp_path / "templates"
+    children = [
+        subprocess.Popen([sys.executable, "-c", _BUILD_ONE, str(root)], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    bases = {child.communicate(timeout=60)[0].strip() for child in children}
+    assert all(child.returncode == 0 for child in children)
+    assert len(bases) == 1
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == [p.name for p in root.iterdir() if not p.name.startswith(".")]
+    (template,) = [p / "memory" for p in root.iterdir() if not p.name.startswith(".")]
+    assert _git(template, "rev-parse", "HEAD").strip() == bases.pop()
