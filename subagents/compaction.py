@@ -66,7 +66,6 @@ from orchestrator.base.events import (
 )
 from orchestrator.compaction import (
     CompactionMode,
-    CompactionOutcome,
     CompactionPlan,
     CompactionSettings,
     ContextSize,
@@ -78,14 +77,10 @@ from orchestrator.compaction import (
     plan_compaction,
     should_compact,
     should_prepare,
-    summarize_with_fallback,
-    summary_message,
-    summary_message_text,
     system_prompt_tokens,
     tool_schema_tokens,
 )
 from orchestrator.memfs.git import arun
-from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.runtime.plugins import Spawner
@@ -95,6 +90,7 @@ from orchestrator.tools import tool_specs
 if TYPE_CHECKING:
     from orchestrator.agent.turn import AgentProfile, Observer
     from orchestrator.base.config import Settings
+    from orchestrator.compaction import CompactionOutcome
 
 __all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
 
@@ -445,6 +441,9 @@ class CompactionSubagent:
     @asynccontextmanager
     async def _core_memory(self) -> AsyncIterator[str | None]:
         """C9: a worktree at the current revision, removed (with its branch) whatever happens."""
+        # deferred: worktrees load with the first compaction, not before a chat's first request
+        from orchestrator.memfs.worktrees import create_worktree, remove_worktree
+
         memory_dir = self.agent.memory_dir
         try:
             worktree = await create_worktree(memory_dir, agent_id=self.agent.agent_id, kind=WORKTREE_KIND)
@@ -469,6 +468,9 @@ class CompactionSubagent:
         fixed: int,
         trigger: str,
     ) -> CompactionOutcome:
+        # deferred: the summary ladder loads with the first compaction, not before a chat's first request
+        from orchestrator.compaction import summarize_with_fallback
+
         async def counted(event: ModelCalled) -> None:
             await self._emit(event, conversation_id)
 
@@ -514,6 +516,9 @@ class CompactionSubagent:
         background: bool,
     ) -> CompactionResult:
         """The commit point (one transaction), then the S5 copies if any, then the events."""
+        # deferred: as the ladder, with the first compaction
+        from orchestrator.compaction import summary_message, summary_message_text
+
         plan = outcome.plan
         cut = plan.cut_index
         keep = [planned[i].id for i in plan.kept if cut is None or i < cut]

@@ -38,23 +38,23 @@ from orchestrator.base.events import Event, ModelCalled, Publisher, ReflectionLa
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
-from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
-from orchestrator.memfs.recovery import nothing_to_recover, recover
 from orchestrator.memfs.repo import repo_status
-from orchestrator.memfs.resolution import Resolver
-from orchestrator.memfs.worktrees import Worktree, create_worktree
+from orchestrator.memfs.tidy import nothing_to_recover
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, tool_specs
 from prompts import load_prompt
-from subagents.reflection_merge import BranchRetrier, settle
 from subagents.reflection_reader import BASE_STEPS, ReflectionUnfinished, plan_reading, run_reading_loop
 from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
 if TYPE_CHECKING:
+    from orchestrator.memfs.merge import MergeOutcome
+    from orchestrator.memfs.resolution import Resolver
+    from orchestrator.memfs.worktrees import Worktree
     from orchestrator.store import Store
+    from subagents.reflection_merge import BranchRetrier
 
 __all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
@@ -109,9 +109,21 @@ class ReflectionCoordinator:
         self.observer = observer or ignore_event
         self.resolver = resolver
         self._active = False
-        self.retrier = BranchRetrier(
-            store=store, agent_id=agent.agent_id, memory_dir=agent.memory_dir, emit=self._emit, resolver=resolver
-        )
+        self._retrier: BranchRetrier | None = None
+
+    @property
+    def retrier(self) -> BranchRetrier:
+        """D2's retries of waiting branches, built at the first turn end (merge-back is imported then,
+        not before a chat's first request)."""
+        if self._retrier is None:
+            # deferred: merge-back and its validator load after the first reply (issue 14.4)
+            from subagents.reflection_merge import BranchRetrier
+
+            self._retrier = BranchRetrier(
+                store=self.store, agent_id=self.agent.agent_id, memory_dir=self.agent.memory_dir, emit=self._emit,
+                resolver=self.resolver,
+            )
+        return self._retrier
 
     @property
     def active(self) -> bool:
@@ -159,6 +171,9 @@ class ReflectionCoordinator:
             return "the memory repository has uncommitted changes"
         self._active = True
         trigger = "manual" if manual else mode
+        # deferred: worktrees load with the first launch, not before a chat's first request
+        from orchestrator.memfs.worktrees import create_worktree
+
         try:
             worktree = await create_worktree(self.agent.memory_dir, agent_id=self.agent.agent_id, kind="reflection")
         except BaseException:
@@ -189,6 +204,9 @@ class ReflectionCoordinator:
         await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
 
     async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
+        # deferred: merge-back loads when a reflection runs, not before a chat's first request
+        from orchestrator.memfs.merge import finalize_worktree
+
         conversation_id = cast(str, record.conversation_id)
         payload = await anyio.to_thread.run_sync(self._write_payload, worktree.id, conversation_id, render_transcript(slice_))
         outcome: MergeOutcome | None = None
@@ -254,6 +272,9 @@ class ReflectionCoordinator:
             raise ReflectionError(str(exc)) from None
 
     async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
+        # deferred: as merge-back, after a chat's first request
+        from subagents.reflection_merge import settle
+
         conversation_id = cast(str, record.conversation_id)
         saved = await settle(self.store, self._emit, record, outcome, error)
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
@@ -279,6 +300,10 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     records = await store.reflections(agent_id)
     if not records and await blocking.run_sync("git", partial(nothing_to_recover, memory_dir)):
         return []
+    # deferred: the full reconciliation loads only when there is something to recover
+    from orchestrator.memfs.recovery import recover
+    from subagents.reflection_merge import BranchRetrier
+
     live = {r.id for r in records if r.status == "running" and r.owner_pid != os.getpid() and pid_alive(r.owner_pid)}
     report = await recover(memory_dir, active=live)
     pending = {b.branch: b for b in report.pending if b.branch.startswith("reverie/reflection/")}

@@ -20,7 +20,6 @@ from pathlib import Path
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
 from orchestrator.memfs.git import run
 from orchestrator.memfs.reader import open_reader
-from orchestrator.memfs.validator import audit_head
 
 __all__ = ["AuditedCompile", "audit_errors", "compile_audited"]
 
@@ -41,6 +40,9 @@ class AuditedCompile:
 
 def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
     """The M8 audit's error lines for ``revision`` (empty when it passes), cached per commit."""
+    # deferred: the validator loads with the first audit, after a chat's first request (issue 14.4)
+    from orchestrator.memfs.validator import audit_head
+
     key = (str(memory_dir), revision)
     if key not in _AUDITED:
         if len(_AUDITED) >= _CACHE_SIZE:

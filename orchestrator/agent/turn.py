@@ -36,11 +36,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from orchestrator.agent.memory_sync import SyncResult, after_turn, sync_reminder_for
 from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
@@ -64,6 +63,9 @@ from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
 from orchestrator.store import Store, StoredMessage, SyncReminder, TurnStatus, new_turn_id
 from orchestrator.tools import ToolContext, overflow_dir_for, run_tool, tool_specs
+
+if TYPE_CHECKING:
+    from orchestrator.agent.memory_sync import SyncResult
 
 __all__ = [
     "AGENT_INFO_KEY",
@@ -386,6 +388,9 @@ class TurnRunner:
 
         The result is ``None`` when a merge held the repository (the sync is skipped silently and the
         queue is left as it was) or when the sync failed (a ``memory.sync_failed`` event)."""
+        # deferred: the sync (its locks, the validator, libgit2's status) loads after the first reply (issue 14.4)
+        from orchestrator.agent.memory_sync import after_turn, sync_reminder_for
+
         try:
             result = await after_turn(self.agent.memory_dir)
             if result is None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -23,7 +23,6 @@ from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
 from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
 from orchestrator.memfs.repo import head_revision
-from orchestrator.memfs.resolution import Resolver
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
 from orchestrator.runtime.plugins import Plugins
@@ -33,7 +32,9 @@ from orchestrator.store import Turn
 from orchestrator.tools import tool_specs
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
-from subagents.resolver import make_resolver
+
+if TYPE_CHECKING:
+    from orchestrator.memfs.resolution import Conflict, Resolver
 
 __all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse", "merge_resolver"]
 
@@ -42,17 +43,31 @@ REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionS
 
 
 def merge_resolver(model: ModelClient, settings: Settings, agent: AgentProfile) -> Resolver | None:
-    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``."""
+    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``. The
+    subagent is built on the first conflict it is given, so a chat that never meets one never
+    imports it (nor merge resolution) before its first request (issue 14.4)."""
     if settings.reflection_merge != "resolve":
         return None
-    return make_resolver(
-        model,
-        agent_id=agent.agent_id,
-        agent_name=agent.name,
-        model_name=settings.model,
-        instructions=settings.reflection_merge_instructions,
-        bash_timeout=settings.bash_timeout,
-    )
+    built: list[Resolver] = []
+
+    async def resolve(conflict: Conflict) -> None:
+        if not built:
+            # deferred: see the docstring
+            from subagents.resolver import make_resolver
+
+            built.append(
+                make_resolver(
+                    model,
+                    agent_id=agent.agent_id,
+                    agent_name=agent.name,
+                    model_name=settings.model,
+                    instructions=settings.reflection_merge_instructions,
+                    bash_timeout=settings.bash_timeout,
+                )
+            )
+        await built[0](conflict)
+
+    return resolve
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ from orchestrator.base.events import (
     ToolStarted,
     TurnStarted,
 )
-from orchestrator.cli.memory_diff import memory_diff
 
 __all__ = ["TerminalRenderer", "one_line", "tool_line"]
 
@@ -173,6 +172,9 @@ class TerminalRenderer:
         head = f"  ↻ reflection {verb} {commits} commit{'s' if commits != 1 else ''}"
         diff = None
         if self.memory_dir is not None and revision and commits > 0:
+            # deferred: a merged reflection is shown long after a chat's first request
+            from orchestrator.cli.memory_diff import memory_diff
+
             diff = await anyio.to_thread.run_sync(
                 partial(memory_diff, self.memory_dir, f"{revision}~{commits}", revision)
             )

@@ -3,25 +3,17 @@
 Pure pieces (tokens, settings, planner, transcript, packaging, identifiers) have no I/O; ``ladder``
 talks to the model through the ``ModelClient`` seam. The caller (turn loop or compaction subagent)
 applies an outcome to the store.
+
+The planner, settings and token estimates load with the package: a turn consults them before
+every request. What only a compaction run uses (the ladder, packaging, identifiers, transcripts)
+loads on first use (PEP 562), so a chat's first request does not wait for it (issue 14.4).
 """
 
-from orchestrator.compaction.identifiers import Retention, extract_identifiers, missing_identifiers, retention
-from orchestrator.compaction.ladder import (
-    CompactionOutcome,
-    SummaryAttempt,
-    compact,
-    summarize_with_fallback,
-    summarizer_system_prompt,
-)
-from orchestrator.compaction.packaging import (
-    EMERGENCY_SUMMARY,
-    EMPTY_SUMMARY,
-    CompactionStats,
-    clip_summary,
-    raw_summary_from_text,
-    summary_message,
-    summary_message_text,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from orchestrator.compaction.planner import (
     MIN_KEPT_CHARS,
     CompactionPlan,
@@ -48,12 +40,36 @@ from orchestrator.compaction.tokens import (
     threshold,
     tool_schema_tokens,
 )
-from orchestrator.compaction.transcript import (
-    clip_tool_result_on_load,
-    render_transcript,
-    shrink_transcript,
-    summarizer_input,
-)
+
+if TYPE_CHECKING:
+    from orchestrator.compaction.identifiers import (
+        Retention,
+        extract_identifiers,
+        missing_identifiers,
+        retention,
+    )
+    from orchestrator.compaction.ladder import (
+        CompactionOutcome,
+        SummaryAttempt,
+        compact,
+        summarize_with_fallback,
+        summarizer_system_prompt,
+    )
+    from orchestrator.compaction.packaging import (
+        EMERGENCY_SUMMARY,
+        EMPTY_SUMMARY,
+        CompactionStats,
+        clip_summary,
+        raw_summary_from_text,
+        summary_message,
+        summary_message_text,
+    )
+    from orchestrator.compaction.transcript import (
+        clip_tool_result_on_load,
+        render_transcript,
+        shrink_transcript,
+        summarizer_input,
+    )
 
 __all__ = [
     "MIN_KEPT_CHARS",
@@ -101,3 +117,35 @@ __all__ = [
     "threshold",
     "tool_schema_tokens",
 ]
+
+_HOME = {
+    "Retention": "identifiers",
+    "extract_identifiers": "identifiers",
+    "missing_identifiers": "identifiers",
+    "retention": "identifiers",
+    "CompactionOutcome": "ladder",
+    "SummaryAttempt": "ladder",
+    "compact": "ladder",
+    "summarize_with_fallback": "ladder",
+    "summarizer_system_prompt": "ladder",
+    "CompactionStats": "packaging",
+    "EMERGENCY_SUMMARY": "packaging",
+    "EMPTY_SUMMARY": "packaging",
+    "clip_summary": "packaging",
+    "raw_summary_from_text": "packaging",
+    "summary_message": "packaging",
+    "summary_message_text": "packaging",
+    "clip_tool_result_on_load": "transcript",
+    "render_transcript": "transcript",
+    "shrink_transcript": "transcript",
+    "summarizer_input": "transcript",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.policy import POLICY_FILE_NAME, ROOT_MARKER, LayoutPolicy, policy_file_text
-from orchestrator.memfs.validator import format_report, validate_staged
 
 __all__ = ["HOOK_MARKER", "hook_script", "install_hook", "main"]
 
@@ -81,6 +80,9 @@ def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = 
 
 def main(argv: list[str] | None = None) -> int:
     """Validate the index of the repository git runs the hook in; 0 accept, 1 reject."""
+    # deferred: install_hook runs at every start; only the hook itself validates
+    from orchestrator.memfs.validator import format_report, validate_staged
+
     try:
         result = validate_staged(Path.cwd())
     except (GitError, OSError):

@@ -47,6 +47,7 @@ from orchestrator.base.flock import FlockWaiter
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import common_dir
+from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 
 T = TypeVar("T")
 
@@ -63,9 +64,6 @@ __all__ = [
     "worktree_admin_lock",
 ]
 
-LOCK_FILE_NAME = "reverie-merge.lock"
-OWNER_FILE_NAME = "reverie-merge.owner.json"
-WORKTREE_LOCK_FILE_NAME = "reverie-worktrees.lock"
 _SYNC_POLL_SECONDS = 0.005
 
 _locks: weakref.WeakKeyDictionary[Any, dict[tuple[Path, str], Lock]] = weakref.WeakKeyDictionary()

@@ -54,6 +54,7 @@ from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_re
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
+from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.resolution import (
     Resolver,
     ResolverFailed,
@@ -106,7 +107,6 @@ REASON_DIRTY = "the memory repository had uncommitted changes"
 REASON_FAILED = "the reflection failed before finishing"
 REASON_INVALID = "the merged memory fails validation"
 REASON_BUSY = "the memory repository kept changing during the merge"
-PRE_REBASE_REF_PREFIX = "refs/reverie/pre-rebase/"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
 RACE_ATTEMPTS = 25
 _MAX_RESOLVE_ROUNDS = 50

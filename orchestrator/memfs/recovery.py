@@ -20,7 +20,6 @@ Never run on the event loop thread's blocking calls: everything goes through wor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
@@ -31,8 +30,9 @@ import anyio.to_thread
 from orchestrator.base import blocking
 from orchestrator.memfs.git import arun, open_repo
 from orchestrator.memfs.indexlock import clear_stale_lock_files
-from orchestrator.memfs.locks import OWNER_FILE_NAME, merge_lock, release_stale_lock, worktree_admin_lock
-from orchestrator.memfs.merge import PRE_REBASE_REF_PREFIX
+from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
+from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
+from orchestrator.memfs.tidy import nothing_to_recover
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
     ReflectionBranch,
@@ -78,26 +78,6 @@ def _pins(repo: Path) -> tuple[tuple[str, str], ...]:
 def _stale_index_locks(common: Path) -> tuple[Path, ...]:
     candidates = [common / "index.lock", *common.glob("worktrees/*/index.lock")]
     return tuple(clear_stale_lock_files([p for p in candidates if p.exists()]))
-
-
-def nothing_to_recover(repo_dir: Path) -> bool:
-    """True when :func:`recover` would find nothing to do in ``repo_dir``: no lock owner record, no
-    ``index.lock``, no linked worktree (nor a record of one), no ``reverie/*`` branch and no pre-rebase
-    pin. One in-process look instead of recovery's dozen steps under the merge lock, for the common
-    case of a new or tidy repository (every task of a batch run starts with one). Blocking; False
-    when in doubt (not a repository top level)."""
-    with open_repo(repo_dir) as local:
-        if local is None:
-            return False
-        common = local.common_dir
-        if (common / OWNER_FILE_NAME).exists() or (common / "index.lock").exists():
-            return False
-        try:
-            if os.listdir(common / "worktrees"):
-                return False
-        except FileNotFoundError:
-            pass
-        return not local.refs(f"refs/heads/{BRANCH_PREFIX}") and not local.refs(PRE_REBASE_REF_PREFIX)
 
 
 async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:

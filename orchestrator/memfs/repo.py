@@ -18,8 +18,6 @@ from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
-from orchestrator.memfs.locks import merge_lock_sync
-from orchestrator.memfs.validator import format_report, validate_staged
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -167,6 +165,9 @@ def commit_memory(
     Raises ``MemoryCommitRejected`` with the hook's report when the staged tree is invalid; the
     index is left as staged so the caller (or the agent) can fix and retry, nothing is discarded.
     """
+    # deferred: the lock and the validator load with the first commit, not before a chat's first request
+    from orchestrator.memfs.locks import merge_lock_sync
+
     with merge_lock_sync(path):
         return _commit_locked(path, message, paths, allow_empty=allow_empty)
 
@@ -184,6 +185,9 @@ def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, all
         if revision is None:
             raise GitError(("commit",), 1, f"fatal: {path}: nothing to commit and no commits yet")
         return CommitResult(revision=revision, files=())
+    # deferred: as in commit_memory
+    from orchestrator.memfs.validator import format_report, validate_staged
+
     result = validate_staged(path)
     if not result.ok:
         raise MemoryCommitRejected(format_report(result), result.errors)

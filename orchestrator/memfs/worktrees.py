@@ -32,6 +32,7 @@ from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
+from orchestrator.memfs.names import BRANCH_PREFIX
 
 __all__ = [
     "BRANCH_PREFIX",
@@ -50,8 +51,6 @@ __all__ = [
     "remove_worktree",
     "worktree_records",
 ]
-
-BRANCH_PREFIX = "reverie/"
 
 _ID = re.compile(r"^(?:\d{8}T\d{6}Z|\d{14})-[0-9a-f]{8}$")
 _KIND = re.compile(r"^[a-z][a-z0-9-]{0,31}$")

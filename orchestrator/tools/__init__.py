@@ -1,9 +1,16 @@
 """The agent's tools (bash, read_file, write_file, edit_file, conversation_search), their schemas and
 ``run_tool``. Tools run as subprocesses or in worker threads, never on the event loop; file tools are
 confined to the workspace and the memory directory; outputs are truncated as compaction.md section 7
-says."""
+says.
 
-from orchestrator.tools.bash import run_bash
+``run_bash`` loads on first use (PEP 562): its sandbox and git wrapper are not needed before a
+chat's first request (issue 14.4).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from orchestrator.tools.context import DEFAULT_BASH_TIMEOUT, ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, resolve_confined, write_file
 from orchestrator.tools.overflow import cleanup_overflow_files, overflow_dir_for
@@ -17,6 +24,9 @@ from orchestrator.tools.truncation import (
     truncate_by_chars,
     truncate_by_lines,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.tools.bash import run_bash
 
 __all__ = [
     "BASH_OUTPUT_CHARS",
@@ -42,3 +52,13 @@ __all__ = [
     "truncate_by_lines",
     "write_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "run_bash":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # deferred: see the module docstring
+    from orchestrator.tools.bash import run_bash as value
+
+    globals()[name] = value
+    return value

@@ -20,7 +20,6 @@ from pathlib import Path
 import anyio
 
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
-from orchestrator.tools.sandbox import git_dirs
 from orchestrator.tools.truncation import READ_MAX_CHARS_PER_LINE, READ_MAX_LINES, READ_OUTPUT_CHARS
 
 __all__ = ["edit_file", "read_file", "resolve_confined", "write_file"]
@@ -65,6 +64,9 @@ def _in_git_internals(ctx: ToolContext, real: Path, roots: list[Path]) -> bool:
         if real.is_relative_to(root) and ".git" in real.relative_to(root).parts:
             return True
     if ctx.memory_dir is not None:
+        # deferred: the sandbox module (and its git wrapper) loads with the first tool call (issue 14.4)
+        from orchestrator.tools.sandbox import git_dirs
+
         dirs = git_dirs(ctx.memory_dir)
         if dirs is not None:
             return any(real.is_relative_to(d.resolve()) for d in dirs)

@@ -17,7 +17,6 @@ import anyio
 
 from orchestrator.base.errors import UsageError
 from orchestrator.models.types import ToolSpec
-from orchestrator.tools.bash import run_bash
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, write_file
 from orchestrator.tools.overflow import write_overflow
@@ -61,6 +60,9 @@ async def _bash(ctx: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     if asked is not None and asked <= 0:
         return ToolResult(False, f"timeout must be a positive number of seconds, not {asked}")
     limit = None if asked is None else min(float(asked), max(ctx.bash_timeout, MAX_MODEL_TIMEOUT))
+    # deferred: the sandbox and the git wrapper (with the merge lock) load with the first command (issue 14.4)
+    from orchestrator.tools.bash import run_bash
+
     return await run_bash(args["command"], ctx, time_limit=limit)
 
 

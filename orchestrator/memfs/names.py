@@ -1,0 +1,20 @@
+"""The names reverie gives what it keeps in a memory repository's git folder.
+
+They live apart from the code that uses them (merge-back, worktrees, the merge lock) so a cheap
+check such as :func:`orchestrator.memfs.tidy.nothing_to_recover` can read them without importing
+that code before a chat's first request (issue 14.4).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["BRANCH_PREFIX", "LOCK_FILE_NAME", "OWNER_FILE_NAME", "PRE_REBASE_REF_PREFIX", "WORKTREE_LOCK_FILE_NAME"]
+
+BRANCH_PREFIX: Final = "reverie/"
+"""Every branch a subagent's worktree commits on: ``reverie/<kind>/<id>``."""
+PRE_REBASE_REF_PREFIX: Final = "refs/reverie/pre-rebase/"
+"""Merge-back pins a branch's tip here before rebasing it, so a crash mid-rebase loses nothing."""
+LOCK_FILE_NAME: Final = "reverie-merge.lock"
+OWNER_FILE_NAME: Final = "reverie-merge.owner.json"
+WORKTREE_LOCK_FILE_NAME: Final = "reverie-worktrees.lock"
