@@ -42,9 +42,25 @@ _EMBEDDED_ONLY = ("openai", "httpx", "pydantic", "tenacity")
 """The SDK and its retries: the embedded model makes no request."""
 _REAL_PATH_NEVER = ("orchestrator.models.scripted", "orchestrator.models.scripted_resolve")
 """The embedded model, which a configured endpoint does not use."""
-_AFTER_THE_REPLY = ("pygit2", "_cffi_backend")
-"""libgit2: a tidy memory repository's HEAD, refs, skills and hook location are read from its files
-(``memfs.plain``); the post-turn sync's status is the first question that needs libgit2."""
+_AFTER_THE_REPLY = (
+    "pygit2",
+    "_cffi_backend",
+    "orchestrator.agent.memory_sync",
+    "orchestrator.memfs.locks",
+    "orchestrator.memfs.validator",
+    "orchestrator.memfs.merge",
+    "orchestrator.memfs.worktrees",
+    "orchestrator.memfs.recovery",
+    "orchestrator.memfs.resolution",
+    "orchestrator.compaction.ladder",
+    "orchestrator.tools.bash",
+    "orchestrator.tools.sandbox",
+    "subagents.reflection_merge",
+    "subagents.resolver",
+)
+"""What only the post-turn sync, a tool call, a compaction or a reflection uses. libgit2 among them:
+a tidy memory repository's HEAD, refs, skills and hook location are read from its files
+(``memfs.plain``), and the sync's status is the first question that needs libgit2."""
 _TURN_NEEDS = frozenset(
     {
         "orchestrator",
