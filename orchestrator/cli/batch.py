@@ -189,6 +189,28 @@ def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _recorded_sweep(out_dir: Path) -> tuple[list[Any], dict[str, Any], Path]:
+    """An earlier sweep's settings (``sweep.json``, in order) and the run.json of its first setting
+    that has one (concurrency, executor, processes and options are the same for every setting), with
+    that file's path; empty when there is no earlier sweep in ``out_dir``."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
+
+    path = out_dir / SWEEP_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        settings = [SweepSetting(str(s["label"]), dict(s.get("overrides") or {})) for s in raw["settings"]]
+    except FileNotFoundError:
+        return [], {}, out_dir
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        fail(f"{path}: cannot read the sweep's settings: {exc}")
+    for setting in settings:
+        meta = _recorded(out_dir / setting.label, required=False)
+        if meta:
+            return settings, meta, out_dir / setting.label / "run.json"
+    return settings, {}, out_dir
+
+
 def _select(tasks: list[Any], ids: list[str] | None, limit: int | None) -> list[Any]:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.suite import SuiteError, select_tasks
@@ -330,13 +352,21 @@ def run(
 def sweep(
     suite: Annotated[Path, typer.Argument(help="Suite file (JSONL; see docs/suite-format.md).")],
     trigger: Annotated[
-        list[str],
-        typer.Option("--trigger", "-t", help="off, compaction-event or step-count:N[,N...]; repeat for more settings."),
-    ],
-    concurrency: ConcurrencyOption = 1,
+        list[str] | None,
+        typer.Option(
+            "--trigger", "-t",
+            help="off, compaction-event or step-count:N[,N...]; repeat for more settings (--resume: the sweep's own).",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-j", min=1, max=MAX_CONCURRENCY, help="Tasks run at once (default 1; --resume: the sweep's own)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory (default: runs/<suite name>-sweep).")] = None,
     resume: ResumeOption = False,
-    executor: ExecutorOption = "local",
+    executor: Annotated[
+        str | None, typer.Option("--executor", help="local (this machine, the default; see --processes) or ray.")
+    ] = None,
     ray_address: RayAddressOption = None,
     processes: ProcessesOption = None,
     model: ModelOption = None,
@@ -345,18 +375,39 @@ def sweep(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
 ) -> None:
-    """Run the suite under each reflection-trigger setting and compare them (table and PNG charts)."""
+    """Run the suite under each reflection-trigger setting and compare them (table and PNG charts).
+
+    ``--resume`` finishes an interrupted sweep with what it recorded (its settings, concurrency,
+    executor, processes, model, window and latency) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.sweep import COMPARISON_FILE, expand_triggers, run_sweep
-    try:
-        settings = expand_triggers(trigger)
-    except ValueError as exc:
-        fail(str(exc))
     tasks = _load(suite)
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
-    options = _options(out_dir, model, context_window, None, None, scripted_latency or 0.0)
-    spread = _processes(processes, executor)
-    chosen = _executor(executor, concurrency, ray_address, spread)
+    recorded, meta, run_file = _recorded_sweep(out_dir) if resume else ([], {}, out_dir)
+    if trigger:
+        try:
+            settings = expand_triggers(trigger)
+        except ValueError as exc:
+            fail(str(exc))
+    elif recorded:
+        settings = recorded
+        _err.print(f"resuming the settings {out_dir / 'sweep.json'} records: {', '.join(s.label for s in settings)}",
+                   soft_wrap=True, markup=False)
+    elif resume:
+        fail(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
+    else:
+        fail("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
+    was = meta.get("options") or {}
+    overrides = was.get("overrides") or {}
+    model = model if model is not None else overrides.get("model")
+    context_window = context_window if context_window is not None else overrides.get("context_window")
+    latency = scripted_latency if scripted_latency is not None else float(was.get("latency") or 0.0)
+    jobs = concurrency or int(meta.get("concurrency") or 1)
+    kind = executor or str(meta.get("executor") or "local")
+    options = _options(out_dir, model, context_window, None, None, latency)
+    processes, processes_name = _resumed_processes(processes, meta, run_file, kind, "resuming") if meta else (processes, "--processes")
+    spread = _processes(processes, kind, processes_name)
+    chosen = _executor(kind, jobs, ray_address, spread)
     if not resume:
         # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.batch.results import RESULTS_FILE
@@ -391,11 +442,11 @@ def sweep(
 
         async def main() -> Any:
             async with AsyncExitStack() as stack:
-                if executor == "ray":
+                if kind == "ray":
                     # lazy: `reverie --help` imports every command module (cli/app.py)
                     from orchestrator.batch.ray_exec import ray_session
 
-                    await stack.enter_async_context(ray_session(concurrency, ray_address))
+                    await stack.enter_async_context(ray_session(jobs, ray_address))
                 return await run_sweep(
                     tasks, settings, options, lambda: chosen, resume=resume,
                     progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
@@ -408,10 +459,10 @@ def sweep(
                 raise
             _err.print("interrupted; finish with:")
             print(command_line(["sweep", suite], {
-                "--trigger": trigger, "--out": out_dir, "--resume": True, "--concurrency": concurrency,
-                "--executor": None if executor == "local" else executor, "--ray-address": ray_address,
+                "--trigger": trigger or None, "--out": out_dir, "--resume": True, "--concurrency": jobs,
+                "--executor": None if kind == "local" else kind, "--ray-address": ray_address,
                 "--processes": processes, "--model": model, "--context-window": context_window,
-                "--scripted-latency": scripted_latency or None, "--quiet": quiet, "--report": write_report,
+                "--scripted-latency": latency or None, "--quiet": quiet, "--report": write_report,
             }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     table = Table(title=f"sweep of {suite}", title_justify="left")

@@ -65,3 +65,34 @@ def test_bad_processes_on_a_sweep_are_one_line(cli: typer.Typer, tmp_path: Path,
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0] and "--processes" in lines[0], result.output
     assert not (tmp_path / "o").exists(), "nothing ran"
+
+
+def test_resume_finishes_a_sweep_with_what_it_recorded(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", TINY)
+    out = tmp_path / "sweep"
+    first = CliRunner().invoke(cli, [
+        "sweep", str(suite), "-t", "off", "-t", "step-count:1", "--out", str(out), "-q", "-j", "2",
+        "--processes", "1", "--scripted-latency", "0.05",
+    ])
+    assert first.exit_code == 0, first.output
+    kept = (out / "off" / "results.jsonl").read_bytes()
+    for name in ("results.jsonl", "summary.json"):  # as if interrupted before the second setting ran
+        (out / "step-count-1" / name).unlink()
+    resumed = CliRunner().invoke(cli, ["sweep", str(suite), "--out", str(out), "--resume", "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming the settings" in resumed.output and "off, step-count-1" in resumed.output
+    assert (out / "off" / "results.jsonl").read_bytes() == kept
+    rerun = json.loads((out / "step-count-1" / "run.json").read_text())
+    assert (rerun["concurrency"], rerun["processes"], rerun["options"]["latency"]) == (2, 1, 0.05)
+    assert {r["id"]: r["status"] for r in _results(out / "step-count-1")} == EXPECTED
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--resume"], "no sweep.json here to resume"),
+    ([], "give at least one --trigger"),
+])
+def test_a_sweep_without_settings_is_one_line(cli: typer.Typer, tmp_path: Path, args: list[str], says: str) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [TINY[2]])
+    result = CliRunner().invoke(cli, ["sweep", str(suite), "--out", str(tmp_path / "none"), "-q", *args])
+    assert result.exit_code != 0
+    assert says in result.output and "Traceback" not in result.output
