@@ -22,10 +22,16 @@ Bytecode caches are allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the chil
 warm-up run writes them), as on a user's machine. Then ``python -X importtime`` of ``chat -p`` lists
 the heaviest modules it imports.
 
-    .venv/bin/python bench/startup.py [--repeats 21] [--real-only]
+    .venv/bin/python bench/startup.py [--repeats 21] [--real-only | --instructions]
 
 ``--real-only`` runs only the real path's probes (``python -c pass``, the bare SDK import and the first
 request), for comparing changes to that path quickly.
+
+``--instructions`` counts instead of timing (valgrind's callgrind, ~50x slower): the CPU instructions
+the SDK spends up to its own first request, and those ``chat -p`` spends up to its first request, each
+process stopped at its first connect to the loopback server. The count is the same from run to run
+whatever else the machine does (wall and CPU times here drift by tens of percent with the host), so it
+is the figure to compare changes by; reverie's own share is the difference.
 """
 
 from __future__ import annotations
@@ -138,11 +144,71 @@ def _top_level_imports(env: dict[str, str], top: int) -> list[tuple[int, str]]:
     return sorted(rows, reverse=True)[:top]
 
 
+_STOP_AT_CONNECT = """
+import os, runpy, socket, sys
+
+def _stop(original):
+    def connect(self, address, *rest):
+        if isinstance(address, tuple) and address[0] == "127.0.0.1":
+            os._exit(0)
+        return original(self, address, *rest)
+    return connect
+
+socket.socket.connect = _stop(socket.socket.connect)
+socket.socket.connect_ex = _stop(socket.socket.connect_ex)
+if sys.argv[1] == "-c":
+    code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+else:
+    sys.argv = ["orchestrator", *sys.argv[2:]]
+    runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
+"""
+"""Runs ``-c CODE`` or ``-m orchestrator ARGS`` and exits at the first connect to 127.0.0.1: the
+moment the first request is about to go out."""
+
+
+def _instructions(args: list[str], env: dict[str, str]) -> int:
+    """Instructions callgrind counts for ``python -c _STOP_AT_CONNECT *args``."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", _PY, "-c", _STOP_AT_CONNECT, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for line in proc.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1].strip())
+    raise RuntimeError(f"no instruction count from valgrind: {proc.stderr[-500:]}")
+
+
+def _count_instructions() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply
+
+    with tempfile.TemporaryDirectory() as tmp, LoopbackOpenAI(fallback=lambda _body: text_reply("hi")) as server:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        env = _env(home, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-loopback")
+        _wall([_PY, "-m", "orchestrator", "chat", "-p", "warm up", "-a", "real"], env)
+        sdk = _instructions(["-c", _SDK_REQUEST], env)
+        chat = _instructions(["-m", "chat", "-p", "hello", "-a", "real"], env)
+    print(f"{'up to the first request':36} {'instructions':>14}")
+    print(f"{'SDK alone':36} {sdk:14,}")
+    print(f"{'chat -p (server)':36} {chat:14,}")
+    print(f"{'reverie own':36} {chat - sdk:14,}")
+    print(f"\nreverie's own work before the first request: {(chat - sdk) / sdk:.1%} of what the SDK spends on its own first request")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--real-only", action="store_true", help="only the real path's probes")
+    parser.add_argument("--instructions", action="store_true", help="count instructions up to the first request (valgrind)")
     args = parser.parse_args()
+    if args.instructions:
+        _count_instructions()
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply
 
