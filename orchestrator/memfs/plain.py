@@ -69,8 +69,6 @@ class PlainRepo:
     """The git folder of one plain repository (see the module docstring); blocking file reads."""
 
     git_dir: Path
-    mentions: frozenset[str]
-    """Lower-cased ``section.key`` names the repository's own config sets."""
 
     @classmethod
     def open(cls, top_level: Path) -> PlainRepo | None:
@@ -86,10 +84,9 @@ class PlainRepo:
             return None
         if os.path.lexists(git_dir / "commondir") or not (git_dir / "objects").is_dir() or not (git_dir / "refs").is_dir():
             return None
-        mentions = _config_keys(raw)
-        if mentions is None:
+        if _config_keys(raw) is None:
             return None
-        return cls(git_dir.resolve(), mentions)
+        return cls(git_dir.resolve())
 
     def read(self, oid: str) -> tuple[str, bytes]:
         """(type, content) of a loose object; :class:`NotPlain` when it is not loose or not sound."""
@@ -186,9 +183,14 @@ class PlainRepo:
 
     def unset(self, key: str) -> bool:
         """True when no config file git would read sets ``key`` (``section.name``); False when one
-        may (then only libgit2 knows its value)."""
+        may (then only libgit2 knows its value). The repository's config is read again each time: a
+        pooled handle outlives edits to it."""
         wanted = key.lower()
-        if wanted in self.mentions:
+        try:
+            mentions = _config_keys((self.git_dir / "config").read_bytes())
+        except OSError:
+            return False
+        if mentions is None or wanted in mentions:
             return False
         if any(name in os.environ for name in _COMMAND_LINE_CONFIG):
             return False
