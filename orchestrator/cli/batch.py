@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import AsyncExitStack, ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -189,6 +190,44 @@ def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+@dataclass(frozen=True)
+class _Reused:
+    """The options of a resumed run or sweep: each given one, else what its run.json recorded, else
+    the default."""
+
+    model: str | None
+    context_window: int | None
+    price_in: float | None
+    price_out: float | None
+    latency: float
+    jobs: int
+    kind: str
+
+    @classmethod
+    def of(
+        cls,
+        meta: dict[str, Any],
+        model: str | None,
+        context_window: int | None,
+        price_in: float | None,
+        price_out: float | None,
+        latency: float | None,
+        concurrency: int | None,
+        executor: str | None,
+    ) -> _Reused:
+        was = meta.get("options") or {}
+        overrides = was.get("overrides") or {}
+        return cls(
+            model=model if model is not None else overrides.get("model"),
+            context_window=context_window if context_window is not None else overrides.get("context_window"),
+            price_in=price_in if price_in is not None else was.get("price_in"),
+            price_out=price_out if price_out is not None else was.get("price_out"),
+            latency=latency if latency is not None else float(was.get("latency") or 0.0),
+            jobs=concurrency or int(meta.get("concurrency") or 1),
+            kind=executor or str(meta.get("executor") or "local"),
+        )
+
+
 def _recorded_sweep(out_dir: Path) -> tuple[list[Any], dict[str, Any], Path]:
     """An earlier sweep's settings (``sweep.json``, in order) and the run.json of its first setting
     that has one (concurrency, executor, processes and options are the same for every setting), with
@@ -271,15 +310,9 @@ def run(
     if out_dir is None:
         out_dir = Path("runs") / suite.stem
         meta = _recorded(out_dir, required=False) if resume else {}
-    was = meta.get("options") or {}
-    overrides = was.get("overrides") or {}
-    model = model if model is not None else overrides.get("model")
-    context_window = context_window if context_window is not None else overrides.get("context_window")
-    price_in = price_in if price_in is not None else was.get("price_in")
-    price_out = price_out if price_out is not None else was.get("price_out")
-    latency = scripted_latency if scripted_latency is not None else float(was.get("latency") or 0.0)
-    jobs = concurrency or int(meta.get("concurrency") or 1)
-    kind = executor or str(meta.get("executor") or "local")
+    reused = _Reused.of(meta, model, context_window, price_in, price_out, scripted_latency, concurrency, executor)
+    model, context_window, price_in, price_out = reused.model, reused.context_window, reused.price_in, reused.price_out
+    latency, jobs, kind = reused.latency, reused.jobs, reused.kind
     options = _options(out_dir, model, context_window, price_in, price_out, latency)
     processes, processes_name = _resumed_processes(
         processes, meta, out_dir / "run.json", kind, "retrying" if retry_failed else "resuming"
@@ -397,13 +430,8 @@ def sweep(
         fail(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
     else:
         fail("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
-    was = meta.get("options") or {}
-    overrides = was.get("overrides") or {}
-    model = model if model is not None else overrides.get("model")
-    context_window = context_window if context_window is not None else overrides.get("context_window")
-    latency = scripted_latency if scripted_latency is not None else float(was.get("latency") or 0.0)
-    jobs = concurrency or int(meta.get("concurrency") or 1)
-    kind = executor or str(meta.get("executor") or "local")
+    reused = _Reused.of(meta, model, context_window, None, None, scripted_latency, concurrency, executor)
+    model, context_window, latency, jobs, kind = reused.model, reused.context_window, reused.latency, reused.jobs, reused.kind
     options = _options(out_dir, model, context_window, None, None, latency)
     processes, processes_name = _resumed_processes(processes, meta, run_file, kind, "resuming") if meta else (processes, "--processes")
     spread = _processes(processes, kind, processes_name)

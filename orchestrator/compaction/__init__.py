@@ -11,9 +11,9 @@ loads on first use (PEP 562), so a chat's first request does not wait for it (is
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from orchestrator.base.lazy import lazy_attributes
 from orchestrator.compaction.planner import (
     MIN_KEPT_CHARS,
     CompactionPlan,
@@ -141,11 +141,4 @@ _HOME = {
     "summarizer_input": "transcript",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _HOME)

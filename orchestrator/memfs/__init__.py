@@ -6,8 +6,9 @@ commit typed by hand, and importing the compiler (gitpython, ICU) eagerly would 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from orchestrator.base.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt
@@ -42,11 +43,4 @@ _HOME = {
     "validate_staged": "validator",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _HOME)

@@ -9,8 +9,9 @@ chat's first request (issue 14.4).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from orchestrator.base.lazy import lazy_attributes
 from orchestrator.tools.context import DEFAULT_BASH_TIMEOUT, ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, resolve_confined, write_file
 from orchestrator.tools.overflow import cleanup_overflow_files, overflow_dir_for
@@ -53,12 +54,4 @@ __all__ = [
     "write_file",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name != "run_bash":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # deferred: see the module docstring
-    from orchestrator.tools.bash import run_bash as value
-
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), {"run_bash": "bash"})
