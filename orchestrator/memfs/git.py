@@ -36,6 +36,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -268,7 +269,9 @@ class LocalRepo:
     A plain repository (``memfs.plain``) is opened without libgit2: HEAD, refs, loose objects and
     an unset ``core.hooksPath`` are read from its files, and libgit2 is loaded and the handle
     opened on the first question those files cannot settle (status, a packed object, a write).
-    A chat's first request then waits for no libgit2 (issue 14.4).
+    A chat's first request then waits for no libgit2 (issue 14.4). Once libgit2 is loaded in the
+    process (by this handle or another), it answers everything: with its caches a turn's reads
+    cost less than reading and inflating the files again.
     """
 
     def __init__(self, handle: Any, top_level: Path, plain: PlainRepo | None = None) -> None:
@@ -278,6 +281,12 @@ class LocalRepo:
         self.git_dir = plain.git_dir if plain is not None else Path(handle.path).resolve()
         self.lock = threading.Lock()
         self.evicted = False
+
+    def _plain_view(self) -> PlainRepo | None:
+        """The plain reading, while libgit2 is not loaded yet (see the class docstring)."""
+        if self._plain is None or self._handle is not None or "pygit2" in sys.modules:
+            return None
+        return self._plain
 
     @property
     def _repo(self) -> Any:
@@ -304,9 +313,9 @@ class LocalRepo:
 
     def read(self, oid: str) -> tuple[str, bytes] | None:
         """(object type, raw bytes) of ``oid`` exactly as stored, or None when it is missing."""
-        if self._plain is not None:
+        if (plain := self._plain_view()) is not None:
             with contextlib.suppress(NotPlain):
-                return self._plain.read(oid)
+                return plain.read(oid)
         pygit2 = _pygit2()
         try:
             kind, data = self._repo.odb.read(oid)
@@ -318,9 +327,9 @@ class LocalRepo:
 
     def resolve(self, revision: str = "HEAD") -> tuple[str, str] | None:
         """(commit, tree) that ``revision`` names, peeled to a commit; None when it names none."""
-        if self._plain is not None:
+        if (plain := self._plain_view()) is not None:
             with contextlib.suppress(NotPlain):
-                return self._plain.resolve(revision)
+                return plain.resolve(revision)
         pygit2 = _pygit2()
         try:
             commit = self._repo.revparse_single(revision).peel(pygit2.Commit)
@@ -360,9 +369,9 @@ class LocalRepo:
 
     def entry(self, tree_oid: str, path: str) -> tuple[str, str] | None:
         """(oid, type) of ``path`` below tree ``tree_oid`` (``<tree>:<path>``), else None."""
-        if self._plain is not None:
+        if (plain := self._plain_view()) is not None:
             with contextlib.suppress(NotPlain):
-                return self._plain.entry(tree_oid, path)
+                return plain.entry(tree_oid, path)
         pygit2 = _pygit2()
         try:
             tree = self._repo[tree_oid]
@@ -398,7 +407,7 @@ class LocalRepo:
             return False
 
     def config(self, key: str) -> str | None:
-        if self._plain is not None and self._plain.unset(key):
+        if (plain := self._plain_view()) is not None and plain.unset(key):
             return None
         try:
             value = self._repo.config[key]
@@ -408,9 +417,9 @@ class LocalRepo:
 
     def refs(self, prefix: str) -> tuple[tuple[str, str], ...]:
         """(full ref name, target oid) of every direct ref under ``prefix``, sorted by name."""
-        if self._plain is not None:
+        if (plain := self._plain_view()) is not None:
             with contextlib.suppress(NotPlain):
-                return self._plain.refs(prefix)
+                return plain.refs(prefix)
         pygit2 = _pygit2()
         out: list[tuple[str, str]] = []
         try:
@@ -525,9 +534,9 @@ class LocalRepo:
 
     def ref(self, name: str) -> str | None:
         """The commit the ref ``name`` (full name) points at, or None when there is no such ref."""
-        if self._plain is not None:
+        if (plain := self._plain_view()) is not None:
             with contextlib.suppress(NotPlain):
-                return self._plain.ref(name)
+                return plain.ref(name)
         try:
             return self._ref_target(name)
         except (KeyError, ValueError, _pygit2().GitError):
