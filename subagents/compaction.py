@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.prompt_cache import record_from
 from orchestrator.base.events import (
     CompactionDone,
@@ -441,7 +440,8 @@ class CompactionSubagent:
     @asynccontextmanager
     async def _core_memory(self) -> AsyncIterator[str | None]:
         """C9: a worktree at the current revision, removed (with its branch) whatever happens."""
-        # deferred: worktrees load with the first compaction, not before a chat's first request
+        # deferred: worktrees and the compiler load with the first compaction, not before a chat's first request
+        from orchestrator.agent.audit import compile_audited
         from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 
         memory_dir = self.agent.memory_dir
@@ -491,6 +491,9 @@ class CompactionSubagent:
             )
 
     async def _recompile(self, conversation_id: str, message_count: int) -> PromptRecord:
+        # deferred: the compiler loads with the first compile, not before a chat's first request
+        from orchestrator.agent.audit import compile_audited
+
         audited = await anyio.to_thread.run_sync(
             partial(
                 compile_audited,

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from orchestrator.agent.audit import compile_audited
 from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
@@ -230,6 +229,9 @@ class ReflectionCoordinator:
                 self._active = False
 
     async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
+        # deferred: the compiler loads with the first compile, not before a chat's first request
+        from orchestrator.agent.audit import compile_audited
+
         audited = await anyio.to_thread.run_sync(
             partial(compile_audited, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
         )

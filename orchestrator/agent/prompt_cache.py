@@ -17,14 +17,17 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.agent.audit import AuditedCompile, compile_audited
 from orchestrator.agent.reminders import memory_invalid_reminder, memory_update_reminder
 from orchestrator.base import blocking
-from orchestrator.memfs.compiler import CompiledPrompt
 from orchestrator.memfs.reader import open_reader
 from orchestrator.models.types import Message
 from orchestrator.store import PromptRecord, Store, StoredMessage
+
+if TYPE_CHECKING:
+    from orchestrator.agent.audit import AuditedCompile
+    from orchestrator.memfs.compiler import CompiledPrompt
 
 __all__ = [
     "HeadRead",
@@ -105,6 +108,9 @@ def _sha256(text: str) -> str:
 async def _compile(
     memory_dir: Path, raw_system: str, agent_id: str, conversation_id: str, revision: str | None, message_count: int
 ) -> AuditedCompile:
+    # deferred: the compiler loads with the first compile; a chat whose prompt is cached for HEAD sends without it
+    from orchestrator.agent.audit import compile_audited
+
     return await blocking.run_sync(
         "git",
         partial(

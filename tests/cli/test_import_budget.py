@@ -46,6 +46,8 @@ _AFTER_THE_REPLY = (
     "pygit2",
     "_cffi_backend",
     "orchestrator.agent.memory_sync",
+    "orchestrator.agent.audit",
+    "orchestrator.memfs.compiler",
     "orchestrator.memfs.locks",
     "orchestrator.memfs.validator",
     "orchestrator.memfs.merge",
@@ -58,7 +60,8 @@ _AFTER_THE_REPLY = (
     "subagents.reflection_merge",
     "subagents.resolver",
 )
-"""What only the post-turn sync, a tool call, a compaction or a reflection uses. libgit2 among them:
+"""What only the post-turn sync, a tool call, a compaction, a reflection or a compile uses (a
+warm start's prompt is cached for HEAD). libgit2 among them:
 a tidy memory repository's HEAD, refs, skills and hook location are read from its files
 (``memfs.plain``), and the sync's status is the first question that needs libgit2."""
 _TURN_NEEDS = frozenset(
@@ -70,7 +73,6 @@ _TURN_NEEDS = frozenset(
         "sqlite3",
         "_sqlite3",
         "tomllib",  # config.toml
-        "html",  # the memory compiler escapes file contents
         "shlex",  # the pre-commit hook's command line
         "stringprep",  # trio's getaddrinfo encodes the host name as IDNA
     }
