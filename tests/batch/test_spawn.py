@@ -171,3 +171,24 @@ def test_forking_is_refused_while_a_thread_runs_and_unused_workers_are_reaped() 
     assert seen["left"] == [], "released workers exited and were reaped"
     assert seen["during"] is False and seen["forked_during"] == 0
     assert _python(_REFUSE, env={"REVERIE_WORKER_START": "spawn"})["pids"] == []
+
+
+_INHERIT = r"""
+import json, os, sys
+from orchestrator.batch.executors import ProcessExecutor
+backend = os.environ["REVERIE_BACKEND"]
+name = f"anyio._backends._{backend}"
+before = name in sys.modules
+executor = ProcessExecutor(4, processes=2)
+executor.prefork(8)
+after = name in sys.modules
+executor.release()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_forked_workers_inherit_the_event_loop_library(backend: str) -> None:
+    """The loop the run will use is imported before the fork, so no worker imports it again."""
+    seen = _python(_INHERIT, env={"REVERIE_BACKEND": backend})
+    assert seen == {"before": False, "after": True}, seen
