@@ -25,20 +25,28 @@ driver's live descendants and reports, over that tree:
   and up to its last 50 ms are missed) and ``git+other``: the rest (every git and hook process,
   too short-lived to sample; it also holds whatever the workers' last samples missed).
 
-The machine's load average before each run is printed too, since the cores are shared, and so is
-``calib ms``: the best of three runs of a fixed pure-Python loop just before the run (a VM's vCPU
-can be slowed by its host without any load showing inside; here the same loop took 190-320 ms
-minutes apart), so rows measured on a slowed machine can be told apart. Targets
+The machine's load average before each run is printed too, since the cores are shared, and so are
+``busy``: the share of both cores other processes used in the half second just before the run (the
+load average lags by a minute), ``calib ms``: the best of three runs of a fixed pure-Python loop
+just before the run (a VM's vCPU can be slowed by its host without any load showing inside; here
+the same loop took 190-320 ms minutes apart), and ``fs us``: what creating one empty file in the
+runs' folder cost just before the run (the probe's files are kept until the bench ends), so rows
+measured on a busy or slowed machine, or on a file system still paying for someone's deletions,
+can be told apart. Targets
 (issue 14): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the tree's
 peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
 
 Every run's directory is kept until the bench ends, then removed together, and before each run the
 bench syncs the file systems and waits ``_SETTLE`` seconds. Both keep earlier deletions from being
 charged to the run: on a journal-less ext4 (this VM's) a freed inode is skipped by every allocation
-in its group while its inode table block is dirty and for 5 s after (``recently_deleted`` in the
-kernel), so a thousand tasks created right after removing 256 tasks' files (or while a test suite
-churns /tmp) scan past all of them. A microbench here: 65-94 µs per file created fresh, 192 µs
-right after deleting 16k files, 81 µs after a sync and 6 s.
+in its group (``recently_deleted`` in the kernel), each allocation scanning past all of them from
+the group's start, so a thousand tasks created right after removing 256 tasks' files (or while a
+test suite churns /tmp) pay for every deleted file. How long depends on the kernel: older ones
+skip an inode for 5 s once its table block is written (hence the sync and ``_SETTLE``), this VM's
+6.18 for a minute (five more while the block is dirty). Measured here after deleting 16k files and
+a sync: 1.1-1.4 ms per file created for the next 20 s, 0.6 ms at 40 s, 0.14 ms at 70 s, against
+35-90 µs on a quiet file system; at 21 inodes a task that is most of a task's CPU, so do not delete
+big trees in the minute before a measurement, and read ``fs us``.
 
     .venv/bin/python bench/scale.py                  # N = 16, 64, 256, 1000
     .venv/bin/python bench/scale.py 64 1000 --timeout 600
@@ -87,6 +95,8 @@ class Row:
     other_cpu_per_turn_ms: float
     load: float
     calib_ms: float
+    busy: float
+    fs_us: float
     note: str
 
     @property
@@ -280,6 +290,8 @@ def measure(n: int, root: Path, timeout: float) -> Row:
     os.sync()
     time.sleep(_SETTLE)
     load = os.getloadavg()[0]
+    fs_us = _probe_fs(root)
+    busy = _others_busy()
     calib = _calibrate()
     cmd = [*_reverie(), "run", str(suite), "--concurrency", str(n), "--scripted-latency", str(LATENCY)]
     cmd += ["--out", str(out), "-q"]
@@ -314,6 +326,8 @@ def measure(n: int, root: Path, timeout: float) -> Row:
         other_cpu_per_turn_ms=used.other_cpu * per_turn,
         load=load,
         calib_ms=calib,
+        busy=busy,
+        fs_us=fs_us,
         note=note,
     )
 
@@ -330,12 +344,39 @@ def _verdict(row: Row) -> str:
     return "MISSED: " + ", ".join(problems) if problems else "ok"
 
 
-_GROUPS = f"{'':>48}  {'peak over the process tree':-^32}  {'CPU per turn, ms':-^31}"
+_GROUPS = f"{'':>59}  {'peak over the process tree':-^32}  {'CPU per turn, ms':-^31}"
 _HEADER = (
-    f"{'N':>5} {'load':>5} {'calib':>5} {'elapsed s':>9} {'process s':>9} {'efficiency':>10}  "
+    f"{'N':>5} {'load':>5} {'busy':>4} {'calib':>5} {'fs us':>5} {'elapsed s':>9} {'process s':>9} {'efficiency':>10}  "
     f"{'RSS MiB':>8} {'largest':>8} {'threads':>8} {'procs':>5}  "
     f"{'all':>6} {'driver':>6} {'workers':>7} {'git+other':>9}  {'passed':>11}  verdict"
 )
+
+
+def _others_busy(seconds: float = 0.5) -> float:
+    """The share of all cores busy over ``seconds`` (nothing of the bench's runs meanwhile)."""
+
+    def counters() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]
+
+    total, idle = counters()
+    time.sleep(seconds)
+    total_after, idle_after = counters()
+    return 1.0 - (idle_after - idle) / max(1, total_after - total)
+
+
+_FS_PROBES = 32
+
+
+def _probe_fs(root: Path) -> float:
+    """Microseconds of CPU to create one empty file in ``root`` (files kept: deleting them would be
+    charged to the next run)."""
+    folder = Path(tempfile.mkdtemp(prefix=".fs-probe-", dir=root))
+    began = time.thread_time()
+    for i in range(_FS_PROBES):
+        os.close(os.open(folder / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return (time.thread_time() - began) / _FS_PROBES * 1e6
 
 
 def _calibrate() -> float:
@@ -353,7 +394,7 @@ def _calibrate() -> float:
 def _line(row: Row) -> str:
     elapsed = f"{row.elapsed:.2f}" if row.elapsed is not None else "-"
     return (
-        f"{row.n:>5} {row.load:>5.2f} {row.calib_ms:>5.0f} {elapsed:>9} {row.wall:>9.2f} {row.efficiency:>10.3f}  "
+        f"{row.n:>5} {row.load:>5.2f} {row.busy:>4.0%} {row.calib_ms:>5.0f} {row.fs_us:>5.0f} {elapsed:>9} {row.wall:>9.2f} {row.efficiency:>10.3f}  "
         f"{row.tree_rss_mib:>8.0f} {row.largest_rss_mib:>8.0f} {row.peak_threads:>8} {row.processes:>5}  "
         f"{row.cpu_per_turn_ms:>6.1f} {row.driver_cpu_per_turn_ms:>6.1f} {row.workers_cpu_per_turn_ms:>7.1f} "
         f"{row.other_cpu_per_turn_ms:>9.1f}  {f'{row.passed}/{row.n}':>11}  {_verdict(row)}"
