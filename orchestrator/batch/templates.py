@@ -225,8 +225,16 @@ def _build(root: Path, key: str, files: Mapping[str, str]) -> None:
 
 _QUESTIONS = (
     r"^(user|author|committer)\.(name|email)$|^commit\.gpgsign$|^i18n\.commitencoding$|^filter\..*\.(clean|process)$"
+    r"|^init\.(templatedir|defaultobjectformat|defaultrefformat)$|^core\.sharedrepository$"
 )
 """The settings that decide whether the template can be made in-process, asked of git in one process."""
+_GIT_DECIDES = frozenset(
+    {"i18n.commitencoding", "init.templatedir", "init.defaultobjectformat", "init.defaultrefformat", "core.sharedrepository"}
+)
+"""Settings whose mere presence leaves the template to git (its template folder, hash, ref storage,
+file modes, commit encoding)."""
+_GIT_ENVIRONMENT = ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE", "GIT_TEMPLATE_DIR", "GIT_DEFAULT_HASH", "GIT_DEFAULT_REF_FORMAT")
+"""The same, set in the environment."""
 _SPECIAL_NAMES = frozenset({".git", ".gitignore", ".gitattributes", ".gitmodules"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 
@@ -235,15 +243,16 @@ def _build_in_process(memory: Path, files: Mapping[str, str]) -> bool:
     """What ``init_memory_repo`` does (``git init``, a local identity where git has none, the hook,
     the files, the first commit through the validator), in-process but for one ``git config`` question,
     then packed as ``_build_with_git`` packs it: ~5 ms against ~60 ms and a dozen processes. False
-    (``memory`` may hold a repository without commits, for the caller to remove) where the result could differ from
-    git's: seed paths git treats specially, a fixed commit date, signing, another commit encoding
-    or an external filter driver configured. An invalid seed is the same ``MemoryCommitRejected``,
-    with the same report, as from ``init_memory_repo``."""
-    if any(not _plain(rel) for rel in files) or os.environ.get("GIT_AUTHOR_DATE") or os.environ.get("GIT_COMMITTER_DATE"):
+    (``memory`` may hold a repository without commits, for the caller to remove) where the result
+    could differ from git's: seed paths git treats specially, a fixed commit date, signing, another
+    commit encoding, an external filter driver, a template folder, another hash or ref storage or
+    shared file modes configured. An invalid seed is the same ``MemoryCommitRejected``, with the
+    same report, as from ``init_memory_repo``."""
+    if any(not _plain(rel) for rel in files) or any(os.environ.get(name) for name in _GIT_ENVIRONMENT):
         return False
     init_local(memory, branch="main")
     said = _settings(memory)
-    if said.get("commit.gpgsign", "false").lower() not in _FALSE or "i18n.commitencoding" in said:
+    if said.get("commit.gpgsign", "false").lower() not in _FALSE or _GIT_DECIDES & set(said):
         return False
     if any(name.startswith("filter.") for name in said):
         return False

@@ -251,3 +251,23 @@ def test_processes_building_one_template_at_once_share_it(tmp_path: Path) -> Non
     assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == [p.name for p in root.iterdir() if not p.name.startswith(".")]
     (template,) = [p / "memory" for p in root.iterdir() if not p.name.startswith(".")]
     assert _git(template, "rev-parse", "HEAD").strip() == bases.pop()
+
+
+@pytest.mark.parametrize("how", ["environment", "config"])
+def test_a_git_template_folder_is_honoured_as_git_honours_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A git template folder (``GIT_TEMPLATE_DIR`` or ``init.templateDir``) leaves the build to git,
+    which copies it: here a ``commit-msg`` hook every task's repository then has."""
+    folder = tmp_path / "git-template"
+    (folder / "hooks").mkdir(parents=True)
+    (folder / "hooks" / "commit-msg").write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    if how == "environment":
+        monkeypatch.setenv("GIT_TEMPLATE_DIR", str(folder))
+    else:
+        config = tmp_path / "gitconfig"
+        config.write_text(f"[init]\n\ttemplateDir = {folder}\n", encoding="utf-8")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    template, base, _ = template_repo(tmp_path / "t", {})
+    assert (template / ".git" / "hooks" / "commit-msg").is_file()
+    assert (template / ".git" / "hooks" / "pre-commit").is_file()
+    assert _git(template, "rev-parse", "HEAD").strip() == base
+    assert _run_git(template, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
