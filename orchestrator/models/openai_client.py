@@ -37,13 +37,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import openai
 from anyio import CancelScope, create_task_group, current_time, fail_after, move_on_after, to_thread
 from anyio import sleep as anyio_sleep
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
@@ -59,6 +58,9 @@ from .types import (
     Usage,
     is_context_overflow_text,
 )
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -330,7 +332,20 @@ class OpenAIModel(ModelClient):
         await self.on_retry(f"{reason}; retry {state.attempt_number + 1}/{self.max_attempts} in {wait:.0f} s")
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
+        """The first attempt is made before tenacity is imported (a chat's first request waits for
+        nothing but the SDK, issue 14.4); a transient failure of it is replayed as the first attempt
+        of tenacity's loop, so retries count, wait and report exactly as if tenacity had made it."""
         relay = _TextRelay(on_text)
+        relay.new_attempt()
+        try:
+            return await self._attempt(request, relay)
+        except ModelError as exc:
+            if not (exc.transient and self.max_attempts > 1):
+                raise
+            first: ModelError | None = exc
+        # deferred: only a transient failure needs the retry loop
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_attempts),
             wait=self._wait,
@@ -342,6 +357,9 @@ class OpenAIModel(ModelClient):
         try:
             async for attempt in retrying:
                 with attempt:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
                     relay.new_attempt()
                     return await self._attempt(request, relay)
         except ModelError as exc:

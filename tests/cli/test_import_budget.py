@@ -42,6 +42,8 @@ _EMBEDDED_ONLY = ("openai", "httpx", "pydantic", "tenacity")
 """The SDK and its retries: the embedded model makes no request."""
 _REAL_PATH_NEVER = ("orchestrator.models.scripted", "orchestrator.models.scripted_resolve")
 """The embedded model, which a configured endpoint does not use."""
+_AFTER_A_FAILURE = ("tenacity",)
+"""The retry loop: the first attempt is made without it, and only a transient failure imports it."""
 _AFTER_THE_REPLY = (
     "pygit2",
     "_cffi_backend",
@@ -69,7 +71,6 @@ _TURN_NEEDS = frozenset(
         "orchestrator",
         "subagents",
         "prompts",
-        "tenacity",  # the retries wrap the first attempt (DECISIONS S26)
         "sqlite3",
         "_sqlite3",
         "tomllib",  # config.toml
@@ -207,7 +208,7 @@ def _modules_at_first_request(script: str, args: list[str], tmp_path: Path, name
 def test_first_request_waits_for_nothing_but_the_sdk_and_the_session(tmp_path: Path) -> None:
     modules = _modules_at_first_request(_AT_REQUEST, ["chat", "-p", "hello"], tmp_path, "reverie", warm_up=True)
     assert "openai" in modules and "orchestrator.app.session" in modules
-    assert _heavy(modules, _ELSEWHERE + _REAL_PATH_NEVER + _AFTER_THE_REPLY) == set()
+    assert _heavy(modules, _ELSEWHERE + _REAL_PATH_NEVER + _AFTER_THE_REPLY + _AFTER_A_FAILURE) == set()
 
 
 def test_first_request_loads_only_the_sdks_own_needs_and_the_turns(tmp_path: Path) -> None:
