@@ -294,7 +294,7 @@ class LocalRepo:
         if self._handle is None:
             pygit2 = _pygit2()
             try:
-                self._handle = pygit2.Repository(str(self.top_level), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+                self._handle = _open_top(pygit2, self.top_level)
             except (pygit2.GitError, KeyError, ValueError, OSError) as error:
                 raise self._fail("rev-parse", error) from error
         return self._handle
@@ -815,14 +815,15 @@ class RepoPool:
 
 def open_local(directory: Path) -> LocalRepo | None:
     """A new handle on the repository whose top level is ``directory`` (resolved), else None; the
-    caller owns it (pooled callers use :func:`open_repo`). A plain repository opens without
-    libgit2 (:class:`LocalRepo`)."""
-    plain = PlainRepo.open(directory)
+    caller owns it (pooled callers use :func:`open_repo`). Until libgit2 is loaded in the process,
+    a plain repository opens without it (:class:`LocalRepo`); afterwards the files are not read
+    twice."""
+    plain = None if "pygit2" in sys.modules else PlainRepo.open(directory)
     if plain is not None:
         return LocalRepo(None, directory, plain)
     pygit2 = _pygit2()
     try:
-        handle = pygit2.Repository(str(directory), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        handle = _open_top(pygit2, directory)
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return None
     workdir = handle.workdir
@@ -871,7 +872,6 @@ async def ask(directory: Path | str, question: Callable[[LocalRepo], T]) -> T:
     """:func:`using_repo` in a worker thread behind the ``git`` limiter, for async callers, e.g.
     ``await ask(worktree, lambda repo: repo.commits(head, tip))``."""
     return await blocking.run_sync("git", functools.partial(using_repo, directory, question))
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -954,4 +954,6 @@ def commit_packed(
 
 
 def _open_top(pygit2: ModuleType, directory: Path) -> Any:
+    """libgit2's handle on the repository whose top level (or git folder) is ``directory``, without
+    searching parent folders."""
     return pygit2.Repository(str(directory), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
