@@ -433,7 +433,7 @@ def sweep(
     reused = _Reused.of(meta, model, context_window, None, None, scripted_latency, concurrency, executor)
     model, context_window, latency, jobs, kind = reused.model, reused.context_window, reused.latency, reused.jobs, reused.kind
     options = _options(out_dir, model, context_window, None, None, latency)
-    processes, processes_name = _resumed_processes(processes, meta, run_file, kind, "resuming") if meta else (processes, "--processes")
+    processes, processes_name = _resumed_processes(processes, meta, run_file, kind, "resuming")
     spread = _processes(processes, kind, processes_name)
     chosen = _executor(kind, jobs, ray_address, spread)
     if not resume:
