@@ -130,6 +130,9 @@ class CompactionResult:
 
 @dataclass(frozen=True)
 class _Prepared:
+    """A background preparation ready to apply: the messages it summarised (it is stale once they
+    change), its outcome, and the system prompt's and tools' tokens it was planned with."""
+
     ids: tuple[str, ...]
     outcome: CompactionOutcome
     fixed: int

@@ -33,6 +33,8 @@ MAX_CONSECUTIVE_FAILURES = 3
 
 @dataclass(frozen=True)
 class LaunchDecision:
+    """Whether to launch a reflection now, with the reason (shown by ``/status`` and the event log)."""
+
     launch: bool
     reason: str
 

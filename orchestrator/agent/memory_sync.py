@@ -54,6 +54,8 @@ SYNC_LOCK_WAIT_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class SyncResult:
+    """The post-turn sync's classification of the checkout and the summary its reminder carries."""
+
     status: str
     summary: str
     memory_dir: str

@@ -57,6 +57,8 @@ class HeadRead:
 
 @dataclass(frozen=True)
 class ResolvedPrompt:
+    """The system prompt for the next request and which row of the cache table chose it."""
+
     content: str
     action: PromptAction
     revision: str | None

@@ -20,6 +20,8 @@ __all__ = ["Skill", "append_available_skills", "discover_skills", "render_availa
 
 @dataclass(frozen=True)
 class Skill:
+    """A skill found under ``skills/`` of the memory repository, as the available-skills block lists it."""
+
     name: str
     description: str = ""
     location: str = ""
@@ -103,6 +105,8 @@ def _split_location(location: str, name: str) -> tuple[str, str]:
 
 @dataclass
 class _Node:
+    """A folder of the rendered skills tree."""
+
     dirs: dict[str, _Node]
     files: list[tuple[str, str]]
 

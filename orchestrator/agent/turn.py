@@ -97,6 +97,8 @@ class AgentProfile:
 
 @dataclass(frozen=True)
 class TurnOutcome:
+    """How a turn ended and what it produced, for its caller (the CLI, the batch runner, tests)."""
+
     turn_id: str
     conversation_id: str
     status: TurnStatus
@@ -431,6 +433,8 @@ def _skills_and_head(memory_dir: Path) -> tuple[list[Skill], HeadRead]:
 
 @dataclass
 class _TurnState:
+    """What one turn accumulates across its requests."""
+
     head: HeadRead | None = None
     """HEAD read with the skills at the turn's start, for its first request only."""
     steps: int = 0

@@ -82,6 +82,8 @@ class ContextUse:
 
 @dataclass
 class ChatSession:
+    """An open session; ``open`` builds it and owns everything it starts."""
+
     runtime: Runtime
     agent: AgentProfile
     conversation_id: str

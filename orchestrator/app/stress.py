@@ -96,6 +96,8 @@ MERGE_POLICIES = ("keep", "resolve")
 
 @dataclass(frozen=True)
 class StressConfig:
+    """The shape of a stress run: writers, commits each, how often they conflict, the merge policy."""
+
     writers: int
     commits: int
     conflict_rate: float = 0.1
@@ -116,6 +118,8 @@ class StressConfig:
 
 @dataclass(frozen=True)
 class StressReport:
+    """What a stress run measured; ``lost`` must be 0."""
+
     merged: int
     kept: int
     lost: int

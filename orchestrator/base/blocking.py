@@ -64,6 +64,8 @@ def current_rank() -> int:
 
 @dataclass(order=True)
 class _Waiter:
+    """A task waiting for a slot; ordered by rank, then arrival."""
+
     rank: int
     seq: int
     event: anyio.Event = field(compare=False)

@@ -31,6 +31,8 @@ class ConfigError(ReverieError, ValueError):
 
 @dataclass(frozen=True)
 class Settings:
+    """The effective configuration after every layer was applied (see the module doc for their order)."""
+
     base_url: str | None = None
     api_key: str | None = None
     model: str = "scripted"

@@ -40,6 +40,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Event:
+    """The base of every event: ``kind`` names it in the store, the event log and ``docs/events.md``; a
+    ``transient`` one is shown and never stored."""
+
     kind: ClassVar[str] = "event"
     transient: ClassVar[bool] = False
 
@@ -67,6 +70,8 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class TurnStarted(Event):
+    """A turn was recorded (its user message and reminders are in the store) and is about to run."""
+
     kind: ClassVar[str] = "turn.start"
     turn_id: str
     conversation_id: str
@@ -74,6 +79,9 @@ class TurnStarted(Event):
 
 @dataclass(frozen=True)
 class TurnEnded(Event):
+    """A turn settled with its status (``end_turn``, ``error``, ``max_steps``, ``interrupted``) after its
+    post-turn sync."""
+
     kind: ClassVar[str] = "turn.end"
     turn_id: str
     conversation_id: str
@@ -93,6 +101,8 @@ class TextDelta(Event):
 
 @dataclass(frozen=True)
 class ModelCalled(Event):
+    """One provider request answered: the tokens the provider reported and the wall time it took."""
+
     kind: ClassVar[str] = "model.call"
     model: str
     prompt_tokens: int
@@ -112,6 +122,8 @@ class ModelRetrying(Event):
 
 @dataclass(frozen=True)
 class ToolStarted(Event):
+    """A tool call about to run; recorded before it runs, so a crash mid-tool still shows what ran."""
+
     kind: ClassVar[str] = "tool.start"
     call_id: str
     name: str
@@ -120,6 +132,8 @@ class ToolStarted(Event):
 
 @dataclass(frozen=True)
 class ToolFinished(Event):
+    """A tool call's result, as the model will read it."""
+
     kind: ClassVar[str] = "tool.end"
     call_id: str
     name: str
@@ -129,6 +143,8 @@ class ToolFinished(Event):
 
 @dataclass(frozen=True)
 class MemoryCommitted(Event):
+    """A turn moved the memory repository's HEAD (recorded by the batch runner for its timeline)."""
+
     kind: ClassVar[str] = "memory.commit"
     revision: str
     previous_revision: str | None
@@ -136,6 +152,8 @@ class MemoryCommitted(Event):
 
 @dataclass(frozen=True)
 class MemoryUpdateInjected(Event):
+    """A memory change reached the model as a ``<memory_update>`` message (R4), not a new system prompt."""
+
     kind: ClassVar[str] = "memory.update_injected"
     revision: str
     previous_revision: str | None
@@ -143,6 +161,9 @@ class MemoryUpdateInjected(Event):
 
 @dataclass(frozen=True)
 class ReminderQueued(Event):
+    """A reminder waits for the next turn's first request (the memory-git-sync one, with the post-turn
+    check's classification)."""
+
     kind: ClassVar[str] = "reminder.queued"
     key: str
     status: str
@@ -150,6 +171,8 @@ class ReminderQueued(Event):
 
 @dataclass(frozen=True)
 class CompactionStarted(Event):
+    """Compaction began on ``messages`` messages holding ``tokens_before`` tokens."""
+
     kind: ClassVar[str] = "compaction.start"
     mode: str
     messages: int
@@ -159,6 +182,8 @@ class CompactionStarted(Event):
 
 @dataclass(frozen=True)
 class CompactionProgress(Event):
+    """A step of a running compaction (the ladder's rungs); shown, not stored."""
+
     kind: ClassVar[str] = "compaction.progress"
     transient: ClassVar[bool] = True
     step: str
@@ -166,6 +191,8 @@ class CompactionProgress(Event):
 
 @dataclass(frozen=True)
 class CompactionDone(Event):
+    """Compaction evicted ``evicted`` messages and left ``tokens_after`` tokens in context."""
+
     kind: ClassVar[str] = "compaction.done"
     mode: str
     evicted: int
@@ -177,6 +204,9 @@ class CompactionDone(Event):
 
 @dataclass(frozen=True)
 class CompactionFailed(Event):
+    """No summary was made: with ``evicted`` > 0 the emergency eviction made room, with 0 the context
+    is unchanged; the turn goes on either way."""
+
     kind: ClassVar[str] = "compaction.failed"
     error: str
     evicted: int = 0
@@ -184,6 +214,8 @@ class CompactionFailed(Event):
 
 @dataclass(frozen=True)
 class ReflectionLaunched(Event):
+    """A reflection subagent started in its own worktree on ``branch``."""
+
     kind: ClassVar[str] = "reflection.launch"
     reflection_id: str
     branch: str
@@ -192,6 +224,8 @@ class ReflectionLaunched(Event):
 
 @dataclass(frozen=True)
 class ReflectionMerged(Event):
+    """A reflection's commits reached the memory repository's main branch."""
+
     kind: ClassVar[str] = "reflection.merged"
     reflection_id: str
     branch: str
@@ -203,6 +237,8 @@ class ReflectionMerged(Event):
 
 @dataclass(frozen=True)
 class ReflectionKept(Event):
+    """A reflection's branch was kept unmerged for the user (``reverie reflections``); nothing is lost."""
+
     kind: ClassVar[str] = "reflection.kept"
     reflection_id: str
     branch: str

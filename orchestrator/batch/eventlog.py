@@ -30,6 +30,8 @@ EVENTS_DIR = "events"
 
 @dataclass(frozen=True)
 class EventRecord:
+    """One line of a run's event log, with the task it came from."""
+
     seq: int
     at: str
     task: str

@@ -32,6 +32,8 @@ SUMMARY_FILE = "summary.json"
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check of a task and whether it held."""
+
     check: str
     passed: bool
 

@@ -78,12 +78,16 @@ class _Journal:
 
 @dataclass
 class _Line:
+    """A task's result and whether its line is in results.jsonl yet."""
+
     result: TaskResult
     written: bool = False
 
 
 @dataclass(frozen=True)
 class RunReport:
+    """A finished run: its results, the summary, and which tasks were skipped or ran."""
+
     results: tuple[TaskResult, ...]
     summary: dict[str, Any]
     skipped: tuple[str, ...]

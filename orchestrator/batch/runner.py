@@ -129,6 +129,8 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class _Paths:
+    """Where one task's home, agent, memory, store, workspace and event log live in a run."""
+
     home: Path
     agent: Path
     memory: Path

@@ -82,6 +82,8 @@ class Check:
 
 @dataclass(frozen=True)
 class Task:
+    """One task of a suite, as validated; ``line`` is where it starts in the suite file."""
+
     id: str
     turns: tuple[str, ...]
     checks: tuple[Check, ...]

@@ -54,6 +54,8 @@ METRICS: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class SweepSetting:
+    """One setting of a sweep: its label and the configuration it overrides."""
+
     label: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
@@ -123,6 +125,8 @@ def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class SweepReport:
+    """A finished sweep: the comparison rows, each setting's run, and the charts written."""
+
     rows: tuple[dict[str, Any], ...]
     runs: tuple[RunReport, ...]
     charts: tuple[Path, ...]

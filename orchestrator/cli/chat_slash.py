@@ -26,6 +26,8 @@ __all__ = ["COMMANDS", "KEYS", "Slash", "SlashCommand", "is_slash"]
 
 @dataclass(frozen=True)
 class SlashCommand:
+    """A REPL command as ``/help`` lists it."""
+
     name: str
     usage: str
     help: str

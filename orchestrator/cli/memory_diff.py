@@ -19,6 +19,8 @@ _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 @dataclass(frozen=True)
 class MemoryDiff:
+    """A commit's diff shortened for the terminal: per-file counts, the first lines, how many more."""
+
     files: tuple[tuple[str, int, int], ...]
     lines: tuple[str, ...]
     more: int

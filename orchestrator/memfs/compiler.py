@@ -82,6 +82,8 @@ class CompiledPrompt:
 
 @dataclass(slots=True)
 class _Node:
+    """A folder of the compiled memory tree."""
+
     children: dict[str, _Node] = field(default_factory=dict)
     record: MemoryRecord | None = None
 

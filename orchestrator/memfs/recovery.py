@@ -50,6 +50,8 @@ __all__ = ["RecoveryReport", "nothing_to_recover", "recover"]
 
 @dataclass(frozen=True)
 class RecoveryReport:
+    """What start-up recovery found and repaired, and the reflection branches it left pending."""
+
     stale_lock_released: bool
     aborted_rebases: tuple[Path, ...]
     removed_worktrees: tuple[Path, ...]

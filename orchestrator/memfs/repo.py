@@ -71,6 +71,8 @@ class MemoryCommitRejected(MemfsError, RuntimeError):
 
 @dataclass(frozen=True)
 class CommitResult:
+    """The commit made and the files it changed."""
+
     revision: str
     files: tuple[str, ...]
 

@@ -167,6 +167,8 @@ def _wire_tools(request: ModelRequest) -> list[dict[str, Any]]:
 
 @dataclass
 class _PartialCall:
+    """A tool call still arriving in stream fragments."""
+
     index: int | None
     id: str = ""
     name: str = ""

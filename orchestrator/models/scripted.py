@@ -408,6 +408,8 @@ def _hit_texts(result: str) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class _Turn:
+    """One scripted reply: its text and the tool calls it makes."""
+
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
 

@@ -61,6 +61,8 @@ class Message:
 
 @dataclass(frozen=True)
 class ToolSpec:
+    """A tool as offered to the model: its name, description and JSON-schema parameters."""
+
     name: str
     description: str
     parameters: Mapping[str, Any] = field(default_factory=dict)
@@ -68,6 +70,8 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens a provider reported for one request (0 where it reported none)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

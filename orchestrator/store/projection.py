@@ -40,6 +40,8 @@ _WS = re.compile(r"\s+")
 
 @dataclass(frozen=True)
 class ParsedQuery:
+    """A search query split into bare terms and quoted phrases."""
+
     terms: tuple[str, ...]
     phrases: tuple[str, ...]
 

@@ -48,6 +48,8 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class Agent:
+    """An agent as stored; ``settings`` holds what it overrides of the configuration."""
+
     id: str
     name: str
     created_at: str
@@ -56,6 +58,8 @@ class Agent:
 
 @dataclass(frozen=True)
 class Conversation:
+    """One conversation of an agent; a ``hidden`` one is left out of listings and search unless asked for."""
+
     id: str
     agent_id: str
     created_at: str
@@ -99,6 +103,8 @@ class PromptRecord:
 
 @dataclass(frozen=True)
 class PendingReminder:
+    """A reminder waiting in the queue for a turn's first request."""
+
     key: str
     text: str
     priority: int
@@ -120,6 +126,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Turn:
+    """One turn as stored: ``ended_at`` and the final status are set when it closes."""
+
     id: str
     conversation_id: str
     started_at: str

@@ -25,6 +25,8 @@ _RECORD_COLUMNS = (
 
 @dataclass(frozen=True)
 class ReflectionState:
+    """A conversation's reflection bookkeeping: how far it was reflected, and the failure backoff."""
+
     conversation_id: str
     agent_id: str
     reflected_through_seq: int = 0

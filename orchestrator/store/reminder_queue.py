@@ -32,6 +32,8 @@ REMINDER_QUEUE_LIMIT = 25
 
 @dataclass(frozen=True)
 class EnqueuePlan:
+    """How queueing one reminder changes the queue, decided apart from the SQL that applies it."""
+
     replace: bool
     """A pending reminder has this key: it takes the new text in its place in the queue."""
     evict: tuple[str, ...]

@@ -45,6 +45,8 @@ Settle = Callable[[Sequence[StoredMessage]], Sequence[Message]]
 
 @dataclass(frozen=True)
 class OpenedTurn:
+    """What ``open_turn`` wrote in its one transaction."""
+
     turn_id: str
     delivered: tuple[StoredMessage, ...]
     """The reminder message (if any was pending) and the user's message, in order."""

@@ -39,6 +39,8 @@ _DRAIN_GRACE_SECONDS = 0.5
 
 @dataclass
 class _Run:
+    """A running command, shared with the thread that may have to kill it."""
+
     lock: threading.Lock = field(default_factory=threading.Lock)
     proc: subprocess.Popen[bytes] | None = None
     cancelled: bool = False
@@ -53,6 +55,8 @@ class _Run:
 
 @dataclass(frozen=True)
 class _Outcome:
+    """A finished command: its output (already bounded), exit status, and what was cut."""
+
     output: str
     returncode: int
     timed_out: bool

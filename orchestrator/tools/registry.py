@@ -30,6 +30,8 @@ _Handler = Callable[[ToolContext, Mapping[str, Any]], Awaitable[ToolResult]]
 
 @dataclass(frozen=True)
 class _Tool:
+    """A tool's schema as the model sees it, and the handler that runs it."""
+
     spec: ToolSpec
     handler: _Handler
 

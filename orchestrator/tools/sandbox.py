@@ -137,6 +137,8 @@ def _warn_unconfined(reason: str) -> None:
 
 @dataclass(frozen=True)
 class _Mounts:
+    """The paths the sandbox binds writable, binds read-only, and hides."""
+
     writable: tuple[Path, ...]
     readonly: tuple[Path, ...]
     hidden: tuple[Path, ...]
