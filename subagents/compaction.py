@@ -54,10 +54,6 @@ import anyio
 
 from orchestrator.agent.prompt_cache import record_from
 from orchestrator.base.events import (
-    CompactionDone,
-    CompactionFailed,
-    CompactionProgress,
-    CompactionStarted,
     Event,
     ModelCalled,
     Publisher,
@@ -304,6 +300,9 @@ class CompactionSubagent:
 
     async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
         """Record a compaction that changed nothing; reporting itself must not fail the turn."""
+        # deferred (here and below): compaction's events load with the first compaction (issue 14.4)
+        from orchestrator.base.subagent_events import CompactionFailed
+
         try:
             with anyio.CancelScope(shield=True):
                 await self._emit(CompactionFailed(f"{trigger}: {_one_line(exc)}", 0), conversation_id)
@@ -311,6 +310,8 @@ class CompactionSubagent:
             pass
 
     async def _at_trigger(self, conversation_id: str, system: str, turn_id: str) -> CompactionResult:
+        from orchestrator.base.subagent_events import CompactionProgress
+
         state = self._state(conversation_id)
         if state.preparing is not None:
             await self.observer(CompactionProgress("waiting for the summary prepared in the background"))
@@ -344,6 +345,8 @@ class CompactionSubagent:
 
     async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
         """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
+        from orchestrator.base.subagent_events import CompactionStarted
+
         state = self._state(conversation_id)
         try:
             history = await self.store.in_context(conversation_id)
@@ -382,6 +385,8 @@ class CompactionSubagent:
         in_turn: bool,
         mode: CompactionMode | None = None,
     ) -> CompactionResult:
+        from orchestrator.base.subagent_events import CompactionProgress, CompactionStarted
+
         history = await self.store.in_context(conversation_id)
         fixed = self._fixed(system)
         messages = [m.message for m in history]
@@ -523,6 +528,7 @@ class CompactionSubagent:
     ) -> CompactionResult:
         """The commit point (one transaction), then the S5 copies if any, then the events."""
         # deferred: as the ladder, with the first compaction
+        from orchestrator.base.subagent_events import CompactionDone, CompactionFailed
         from orchestrator.compaction import summary_message, summary_message_text
 
         plan = outcome.plan

@@ -12,9 +12,10 @@ parent or a failure keeps the branch, records it and reminds the launching conve
 
 Choices: one reflection per agent at a time in this process; a launch declined because one runs,
 or because the parent checkout is dirty, leaves the trigger pending for the next turn. The
-reflection loop's step limit grows with the transcript (``REFLECTION_MAX_STEPS`` plus two per
-slice). Nothing here raises into the
-main agent's turn; failures are recorded and counted for the backoff of S17.
+reflection loop's step limit grows with the transcript (``reflection_reader.BASE_STEPS`` plus two
+per slice). Nothing here raises into the main agent's turn; failures are recorded and counted for
+the backoff of S17. The trigger policy, the reader and reflection's events load at the first turn
+end, after a chat's first request (issue 14.4).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRun
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
-from orchestrator.base.events import Event, ModelCalled, Publisher, ReflectionLaunched, ignore_event
+from orchestrator.base.events import Event, ModelCalled, Publisher, ignore_event
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
@@ -45,8 +46,6 @@ from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, tool_specs
 from prompts import load_prompt
-from subagents.reflection_reader import BASE_STEPS, ReflectionUnfinished, plan_reading, run_reading_loop
-from subagents.triggers import TriggerMode, after_compaction, after_failure, after_success, decide_launch
 
 if TYPE_CHECKING:
     from orchestrator.memfs.merge import MergeOutcome
@@ -54,10 +53,10 @@ if TYPE_CHECKING:
     from orchestrator.memfs.worktrees import Worktree
     from orchestrator.store import Store
     from subagents.reflection_merge import BranchRetrier
+    from subagents.triggers import TriggerMode
 
-__all__ = ["REFLECTION_MAX_STEPS", "ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
+__all__ = ["ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
-REFLECTION_MAX_STEPS = BASE_STEPS
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
 
 
@@ -131,6 +130,9 @@ class ReflectionCoordinator:
     async def on_event(self, event: Event, conversation_id: str | None) -> None:
         """Compaction events arm the trigger (and lift a failure pause, S17)."""
         if event.kind == "compaction.done" and conversation_id:
+            # deferred (here and below): see the module docstring
+            from subagents.triggers import after_compaction
+
             state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
             await self.store.save_reflection_state(after_compaction(state))
 
@@ -152,10 +154,13 @@ class ReflectionCoordinator:
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
+        from orchestrator.base.subagent_events import ReflectionLaunched
+        from subagents.triggers import after_success, decide_launch
+
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
         slice_ = await self.store.transcript(conversation_id, state.reflected_through_seq)
         steps = _steps(slice_)
-        mode = cast(TriggerMode, self.settings.reflection_trigger)
+        mode = cast("TriggerMode", self.settings.reflection_trigger)
         decision = decide_launch(mode, self.settings.reflection_step_count, state, steps, manual=manual)
         if not decision.launch:
             if state.compaction_pending and steps == 0:
@@ -231,6 +236,7 @@ class ReflectionCoordinator:
     async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
         # deferred: the compiler loads with the first compile, not before a chat's first request
         from orchestrator.agent.audit import compile_audited
+        from subagents.reflection_reader import ReflectionUnfinished, plan_reading, run_reading_loop
 
         audited = await anyio.to_thread.run_sync(
             partial(compile_audited, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
@@ -276,6 +282,7 @@ class ReflectionCoordinator:
     async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
         # deferred: as merge-back, after a chat's first request
         from subagents.reflection_merge import settle
+        from subagents.triggers import after_failure, after_success
 
         conversation_id = cast(str, record.conversation_id)
         saved = await settle(self.store, self._emit, record, outcome, error)

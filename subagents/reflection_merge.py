@@ -22,8 +22,8 @@ from pathlib import Path
 import anyio.to_thread
 
 from orchestrator.agent.reminders import reflection_kept_reminder
-from orchestrator.base.events import (
-    Event,
+from orchestrator.base.events import Event
+from orchestrator.base.subagent_events import (
     ReflectionFailed,
     ReflectionKept,
     ReflectionMerged,

@@ -1,20 +1,18 @@
 """Reverie's event vocabulary (DECISIONS S8): one schema for the CLI, the store and the event log.
 
 Every event is a frozen dataclass with a ``kind``; ``payload()`` is the JSON object the store and
-the JSONL event log keep. ``docs/events.md`` documents each kind.
+the JSONL event log keep. ``docs/events.md`` documents each kind. What the background subagents
+publish (compaction, reflection) is in ``subagent_events``, which a turn that starts neither does
+not import (issue 14.4: each frozen dataclass costs CPython 3.11 ~0.3 ms to define).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Protocol
 
 __all__ = [
-    "CompactionDone",
-    "CompactionFailed",
-    "CompactionProgress",
-    "CompactionStarted",
     "Event",
     "MemoryCommitted",
     "MemoryUpdateInjected",
@@ -22,12 +20,6 @@ __all__ = [
     "ModelRetrying",
     "Observer",
     "Publisher",
-    "ReflectionFailed",
-    "ReflectionKept",
-    "ReflectionLaunched",
-    "ReflectionMerged",
-    "ReflectionOutcome",
-    "ReflectionPending",
     "ReminderQueued",
     "TextDelta",
     "ToolFinished",
@@ -167,127 +159,6 @@ class ReminderQueued(Event):
     kind: ClassVar[str] = "reminder.queued"
     key: str
     status: str
-
-
-@dataclass(frozen=True)
-class CompactionStarted(Event):
-    """Compaction began on ``messages`` messages holding ``tokens_before`` tokens."""
-
-    kind: ClassVar[str] = "compaction.start"
-    mode: str
-    messages: int
-    tokens_before: int
-    background: bool = False
-
-
-@dataclass(frozen=True)
-class CompactionProgress(Event):
-    """A step of a running compaction (the ladder's rungs); shown, not stored."""
-
-    kind: ClassVar[str] = "compaction.progress"
-    transient: ClassVar[bool] = True
-    step: str
-
-
-@dataclass(frozen=True)
-class CompactionDone(Event):
-    """Compaction evicted ``evicted`` messages and left ``tokens_after`` tokens in context."""
-
-    kind: ClassVar[str] = "compaction.done"
-    mode: str
-    evicted: int
-    tokens_before: int
-    tokens_after: int
-    summary_message_id: str = ""
-    stats: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CompactionFailed(Event):
-    """No summary was made: with ``evicted`` > 0 the emergency eviction made room, with 0 the context
-    is unchanged; the turn goes on either way."""
-
-    kind: ClassVar[str] = "compaction.failed"
-    error: str
-    evicted: int = 0
-
-
-@dataclass(frozen=True)
-class ReflectionLaunched(Event):
-    """A reflection subagent started in its own worktree on ``branch``."""
-
-    kind: ClassVar[str] = "reflection.launch"
-    reflection_id: str
-    branch: str
-    trigger: str
-
-
-@dataclass(frozen=True)
-class ReflectionMerged(Event):
-    """A reflection's commits reached the memory repository's main branch."""
-
-    kind: ClassVar[str] = "reflection.merged"
-    reflection_id: str
-    branch: str
-    commits: int
-    revision: str
-    outcome: str = "merged"
-    """``merged`` or ``resolved`` (a resolver reconciled a conflict, DECISIONS D3)."""
-
-
-@dataclass(frozen=True)
-class ReflectionKept(Event):
-    """A reflection's branch was kept unmerged for the user (``reverie reflections``); nothing is lost."""
-
-    kind: ClassVar[str] = "reflection.kept"
-    reflection_id: str
-    branch: str
-    commits: int
-    reason: str
-    files: tuple[str, ...] = ()
-    reason_code: str = ""
-    """D2: ``conflict``, ``invalid``, ``failed`` (``dirty`` only from older runs)."""
-
-
-@dataclass(frozen=True)
-class ReflectionPending(Event):
-    """D2: the branch could not be fast-forwarded yet; it is retried at every turn end and start-up."""
-
-    kind: ClassVar[str] = "reflection.pending"
-    reflection_id: str
-    branch: str
-    commits: int
-    reason: str
-    reason_code: str
-    turns: int = 0
-
-
-@dataclass(frozen=True)
-class ReflectionFailed(Event):
-    """A reflection run or its merge failed; the CLI shows ``⚠ reflection failed: <error>``."""
-
-    kind: ClassVar[str] = "reflection.failed"
-    reflection_id: str
-    error: str
-    branch: str = ""
-    commits: int = 0
-
-
-@dataclass(frozen=True)
-class ReflectionOutcome(Event):
-    """Exactly one per launch, when it settles (D2): ``merged``, ``resolved``, ``no_changes``,
-    ``kept`` (with ``reason_code``) or ``failed`` (with ``error``)."""
-
-    kind: ClassVar[str] = "reflection.outcome"
-    reflection_id: str
-    branch: str
-    outcome: str
-    commits: int = 0
-    reason: str = ""
-    reason_code: str = ""
-    files: tuple[str, ...] = ()
-    error: str = ""
-    retried: int = 0
 
 
 Observer = Callable[[Event], Awaitable[None]]

@@ -23,15 +23,9 @@ from typing import TextIO
 import anyio
 
 from orchestrator.base.events import (
-    CompactionDone,
-    CompactionFailed,
-    CompactionProgress,
     Event,
     MemoryUpdateInjected,
     ModelRetrying,
-    ReflectionFailed,
-    ReflectionKept,
-    ReflectionMerged,
     ReminderQueued,
     TextDelta,
     ToolFinished,
@@ -146,7 +140,24 @@ class TerminalRenderer:
             self._line(f"  ⚠ model: {event.message}")
         elif isinstance(event, MemoryUpdateInjected):
             self._line("  ↻ memory changed — <memory_update> injected")
-        elif isinstance(event, CompactionProgress):
+        elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
+            self._line(f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it")
+        elif event.kind.startswith(("compaction.", "reflection.")):
+            await self._subagent(event)
+
+    async def _subagent(self, event: Event) -> None:
+        """Compaction's and reflection's events, whose classes load with the first one shown."""
+        # deferred: see the docstring (a chat's first request waits for neither subagent)
+        from orchestrator.base.subagent_events import (
+            CompactionDone,
+            CompactionFailed,
+            CompactionProgress,
+            ReflectionFailed,
+            ReflectionKept,
+            ReflectionMerged,
+        )
+
+        if isinstance(event, CompactionProgress):
             self._line(f"  … compacting: {event.step}")
         elif isinstance(event, CompactionDone):
             self.notice(f"  ↻ compacted {event.evicted} messages ({event.tokens_before} → {event.tokens_after} tokens)")
@@ -154,8 +165,6 @@ class TerminalRenderer:
             self.notice(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
         elif isinstance(event, ReflectionMerged):
             await self._merged(event)
-        elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
-            self._line(f"  ⚠ memory repository {_SYNC_TROUBLE[event.status]}; the agent is asked to fix it")
         elif isinstance(event, ReflectionFailed):
             self.notice(f"  ⚠ reflection failed: {one_line(event.error, 160)}")
         elif isinstance(event, ReflectionKept):

@@ -8,13 +8,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.base import events
-from orchestrator.base.events import CompactionDone, Event
+from orchestrator.base import events, subagent_events
+from orchestrator.base.events import Event
+from orchestrator.base.subagent_events import CompactionDone
 
 KINDS = sorted(
-    (cls for name in events.__all__ if isinstance(cls := getattr(events, name), type) and issubclass(cls, Event)),
+    (
+        cls
+        for module in (events, subagent_events)
+        for name in module.__all__
+        if isinstance(cls := getattr(module, name), type) and issubclass(cls, Event)
+    ),
     key=lambda cls: cls.__name__,
 )
+
+
+def test_every_kind_names_one_class() -> None:
+    kinds = [cls.kind for cls in KINDS if cls is not Event]
+    assert len(kinds) == len(set(kinds))
+    assert {cls.__module__ for cls in KINDS} == {events.__name__, subagent_events.__name__}
 
 
 @pytest.mark.parametrize("cls", KINDS, ids=lambda cls: cls.__name__)

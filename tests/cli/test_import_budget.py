@@ -60,10 +60,14 @@ _AFTER_THE_REPLY = (
     "orchestrator.tools.bash",
     "orchestrator.tools.sandbox",
     "subagents.reflection_merge",
+    "subagents.reflection_reader",
     "subagents.resolver",
+    "subagents.triggers",
+    "orchestrator.base.subagent_events",
 )
-"""What only the post-turn sync, a tool call, a compaction, a reflection or a compile uses (a
-warm start's prompt is cached for HEAD). libgit2 among them:
+"""What only the post-turn sync, a tool call, a compaction, a reflection (its trigger policy at the
+turn's end, its reader, the subagents' events) or a compile uses (a warm start's prompt is cached
+for HEAD). libgit2 among them:
 a tidy memory repository's HEAD, refs, skills and hook location are read from its files
 (``memfs.plain``), and the sync's status is the first question that needs libgit2."""
 _TURN_NEEDS = frozenset(
@@ -73,7 +77,7 @@ _TURN_NEEDS = frozenset(
         "prompts",
         "sqlite3",
         "_sqlite3",
-        "tomllib",  # config.toml
+        "tomllib",  # config.toml, when one exists
         "shlex",  # the pre-commit hook's command line
         "stringprep",  # trio's getaddrinfo encodes the host name as IDNA
     }

@@ -16,8 +16,9 @@ import typer
 from typer.testing import CliRunner
 
 from orchestrator.app.session import ChatSession
-from orchestrator.base.events import CompactionDone, CompactionProgress, Event
+from orchestrator.base.events import Event
 from orchestrator.base.paths import worktrees_root
+from orchestrator.base.subagent_events import CompactionDone, CompactionProgress
 from orchestrator.cli.compact import register
 from orchestrator.compaction import EMERGENCY_SUMMARY
 from orchestrator.memfs.repo import commit_memory

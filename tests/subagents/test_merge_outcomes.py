@@ -9,7 +9,8 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.app.session import ChatSession
-from orchestrator.base.events import Event, ReflectionOutcome
+from orchestrator.base.events import Event
+from orchestrator.base.subagent_events import ReflectionOutcome
 from orchestrator.memfs.merge import finalize_worktree
 from orchestrator.memfs.worktrees import create_worktree, list_reflections
 from orchestrator.store import ReflectionRecord, utc_now
