@@ -70,13 +70,16 @@ def load_backends() -> None:
     workers are forked, so they inherit it). They are lazy so that ``chat -p`` and the pre-commit
     hook start fast; ``elapsed`` is the tasks' time (bench/scale.py prints the whole process's wall
     time beside it). So are the modules a chat loads after its first reply (the post-turn sync, the
-    compiler and validator, merge-back and worktrees, the bash tool): every task needs some of them,
+    compiler and validator, merge-back and worktrees, the bash tool, reflection's trigger policy and
+    the subagents' events): every task needs some of them,
     and the first task of each process would otherwise pay for them inside the clock."""
     import tenacity  # noqa: F401
 
     from orchestrator.agent import audit, memory_sync  # noqa: F401
+    from orchestrator.base import subagent_events  # noqa: F401
     from orchestrator.memfs import collation, git, merge, validator, worktrees  # noqa: F401
     from orchestrator.tools import bash  # noqa: F401
+    from subagents import triggers  # noqa: F401
 
     git.load_pygit2()
     collation.collation_key("")
