@@ -310,6 +310,7 @@ class CompactionSubagent:
             pass
 
     async def _at_trigger(self, conversation_id: str, system: str, turn_id: str) -> CompactionResult:
+        # deferred: the subagent's events load with its first run (issue 14.4)
         from orchestrator.base.subagent_events import CompactionProgress
 
         state = self._state(conversation_id)
@@ -345,6 +346,7 @@ class CompactionSubagent:
 
     async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
         """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
+        # deferred: the subagent's events load with its first run (issue 14.4)
         from orchestrator.base.subagent_events import CompactionStarted
 
         state = self._state(conversation_id)
@@ -385,6 +387,7 @@ class CompactionSubagent:
         in_turn: bool,
         mode: CompactionMode | None = None,
     ) -> CompactionResult:
+        # deferred: the subagent's events load with its first run (issue 14.4)
         from orchestrator.base.subagent_events import CompactionProgress, CompactionStarted
 
         history = await self.store.in_context(conversation_id)

@@ -154,6 +154,7 @@ class ReflectionCoordinator:
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
+        # deferred: reflection's events and trigger policy load at the first turn end (issue 14.4)
         from orchestrator.base.subagent_events import ReflectionLaunched
         from subagents.triggers import after_success, decide_launch
 
