@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -52,6 +53,71 @@ class TemplateTree:
     files: tuple[tuple[str, int, bytes], ...]
     objects: tuple[str, ...]
     links: tuple[tuple[str, str], ...]
+    index: _Index | None = None
+    """Where the stat data of each work-tree file sits in ``.git/index`` (``None``: the index is
+    copied as it is)."""
+    mtimes: tuple[tuple[str, int], ...] = ()
+    """The template's work-tree files and their modification times (ns)."""
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A version 2 or 3 index of the template with a SHA-1 trailer: the offset of each tracked
+    work-tree file's entry. A copy's index is the template's with those entries' stat data (times,
+    device, inode, owner, size) replaced by the copy's own files', so that git and libgit2 find the
+    copy's files clean by their stat data, as they find a fresh clone's; with the template's stat
+    data every status hashed every file (and looked up its attributes), each turn."""
+
+    entries: tuple[tuple[str, int], ...]
+
+
+_INDEX_ENTRY = struct.Struct(">10I20sH")
+"""ctime s, ns; mtime s, ns; dev; ino; mode; uid; gid; size; object id (SHA-1); flags."""
+_INDEX_FILE = os.path.join(".git", "index")
+
+
+def _parse_index(data: bytes, tracked: frozenset[str]) -> _Index | None:
+    """The entries of ``tracked`` files in ``data``, or ``None`` where the index is not one this
+    understands (another version, another hash, an entry not at stage 0): the copy then keeps the
+    template's index as it is, and its statuses hash the files, as before."""
+    if len(data) < 12 + 20 or data[:4] != b"DIRC" or hashlib.sha1(data[:-20]).digest() != data[-20:]:
+        return None
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):
+        return None
+    offset, entries = 12, []
+    for _ in range(count):
+        if offset + _INDEX_ENTRY.size > len(data) - 20:
+            return None
+        flags = _INDEX_ENTRY.unpack_from(data, offset)[-1]
+        name_at = offset + _INDEX_ENTRY.size + (2 if flags & 0x4000 else 0)
+        end = data.find(b"\0", name_at)
+        if end < 0 or flags & 0x3000:
+            return None
+        path = data[name_at:end].decode("utf-8", "surrogateescape")
+        if path in tracked:
+            entries.append((path, offset))
+        offset += (end - offset + 8) // 8 * 8
+    if {path for path, _ in entries} != tracked:
+        return None
+    return _Index(tuple(entries))
+
+
+def _fresh_index(data: bytes, index: _Index, stats: Mapping[str, os.stat_result]) -> bytes:
+    """The template's index ``data`` with the copy's stat data for its work-tree files."""
+    image = bytearray(data)
+    for path, offset in index.entries:
+        st = stats[path]
+        old = _INDEX_ENTRY.unpack_from(image, offset)
+        _INDEX_ENTRY.pack_into(
+            image, offset,
+            int(st.st_ctime_ns // 1_000_000_000) & 0xFFFFFFFF, st.st_ctime_ns % 1_000_000_000,
+            int(st.st_mtime_ns // 1_000_000_000) & 0xFFFFFFFF, st.st_mtime_ns % 1_000_000_000,
+            st.st_dev & 0xFFFFFFFF, st.st_ino & 0xFFFFFFFF, old[6], st.st_uid & 0xFFFFFFFF, st.st_gid & 0xFFFFFFFF,
+            st.st_size & 0xFFFFFFFF, old[10], old[11],
+        )
+    image[-20:] = hashlib.sha1(image[:-20]).digest()
+    return bytes(image)
 
 
 def _read_tree(root: Path) -> TemplateTree:
@@ -59,6 +125,7 @@ def _read_tree(root: Path) -> TemplateTree:
     files: list[tuple[str, int, bytes]] = []
     objects: list[str] = []
     links: list[tuple[str, str]] = []
+    mtimes: list[tuple[str, int]] = []
     objects_dir = os.path.join(".git", "objects")
     for here, subdirs, names in os.walk(root):
         rel = os.path.relpath(here, root)
@@ -77,21 +144,48 @@ def _read_tree(root: Path) -> TemplateTree:
             elif relpath.startswith(objects_dir + os.sep):
                 objects.append(relpath)
             else:
+                found = os.stat(full)
                 with open(full, "rb") as handle:
-                    files.append((relpath, os.stat(full).st_mode & 0o7777, handle.read()))
-    return TemplateTree(tuple(dirs), tuple(files), tuple(objects), tuple(links))
+                    files.append((relpath, found.st_mode & 0o7777, handle.read()))
+                if not relpath.startswith(".git" + os.sep):
+                    mtimes.append((relpath, found.st_mtime_ns))
+    index_data = next((data for rel, _, data in files if rel == _INDEX_FILE), None)
+    index = None
+    if index_data is not None and os.sep == "/":
+        index = _parse_index(index_data, frozenset(rel for rel, _ in mtimes))
+    return TemplateTree(tuple(dirs), tuple(files), tuple(objects), tuple(links), index, tuple(mtimes))
 
 
 def copy_template(template: Path, target: Path, tree: TemplateTree) -> None:
     """``target`` as a repository of its own with the template's content: a few dozen system calls
     where ``shutil.copytree`` made a few hundred. An object that cannot be linked (another file
-    system, a link limit) is copied."""
+    system, a link limit) is copied.
+
+    The work-tree files keep the template's modification times (as ``cp -p`` keeps them) and the
+    index, written after them, records the copy's own stat data (``_Index``). A file's time must be
+    older than the index for its entry to count as clean (an entry as new as its index is "racily
+    clean" and its file is hashed each time); the files are written within the same clock tick as
+    the index, the template's were not (but for a template made in that same tick, which is then
+    hashed as before). Any later change to a file gives it a new time, so it is seen as ever."""
     source, root = str(template) + os.sep, str(target) + os.sep
     os.mkdir(target)
     for rel in tree.dirs:
         os.mkdir(root + rel)
+    mtimes = dict(tree.mtimes) if tree.index is not None else {}
+    stats: dict[str, os.stat_result] = {}
+    index_data: bytes | None = None
     for rel, mode, data in tree.files:
-        _write_new(root + rel, mode, data)
+        if rel in mtimes:
+            found = _write_new(root + rel, mode, data, mtime_ns=mtimes[rel])
+            assert found is not None
+            stats[rel] = found
+        elif rel == _INDEX_FILE and tree.index is not None:
+            index_data = data
+        else:
+            _write_new(root + rel, mode, data)
+    if index_data is not None and tree.index is not None:
+        index_mode = next(mode for rel, mode, _ in tree.files if rel == _INDEX_FILE)
+        _write_new(root + _INDEX_FILE, index_mode, _fresh_index(index_data, tree.index, stats))
     for rel in tree.objects:
         try:
             os.link(source + rel, root + rel)
@@ -102,13 +196,19 @@ def copy_template(template: Path, target: Path, tree: TemplateTree) -> None:
         os.symlink(points_to, root + rel)
 
 
-def _write_new(path: str, mode: int, data: bytes) -> None:
+def _write_new(path: str, mode: int, data: bytes, *, mtime_ns: int | None = None) -> os.stat_result | None:
+    """Create ``path`` with ``data``; with ``mtime_ns``, give it that access and modification time
+    and return its stat data as it is then."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if mtime_ns is None:
+            return None
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+        return os.fstat(fd)
     finally:
         os.close(fd)
 

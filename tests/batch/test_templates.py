@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -119,6 +120,25 @@ def _check_moved(moved: Path) -> None:
     assert _run_git(memory, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
     # the copy starts without the template's reflog; git keeps the task's own from its first commit
     assert "edit persona" in _git(memory, "reflog", "show", "main")
+
+
+def test_a_copy_is_clean_by_its_stat_data_and_still_sees_changes(tmp_path: Path) -> None:
+    """The copy's index holds its own files' stat data: git lists no file as stat-dirty without a
+    refresh (``diff-files``; with the template's stat data it listed every one, and each status
+    hashed them all), and a change of the same size made right after the copy is still seen."""
+    template, base, tree = template_repo(tmp_path / "templates", dict(DEFAULT_MEMORY_FILES))
+    time.sleep(0.02)  # the template's files older than the copy's index (a later clock tick)
+    target = tmp_path / "memory"
+    copy_template(template, target, tree)
+    assert tree.index is not None
+    assert _git(target, "diff-files", "--name-only") == ""
+    assert _git(target, "status", "--porcelain") == ""
+    assert _run_git(target, "fsck", "--full", "--strict", "--no-dangling").returncode == 0
+    human = target / "human.md"
+    data = human.read_bytes()
+    human.write_bytes(data[:-2] + b"X\n")
+    assert _git(target, "status", "--porcelain") == " M human.md\n"
+    assert _git(target, "diff", "--name-only") == "human.md\n"
 
 
 def _other_device_dir() -> Path | None:
