@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     if args in (["--version"], ["-V"]):
         print(version_line())
         return
+    # lazy: --version above imports nothing; everything else defines reverie's dataclasses
+    from orchestrator.base import dataclass_cache
+
+    dataclass_cache.install()
     try:
         if args[:1] == ["chat"]:
             # lazy: the typer-free path for a headless chat (cli/chat_start.py)
