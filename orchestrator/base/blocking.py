@@ -14,8 +14,19 @@ step, so all of them advance in lockstep and none finishes until all do (issue 1
   sessions that started first finish first, and later ones wait instead of crowding in. Work
   outside any ``ranked`` block has rank 0.
 
-A job handed to its thread runs to the end (the thread is not abandoned on cancellation, as with
-``anyio.to_thread``); a caller cancelled while still waiting for a slot gives the slot up.
+A job handed to its thread runs to the end (the thread is not abandoned on cancellation); a caller
+cancelled while still waiting for a slot gives the slot up, one cancelled while its job runs hears of
+it at its next checkpoint.
+
+Why its own threads rather than ``anyio.to_thread.run_sync`` behind the limiters: a batch task makes
+some twenty of these hops, and on trio each one through anyio also passes a capacity limiter, builds
+a thread name from the task's and sets it on the OS thread before and after the job (two ``prctl``
+calls through ctypes), captures an outcome and wakes the caller through a ``run_sync_soon``
+callback that reschedules it in turn. Here a job goes onto one queue served by the pool's threads
+(as many as ever ran at once, at most the slots of every kind together), and the thread that ran
+it wakes the caller directly: on trio the caller's task sleeps and is rescheduled from the loop's
+entry queue, elsewhere it waits on an event (shielded: the job runs to its end). Context variables
+are copied into the job as ``anyio.to_thread`` does, without sniffio's (the job is not on the loop).
 """
 
 from __future__ import annotations
@@ -24,14 +35,17 @@ import contextvars
 import heapq
 import itertools
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from functools import partial
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
+import sniffio
 
 __all__ = ["FILE_SLOTS", "GIT_SLOTS", "BlockingKind", "FairLimiter", "current_rank", "limiter", "ranked", "run_sync"]
 
@@ -120,7 +134,6 @@ def _slots(name: str, default: int) -> int:
 
 
 _LIMITERS: anyio.lowlevel.RunVar[dict[BlockingKind, FairLimiter]] = anyio.lowlevel.RunVar("reverie_blocking")
-_THREADS: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("reverie_blocking_threads")
 
 
 def _sizes() -> dict[BlockingKind, int]:
@@ -132,12 +145,123 @@ def limiter(kind: BlockingKind) -> FairLimiter:
     try:
         return _LIMITERS.get()[kind]
     except LookupError:
-        sizes = _sizes()
-        made: dict[BlockingKind, FairLimiter] = {k: FairLimiter(n) for k, n in sizes.items()}
+        made: dict[BlockingKind, FairLimiter] = {k: FairLimiter(n) for k, n in _sizes().items()}
         _LIMITERS.set(made)
-        # Threads are not the bound here (the fair limiters are): one for every slot of every kind.
-        _THREADS.set(anyio.CapacityLimiter(sum(sizes.values())))
         return made[kind]
+
+
+class _Job:
+    """``fn`` run in ``context`` by a pool thread; its result or error is kept for the caller, whose
+    loop (``token``) is told by running ``wake`` there."""
+
+    __slots__ = ("context", "error", "fn", "result", "token", "wake")
+
+    def __init__(self, fn: Callable[[], Any], token: Any, wake: Callable[[], object]) -> None:
+        self.fn = fn
+        self.context = contextvars.copy_context()
+        # the thread is not the loop: sniffio (and what asks it, anyio) must not say it is
+        self.context.run(sniffio.current_async_library_cvar.set, None)
+        self.token = token
+        self.wake = wake
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def execute(self) -> None:
+        try:
+            self.result = self.context.run(self.fn)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            del self.fn, self.context
+        try:
+            self.token.run_sync_soon(self.wake)
+        except BaseException:
+            # The waiting loop is gone; nobody is left to tell.
+            pass
+
+
+class _Pool:
+    """Daemon threads taking jobs from one queue, started when a job finds none idle (the limiters
+    bound how many run at once); they live as long as the process."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+
+    def put(self, job: _Job) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if start:
+                self._started += 1
+            else:
+                self._idle -= 1
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._main, name=f"reverie-blocking-{self._started}", daemon=True).start()
+
+    def _main(self) -> None:
+        while True:
+            job = self._jobs.get()
+            job.execute()
+            del job
+            with self._lock:
+                self._idle += 1
+
+
+_pool = _Pool()
+
+
+def _forget_pool_after_fork() -> None:
+    """A forked child has none of the parent's threads: it starts its own as it needs them."""
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def _refuse_abort(_raise_cancel: Any) -> Any:
+    """A job handed to a thread is waited for to its end: the cancellation waits for the next checkpoint."""
+    # only the running backend's module
+    import trio
+
+    return trio.lowlevel.Abort.FAILED
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a pool thread, waited for to its end (see the module docstring)."""
+    if sniffio.current_async_library() == "trio":
+        # only the running backend's module
+        import trio
+
+        task = trio.lowlevel.current_task()
+        job = _Job(fn, trio.lowlevel.current_trio_token(), partial(trio.lowlevel.reschedule, task))
+        _pool.put(job)
+        await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+    else:
+        finished = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        job = _Job(fn, _AnyioToken(token), finished.set)
+        _pool.put(job)
+        with anyio.CancelScope(shield=True):
+            await finished.wait()
+    if job.error is not None:
+        raise job.error
+    return cast(T, job.result)
+
+
+class _AnyioToken:
+    """``run_sync_soon`` on an anyio event loop token (the backend's own call)."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: Any) -> None:
+        self.token = token
+
+    def run_sync_soon(self, fn: Callable[[], object]) -> None:
+        self.token.backend_class.run_sync_soon(fn, (), self.token.native_token)
 
 
 async def run_sync(kind: BlockingKind, fn: Callable[[], T]) -> T:
@@ -145,6 +269,6 @@ async def run_sync(kind: BlockingKind, fn: Callable[[], T]) -> T:
     slots = limiter(kind)
     await slots.acquire()
     try:
-        return await anyio.to_thread.run_sync(fn, limiter=_THREADS.get(), abandon_on_cancel=False)
+        return await _in_thread(fn)
     finally:
         slots.release()

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.protocol import Executor
@@ -68,7 +69,7 @@ class _Journal:
                 return
             batch, self._pending = self._pending, []
             try:
-                await anyio.to_thread.run_sync(append_results, self._path, [b.result for b in batch])
+                await blocking.run_sync("files", partial(append_results, self._path, [b.result for b in batch]))
             except BaseException:
                 self._pending[:0] = batch
                 raise

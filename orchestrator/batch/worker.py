@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
+from functools import partial
 from typing import IO, Any, cast
 
 import anyio
@@ -82,7 +83,7 @@ class _Outbox:
             lines, self._pending = self._pending, []
             if lines:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._write, b"".join(lines))
+                    await blocking.run_sync("files", partial(self._write, b"".join(lines)))
             if self._closed and not self._pending:
                 return
 

@@ -94,7 +94,7 @@ class Runtime:
         ``config_file`` replaces ``$REVERIE_HOME/config.toml`` (a batch task's home is the run's, the
         user's config is read from where the command started, DECISIONS D15)."""
         suite = dict(suite or {})
-        settings = await anyio.to_thread.run_sync(partial(_settings_and_cleanup, cli=cli, agent=suite, path=config_file))
+        settings = await blocking.run_sync("files", partial(_settings_and_cleanup, cli=cli, agent=suite, path=config_file))
         async with Store.opened(store_path) as store:
             yield cls(
                 settings=settings,

@@ -33,6 +33,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
+from orchestrator.base import blocking
 from orchestrator.base.flock import hold_flock
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
@@ -115,7 +116,7 @@ class Supervisor:
         lock_file = self.store.path.with_name(f"{self.store.path.name}.locks") / f"{conversation_id}.lock"
         fd = self._lock_fds.get(conversation_id)
         if fd is None and not self._closed:
-            fd = await anyio.to_thread.run_sync(partial(_open_lock_file, lock_file))
+            fd = await blocking.run_sync("files", partial(_open_lock_file, lock_file))
             self._lock_fds[conversation_id] = fd
         try:
             if fd is None:

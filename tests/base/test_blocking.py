@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from orchestrator.base import blocking
@@ -93,3 +94,59 @@ async def test_run_sync_runs_in_a_thread_within_its_kinds_slots(monkeypatch: pyt
         assert blocking.limiter("git").busy == 2 and blocking.limiter("git").waiting == 4
         release.set()
     assert peak == 2 and len(results) == 6 and loop_thread not in results
+
+
+async def test_run_sync_sees_the_callers_context_but_not_the_loop_and_raises_the_jobs_error() -> None:
+    import contextvars
+
+    import sniffio
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("test_blocking_var", default="unset")
+    var.set("caller's")
+
+    def look() -> tuple[str, str | None]:
+        try:
+            library: str | None = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            library = None
+        return var.get(), library
+
+    assert await blocking.run_sync("files", look) == ("caller's", None)
+
+    def fail() -> None:
+        raise KeyError("from the thread")
+
+    with pytest.raises(KeyError, match="from the thread"):
+        await blocking.run_sync("files", fail)
+    assert blocking.limiter("files").busy == 0
+
+
+async def test_a_caller_cancelled_while_its_job_runs_waits_for_the_job_and_then_is_cancelled() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    finished: list[str] = []
+    after: list[str] = []
+
+    def work() -> str:
+        started.set()
+        release.wait(5)
+        finished.append("job")
+        return "done"
+
+    async def call(scope: anyio.CancelScope) -> None:
+        with scope:
+            got = await blocking.run_sync("git", work)
+            after.append(got)  # the result still arrives: the cancellation waits for a checkpoint
+            await anyio.lowlevel.checkpoint()
+            after.append("never")
+
+    scope = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, scope)
+        await anyio.to_thread.run_sync(started.wait, 5)
+        scope.cancel()
+        await anyio.sleep(0.05)
+        assert finished == []
+        release.set()
+    assert finished == ["job"] and after == ["done"]
+    assert blocking.limiter("git").busy == 0
