@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import anyio
 import pytest
 
 from orchestrator.batch.eventlog import read_events
-from orchestrator.batch.runner import _EventPump, batch_environment, batch_sqlite_lanes
+from orchestrator.batch.runner import BATCH_GC_THRESHOLDS, _EventPump, batch_environment, batch_sqlite_lanes
 from orchestrator.store.schema import STORE_SYNC_VARIABLE
 from orchestrator.store.worker import LANES_VARIABLE, SQLITE_LANES
 
@@ -34,6 +35,15 @@ def test_the_environment_is_set_for_the_run_and_given_back(tmp_path: Path, monke
         assert os.environ[LANES_VARIABLE] == str(batch_sqlite_lanes(2))
     assert os.environ["REVERIE_HOME"] == "/somewhere/else"
     assert LANES_VARIABLE not in os.environ and STORE_SYNC_VARIABLE not in os.environ
+
+
+def test_the_collector_runs_less_often_during_the_run_and_as_before_afterwards(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    assert BATCH_GC_THRESHOLDS[0] > before[0]
+    with pytest.raises(RuntimeError), batch_environment(tmp_path / "run"):
+        assert gc.get_threshold() == BATCH_GC_THRESHOLDS
+        raise RuntimeError("a run that fails still gives the thresholds back")
+    assert gc.get_threshold() == before
 
 
 def test_a_lane_count_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
