@@ -92,15 +92,16 @@ async def after_turn(
     for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result.
 
     The repository's git common directory (the lock's home) is asked once per process and memory
-    directory, so a turn whose lock is free pays one worker hop: take the lock, check, release. A
-    repository that went away since (its lock file cannot be created) is asked about afresh."""
+    directory (in the same hop as whether there is a repository at all), so a turn whose lock is
+    free pays one worker hop: take the lock, check, release. A repository that went away since (its
+    lock file cannot be created) is asked about afresh."""
     check = partial(_boxed, partial(check_memory, memory_dir, audit=audit))
     common = _common_dirs.get(memory_dir)
     if common is None:
-        if not await blocking.run_sync("files", partial(_has_git, memory_dir)):
+        found = await blocking.run_sync("git", partial(_common_dir_if_git, memory_dir))
+        if found is None:
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
-        common = await blocking.run_sync("git", partial(common_dir_sync, memory_dir))
-        _common_dirs[memory_dir] = common
+        common = _common_dirs[memory_dir] = found
     try:
         free, boxed = await call_if_free(memory_dir, check, common_dir=common)
     except FileNotFoundError:
@@ -131,8 +132,9 @@ def _boxed(fn: Callable[[], SyncResult]) -> tuple[SyncResult | None, Exception |
         return None, exc
 
 
-def _has_git(memory_dir: Path) -> bool:
-    return (memory_dir / ".git").exists()
+def _common_dir_if_git(memory_dir: Path) -> Path | None:
+    """The git common directory of ``memory_dir``, or None when it has no ``.git`` at all."""
+    return common_dir_sync(memory_dir) if (memory_dir / ".git").exists() else None
 
 
 def check_memory(
