@@ -116,8 +116,7 @@ class ChatSession:
             suite=suite,
             config_file=config_file,
         ) as rt:
-            agent = await rt.agent(agent_id)
-            settings = await rt.agent_settings(agent_id, cli)
+            agent, settings = await rt.agent_with_settings(agent_id, cli)
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
             current = {"conversation": conv.id}
 
