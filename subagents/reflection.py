@@ -108,6 +108,8 @@ class ReflectionCoordinator:
         self.resolver = resolver
         self._active = False
         self._retrier: BranchRetrier | None = None
+        # after_turn's first read rides on each turn's close_turn job (Store.reflections_and_state)
+        store.read_reflections_at_turn_close(agent.agent_id)
 
     @property
     def retrier(self) -> BranchRetrier:

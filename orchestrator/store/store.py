@@ -56,6 +56,9 @@ class Store(
         self._staged = []
         self._views = {}
         self._context = ContextCache()
+        self._read_at_close = set()
+        self._kept_reads = {}
+        self._reflection_writes = 0
         self.path = path
 
     # -- lifecycle -----------------------------------------------------------------------------------

@@ -256,3 +256,48 @@ async def test_a_turn_ends_reflection_read_is_one_job_with_the_same_answers(tmp_
     assert (await store.reflections_and_state("a1", other_conv))[1] == ReflectionState(other_conv, "a1")
     assert (await store.reflections_and_state("nobody", conv))[0] == []
     await store.close()
+
+
+async def test_a_turns_close_reads_what_the_reflection_hook_asks_next_unless_a_write_came_between(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.store import ReflectionRecord, ReflectionState, utc_now
+
+    def record(n: int, status: str, conv: str) -> ReflectionRecord:
+        return ReflectionRecord(
+            id=f"r{n}", agent_id="a1", conversation_id=conv, branch=f"b{n}", trigger="manual", status=status,
+            reason=None, base_revision=None, through_seq=0, commits=(), files=(),
+            created_at=utc_now(), updated_at=utc_now(),
+        )
+
+    store, conv = await open_with_conversation(tmp_path)
+    store.read_reflections_at_turn_close("a1")
+    await store.save_reflection(record(0, "pending", conv))
+
+    async def turn() -> None:
+        opened = await store.open_turn(conv, Message("user", "hi"), agent_id="a1")
+        await store.close_turn(opened.turn_id, "end_turn", conversation_id=conv, agent_id="a1")
+
+    await turn()
+    jobs = store.jobs
+    records, state = await store.reflections_and_state("a1", conv)
+    assert store.jobs == jobs, "answered from the close's read"
+    assert [r.id for r in records] == ["r0"] and state == ReflectionState(conv, "a1")
+    assert await store.reflections_and_state("a1", conv) == (records, state)
+    assert store.jobs == jobs + 1, "taken once: the next call reads"
+
+    await turn()
+    await store.save_reflection(record(1, "merged", conv))
+    await store.save_reflection_state(ReflectionState(conv, "a1", reflected_through_seq=3))
+    jobs = store.jobs
+    records, state = await store.reflections_and_state("a1", conv)
+    assert store.jobs == jobs + 1, "a write after the close drops what it read"
+    assert [r.id for r in records] == ["r0", "r1"] and state.reflected_through_seq == 3
+
+    await turn()
+    with pytest.raises(StoreError):
+        await store.close_turn("turn-unknown", "end_turn", conversation_id=conv, agent_id="a1")
+    jobs = store.jobs
+    await store.reflections_and_state("a1", conv)
+    assert store.jobs == jobs, "the last close that committed is what is kept"
+    await store.close()
