@@ -24,8 +24,9 @@ a thread name from the task's and sets it on the OS thread before and after the 
 calls through ctypes), captures an outcome and wakes the caller through a ``run_sync_soon``
 callback that reschedules it in turn. Here a job goes onto one queue served by the pool's threads
 (as many as ever ran at once, at most the slots of every kind together), and the thread that ran
-it wakes the caller directly: on trio the caller's task sleeps and is rescheduled from the loop's
-entry queue, elsewhere it waits on an event (shielded: the job runs to its end). Context variables
+it wakes the caller through the loop's ``Courier`` (one post to the loop for the wake-ups that
+arrive before it drains them): on trio the caller's task sleeps and is rescheduled, elsewhere it
+waits on an event (shielded: the job runs to its end). Context variables
 are copied into the job as ``anyio.to_thread`` does, without sniffio's (the job is not on the loop).
 """
 
@@ -47,7 +48,18 @@ import anyio
 import anyio.lowlevel
 import sniffio
 
-__all__ = ["FILE_SLOTS", "GIT_SLOTS", "BlockingKind", "FairLimiter", "current_rank", "limiter", "ranked", "run_sync"]
+__all__ = [
+    "FILE_SLOTS",
+    "GIT_SLOTS",
+    "BlockingKind",
+    "Courier",
+    "FairLimiter",
+    "courier",
+    "current_rank",
+    "limiter",
+    "ranked",
+    "run_sync",
+]
 
 T = TypeVar("T")
 
@@ -150,18 +162,65 @@ def limiter(kind: BlockingKind) -> FairLimiter:
         return made[kind]
 
 
+class Courier:
+    """Wakes the tasks of one event loop from other threads, the loop told once per batch: the first
+    wake-up handed over while none is pending posts a drain to the loop (``run_sync_soon``: on trio a
+    byte written to its wake-up socket, a system call made with the GIL let go and taken back), and
+    those handed over before that drain runs ride along with it. At a thousand sessions the loop is
+    rarely idle, so most finished jobs (the pool's here, the SQLite lanes') find a drain already
+    posted. ``courier()`` is the running loop's."""
+
+    def __init__(self, post: Callable[[Callable[[], None]], None]) -> None:
+        self._post = post
+        self._lock = threading.Lock()
+        self._pending: list[Callable[[], object]] = []
+
+    def deliver(self, wakes: list[Callable[[], object]]) -> None:
+        """From any thread: run each of ``wakes`` on the loop, in order, soon."""
+        with self._lock:
+            first = not self._pending
+            self._pending.extend(wakes)
+        if first:
+            try:
+                self._post(self._drain)
+            except BaseException:
+                # The waiting loop is gone; nobody is left to tell.
+                pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for wake in pending:
+            wake()
+
+
+_COURIER: anyio.lowlevel.RunVar[Courier] = anyio.lowlevel.RunVar("reverie_courier")
+
+
+def courier() -> Courier:
+    """The running event loop's ``Courier`` (made on first use)."""
+    try:
+        return _COURIER.get()
+    except LookupError:
+        token = anyio.lowlevel.current_token()
+        backend, native = token.backend_class, token.native_token
+        made = Courier(lambda drain: backend.run_sync_soon(drain, (), native))
+        _COURIER.set(made)
+        return made
+
+
 class _Job:
     """``fn`` run in ``context`` by a pool thread; its result or error is kept for the caller, whose
-    loop (``token``) is told by running ``wake`` there."""
+    loop is told through its ``courier`` by running ``wake`` there."""
 
-    __slots__ = ("context", "error", "fn", "result", "token", "wake")
+    __slots__ = ("context", "courier", "error", "fn", "result", "wake")
 
-    def __init__(self, fn: Callable[[], Any], token: Any, wake: Callable[[], object]) -> None:
+    def __init__(self, fn: Callable[[], Any], wake: Callable[[], object]) -> None:
         self.fn = fn
         self.context = contextvars.copy_context()
         # the thread is not the loop: sniffio (and what asks it, anyio) must not say it is
         self.context.run(sniffio.current_async_library_cvar.set, None)
-        self.token = token
+        self.courier = courier()
         self.wake = wake
         self.result: Any = None
         self.error: BaseException | None = None
@@ -173,11 +232,7 @@ class _Job:
             self.error = exc
         finally:
             del self.fn, self.context
-        try:
-            self.token.run_sync_soon(self.wake)
-        except BaseException:
-            # The waiting loop is gone; nobody is left to tell.
-            pass
+        self.courier.deliver([self.wake])
 
 
 class _Pool:
@@ -236,32 +291,18 @@ async def _in_thread(fn: Callable[[], T]) -> T:
         # only the running backend's module
         import trio
 
-        task = trio.lowlevel.current_task()
-        job = _Job(fn, trio.lowlevel.current_trio_token(), partial(trio.lowlevel.reschedule, task))
+        job = _Job(fn, partial(trio.lowlevel.reschedule, trio.lowlevel.current_task()))
         _pool.put(job)
         await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
     else:
         finished = anyio.Event()
-        token = anyio.lowlevel.current_token()
-        job = _Job(fn, _AnyioToken(token), finished.set)
+        job = _Job(fn, finished.set)
         _pool.put(job)
         with anyio.CancelScope(shield=True):
             await finished.wait()
     if job.error is not None:
         raise job.error
     return cast(T, job.result)
-
-
-class _AnyioToken:
-    """``run_sync_soon`` on an anyio event loop token (the backend's own call)."""
-
-    __slots__ = ("token",)
-
-    def __init__(self, token: Any) -> None:
-        self.token = token
-
-    def run_sync_soon(self, fn: Callable[[], object]) -> None:
-        self.token.backend_class.run_sync_soon(fn, (), self.token.native_token)
 
 
 async def run_sync(kind: BlockingKind, fn: Callable[[], T]) -> T:

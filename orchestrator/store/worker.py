@@ -14,7 +14,8 @@ waits for everything queued before it.
 
 How an async caller waits without blocking its loop, on trio and asyncio alike: the caller waits on
 an ``anyio.Event``; the lane, once the job is done, schedules ``event.set`` on the caller's loop
-without waiting for it (the backend's ``run_sync_soon``), so a lane never stalls on a busy loop.
+without waiting for it (``orchestrator.base.blocking.Courier``: the backend's ``run_sync_soon``,
+skipped when a post to that loop is pending already), so a lane never stalls on a busy loop.
 A lane with more jobs queued runs a few more (up to ``_BATCH_JOBS``, while under ``_BATCH_SECONDS``)
 before it tells the loop, then wakes each loop once for all of them: at a thousand sessions every
 wake-up (a socket write and an epoll round on the loop) would otherwise be paid per job. On trio
@@ -39,10 +40,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
-import anyio.lowlevel
 import sniffio
 
-from orchestrator.base.blocking import current_rank
+from orchestrator.base.blocking import Courier, courier, current_rank
 
 __all__ = ["LANES_VARIABLE", "SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
 
@@ -65,16 +65,15 @@ _BATCH_SECONDS = 0.001
 
 class _Job:
     """``action()`` runs in the lane; its result or error is kept for the waiting caller, whose loop
-    (``backend``, ``native``) is told by setting ``finished`` there."""
+    is told through its ``courier`` by setting ``finished`` there."""
 
-    __slots__ = ("action", "backend", "conn", "error", "finished", "native", "result")
+    __slots__ = ("action", "conn", "courier", "error", "finished", "result")
 
     def __init__(self, action: Callable[[], Any], conn: Callable[[], sqlite3.Connection | None]) -> None:
         self.action = action
         self.conn = conn
         self.finished: _Waker | None = None
-        self.backend: Any = None
-        self.native: Any = None
+        self.courier: Courier | None = None
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -115,27 +114,19 @@ def _refuse_abort(_raise_cancel: Any) -> Any:
     return trio.lowlevel.Abort.FAILED
 
 
-def _set_all(events: list[_Waker]) -> None:
-    for event in events:
-        event.set()
-
-
 def _wake(jobs: list[_Job]) -> None:
-    """Tell each waiting loop, once, about all of its jobs in ``jobs`` (in their order)."""
-    loops: dict[int, tuple[Any, Any, list[_Waker]]] = {}
+    """Tell each waiting loop, once, about all of its jobs in ``jobs`` (in their order), through its
+    ``Courier`` (which also leaves the loop untold when a post to it is pending already)."""
+    loops: dict[int, tuple[Courier, list[Callable[[], object]]]] = {}
     for job in jobs:
-        if job.finished is None:
+        if job.finished is None or job.courier is None:
             continue
-        entry = loops.get(id(job.native))
+        entry = loops.get(id(job.courier))
         if entry is None:
-            entry = loops[id(job.native)] = (job.backend, job.native, [])
-        entry[2].append(job.finished)
-    for backend, native, events in loops.values():
-        try:
-            backend.run_sync_soon(_set_all, (events,), native)
-        except BaseException:
-            # The waiting loop is gone; nobody is left to tell.
-            pass
+            entry = loops[id(job.courier)] = (job.courier, [])
+        entry[1].append(job.finished.set)
+    for loop, wakes in loops.values():
+        loop.deliver(wakes)
 
 
 class _Lane:
@@ -295,8 +286,7 @@ class ConnectionWorker:
         assert self._lane is not None
         self.jobs += 1
         job = _Job(action, self._current)
-        token = anyio.lowlevel.current_token()
-        job.backend, job.native = token.backend_class, token.native_token
+        job.courier = courier()
         rank = sys.maxsize if last else self._rank_floor(current_rank())
         if sniffio.current_async_library() == "trio":
             # only the running backend's module

@@ -150,3 +150,47 @@ async def test_a_caller_cancelled_while_its_job_runs_waits_for_the_job_and_then_
         release.set()
     assert finished == ["job"] and after == ["done"]
     assert blocking.limiter("git").busy == 0
+
+
+def test_a_courier_posts_once_for_the_wake_ups_handed_over_before_its_drain_runs() -> None:
+    posted: list[object] = []
+    courier = blocking.Courier(posted.append)
+    ran: list[int] = []
+    courier.deliver([lambda: ran.append(1)])
+    courier.deliver([lambda: ran.append(2), lambda: ran.append(3)])
+    assert len(posted) == 1 and ran == []
+    drain = posted[0]
+    assert callable(drain)
+    drain()
+    assert ran == [1, 2, 3]
+    courier.deliver([lambda: ran.append(4)])
+    assert len(posted) == 2, "after a drain the next wake-up posts again"
+    second = posted[1]
+    assert callable(second)
+    second()
+    assert ran == [1, 2, 3, 4]
+
+
+def test_a_courier_whose_loop_is_gone_drops_the_wake_ups_quietly() -> None:
+    def gone(_drain: object) -> None:
+        raise RuntimeError("the loop is closed")
+
+    blocking.Courier(gone).deliver([lambda: None])
+
+
+async def test_jobs_finishing_together_in_many_threads_all_wake_their_callers() -> None:
+    barrier = threading.Barrier(8, timeout=5)
+
+    def work(n: int) -> int:
+        barrier.wait()
+        return n * n
+
+    results: list[int] = []
+
+    async def one(n: int) -> None:
+        results.append(await blocking.run_sync("files", lambda: work(n)))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(8):
+            tg.start_soon(one, n)
+    assert sorted(results) == [n * n for n in range(8)]
