@@ -190,8 +190,14 @@ class Courier:
     def _drain(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
+        failed: BaseException | None = None
         for wake in pending:
-            wake()
+            try:
+                wake()
+            except BaseException as exc:  # the others still wake: a task left asleep would hang
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 _COURIER: anyio.lowlevel.RunVar[Courier] = anyio.lowlevel.RunVar("reverie_courier")

@@ -194,3 +194,19 @@ async def test_jobs_finishing_together_in_many_threads_all_wake_their_callers() 
         for n in range(8):
             tg.start_soon(one, n)
     assert sorted(results) == [n * n for n in range(8)]
+
+
+def test_a_wake_up_that_fails_does_not_keep_the_others_asleep() -> None:
+    posted: list[object] = []
+    courier = blocking.Courier(posted.append)
+    ran: list[int] = []
+
+    def broken() -> None:
+        raise LookupError("no such task")
+
+    courier.deliver([lambda: ran.append(1), broken, lambda: ran.append(3)])
+    drain = posted[0]
+    assert callable(drain)
+    with pytest.raises(LookupError):
+        drain()
+    assert ran == [1, 3]
