@@ -68,11 +68,15 @@ def event_log_path(run_dir: Path, task_id: str) -> Path:
     return run_dir / EVENTS_DIR / f"{task_id}.jsonl"
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+"""One encoder for every record (``store.jobs.dumps`` says why)."""
+
+
 def append_records(path: Path, records: Sequence[EventRecord]) -> None:
     """Append records (blocking); the directory is created on first use."""
     if not records:
         return
-    text = "".join(json.dumps(record.to_json(), ensure_ascii=False, default=str) + "\n" for record in records)
+    text = "".join(_ENCODE(record.to_json()) + "\n" for record in records)
     try:
         handle = path.open("a", encoding="utf-8")
     except FileNotFoundError:

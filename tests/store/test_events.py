@@ -43,3 +43,13 @@ async def test_a_follower_sees_every_recorded_event_in_order_until_it_stops(tmp_
         assert [e.kind for e in await store.events()] == ["a.one", "a.two", "a.three"]
     finally:
         await store.close()
+
+
+def test_payloads_are_encoded_as_json_dumps_would_keeping_non_ascii_text() -> None:
+    import json
+
+    from orchestrator.store.jobs import dumps
+
+    payload = {"text": "设定：回答末尾总是加上 🦉", "n": 1.5, "nested": [None, True, {"b": 2, "a": 1}]}
+    assert dumps(payload) == json.dumps(payload, ensure_ascii=False)
+    assert "🦉" in dumps(payload) and json.loads(dumps(payload)) == payload
