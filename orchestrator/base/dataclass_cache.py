@@ -86,8 +86,15 @@ class _Table:
 
     def save(self) -> None:
         """At exit: the table with this process's new entries, if it compiled any. Past
-        ``_MAX_ENTRIES`` only what this process used is kept."""
+        ``_MAX_ENTRIES`` only what this process used is kept. A place this process may not write
+        (a system-wide install) is left before the table is serialised."""
         if not self.misses:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return
+        if not os.access(self.path.parent, os.W_OK):
             return
         with self.lock:
             table = dict(self.codes)
@@ -95,7 +102,6 @@ class _Table:
                 table = {k: v for k, v in table.items() if k in self.used}
         part = self.path.with_name(f"{self.path.name}.{os.getpid()}.part")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             part.write_bytes(_FORMAT + marshal.dumps(table))
             os.replace(part, self.path)
         except OSError:
