@@ -58,6 +58,7 @@ __all__ = [
     "current_rank",
     "limiter",
     "ranked",
+    "refuse_abort",
     "run_sync",
 ]
 
@@ -283,8 +284,9 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _refuse_abort(_raise_cancel: Any) -> Any:
-    """A job handed to a thread is waited for to its end: the cancellation waits for the next checkpoint."""
+def refuse_abort(_raise_cancel: Any) -> Any:
+    """For trio's ``wait_task_rescheduled``: a job handed to another thread (a pool thread, a SQLite
+    lane) is waited for to its end, and the cancellation waits for the caller's next checkpoint."""
     # only the running backend's module
     import trio
 
@@ -299,7 +301,7 @@ async def _in_thread(fn: Callable[[], T]) -> T:
 
         job = _Job(fn, partial(trio.lowlevel.reschedule, trio.lowlevel.current_task()))
         _pool.put(job)
-        await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+        await trio.lowlevel.wait_task_rescheduled(refuse_abort)
     else:
         finished = anyio.Event()
         job = _Job(fn, finished.set)

@@ -42,7 +42,7 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 import sniffio
 
-from orchestrator.base.blocking import Courier, courier, current_rank
+from orchestrator.base.blocking import Courier, courier, current_rank, refuse_abort
 
 __all__ = ["LANES_VARIABLE", "SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
 
@@ -104,14 +104,6 @@ class _Reschedule:
         import trio
 
         trio.lowlevel.reschedule(self.task)
-
-
-def _refuse_abort(_raise_cancel: Any) -> Any:
-    """A job handed to a lane is waited for to its end: the cancellation waits for the next checkpoint."""
-    # only the running backend's module
-    import trio
-
-    return trio.lowlevel.Abort.FAILED
 
 
 def _wake(jobs: list[_Job]) -> None:
@@ -294,7 +286,7 @@ class ConnectionWorker:
 
             job.finished = _Reschedule(trio.lowlevel.current_task())
             self._lane.put(rank, job)
-            await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+            await trio.lowlevel.wait_task_rescheduled(refuse_abort)
         else:
             finished = job.finished = anyio.Event()
             self._lane.put(rank, job)
