@@ -1,5 +1,5 @@
 """``python -m orchestrator`` runs the ``reverie`` command."""
 
-from orchestrator.cli.app import main
+from orchestrator.cli.app import entry
 
-main()
+entry()

@@ -11,21 +11,32 @@ pydantic are a third of the 0.3 s budget of ``chat -p``.
 
 User mistakes (bad paths, bad settings, invalid memory, unreachable endpoints) end with one line on
 stderr and a non-zero exit, never a traceback; ``REVERIE_DEBUG=1`` shows the traceback for bugs.
+
+The console script is :func:`entry`, not :func:`main`: once a command has returned, everything it
+must leave durable is already closed (the store, the memory repositories, child processes: each is
+an async context that ends before the command does), so the process leaves as CPython's own
+shutdown would (non-daemon threads joined, ``atexit`` functions run, standard streams flushed) and
+then skips the interpreter's teardown with ``os._exit``. That teardown freed the OpenAI SDK's and
+pydantic's modules object by object: 100-300 ms between the printed result and the exit, which a
+script waiting on ``reverie chat -p`` paid on every call (issue 29). :func:`main` stays an ordinary
+function for callers inside a Python process.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from orchestrator import __version__
 
 if TYPE_CHECKING:
     import typer
 
-__all__ = ["COMMANDS", "GROUPS", "build_app", "main", "version_line"]
+__all__ = ["COMMANDS", "GROUPS", "build_app", "entry", "leave", "main", "version_line"]
 
 # command name -> module whose ``register(app)`` adds it
 COMMANDS: dict[str, str] = {
@@ -156,6 +167,47 @@ def main(argv: list[str] | None = None) -> None:
         app(args=args, prog_name="reverie")
     except BaseException as exc:
         _report(exc)
+
+
+def entry() -> NoReturn:
+    """The ``reverie`` console script and ``python -m orchestrator``: :func:`main`, then
+    :func:`leave` with its exit status. A bug's exception is not caught here: it takes CPython's
+    ordinary path, traceback and full shutdown included."""
+    try:
+        main()
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)
+
+
+def leave(status: object) -> NoReturn:
+    """End the process as ``sys.exit(status)`` would, without the interpreter's teardown.
+
+    The steps are the ones CPython's shutdown takes before it starts freeing modules: wait for
+    non-daemon threads, run the ``atexit`` functions (logging's flush, ``weakref.finalize`` clean-ups
+    such as temporary directories, exporters that registered one), flush the standard streams. A
+    closed pipe on stdout (``reverie … | head``) is not an error here, as it is not for the shell."""
+    code = _status_code(status)
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _status_code(status: object) -> int:
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    print(status, file=sys.stderr)
+    return 1
 
 
 def _report(exc: BaseException) -> Any:

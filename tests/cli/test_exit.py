@@ -1,0 +1,95 @@
+"""The console script leaves without the interpreter's teardown (issue 29 item 2), but as durably as
+CPython's own shutdown: piped output complete, ``atexit`` functions and non-daemon threads finished,
+the store closed, the exit status kept. How fast it leaves is measured in
+``bench/letta_side_by_side.py``, not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def _python(code: str, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, REVERIE_HOME=str(home)),
+        timeout=120,
+    )
+
+
+def test_piped_json_result_is_complete_and_the_store_closed(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "chat", "-p", "hello " * 2000, "--output-format", "json"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, REVERIE_HOME=str(tmp_path)),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["type"] == "result" and "hello hello" in result["reply"]
+    stores = list(tmp_path.rglob("*.sqlite*")) + list(tmp_path.rglob("*.db"))
+    assert stores
+    assert not [p for p in stores if p.name.endswith("-wal") and p.stat().st_size > 0]
+    main = next(p for p in stores if not p.name.endswith(("-wal", "-shm")))
+    with sqlite3.connect(main) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_atexit_functions_and_non_daemon_threads_finish(tmp_path: Path) -> None:
+    marker, lines = tmp_path / "atexit.txt", tmp_path / "thread.txt"
+    proc = _python(
+        """
+        import atexit, sys, threading
+        from orchestrator.cli.app import entry
+
+        marker, lines = sys.argv[1], sys.argv[2]
+        atexit.register(lambda: open(marker, "w").write("ran"))
+
+        def write():
+            with open(lines, "w") as out:
+                for i in range(200_000):
+                    out.write(f"{i}\\n")
+
+        threading.Thread(target=write, daemon=False).start()
+        sys.argv = ["reverie", "--version"]
+        entry()
+        """,
+        str(marker),
+        str(lines),
+        home=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("reverie ")
+    assert marker.read_text() == "ran"
+    assert lines.read_text().splitlines()[-1] == "199999"
+
+
+def test_exit_status_is_kept(tmp_path: Path) -> None:
+    proc = _python(
+        """
+        import sys
+        from orchestrator.cli import app
+
+        app.main = lambda: sys.exit(sys.argv[1])
+        app.entry()
+        """,
+        "the reason",
+        home=tmp_path,
+    )
+    assert (proc.returncode, proc.stderr.strip()) == (1, "the reason")
+    bad = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "chat", "-p", "hi", "--context-window", "nonsense"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, REVERIE_HOME=str(tmp_path)),
+        timeout=120,
+    )
+    assert bad.returncode != 0 and bad.stderr.strip()
