@@ -53,7 +53,14 @@ def timed(argv: Sequence[str], *, cwd: Path, env: dict[str, str], reps: int,
     return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
 
 
-def whole_step(home: Path, env: dict[str, str], reps: int) -> tuple[float, float]:
+def edit_command(rep: int) -> str:
+    return (
+        f'cd "$MEMORY_DIR" && printf "\\n- Fact {rep}.\\n" >> human.md && git add human.md && '
+        f'git commit -q -m "note {rep}" -- human.md && git log --oneline -1'
+    )
+
+
+def whole_step(home: Path, env: dict[str, str], reps: int, command: Callable[[int], str]) -> tuple[float, float]:
     """Median first-to-second request gap (ms) and median CPU of the whole ``chat -p`` (ms)."""
     arrivals: list[float] = []
     plans: list[Planned] = []
@@ -67,11 +74,7 @@ def whole_step(home: Path, env: dict[str, str], reps: int) -> tuple[float, float
         run_env = dict(env, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model",
                        OPENAI_API_KEY="sk-local")
         for rep in range(reps):
-            command = (
-                f'cd "$MEMORY_DIR" && printf "\\n- Fact {rep}.\\n" >> human.md && git add human.md && '
-                f'git commit -q -m "note {rep}" -- human.md && git log --oneline -1'
-            )
-            plans[:] = [tool_call_reply("bash", json.dumps({"command": command})), text_reply("Noted.")]
+            plans[:] = [tool_call_reply("bash", json.dumps({"command": command(rep)})), text_reply("Noted.")]
             arrivals.clear()
             start = resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run([str(Path(sys.executable).with_name("reverie")), "chat", "-p", "note it", "--new"],
@@ -96,7 +99,11 @@ def main() -> None:
     common = memory / ".git"
     wrapper = ensure_wrapper(common) / "git"
     rows: list[tuple[str, tuple[float, float]]] = []
-    rows.append(("whole step, chat -p (gap; CPU of the process)", whole_step(home, env, args.reps)))
+    rows.append(("whole step, chat -p (gap; CPU of the process)", whole_step(home, env, args.reps, edit_command)))
+    rows.append(("the same step running `true`", whole_step(home, env, args.reps, lambda rep: "true")))
+    rows.append(("the step's command alone (wrapper on PATH, no sandbox)", timed(
+        ["sh", "-c", edit_command(10_000)], cwd=memory,
+        env=dict(env, MEMORY_DIR=str(memory), PATH=f"{wrapper.parent}{os.pathsep}{env['PATH']}"), reps=args.reps)))
     rows.append(("python -c pass (site)", timed([sys.executable, "-c", "pass"], cwd=home, env=env, reps=args.reps)))
     rows.append(("python -I -S -c pass", timed([sys.executable, "-I", "-S", "-c", "pass"], cwd=home, env=env,
                                                 reps=args.reps)))
