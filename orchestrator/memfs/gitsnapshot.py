@@ -11,7 +11,7 @@ module, so it stays free of heavy imports. Git inherits the caller's environment
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -38,8 +38,10 @@ __all__ = [
 _EMPTY: dict[str, Entry] = {}
 
 
-def _git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> GitResult:
-    return run(repo, *args, input=stdin, check=check, inherit_location=True)
+def _git(
+    repo: Path, *args: str, stdin: bytes | None = None, check: bool = True, env: Mapping[str, str] | None = None
+) -> GitResult:
+    return run(repo, *args, input=stdin, check=check, env=env, inherit_location=True)
 
 
 def _name(raw: bytes) -> str:
@@ -61,9 +63,9 @@ def read_policy(repo: Path) -> LayoutPolicy:
     return parse_policy(text)
 
 
-def _read_index(repo: Path) -> dict[str, Entry]:
+def _read_index(repo: Path, env: Mapping[str, str] | None = None) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    for record in _git(repo, "ls-files", "-s", "-z").out.split(b"\0"):
+    for record in _git(repo, "ls-files", "-s", "-z", env=env).out.split(b"\0"):
         if not record:
             continue
         meta, _, path = record.partition(b"\t")
@@ -89,9 +91,9 @@ def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
     return entries
 
 
-def _read_changes(repo: Path) -> dict[str, str]:
+def _read_changes(repo: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``git diff --cached --name-status`` with git's own rename detection; renames under the new path."""
-    fields = _git(repo, "diff", "--cached", "-z", "--name-status", "--no-ext-diff").out.split(b"\0")
+    fields = _git(repo, "diff", "--cached", "-z", "--name-status", "--no-ext-diff", env=env).out.split(b"\0")
     changes: dict[str, str] = {}
     i = 0
     while i < len(fields) and fields[i]:
@@ -154,11 +156,13 @@ def _snapshot(
     )
 
 
-def read_staged_snapshot(repo: Path) -> Snapshot:
-    """The index, ``HEAD`` and the staged changes of ``repo``, with the blobs validation reads."""
-    index = _read_index(repo)
+def read_staged_snapshot(repo: Path, index_file: str | None = None) -> Snapshot:
+    """The index (``index_file``, default the one git's environment names), ``HEAD`` and the
+    staged changes of ``repo``, with the blobs validation reads."""
+    env = None if index_file is None else {"GIT_INDEX_FILE": index_file}
+    index = _read_index(repo, env)
     head = _read_tree(repo, "HEAD")
-    return _snapshot(index, head, _read_changes(repo), partial(_read_blobs, repo))
+    return _snapshot(index, head, _read_changes(repo, env), partial(_read_blobs, repo))
 
 
 def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapshot | None:

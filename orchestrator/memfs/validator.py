@@ -265,15 +265,17 @@ def validate_staged(
     *,
     policy: LayoutPolicy | None = None,
     env: Mapping[str, str] | None = None,
+    index_file: str | None = None,
 ) -> ValidationResult:
     """The hook's verdict on ``repo_dir``'s index, in-process (blocking: run it in a worker thread).
 
     ``policy`` None reads the repository's policy file as the hook does; ``env`` None is this
-    process's environment (where the approval variable is looked up).
+    process's environment (where the approval variable is looked up); ``index_file`` is the index
+    git handed a hook in ``GIT_INDEX_FILE`` (None: the environment's, else the repository's own).
     """
     repo = Path(repo_dir)
     chosen = gitsnapshot.read_policy(repo) if policy is None else policy
-    snapshot = gitsnapshot.read_staged_snapshot(repo)
+    snapshot = gitsnapshot.read_staged_snapshot(repo, index_file)
     return validate_snapshot(snapshot, chosen, os.environ if env is None else env)
 
 

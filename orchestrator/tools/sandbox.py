@@ -38,6 +38,8 @@ from pathlib import Path
 
 from orchestrator.base.paths import config_path
 from orchestrator.memfs.gitwrap import wrapped_path
+from orchestrator.memfs.hook import SOCKET_ENV
+from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
@@ -95,6 +97,8 @@ def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None)
         env["MEMORY_DIR"] = str(ctx.memory_dir)
         # D1: the agent's own git commands take the memory repository's lock (memfs.gitwrap).
         env["PATH"] = wrapped_path(ctx.memory_dir, env["PATH"])
+        # The pre-commit hook asks this process to validate (memfs.hook_service).
+        env[SOCKET_ENV] = hook_socket(ctx.memory_dir)
     env.update(ctx.extra_env)
     secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)} | {v for v in ctx.secrets if v}
     return {name: value for name, value in env.items() if value not in secrets}
@@ -194,6 +198,8 @@ def _mounts(ctx: ToolContext, env: Mapping[str, str]) -> _Mounts:
     for value in ctx.extra_env.values():
         if value.startswith("/"):
             readonly.append(_real(value))
+    if env.get(SOCKET_ENV):
+        readonly.append(_real(env[SOCKET_ENV]))
     for entry in env.get("PATH", "").split(":"):
         if entry.startswith("/"):
             readonly.append(_real(entry))

@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.memfs import hook_service
 from orchestrator.memfs.git import run
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.memfs.worktrees import create_worktree
@@ -150,6 +151,27 @@ async def test_worktree_commits_write_the_common_dir(tmp_path: Path) -> None:
     assert hook.read_bytes() == before
     assert await _git(repo, "rev-parse", worktree.branch) != await _git(repo, "rev-parse", "HEAD")
     assert await _git(repo, "log", "-1", "--format=%s", worktree.branch) == "worktree commit"
+
+
+async def test_sandboxed_commits_are_validated_by_this_process(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    for memory in (repo, worktree.path):
+        ctx = _ctx(tmp_path, memory=memory, workspace=memory)
+        assert (await run_bash("true", ctx)).ok
+        service = hook_service._service
+        assert service is not None
+        before = service.answered
+        good = await run_bash(
+            'printf -- "---\\nname: served\\ndescription: notes\\n---\\nhello\\n" > served.md '
+            '&& git add served.md && git commit -q -m served -- served.md',
+            ctx,
+        )
+        assert good.ok, good.output
+        bad = await run_bash('printf "no frontmatter\\n" > bad.md && git add bad.md && git commit -q -m bad', ctx)
+        assert not bad.ok and "frontmatter" in bad.output.lower()
+        assert service.answered == before + 2
+        assert await _git(memory, "log", "-1", "--format=%s") == "served"
 
 
 @pytest.fixture

@@ -1,0 +1,147 @@
+"""The pre-commit hook's validation, answered by the reverie process that runs the agent's tools.
+
+Why it exists: git starts the hook as a new process at every commit, and a hook that validates by
+itself pays an interpreter, reverie's validator and five git reads each time: most of the agent's
+edit-and-commit tool step (issue 29, ``bench/commit.py``). The process that ran the tool already has
+all of that loaded, so the bash tool names this service's socket in ``REVERIE_HOOK_SOCKET`` and the
+hook (``memfs/hook.py``) asks here first; the verdict and the report are the ones
+``validator.validate_staged`` gives, since that is what answers. When nothing answers, or the
+service declines, the hook validates by itself, so a plain ``git commit`` outside reverie, or one
+whose reverie has exited, is checked exactly as before.
+
+Trust: the service runs outside the sandbox and the sandboxed command can reach its socket, so it
+answers only for a directory reverie handed to a tool as the memory directory (:func:`hook_socket`
+registers it) and only for an index file inside that repository's own git directory; anything else
+is declined and the hook validates by itself, inside the sandbox. The request carries nothing else
+that reaches git (no paths, no configuration): the approval variables are the only environment it
+forwards.
+
+Threads, not the event loop: ``socketserver`` serves each connection on its own daemon thread and
+validation is blocking work. One service per process, started on first use; its socket lives in a
+private short folder under the temporary directory (a Unix socket's path is limited to 107 bytes,
+so not beside a memory directory that may sit under a long path) and is removed at exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socketserver
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Final
+
+from orchestrator.memfs.constraints import APPROVAL_ENV, APPROVAL_ENV_ALIAS
+from orchestrator.memfs.git import GitError
+from orchestrator.memfs.hook import UNREADABLE
+
+__all__ = ["HookService", "hook_socket"]
+
+_APPROVALS: Final = (APPROVAL_ENV, APPROVAL_ENV_ALIAS)
+_REQUEST_LIMIT: Final = 1 << 16
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        try:
+            reply = self.server.service.answer(self.rfile.readline(_REQUEST_LIMIT))
+            self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+        except OSError:
+            pass  # the hook went away (killed with its commit); it has nothing left to hear
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    service: HookService
+
+
+class HookService:
+    """One listening socket and the memory directories it answers for."""
+
+    def __init__(self) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="rvh-"))
+        self.address = folder / "s"
+        self._allowed: set[Path] = set()
+        self._lock = threading.Lock()
+        self.answered = 0
+        self._server = _Server(str(self.address), _Handler)
+        self._server.service = self
+        threading.Thread(target=self._server.serve_forever, name="reverie-hook-service", daemon=True).start()
+        self._finalizer = weakref.finalize(self, _close, self._server, folder)
+
+    def allow(self, memory_dir: Path) -> None:
+        """Answer for ``memory_dir`` (a repository's top level) from now on."""
+        with self._lock:
+            self._allowed.add(Path(os.path.realpath(memory_dir)))
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def answer(self, raw: bytes) -> dict[str, Any]:
+        """The reply to one request: ``{"code", "report"}``, or ``{"fallback": true}`` to decline."""
+        try:
+            request = json.loads(raw)
+            top = Path(os.path.realpath(request["cwd"]))
+            index = str(request.get("index") or "")
+            approvals = {k: str(v) for k, v in dict(request.get("approvals") or {}).items() if k in _APPROVALS}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return {"fallback": True}
+        with self._lock:
+            allowed = top in self._allowed
+        if not allowed or (index and not _inside_git_dir(top, Path(index))):
+            return {"fallback": True}
+        # deferred: the validator is loaded by the first commit, not by the bash tool's first call
+        from orchestrator.memfs.validator import format_report, validate_staged
+
+        try:
+            result = validate_staged(top, env=approvals, index_file=index or None)
+        except (GitError, OSError):
+            return {"code": 1, "report": UNREADABLE}
+        with self._lock:
+            self.answered += 1
+        return {"code": 0 if result.ok else 1, "report": format_report(result)}
+
+
+def _inside_git_dir(top: Path, index: Path) -> bool:
+    """Whether ``index`` is a file directly in ``top``'s own git directory (where git keeps
+    ``index``, ``index.lock`` and a pathspec commit's ``next-index-*.lock``)."""
+    dotgit = top / ".git"
+    if dotgit.is_dir():
+        gitdir = dotgit
+    else:
+        try:
+            text = dotgit.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return False
+        if not text.startswith("gitdir:"):
+            return False
+        gitdir = Path(text.removeprefix("gitdir:").strip())
+        gitdir = gitdir if gitdir.is_absolute() else top / gitdir
+    return Path(os.path.realpath(index)).parent == Path(os.path.realpath(gitdir))
+
+
+def _close(server: _Server, folder: Path) -> None:
+    server.shutdown()
+    server.server_close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+_service: HookService | None = None
+_service_lock = threading.Lock()
+
+
+def hook_socket(memory_dir: Path) -> str:
+    """The socket the hook of ``memory_dir``'s commits may ask, the service started on first use
+    (blocking: binds a socket and starts its thread)."""
+    global _service
+    with _service_lock:
+        if _service is None:
+            _service = HookService()
+        service = _service
+    service.allow(memory_dir)
+    return str(service.address)
