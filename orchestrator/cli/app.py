@@ -186,7 +186,11 @@ def leave(status: object) -> NoReturn:
     The steps are the ones CPython's shutdown takes before it starts freeing modules: wait for
     non-daemon threads, run the ``atexit`` functions (logging's flush, ``weakref.finalize`` clean-ups
     such as temporary directories, exporters that registered one), flush the standard streams. A
-    closed pipe on stdout (``reverie … | head``) is not an error here, as it is not for the shell."""
+    closed pipe on stdout (``reverie … | head``) is not an error here, as it is not for the shell.
+    Under a profiler or a tracer (``python -m cProfile``, coverage) the ordinary exit is kept: they
+    write their results during the interpreter's shutdown."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(status)
     code = _status_code(status)
     current = threading.current_thread()
     for thread in threading.enumerate():
