@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
+from orchestrator.memfs.guard import RepositoryRefused, drain_findings
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
 
@@ -62,6 +63,9 @@ class SyncResult:
     local_only: bool
     revision: str | None = None
     audit_errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """One line each: what reverie found wrong with the repository itself during this turn and
+    repaired or refused (``memfs.guard``), shown in the turn's output and json result."""
 
 
 def conflict_summary(status: RepoStatus) -> str:
@@ -142,7 +146,17 @@ def check_memory(
     *,
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
 ) -> SyncResult:
-    """The ordered checks; ``audit`` returns the HEAD audit's error lines (M8), default the validator."""
+    """The ordered checks; ``audit`` returns the HEAD audit's error lines (M8), default the validator.
+    What the guard found in the repository since the last check rides along as ``warnings``."""
+    try:
+        result = _checks(memory_dir, audit)
+    except RepositoryRefused as refused:
+        result = SyncResult("refused", str(refused), str(memory_dir), True)
+    found = tuple(f.message for f in drain_findings(memory_dir))
+    return replace(result, warnings=found) if found else result
+
+
+def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | None) -> SyncResult:
     if audit is None:
         audit = _audit_head
     where = str(memory_dir)

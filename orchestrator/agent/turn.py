@@ -48,6 +48,7 @@ from orchestrator.base.config import Settings
 from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
+    MemoryWarning,
     ModelCalled,
     Observer,
     Publisher,
@@ -400,6 +401,7 @@ class TurnRunner:
             text = sync_reminder_for(result)
             reminder = SyncReminder(SYNC_REMINDER_KEY, text, priority=50)
             queued: list[Event] = [] if text is None else [ReminderQueued(SYNC_REMINDER_KEY, result.status)]
+            queued.extend(MemoryWarning(line) for line in result.warnings)
             return result, reminder, queued
         except Exception as exc:  # the sync must never change the turn's result (4.7 item 7)
             self.store.stage_event(

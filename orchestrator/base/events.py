@@ -16,6 +16,7 @@ __all__ = [
     "Event",
     "MemoryCommitted",
     "MemoryUpdateInjected",
+    "MemoryWarning",
     "ModelCalled",
     "ModelRetrying",
     "Observer",
@@ -140,6 +141,16 @@ class MemoryCommitted(Event):
     kind: ClassVar[str] = "memory.commit"
     revision: str
     previous_revision: str | None
+
+
+@dataclass(frozen=True)
+class MemoryWarning(Event):
+    """Something wrong with the memory repository itself, repaired or refused by reverie (a planted
+    ``.git`` redirect, a stale lock left by a killed git, a rebuilt index, a missing object); the
+    ``message`` is the one line shown on stderr and in the json result."""
+
+    kind: ClassVar[str] = "memory.warning"
+    message: str
 
 
 @dataclass(frozen=True)

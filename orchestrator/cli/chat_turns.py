@@ -54,6 +54,9 @@ class TurnResult:
     subagent_usage: dict[str, int]
     memory_before: str | None
     memory_after: str | None
+    warnings: tuple[str, ...] = ()
+    """What reverie repaired or refused in the memory repository during the turn (one line each,
+    already printed on stderr when found)."""
 
     @property
     def exit_code(self) -> int:
@@ -72,6 +75,7 @@ class TurnResult:
             "steps": self.steps,
             "usage": {**self.usage, "subagents": self.subagent_usage},
             "memory": {"before": self.memory_before, "after": self.memory_after},
+            "warnings": list(self.warnings),
         }
 
 
@@ -151,6 +155,7 @@ async def run_turn(
             subagent_usage=extra,
             memory_before=before,
             memory_after=after,
+            warnings=outcome.sync.warnings if outcome.sync is not None else (),
         )
     turn = await session.last_turn()
     turn_id = turn.id if turn is not None else renderer.turn_id

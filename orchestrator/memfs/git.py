@@ -48,7 +48,9 @@ from typing import Any, Final, Generic, TypeVar
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
+from orchestrator.memfs import guard
 from orchestrator.memfs.errors import MemfsError
+from orchestrator.memfs.guard import outer_environment
 from orchestrator.memfs.plain import NotPlain, PlainRepo, parse_tree
 
 __all__ = [
@@ -170,8 +172,9 @@ class GitResult:
 def clean_environment(
     extra: Mapping[str, str] | None = None, *, harness: bool = False, inherit_location: bool = False
 ) -> dict[str, str]:
-    """The environment a git process of reverie gets (see the module docstring)."""
-    env = dict(os.environ)
+    """The environment a git process of reverie gets (see the module docstring), before the
+    hardening of :mod:`orchestrator.memfs.guard`: never an API key (a program git runs would see it)."""
+    env = outer_environment(os.environ)
     if not inherit_location:
         for name in _LOCATION_VARIABLES:
             env.pop(name, None)
@@ -181,6 +184,55 @@ def clean_environment(
     if extra:
         env.update(extra)
     return env
+
+
+_CREATES: Final = frozenset({"init", "clone"})
+_DIFFS: Final = frozenset({"diff", "log", "show", "format-patch", "whatchanged"})
+_VALUED_OPTIONS: Final = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--config-env"})
+
+
+def _split_command(args: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """(options before the subcommand, the subcommand, its arguments)."""
+    i = 0
+    while i < len(args):
+        if args[i] in _VALUED_OPTIONS:
+            i += 2
+        elif args[i].startswith("-"):
+            i += 1
+        else:
+            return list(args[:i]), args[i], list(args[i + 1 :])
+    return list(args), None, []
+
+
+def _hardened(
+    cwd: Path | str, args: Sequence[str], env: dict[str, str], *, inherit_location: bool
+) -> tuple[list[str], dict[str, str]]:
+    """``args`` and ``env`` as the guard wants them (:mod:`orchestrator.memfs.guard`): the layout
+    checked and pinned, every setting able to run a program overridden, diff drivers off."""
+    options, command, rest = _split_command(args)
+    layout = None if command in _CREATES else guard.locate(cwd)
+    env.update(guard.hardening(layout, functools.partial(_listing, env)))
+    if layout is not None and not (inherit_location and "GIT_DIR" in env):
+        env.update(layout.environment())
+    if command in _DIFFS:
+        return [*options, command, "--no-ext-diff", "--no-textconv", *rest], env
+    return list(args), env
+
+
+def _listing(env: Mapping[str, str], layout: guard.Layout | None) -> list[tuple[str, str]]:
+    """Every setting git reads for ``layout`` (``git config`` runs nothing it names)."""
+    where = dict(env, **(layout.environment() if layout is not None else {}))
+    for name in [n for n in where if n.startswith("GIT_CONFIG_")]:
+        where.pop(name)
+    cwd = layout.top if layout is not None else Path.cwd()
+    try:
+        proc = subprocess.run(
+            ["git", "config", "--list", "--show-scope", "--includes", "-z"],
+            cwd=cwd, env=where, capture_output=True, timeout=LOCAL_TIMEOUT, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GitError(("config", "--list"), -1, f"fatal: cannot read git's configuration: {exc}", cwd) from None
+    return guard.parse_listing(proc.stdout)
 
 
 def run(
@@ -196,15 +248,18 @@ def run(
     """Run ``git <args>`` in ``cwd`` (blocking); raise :class:`GitError` on failure when ``check``.
 
     A timeout or a git that cannot be started is a :class:`GitError` whatever ``check`` says:
-    there is no result to look at.
+    there is no result to look at. A repository whose layout the guard refuses raises
+    :class:`~orchestrator.memfs.guard.RepositoryRefused` before any process starts.
     """
-    argv = ["git", *(_HARNESS_CONFIG if harness else ()), *args]
+    base = clean_environment(env, harness=harness, inherit_location=inherit_location)
+    hardened, full_env = _hardened(cwd, args, base, inherit_location=inherit_location)
+    argv = ["git", *(_HARNESS_CONFIG if harness else ()), *hardened]
     data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
     try:
         proc = subprocess.run(
             argv,
             cwd=cwd,
-            env=clean_environment(env, harness=harness, inherit_location=inherit_location),
+            env=full_env,
             input=data,
             capture_output=True,
             timeout=git_timeout,
@@ -817,7 +872,9 @@ def open_local(directory: Path) -> LocalRepo | None:
     """A new handle on the repository whose top level is ``directory`` (resolved), else None; the
     caller owns it (pooled callers use :func:`open_repo`). Until libgit2 is loaded in the process,
     a plain repository opens without it (:class:`LocalRepo`); afterwards the files are not read
-    twice."""
+    twice. The guard checks the layout first, as for a git process (libgit2 would follow a planted
+    ``commondir`` too); a refused one raises :class:`~orchestrator.memfs.guard.RepositoryRefused`."""
+    guard.locate(directory)
     plain = None if "pygit2" in sys.modules else PlainRepo.open(directory)
     if plain is not None:
         return LocalRepo(None, directory, plain)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
+from orchestrator.memfs.guard import locate, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
 
@@ -125,6 +126,7 @@ def init_memory_repo(
     """
     if path.exists() and not path.is_dir():
         raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
+    require_checkout(path)
     if is_memory_repo(path):
         install_hook(path, policy=policy)
         revision = head_revision(path)
@@ -229,6 +231,7 @@ def repo_status(path: Path) -> RepoStatus:
     """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists."""
     if not (path / ".git").exists():
         return RepoStatus(False, None, (), None, (), False)
+    locate(path)
     with open_repo(path) as local:
         if local is None:
             said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()

@@ -22,7 +22,9 @@ from orchestrator.agent.turn import AgentProfile
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError
+from orchestrator.base.events import MemoryWarning
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
+from orchestrator.memfs.guard import drain_findings
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Plugins
@@ -125,6 +127,8 @@ class Runtime:
             await blocking.run_sync("git", partial(init_memory_repo, memory_dir))
         if create:
             record = await self.store.ensure_agent(agent_id)
+            for finding in drain_findings(memory_dir):
+                await self.store.record_event(MemoryWarning.kind, MemoryWarning(finding.message).payload(), agent_id=agent_id)
         else:
             found = await self.store.get_agent(agent_id)
             if found is None:

@@ -28,7 +28,7 @@ import anyio
 
 from orchestrator.tools.context import ToolContext, ToolResult
 from orchestrator.tools.overflow import write_overflow
-from orchestrator.tools.sandbox import SandboxUnavailable, plan_command
+from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command
 from orchestrator.tools.truncation import truncate_by_chars
 
 __all__ = ["run_bash"]
@@ -157,6 +157,8 @@ async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None =
             outcome = _execute(command, ctx, limit, run)
         except SandboxUnavailable as exc:
             return ToolResult(False, str(exc))
+        finally:
+            after_command(ctx)
         return _render(outcome, ctx, limit)
 
     try:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from orchestrator.base.paths import config_path
 from orchestrator.memfs.gitwrap import wrapped_path
+from orchestrator.memfs.guard import RepositoryRefused, locate
 from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.tools.context import ToolContext, ToolError
@@ -45,6 +46,7 @@ from orchestrator.tools.context import ToolContext, ToolError
 __all__ = [
     "BASE_ENV_NAMES",
     "SandboxUnavailable",
+    "after_command",
     "bwrap_argv",
     "bwrap_problem",
     "git_dirs",
@@ -273,3 +275,15 @@ def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], d
         )
     _warn_unconfined(problem)
     return list(command), env
+
+
+def after_command(ctx: ToolContext) -> None:
+    """Check the memory repository's layout once the command is over (blocking): what it planted
+    in ``.git`` (a ``commondir``) is removed now, before the user's own ``git status`` in that
+    folder could follow it, with the guard's one-line warning (``memfs.guard``)."""
+    if ctx.memory_dir is None:
+        return
+    try:
+        locate(ctx.memory_dir)
+    except RepositoryRefused:
+        pass  # reported by the guard; every later git call there is refused the same way

@@ -1,0 +1,96 @@
+"""Issue 23 end to end: a model that attacks its own memory repository, played by the loopback
+server through ``reverie chat -p`` with real bubblewrap and real git (items 1-3, 6, 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
+
+KEY = "sk-live-4b1d9e77c0a2_DO_NOT_LEAK"
+MEMORY = Path("agents") / "agent-default" / "memory"
+
+
+def _env(home: Path, server: LoopbackOpenAI, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, REVERIE_HOME=str(home), REVERIE_WORKTREES=str(home / "worktrees"))
+    env.update(REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY=KEY)
+    env.update(REVERIE_BACKEND="trio", **extra)
+    return env
+
+
+def _reverie(tmp_path: Path, server: LoopbackOpenAI, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        cwd=workspace,
+        env=_env(tmp_path / "home", server, **extra),
+        timeout=180,
+    )
+
+
+def _bash(command: str) -> Planned:
+    return tool_call_reply("bash", json.dumps({"command": command}))
+
+
+def _events(home: Path, kind: str) -> list[dict[str, object]]:
+    with closing(sqlite3.connect(home / "reverie.sqlite3")) as db:
+        rows = db.execute("SELECT payload FROM events WHERE kind = ? ORDER BY id", (kind,)).fetchall()
+    return [json.loads(row[0]) for row in rows]
+
+
+_COPY = 'cp -a "$MEMORY_DIR/.git" "$PWD/evilgit"'
+_PLANT = 'echo "$PWD/evilgit" > "$MEMORY_DIR/.git/commondir" && echo planted'
+_FSMONITOR = """git config -f "$PWD/evilgit/config" core.fsmonitor 'env > "$REVERIE_HOME/ESCAPED-fsmonitor.txt"; false #'"""
+_FILTER = (
+    """git config -f "$PWD/evilgit/config" filter.evil.clean 'env > "$REVERIE_HOME/ESCAPED-filter.txt"; cat' && """
+    """git config -f "$PWD/evilgit/config" filter.evil.smudge 'env > "$REVERIE_HOME/ESCAPED-filter.txt"; cat' && """
+    """mkdir -p "$PWD/evilgit/info" && echo '* filter=evil' > "$PWD/evilgit/info/attributes" """
+)
+_REFLECTION_EDITS = (
+    'echo "- likes green tea" >> human.md && git commit -qam "reflection: tea" && '
+    'echo "draft, not committed" >> persona.md && echo edited'
+)
+
+
+@pytest.mark.parametrize("payload", [_FSMONITOR, _FILTER], ids=["fsmonitor", "filter-driver"])
+def test_a_planted_commondir_runs_nothing_outside_the_sandbox(tmp_path: Path, payload: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(_bash(f"{_COPY} && {payload} && {_PLANT}"), text_reply("done"))
+        attack = _reverie(tmp_path, server, "chat", "-p", "attack", "--output-format", "json")
+        validate = _reverie(tmp_path, server, "memory", "validate")
+        server.enqueue(_bash(_REFLECTION_EDITS), text_reply("reflected"))
+        reflect = _reverie(tmp_path, server, "reflect")
+        tool_results = [m["content"] for body in server.chat_bodies for m in body["messages"] if m["role"] == "tool"]
+    assert tool_results[0].endswith("planted"), tool_results[0]
+    assert tool_results[1].endswith("edited"), tool_results[1]
+    assert attack.returncode == 0, attack.stderr
+    assert validate.returncode == 0, validate.stderr
+    assert reflect.returncode == 0, reflect.stderr
+    assert sorted(p.name for p in home.glob("ESCAPED-*")) == []
+    assert not (home / MEMORY / ".git" / "commondir").exists()
+    warning = [line for line in attack.stderr.splitlines() if "planted .git/commondir" in line]
+    assert len(warning) == 1 and warning[0].startswith("reverie: warning: "), attack.stderr
+    result = json.loads(attack.stdout.splitlines()[-1])
+    assert [w for w in result["warnings"] if "planted .git/commondir" in w] == [warning[0].removeprefix("reverie: warning: ")]
+    assert any("planted .git/commondir" in str(e["message"]) for e in _events(home, "memory.warning"))
+    memory = home / MEMORY
+    log = subprocess.run(["git", "-C", str(memory), "log", "--format=%s"], capture_output=True, text=True, check=True)
+    assert "reflection: tea" in log.stdout
+    user_status = subprocess.run(["git", "-C", str(memory), "status", "--porcelain"], capture_output=True, text=True)
+    assert user_status.returncode == 0
+    assert sorted(p.name for p in home.glob("ESCAPED-*")) == []
