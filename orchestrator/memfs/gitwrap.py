@@ -130,7 +130,7 @@ def main():
     lock_path = os.path.join(common, LOCK) if common else ""
     if not common or os.environ.get(HELD) == "held:" + common or not os.path.exists(lock_path):
         os.execve(git, [git] + argv, env)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+    fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     deadline = time.monotonic() + WAIT
     delay = 0.005
     while True:

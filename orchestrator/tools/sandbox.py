@@ -10,9 +10,11 @@ Why these choices:
   name.
 * **bubblewrap** (``sandbox = auto | bwrap``): the whole file system read-only, a private ``/tmp``,
   the workspace and the memory directory writable. For a memory repo (or a worktree of one) the git
-  common directory stays writable, because commits write objects, refs, logs and the index, but its
-  ``hooks``, ``config`` and the layout policy file are mounted read-only over it, so a command
-  cannot disable the validation hook. Overflow files (D6) and reverie's ``config.toml`` are
+  common directory stays writable, because commits write objects, refs, logs and the index, but what
+  git reads there as configuration or as a path (``hooks``, ``config``, ``info``, ``objects/info``,
+  ``worktrees``), the layout policy file, the wrapper's folder and reverie's lock files are mounted
+  read-only over it (``_COMMON_READ_ONLY``), so a command cannot disable the validation hook or move
+  the wrapper aside. A linked worktree's own record stays writable except its pointers. Overflow files (D6) and reverie's ``config.toml`` are
   read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
   the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
   and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
@@ -41,6 +43,7 @@ from orchestrator.memfs.gitwrap import wrapped_path
 from orchestrator.memfs.guard import RepositoryRefused, locate
 from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
+from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
@@ -143,11 +146,14 @@ def _warn_unconfined(reason: str) -> None:
 
 @dataclass(frozen=True)
 class _Mounts:
-    """The paths the sandbox binds writable, binds read-only, and hides."""
+    """The paths the sandbox binds writable, binds read-only, and hides; ``reopened`` are writable
+    again inside a read-only one (a worktree's own record), ``sealed`` read-only inside those."""
 
     writable: tuple[Path, ...]
     readonly: tuple[Path, ...]
     hidden: tuple[Path, ...]
+    reopened: tuple[Path, ...] = ()
+    sealed: tuple[Path, ...] = ()
 
 
 def _base_args() -> list[str]:
@@ -183,18 +189,34 @@ def git_dirs(repo: Path) -> tuple[Path, Path] | None:
     return gitdir, common_path if common_path.is_absolute() else gitdir / common_path
 
 
+_COMMON_READ_ONLY = (
+    "hooks", "config", "config.worktree", "info", "objects/info", "reverie", "worktrees", "modules",
+    _POLICY_FILE, LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME,
+)
+"""What git reads in the common directory as configuration or as a path, and reverie's own files
+(the wrapper's folder, the lock it flocks): read-only, and, being mount points, not movable. What a
+commit writes (objects, refs, logs, the index, ``HEAD``, the lock files git makes beside them) stays
+writable; a ``commondir`` the command creates is followed by no git outside (``memfs.guard``)."""
+_RECORD_READ_ONLY = ("commondir", "gitdir", "config.worktree")
+
+
 def _mounts(ctx: ToolContext, env: Mapping[str, str]) -> _Mounts:
     writable: list[Path | None] = [_real(ctx.workspace)]
     readonly: list[Path | None] = []
+    reopened: list[Path | None] = []
+    sealed: list[Path | None] = []
     if ctx.memory_dir is not None:
         writable.append(_real(ctx.memory_dir))
         dirs = git_dirs(ctx.memory_dir)
         if dirs is not None:
             gitdir, common = dirs
             writable.append(_real(common))
-            for protected in ("hooks", "config", "config.worktree", _POLICY_FILE):
-                readonly.append(_real(common / protected))
-            readonly.append(_real(gitdir / "config.worktree"))
+            readonly.extend(_real(common / protected) for protected in _COMMON_READ_ONLY)
+            if _real(gitdir) != _real(common):
+                # a linked worktree: its own record takes its index, HEAD and logs; not its pointers
+                reopened.append(_real(gitdir))
+                sealed.extend(_real(gitdir / name) for name in _RECORD_READ_ONLY)
+                sealed.append(_real(ctx.memory_dir / ".git"))
     if ctx.overflow_dir is not None:
         readonly.append(_real(ctx.overflow_dir))
     for value in ctx.extra_env.values():
@@ -211,6 +233,8 @@ def _mounts(ctx: ToolContext, env: Mapping[str, str]) -> _Mounts:
         writable=roots,
         readonly=tuple(dict.fromkeys(p for p in readonly if p is not None and _needs_bind(p, roots))),
         hidden=(hidden,) if hidden is not None and hidden.is_file() else (),
+        reopened=tuple(dict.fromkeys(p for p in reopened if p is not None)),
+        sealed=tuple(dict.fromkeys(p for p in sealed if p is not None)),
     )
 
 
@@ -248,6 +272,10 @@ def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str])
     for path in sorted(mounts.writable, key=lambda p: len(p.parts)):
         argv += ["--bind", str(path), str(path)]
     for path in mounts.readonly:
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in mounts.reopened:
+        argv += ["--bind", str(path), str(path)]
+    for path in mounts.sealed:
         argv += ["--ro-bind", str(path), str(path)]
     for path in mounts.hidden:
         argv += ["--ro-bind", os.devnull, str(path)]

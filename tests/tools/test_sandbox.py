@@ -174,6 +174,41 @@ async def test_sandboxed_commits_are_validated_by_this_process(tmp_path: Path) -
         assert await _git(memory, "log", "-1", "--format=%s") == "served"
 
 
+async def test_what_git_reads_as_a_path_is_read_only_and_the_wrapper_cannot_move(tmp_path: Path) -> None:
+    """Issue 23 items 1 and 4: inside the sandbox only what a commit writes is writable in .git."""
+    repo = await _memory(tmp_path)
+    ctx = _ctx(tmp_path, memory=repo)
+    assert (await run_bash("git -C \"$MEMORY_DIR\" status --short", ctx)).ok
+    listing_before = sorted(p.name for p in (repo / ".git").iterdir())
+    for attack in (
+        'echo "* filter=evil" > "$MEMORY_DIR/.git/info/attributes"',
+        'echo /tmp > "$MEMORY_DIR/.git/objects/info/alternates"',
+        'mv "$MEMORY_DIR/.git/reverie" "$MEMORY_DIR/.git/reverie-moved"',
+        'rm -rf "$MEMORY_DIR/.git/reverie"',
+        'rm -f "$MEMORY_DIR/.git/reverie-merge.lock"',
+    ):
+        assert not (await run_bash(attack, ctx)).ok, attack
+    assert sorted(p.name for p in (repo / ".git").iterdir()) == listing_before
+    assert not (repo / ".git" / "objects" / "info" / "alternates").exists()
+    commit = await run_bash(
+        'cd "$MEMORY_DIR" && printf -- "---\\nname: p\\ndescription: d\\n---\\nx\\n" > p.md && git add p.md '
+        '&& git commit -q -m "pathspec" -- p.md && git log -1 --format=%s',
+        ctx,
+    )
+    assert commit.ok and commit.output.endswith("pathspec"), commit.output
+
+
+async def test_a_worktree_sandbox_cannot_repoint_its_own_record(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    ctx = _ctx(tmp_path, memory=worktree.path, workspace=worktree.path)
+    record = Path(await _git(worktree.path, "rev-parse", "--absolute-git-dir"))
+    pointer = (record / "commondir").read_text()
+    for attack in (f'echo /tmp/evil > "{record}/commondir"', 'echo "gitdir: /tmp/evil" > .git', f'echo x > "{repo}/.git/config"'):
+        assert not (await run_bash(attack, ctx)).ok, attack
+    assert (record / "commondir").read_text() == pointer
+
+
 @pytest.fixture
 def listener() -> Iterator[int]:
     server = socket.socket()
