@@ -59,6 +59,7 @@ __all__ = [
     "locate",
     "outer_environment",
     "parse_listing",
+    "report",
     "require_checkout",
 ]
 
@@ -118,6 +119,12 @@ class Layout:
 
 _findings: list[Finding] = []
 _findings_lock = threading.Lock()
+
+
+def report(repository: Path, message: str, *, restored: bool) -> None:
+    """Print ``message`` as one ``reverie: warning:`` line and keep it for :func:`drain_findings`
+    (for the repairs of other memfs modules too: stale locks, a rebuilt index)."""
+    _report(Finding(Path(os.path.realpath(repository)), message, restored))
 
 
 def _report(finding: Finding) -> None:

@@ -1,30 +1,42 @@
-"""Git's own ``index.lock`` under load (DECISIONS D1).
+"""Git's own lock files under load and after a crash (DECISIONS D1; issue 23 item 2).
 
 Inside reverie every index- or ref-writing command holds the repository lock, so git's
 ``index.lock`` (and ref ``.lock`` files) can only be contended by a process outside reverie: an
 editor's git integration, a user's shell. Such contention is retried with tenacity
-(:func:`retrying_git`). A *stale* ``index.lock`` (a git that died mid-write leaves it behind and
-every later command refuses to run) is removed when it is older than 60 s and no live process has
-it open per ``/proc/*/fd`` (git keeps the file open while it holds it), with a one-line notice.
+(:func:`retrying_git`).
+
+A git killed mid-write (``kill -9`` of reverie takes the sandboxed git with it, ``--die-with-parent``)
+leaves its lock files behind: ``index.lock``, a pathspec commit's ``next-index-<pid>.lock`` (the
+pid is the sandbox's own namespace's, the same on every call, so the next such commit fails too),
+``HEAD.lock``, ``packed-refs.lock``, ``refs/**.lock``, a worktree record's. Every later commit
+refuses to run. A lock file is *stale* when nothing can still be writing it: no process has it open
+(git keeps the file open while it writes) and no git process works in that repository (its working
+directory or an open file inside it: git closes a ref's lock before renaming it into place). Pids
+are never compared (the sandbox's are meaningless outside), nor ages: a stale lock is removed at
+once, with a notice, by whoever holds reverie's repository lock (start-up recovery, reverie's own
+commits, the bash tool after each command), so no cooperating writer can be mid-write.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
-import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
+from typing import Final
 
 import anyio.to_thread
 
 from orchestrator.memfs.git import GitError, GitResult, arun
+from orchestrator.memfs.guard import report
+from orchestrator.memfs.names import LOCK_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 
 __all__ = [
     "INDEX_LOCK_ATTEMPTS",
-    "STALE_AFTER_SECONDS",
+    "clear_stale_git_locks",
     "clear_stale_lock_files",
+    "git_lock_files",
     "harness_git",
     "is_lock_contention",
     "lock_file_in",
@@ -32,7 +44,6 @@ __all__ = [
     "retrying_git",
 ]
 
-STALE_AFTER_SECONDS = 60.0
 INDEX_LOCK_ATTEMPTS = 12
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists|cannot lock ref '[^']*': .*'([^']+\.lock)'")
 
@@ -57,59 +68,119 @@ def lock_file_in(stderr: str) -> Path | None:
     return Path(found.group(1) or found.group(2))
 
 
-def open_by_live_process(path: Path) -> bool:
-    """Whether any process we can see has ``path`` open (``/proc/*/fd``; blocking).
+_OWN_LOCKS: Final = frozenset({LOCK_FILE_NAME, WORKTREE_LOCK_FILE_NAME})
 
-    Unreadable ``fd`` directories (other users' processes) are skipped: git refuses a lock file it
-    cannot write anyway, and a memory repository belongs to one user.
-    """
+
+def git_lock_files(common: Path) -> list[Path]:
+    """Every lock file git may have left in the repository whose common directory is ``common``:
+    its top level (not reverie's own ``flock`` files), ``refs``, and each worktree record's top
+    level. Blocking: a directory listing each, a walk of ``refs``."""
+    found = [common / name for name in _listing(common) if name.endswith(".lock") and name not in _OWN_LOCKS]
+    for folder, _dirs, files in os.walk(common / "refs"):
+        found.extend(Path(folder) / name for name in files if name.endswith(".lock"))
+    for record in _listing(common / "worktrees"):
+        found.extend(common / "worktrees" / record / name for name in _listing(common / "worktrees" / record) if name.endswith(".lock"))
+    return found
+
+
+def _listing(folder: Path) -> list[str]:
     try:
-        target = os.stat(path)
-    except FileNotFoundError:
-        return False
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def open_by_live_process(path: Path) -> bool:
+    """Whether any process we can see has ``path`` open (``/proc/*/fd``; blocking)."""
+    return bool(_holders([path], ()))
+
+
+def _holders(paths: list[Path], roots: tuple[Path, ...]) -> set[Path]:
+    """Of ``paths``, those some live process holds: has one open, or is a git process whose working
+    directory or an open file lies under one of ``roots``, in which case all are held.
+
+    Unreadable ``/proc`` entries (other users' processes) are skipped: git refuses a lock file it
+    cannot write anyway, and a memory repository belongs to one user."""
+    wanted: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        wanted[(st.st_dev, st.st_ino)] = path
+    held: set[Path] = set()
+    prefixes = tuple(f"{root}{os.sep}" for root in roots)
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        fd_dir = f"/proc/{pid}/fd"
+        if roots and _git_in(pid, prefixes):
+            return set(wanted.values())
+        held.update(_open_among(pid, wanted))
+    return held
+
+
+def _git_in(pid: str, prefixes: tuple[str, ...]) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as comm:
+            if not comm.read().startswith("git"):
+                return False
+        places = [os.readlink(f"/proc/{pid}/cwd")]
+    except OSError:
+        return False
+    for fd in _listing(Path(f"/proc/{pid}/fd")):
         try:
-            fds = os.listdir(fd_dir)
+            places.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-        for fd in fds:
-            try:
-                info = os.stat(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if info.st_ino == target.st_ino and info.st_dev == target.st_dev:
-                return True
-    return False
+    return any(f"{place}{os.sep}".startswith(prefixes) for place in places)
+
+
+def _open_among(pid: str, wanted: dict[tuple[int, int], Path]) -> set[Path]:
+    found: set[Path] = set()
+    for fd in _listing(Path(f"/proc/{pid}/fd")):
+        try:
+            info = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        held = wanted.get((info.st_dev, info.st_ino))
+        if held is not None:
+            found.add(held)
+    return found
 
 
 def clear_stale_lock_files(
-    paths: list[Path], *, now: float | None = None, notify: Callable[[str], None] | None = None
+    paths: list[Path], *, roots: tuple[Path, ...] = (), notify: Callable[[str], None] | None = None
 ) -> list[Path]:
-    """Remove each lock file that is stale by D1's rule; returns those removed (blocking)."""
+    """Remove each of ``paths`` that is stale (module docstring); returns those removed (blocking).
+
+    ``roots`` are the repository's top level and git folders: a git process working there holds
+    every lock. Call with reverie's repository lock held."""
+    present = [path for path in paths if os.path.lexists(path)]
+    if not present:
+        return []
+    held = _holders(present, tuple(Path(os.path.realpath(root)) for root in roots))
     removed: list[Path] = []
-    moment = time.time() if now is None else now
-    for path in paths:
-        try:
-            age = moment - os.stat(path).st_mtime
-        except FileNotFoundError:
-            continue
-        if age <= STALE_AFTER_SECONDS or open_by_live_process(path):
+    for path in present:
+        if path in held:
             continue
         try:
             path.unlink()
         except FileNotFoundError:
             continue
         removed.append(path)
-        line = f"reverie: removed a stale {path} (left {age:.0f} s ago by a git process that is gone)"
-        (notify or _stderr)(line)
+        line = f"removed a stale {path} (left by a git process that is gone; no process holds it)"
+        if notify is not None:
+            notify(f"reverie: {line}")
+        else:
+            report(path.parent, line, restored=True)
     return removed
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def clear_stale_git_locks(common: Path, top: Path | None = None) -> list[Path]:
+    """:func:`clear_stale_lock_files` on every lock file git may have left in the repository whose
+    common directory is ``common`` (:func:`git_lock_files`); blocking, under reverie's lock."""
+    roots = (common,) if top is None else (common, top)
+    return clear_stale_lock_files(git_lock_files(common), roots=roots)
 
 
 def _locked(result: GitResult) -> bool:
@@ -140,7 +211,7 @@ async def retrying_git(
             if _locked(result):
                 named = lock_file_in(result.stderr)
                 if named is not None:
-                    await anyio.to_thread.run_sync(clear_stale_lock_files, [named])
+                    await anyio.to_thread.run_sync(partial(clear_stale_lock_files, [named], roots=(Path(cwd),)))
         outcome = attempt.retry_state.outcome
         if outcome is not None and not outcome.failed:
             attempt.retry_state.set_result(result)

@@ -5,7 +5,7 @@ intermediate state of merge-back. :func:`recover` brings them back to a clean, v
 without dropping a commit:
 
 1. release a stale merge-lock owner record (the OS lock died with its process);
-2. under the merge lock: abort a half-done rebase in any of reverie's own worktrees (the branch
+2. under the merge lock: remove git's lock files that no process holds (``memfs.indexlock``); abort a half-done rebase in any of reverie's own worktrees (the branch
    returns to its pre-rebase tip, which is also pinned by ``refs/reverie/pre-rebase/<id>``);
 3. remove reverie's worktrees that no live run owns (``active`` names those that are running)
    and ``git worktree prune``;
@@ -29,7 +29,7 @@ import anyio.to_thread
 
 from orchestrator.base import blocking
 from orchestrator.memfs.git import arun, open_repo
-from orchestrator.memfs.indexlock import clear_stale_lock_files
+from orchestrator.memfs.indexlock import clear_stale_git_locks
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.tidy import nothing_to_recover
@@ -77,23 +77,18 @@ def _pins(repo: Path) -> tuple[tuple[str, str], ...]:
         return () if local is None else local.refs(PRE_REBASE_REF_PREFIX)
 
 
-def _stale_index_locks(common: Path) -> tuple[Path, ...]:
-    candidates = [common / "index.lock", *common.glob("worktrees/*/index.lock")]
-    return tuple(clear_stale_lock_files([p for p in candidates if p.exists()]))
-
-
 async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryReport:
     """Reconcile ``repo_dir`` (see the module docstring); ``active``: ids of running subagents."""
     repo = Path(repo_dir)
     common = await git_common_dir(repo)
     released = await anyio.to_thread.run_sync(release_stale_lock, common)
-    # D1: a stale index.lock (60 s old, no live process has it open) is removed, with a notice.
-    stale = await blocking.run_sync("files", partial(_stale_index_locks, common))
     aborted: list[Path] = []
     removed: list[Path] = []
     deleted: list[str] = []
     restored: list[str] = []
     async with merge_lock(repo, common_dir=common):
+        # issue 23 item 2: git's lock files that nothing holds go at once, before any commit
+        stale = tuple(await blocking.run_sync("files", partial(clear_stale_git_locks, common, repo)))
         async with worktree_admin_lock(repo, common_dir=common):
             await prune_worktrees(repo)
         for path, branch in (await worktree_records(repo))[1:]:

@@ -18,7 +18,12 @@ from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.guard import locate, require_checkout
 from orchestrator.memfs.hook import install_hook
-from orchestrator.memfs.indexlock import clear_stale_lock_files, is_lock_contention, lock_file_in
+from orchestrator.memfs.indexlock import (
+    clear_stale_git_locks,
+    clear_stale_lock_files,
+    is_lock_contention,
+    lock_file_in,
+)
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -172,7 +177,8 @@ def commit_memory(
     # deferred: the lock and the validator load with the first commit, not before a chat's first request
     from orchestrator.memfs.locks import merge_lock_sync
 
-    with merge_lock_sync(path):
+    with merge_lock_sync(path) as common:
+        clear_stale_git_locks(common, path)
         return _commit_locked(path, message, paths, allow_empty=allow_empty)
 
 
@@ -211,7 +217,7 @@ def _retry_index_lock(path: Path, *args: str) -> None:
             return False
         named = lock_file_in(exc.stderr)
         if named is not None:
-            clear_stale_lock_files([named])
+            clear_stale_lock_files([named], roots=(path,))
         return True
 
     # lazy: tenacity is for writing commands, not for the reads of `chat -p` start-up

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.indexlock import git_lock_files
 from orchestrator.memfs.names import BRANCH_PREFIX, OWNER_FILE_NAME, PRE_REBASE_REF_PREFIX
 
 __all__ = ["nothing_to_recover"]
@@ -18,7 +19,7 @@ __all__ = ["nothing_to_recover"]
 
 def nothing_to_recover(repo_dir: Path) -> bool:
     """True when :func:`recover` would find nothing to do in ``repo_dir``: no lock owner record, no
-    ``index.lock``, no linked worktree (nor a record of one), no ``reverie/*`` branch and no pre-rebase
+    lock file git left behind, no linked worktree (nor a record of one), no ``reverie/*`` branch and no pre-rebase
     pin. One in-process look instead of recovery's dozen steps under the merge lock, for the common
     case of a new or tidy repository (every task of a batch run starts with one). Blocking; False
     when in doubt (not a repository top level)."""
@@ -26,7 +27,7 @@ def nothing_to_recover(repo_dir: Path) -> bool:
         if local is None:
             return False
         common = local.common_dir
-        if (common / OWNER_FILE_NAME).exists() or (common / "index.lock").exists():
+        if (common / OWNER_FILE_NAME).exists() or git_lock_files(common):
             return False
         try:
             if os.listdir(common / "worktrees"):

@@ -43,6 +43,8 @@ from orchestrator.memfs.gitwrap import wrapped_path
 from orchestrator.memfs.guard import RepositoryRefused, locate
 from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
+from orchestrator.memfs.indexlock import clear_stale_git_locks, git_lock_files
+from orchestrator.memfs.locks import LockBusy, merge_lock_sync
 from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 from orchestrator.tools.context import ToolContext, ToolError
 
@@ -306,12 +308,21 @@ def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], d
 
 
 def after_command(ctx: ToolContext) -> None:
-    """Check the memory repository's layout once the command is over (blocking): what it planted
-    in ``.git`` (a ``commondir``) is removed now, before the user's own ``git status`` in that
-    folder could follow it, with the guard's one-line warning (``memfs.guard``)."""
+    """Settle the memory repository once the command is over (blocking): what it planted in
+    ``.git`` (a ``commondir``) is removed now, before the user's own ``git status`` in that folder
+    could follow it (``memfs.guard``), and lock files a git killed with the call left behind (its
+    timeout, a cancelled turn) are removed when nothing holds them (``memfs.indexlock``), so the
+    next commit works. Each repair is one warning line; a busy repository lock skips the second."""
     if ctx.memory_dir is None:
         return
     try:
-        locate(ctx.memory_dir)
+        layout = locate(ctx.memory_dir)
     except RepositoryRefused:
-        pass  # reported by the guard; every later git call there is refused the same way
+        return  # reported by the guard; every later git call there is refused the same way
+    if layout is None or not git_lock_files(layout.common_dir):
+        return
+    try:
+        with merge_lock_sync(layout.top, timeout=0, common_dir=layout.common_dir):
+            clear_stale_git_locks(layout.common_dir, layout.top)
+    except (LockBusy, OSError):
+        pass

@@ -8,12 +8,15 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
+from tests.support import running_with
 
 KEY = "sk-live-4b1d9e77c0a2_DO_NOT_LEAK"
 MEMORY = Path("agents") / "agent-default" / "memory"
@@ -94,3 +97,61 @@ def test_a_planted_commondir_runs_nothing_outside_the_sandbox(tmp_path: Path, pa
     user_status = subprocess.run(["git", "-C", str(memory), "status", "--porcelain"], capture_output=True, text=True)
     assert user_status.returncode == 0
     assert sorted(p.name for p in home.glob("ESCAPED-*")) == []
+
+
+def _git_out(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_commit_works_at_once_after_a_kill_9_during_a_sandboxed_pathspec_commit(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True)
+    edit = 'cd "$MEMORY_DIR" && printf "Prefers short answers.\\n" >> persona.md'
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(_bash(f'{edit} && GIT_EDITOR="sleep 30.0923; true" git commit -- persona.md'))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "remember it"],
+            cwd=workspace, env=_env(home, server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert _wait_for(lambda: bool(running_with("30.0923", program="sleep"))), "the commit never reached its editor"
+            left = sorted(p.name for p in (memory / ".git").iterdir() if p.name.endswith(".lock") and "reverie" not in p.name)
+            proc.kill()
+            proc.wait(30)
+            killed = time.monotonic()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert "index.lock" in left and any(name.startswith("next-index-") for name in left), left
+        server.enqueue(
+            _bash('cd "$MEMORY_DIR" && git commit -q -m "after the crash" -- persona.md && echo committed'),
+            text_reply("saved"),
+        )
+        after = _reverie(tmp_path, server, "chat", "-p", "save it again", "--output-format", "json")
+        elapsed = time.monotonic() - killed
+        tool_results = [m["content"] for m in server.chat_bodies[-1]["messages"] if m["role"] == "tool"]
+    assert after.returncode == 0, after.stderr
+    assert tool_results[-1].endswith("committed"), tool_results[-1]
+    assert _git_out(memory, "log", "-1", "--format=%s") == "after the crash"
+    assert "Prefers short answers." in _git_out(memory, "show", "HEAD:persona.md")
+    assert [p.name for p in (memory / ".git").iterdir() if p.name.endswith(".lock") and "reverie" not in p.name] == []
+    stale = [line for line in after.stderr.splitlines() if "removed a stale" in line]
+    assert len(stale) == len(left) and all(line.startswith("reverie: warning: ") for line in stale), after.stderr
+    assert len([e for e in _events(home, "memory.warning") if "stale" in str(e["message"])]) == len(left)
+    print(f"kill -9 to the next commit landing: {elapsed:.2f} s")
+    assert elapsed < 30
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 90.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False

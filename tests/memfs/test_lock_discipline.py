@@ -4,6 +4,7 @@ bubblewrap), reads do not, git's index.lock contention is retried and a stale on
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.base.flock import FlockWaiter
-from orchestrator.memfs.indexlock import STALE_AFTER_SECONDS, clear_stale_lock_files, retrying_git
+from orchestrator.memfs.indexlock import clear_stale_lock_files, retrying_git
 from orchestrator.memfs.locks import LOCK_FILE_NAME, OWNER_FILE_NAME, call_if_free, merge_lock
 from orchestrator.memfs.recovery import recover
 from orchestrator.tools.bash import run_bash
@@ -81,11 +82,12 @@ async def test_agent_git_commit_waits_for_the_repository_lock(tmp_path: Path, re
 @pytest.mark.anyio
 async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path) -> None:
     lock = repo / ".git" / "index.lock"
-    await anyio.to_thread.run_sync(lambda: lock.write_text("", encoding="utf-8"))
+    held = await anyio.to_thread.run_sync(lambda: lock.open("w", encoding="utf-8"))
     await anyio.to_thread.run_sync(lambda: (repo / "notes" / "y.md").write_text(note("y", "x"), encoding="utf-8"))
 
     async def outside_git_finishes() -> None:
         await anyio.sleep(0.4)
+        held.close()
         await anyio.Path(lock).unlink()
 
     async with anyio.create_task_group() as tg:
@@ -95,17 +97,31 @@ async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path) -> N
     assert "notes/y.md" in await anyio.to_thread.run_sync(lambda: git(repo, "diff", "--cached", "--name-only"))
 
 
-def test_only_a_stale_index_lock_is_removed(repo: Path) -> None:
-    old, fresh, held = (repo / ".git" / name for name in ("index.lock", "fresh.lock", "held.lock"))
-    _aged(old, STALE_AFTER_SECONDS + 30)
-    _aged(fresh, 5)
-    _aged(held, STALE_AFTER_SECONDS + 30)
+def test_lock_files_nothing_holds_are_removed_whatever_their_age(repo: Path) -> None:
+    """Issue 23 item 2: staleness is whether a process holds the file, never its age or a pid."""
+    old, fresh, held = (repo / ".git" / name for name in ("index.lock", "next-index-9.lock", "held.lock"))
+    _aged(old, 3600)
+    _aged(fresh, 0)
+    _aged(held, 3600)
     notices: list[str] = []
     with held.open("rb"):
-        removed = clear_stale_lock_files([old, fresh, held], notify=notices.append)
-    assert removed == [old]
-    assert not old.exists() and fresh.exists() and held.exists()
-    assert len(notices) == 1 and str(old) in notices[0] and "stale" in notices[0]
+        removed = clear_stale_lock_files([old, fresh, held], roots=(repo,), notify=notices.append)
+    assert removed == [old, fresh]
+    assert not old.exists() and not fresh.exists() and held.exists()
+    assert len(notices) == 2 and str(old) in notices[0] and "stale" in notices[0]
+
+
+def test_a_git_working_in_the_repository_keeps_every_lock(repo: Path) -> None:
+    """git closes a ref's lock file before renaming it into place: a live git in the repository
+    (its working directory there) may still own a lock file nobody has open."""
+    lock = repo / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text("", encoding="utf-8")
+    with subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as live:
+        try:
+            assert clear_stale_lock_files([lock], roots=(repo,), notify=lambda _: None) == []
+        finally:
+            live.communicate(b"")
+    assert clear_stale_lock_files([lock], roots=(repo,), notify=lambda _: None) == [lock]
 
 
 @pytest.mark.anyio
@@ -119,7 +135,7 @@ async def test_recovery_removes_a_stale_index_lock_and_redundant_pins(repo: Path
         sha = commit_file(repo, "notes/r.md", note("r", "x"), "r")
         git(repo, "checkout", "-q", "main")
         git(repo, "update-ref", "refs/reverie/pre-rebase/20260101T000000Z-0000000a", sha)
-        _aged(lock, STALE_AFTER_SECONDS + 30)
+        lock.write_text("", encoding="utf-8")
         return sha
 
     sha = await anyio.to_thread.run_sync(setup)
