@@ -24,9 +24,9 @@ from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
-from orchestrator.memfs.guard import RepositoryRefused, drain_findings
+from orchestrator.memfs.guard import RepositoryRefused, drain_findings, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
-from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status
+from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status, take_failed_commit
 
 __all__ = [
     "SYNC_LOCK_WAIT_SECONDS",
@@ -166,10 +166,14 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     local_only = not status.has_remote
     if status.in_conflict:
         return SyncResult("conflict", conflict_summary(status), where, local_only, status.revision)
+    failed = take_failed_commit(memory_dir)
     if status.dirty:
-        return SyncResult(
-            "dirty", f"{len(status.porcelain)} uncommitted memory change(s).", where, local_only, status.revision
-        )
+        summary = f"{len(status.porcelain)} uncommitted memory change(s)."
+        if failed is not None:
+            # issue 23 item 2: a commit that failed is never silent (the user's warning, the agent's reminder)
+            report(memory_dir, f"the agent's memory commit did not land: {failed}", restored=False)
+            summary += f" Your last commit did not land: {failed}"
+        return SyncResult("dirty", summary, where, local_only, status.revision)
     errors = audit(memory_dir, status.revision) if status.revision else ()
     if errors:
         summary = "Committed memory fails validation:\n" + "\n".join(errors)

@@ -8,6 +8,10 @@ holds reverie's lock file, it takes that ``flock`` (bounded wait), runs the real
 ``git`` on ``PATH``) with ``REVERIE_GIT_LOCK_HELD`` set so nested git calls (hooks, aliases) do
 not wait for themselves, and exits with git's status. Read-only commands run with
 ``GIT_OPTIONAL_LOCKS=0`` so a ``git status`` never takes ``index.lock`` from under a merge.
+A commit (``commit``, ``merge``, ``rebase``, ...) that fails leaves a record beside the lock
+(``reverie-commit-failed.json``: the command, its exit status and git's first error line), which
+the post-turn check turns into a warning and a reminder (issue 23 item 2); one that succeeds
+removes it.
 
 Where it lives: ``<git common dir>/reverie/bin/git``, written on first use with the running
 interpreter as its ``#!`` line, started isolated and without ``site`` (``-IS``): the script needs
@@ -28,6 +32,7 @@ import threading
 from pathlib import Path
 
 from orchestrator.memfs.locks import LOCK_FILE_NAME, common_dir_sync
+from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 
 __all__ = ["LOCK_HELD_ENV", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
 
@@ -44,12 +49,16 @@ def lock_held_value(common_dir: Path) -> str:
 
 WRAPPER_SOURCE = r'''#!{python} -IS
 """reverie's git wrapper (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit."""
+import fcntl
+import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 HELD = "{held}"
 LOCK = "{lock}"
+FAILED = "{failed}"
+COMMITS = frozenset(("commit", "merge", "cherry-pick", "revert", "am", "rebase"))
 WAIT = float(os.environ.get("REVERIE_GIT_LOCK_WAIT", "300"))
 READS = frozenset((
     "status log show diff rev-parse rev-list ls-files ls-tree cat-file blame grep describe shortlog "
@@ -97,6 +106,7 @@ def run(git, argv, env):
     import subprocess
 
     child = subprocess.Popen([git] + argv, env=env)
+    child = subprocess.Popen([git] + argv, env=env, stderr=subprocess.PIPE)
 
     def forward(signum, _frame):
         try:
@@ -106,8 +116,39 @@ def run(git, argv, env):
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, forward)
+    said = b""
+    out = getattr(sys.stderr, "buffer", None)
+    while True:
+        chunk = child.stderr.read1(65536)
+        if not chunk:
+            break
+        said = (said + chunk)[-8192:]
+        if out is not None:
+            out.write(chunk)
+            out.flush()
     code = child.wait()
-    return 128 - code if code < 0 else code
+    return (128 - code if code < 0 else code), said.decode("utf-8", "replace")
+
+
+def record(common, command, code, said):
+    """What reverie's post-turn check reads: the last commit of the agent failed (or none did)."""
+    path = os.path.join(common, FAILED)
+    if code == 0:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    line = (errors or lines or ["exit %d" % code])[0]
+    try:
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump({"command": command, "code": code, "error": line[:300]}, out)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def main():
@@ -146,7 +187,10 @@ def main():
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
     env[HELD] = "held:" + common
-    sys.exit(run(git, argv, env))
+    code, said = run(git, argv, env)
+    if command in COMMITS:
+        record(common, command, code, said)
+    sys.exit(code)
 
 
 main()
@@ -161,6 +205,7 @@ def _source() -> str:
         WRAPPER_SOURCE.replace("{python}", sys.executable)
         .replace("{held}", LOCK_HELD_ENV)
         .replace("{lock}", LOCK_FILE_NAME)
+        .replace("{failed}", COMMIT_FAILED_FILE_NAME)
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BRANCH_PREFIX", "LOCK_FILE_NAME", "OWNER_FILE_NAME", "PRE_REBASE_REF_PREFIX", "WORKTREE_LOCK_FILE_NAME"]
+__all__ = ["BRANCH_PREFIX", "COMMIT_FAILED_FILE_NAME", "LOCK_FILE_NAME", "OWNER_FILE_NAME", "PRE_REBASE_REF_PREFIX", "WORKTREE_LOCK_FILE_NAME"]
 
 BRANCH_PREFIX: Final = "reverie/"
 """Every branch a subagent's worktree commits on: ``reverie/<kind>/<id>``."""
@@ -18,3 +18,5 @@ PRE_REBASE_REF_PREFIX: Final = "refs/reverie/pre-rebase/"
 LOCK_FILE_NAME: Final = "reverie-merge.lock"
 OWNER_FILE_NAME: Final = "reverie-merge.owner.json"
 WORKTREE_LOCK_FILE_NAME: Final = "reverie-worktrees.lock"
+COMMIT_FAILED_FILE_NAME: Final = "reverie-commit-failed.json"
+"""The git wrapper's record of the agent's last failed commit (``memfs.gitwrap``)."""

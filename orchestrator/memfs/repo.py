@@ -10,6 +10,7 @@ installed hook.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from orchestrator.memfs.indexlock import (
     is_lock_contention,
     lock_file_in,
 )
+from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -36,6 +38,7 @@ __all__ = [
     "init_memory_repo",
     "is_memory_repo",
     "repo_status",
+    "take_failed_commit",
 ]
 
 INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
@@ -251,3 +254,24 @@ def repo_status(path: Path) -> RepoStatus:
             conflicted=tuple(name for code, name in entries if "U" in code or code in {"AA", "DD"}),
             has_remote=local.has_remote(),
         )
+
+
+def take_failed_commit(path: Path) -> str | None:
+    """The agent's last failed commit as one line (``git commit`` exit 128: fatal: ...), recorded by
+    the git wrapper (``memfs.gitwrap``), and the record removed; None when there is none. Blocking."""
+    layout = locate(path)
+    if layout is None:
+        return None
+    record = layout.common_dir / COMMIT_FAILED_FILE_NAME
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+        record.unlink()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        record.unlink(missing_ok=True)
+        return None
+    if not isinstance(data, dict):
+        return None
+    command, code, error = data.get("command"), data.get("code"), str(data.get("error", ""))
+    return f"`git {command}` failed (exit {code}): {' '.join(error.split())[:300]}"

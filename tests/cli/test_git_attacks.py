@@ -155,3 +155,29 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 90.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_memory_commit_that_fails_is_a_warning_and_a_reminder(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(
+            _bash('cd "$MEMORY_DIR" && printf "Likes tea.\\n" >> human.md && git commit -qam "tea"'),
+            text_reply("saved"),
+        )
+        with (memory / ".git" / "index.lock").open("w"):  # an editor's git holds it, alive
+            turn = _reverie(tmp_path, server, "chat", "-p", "remember tea", "--output-format", "json")
+        (memory / ".git" / "index.lock").unlink()
+        server.enqueue(text_reply("noted"))
+        assert _reverie(tmp_path, server, "chat", "-p", "anything else?").returncode == 0
+        next_request = json.dumps(server.chat_bodies[-1])
+    assert turn.returncode == 0, turn.stderr
+    result = json.loads(turn.stdout.splitlines()[-1])
+    landed = [w for w in result["warnings"] if "did not land" in w]
+    assert len(landed) == 1 and "index.lock" in landed[0] and "git commit" in landed[0], result
+    assert f"reverie: warning: {landed[0]}" in turn.stderr.splitlines()
+    assert "Your last commit did not land" in next_request and "index.lock" in next_request
+    assert any("did not land" in str(e["message"]) for e in _events(home, "memory.warning"))
