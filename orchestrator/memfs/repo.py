@@ -11,13 +11,14 @@ installed hook.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, open_repo, run
-from orchestrator.memfs.guard import locate, require_checkout
+from orchestrator.memfs.git import GitError, LocalRepo, open_repo, run
+from orchestrator.memfs.guard import RepositoryRefused, locate, report, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import (
     clear_stale_git_locks,
@@ -129,15 +130,17 @@ def init_memory_repo(
     """Create a v2 memory repository at ``path`` and return its HEAD.
 
     Idempotent: an existing repository with commits is left as it is (its hook is refreshed, as
-    the reference reinstalls hooks on every harness operation). A non-empty directory that is not
-    a repository is refused rather than swallowed into memory.
+    the reference reinstalls hooks on every harness operation). One whose branch is gone is
+    restored from its reflog or refused (``_revive_branch``), never reinitialised: the default files
+    are written only into an empty directory (or a bare ``git init``). A non-empty directory that
+    is not a repository is refused rather than swallowed into memory.
     """
     if path.exists() and not path.is_dir():
         raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
     require_checkout(path)
     if is_memory_repo(path):
         install_hook(path, policy=policy)
-        revision = head_revision(path)
+        revision = head_revision(path) or _revive_branch(path)
         if revision is not None:
             return revision
     elif (path / ".git").exists():
@@ -155,6 +158,69 @@ def init_memory_repo(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     return commit_memory(path, INITIAL_COMMIT_MESSAGE, allow_empty=True).revision
+
+
+def _revive_branch(path: Path) -> str | None:
+    """A repository whose ``HEAD`` names no commit (issue 23 item 3): its branch put back at the
+    newest commit its reflog (or ``HEAD``'s) names, with a warning; None when the repository holds
+    nothing at all (a bare ``git init``: the defaults go in); :class:`RepositoryRefused` in one line,
+    naming the fix, when it has history the reflog cannot restore. Never reinitialised: a deleted
+    ref (``git update-ref -d``, a crash) would otherwise replace memory with the default files."""
+    git_dir = path / ".git"
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    except OSError:
+        head = ""
+    branch = head.removeprefix("ref:").strip() if head.startswith("ref:") else "HEAD"
+    with open_repo(path) as local:
+        found = None if local is None else next((c for c in _reflog_tips(git_dir, branch) if _is_commit(local, c)), None)
+    if found is not None:
+        run(path, "update-ref", branch, found, "", harness=True)
+        report(path, f"{path}: {branch} was missing; restored it from the reflog at {found[:7]} (memory was not reinitialised)", restored=True)
+        return found
+    if not _has_history(path):
+        return None
+    raise RepositoryRefused(
+        f"{path}: the memory repository has history but no {branch}; reverie will not reinitialise it: find the last "
+        f"commit with `git -C {path} reflog` or `git -C {path} fsck --lost-found` and restore it with "
+        f"`git -C {path} update-ref {branch} <commit>`"
+    )
+
+
+def _reflog_tips(git_dir: Path, branch: str) -> list[str]:
+    """The commits the branch's and ``HEAD``'s reflogs moved to, newest first."""
+    tips: list[str] = []
+    for log in dict.fromkeys((git_dir / "logs" / branch, git_dir / "logs" / "HEAD")):
+        try:
+            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines):
+            parts = line.split(" ", 2)
+            if len(parts) >= 2 and len(parts[1]) == 40 and parts[1].strip("0"):
+                tips.append(parts[1])
+    return list(dict.fromkeys(tips))
+
+
+def _is_commit(local: LocalRepo, oid: str) -> bool:
+    found = local.read(oid)
+    return found is not None and found[0] == "commit"
+
+
+def _has_history(path: Path) -> bool:
+    """Anything at all beyond what ``git init`` writes: objects, refs, reflogs, or files beside ``.git``."""
+    git_dir = path / ".git"
+    if any(entry.name != ".git" for entry in path.iterdir()):
+        return True
+    objects = git_dir / "objects"
+    if any(len(d.name) == 2 and any(d.iterdir()) for d in objects.iterdir() if d.is_dir()):
+        return True
+    if any((objects / "pack").glob("*.pack")) or (git_dir / "logs").exists():
+        return True
+    packed = git_dir / "packed-refs"
+    if packed.exists() and any(not line.startswith("#") for line in packed.read_text(encoding="utf-8", errors="replace").splitlines()):
+        return True
+    return any(files for _, _, files in os.walk(git_dir / "refs"))
 
 
 def _ensure_identity(path: Path) -> None:

@@ -181,3 +181,56 @@ def test_a_memory_commit_that_fails_is_a_warning_and_a_reminder(tmp_path: Path) 
     assert f"reverie: warning: {landed[0]}" in turn.stderr.splitlines()
     assert "Your last commit did not land" in next_request and "index.lock" in next_request
     assert any("did not land" in str(e["message"]) for e in _events(home, "memory.warning"))
+
+
+_RULES = " && ".join(
+    f'printf -- "- rule {n}\\n" >> persona.md && git commit -qam "rule {n}"' for n in (1, 2, 3)
+)
+
+
+def test_a_deleted_branch_is_restored_from_the_reflog_never_reinitialised(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(
+            _bash(f'cd "$MEMORY_DIR" && {_RULES} && git update-ref -d refs/heads/main && echo gone'), text_reply("done")
+        )
+        attack = _reverie(tmp_path, server, "chat", "-p", "three rules")
+        moves = [line.split()[1] for line in (memory / ".git" / "logs" / "HEAD").read_text().splitlines()]
+        tip = [sha for sha in moves if sha.strip("0")][-1]
+        results = [m["content"] for m in server.chat_bodies[-1]["messages"] if m["role"] == "tool"]
+        assert results[-1].endswith("gone"), results
+        server.enqueue(text_reply("still here"))
+        after = _reverie(tmp_path, server, "chat", "-p", "what are the rules?")
+        prompt = json.dumps(server.chat_bodies[-1])
+    assert attack.returncode == 0 and after.returncode == 0, after.stderr
+    assert _git_out(memory, "rev-parse", "refs/heads/main") == tip
+    assert [_git_out(memory, "log", "-1", "--format=%s")] == ["rule 3"]
+    assert _git_out(memory, "rev-list", "--count", "--max-parents=0", "HEAD") == "1"
+    persona = (memory / "persona.md").read_text()
+    assert all(f"- rule {n}" in persona for n in (1, 2, 3)) and "- rule 3" in prompt
+    restored = [line for line in after.stderr.splitlines() if "restored it from the reflog" in line]
+    assert len(restored) == 1 and restored[0].startswith("reverie: warning: "), after.stderr
+
+
+def test_history_without_a_branch_or_a_reflog_is_refused_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(
+            _bash(f'cd "$MEMORY_DIR" && {_RULES} && git update-ref -d refs/heads/main && rm -rf .git/logs && echo gone'),
+            text_reply("done"),
+        )
+        assert _reverie(tmp_path, server, "chat", "-p", "three rules").returncode == 0
+        refused = _reverie(tmp_path, server, "chat", "-p", "hello again")
+    assert refused.returncode == 1
+    lines = refused.stderr.splitlines()
+    assert len(lines) == 1 and "has history but no refs/heads/main" in lines[0] and "update-ref refs/heads/main" in lines[0]
+    assert "- rule 3" in (memory / "persona.md").read_text()
+    assert not (memory / ".git" / "refs" / "heads" / "main").exists()
