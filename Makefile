@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) bwrap
 	REVERIE_WORKTREES=$(CURDIR)/worktrees $(BIN)/python -m orchestrator.app.demo
 
 lint: $(STAMP)
@@ -36,14 +36,15 @@ test-deps: $(STAMP)
 unit: $(STAMP) bwrap test-deps
 	REVERIE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
-# The bash tool's sandbox (DECISIONS D11) is tested with real bubblewrap; install it when missing.
+# The bash tool's sandbox (DECISIONS D11) needs bubblewrap (the demo's bash, the tests); install it
+# when missing. Without it, `sandbox = auto` refuses bash rather than run it unconfined (issue 23.6).
 bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "bubblewrap is missing: installing it (apt-get install -y bubblewrap) for the bash sandbox tests"; \
+	    echo "bubblewrap is missing: installing it (apt-get install -y bubblewrap) for the bash tool's sandbox"; \
 	    apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
 	  else \
-	    echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (the bash sandbox tests need it)"; exit 1; \
+	    echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (the bash tool's sandbox needs it)"; exit 1; \
 	  fi; }
 
 test: lint typecheck unit

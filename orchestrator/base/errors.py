@@ -21,10 +21,13 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── ResolverFailed (RuntimeError) memfs/resolution.py: a merge conflict could not be reconciled
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
+    │   ├── RepositoryRefused (RuntimeError)  memfs/guard.py: a redirected or planted .git, an include
+    │   │                                 in its config, or history without a branch; no git was run
+    │   ├── HookPathRefused (RuntimeError)  memfs/hook.py: core.hooksPath (user's config) is no folder
     │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
     ├── ModelError                        orchestrator/models/types.py: a model call failed after retries
     ├── ToolError                         orchestrator/tools/context.py: a tool refused; the model reads it
-    │   └── SandboxUnavailable            tools/sandbox.py: ``sandbox = bwrap`` and bubblewrap cannot run
+    │   └── SandboxUnavailable            tools/sandbox.py: ``sandbox = auto | bwrap`` and bubblewrap cannot run
     ├── CompactionSettingsError (ValueError)  orchestrator/compaction/settings.py: a compaction setting
     ├── PlanningError (ValueError)        orchestrator/compaction/planner.py: no valid cutoff (caught)
     ├── ContextWindowTooSmall             orchestrator/compaction/planner.py: prompt + newest message

@@ -21,8 +21,10 @@ Why these choices:
 * Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
   visible: their top-level ``/tmp`` entry is bound read-only first, then the writable roots inside
   it, so ``echo > ../outside.txt`` fails instead of landing in the private ``/tmp``.
-* ``auto`` falls back to an unconfined run (clean environment, process-group kill) with one warning
-  per process when bubblewrap cannot run; ``bwrap`` refuses instead.
+* ``auto`` (the default) refuses the command in one line when bubblewrap cannot run, naming the
+  two ways on: install bubblewrap, or choose ``off``, which runs unconfined (clean environment,
+  process-group kill) with one warning per process naming what is then not protected
+  (:data:`UNPROTECTED`); ``bwrap`` refuses as ``auto`` does. Never silently unconfined (issue 23 item 6).
 
 Blocking (``stat``, one probe process, once per process); call from a worker thread.
 """
@@ -51,6 +53,7 @@ from orchestrator.tools.context import ToolContext, ToolError
 __all__ = [
     "BASE_ENV_NAMES",
     "SandboxUnavailable",
+    "UNPROTECTED",
     "after_command",
     "bwrap_argv",
     "bwrap_problem",
@@ -89,7 +92,7 @@ _warned: list[bool] = []
 
 
 class SandboxUnavailable(ToolError):
-    """``sandbox = bwrap`` and bubblewrap cannot run; the message is the one line the model sees."""
+    """``sandbox = auto | bwrap`` and bubblewrap cannot run; the message is the one line the model sees."""
 
 
 def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -134,15 +137,19 @@ def _probe() -> str | None:
     return None
 
 
-def _warn_unconfined(reason: str) -> None:
+UNPROTECTED = (
+    "commands can write anywhere you can (the memory repository's hooks and config included), "
+    "read reverie's config.toml, and leave background processes running after reverie exits"
+)
+"""What ``sandbox = off`` gives up, named in its one-time warning and in the README."""
+
+
+def _warn_unconfined() -> None:
     with _probe_lock:
         if _warned:
             return
         _warned.append(True)
-    sys.stderr.write(
-        f"reverie: warning: bash commands run unconfined ({reason}); "
-        "set [tools] sandbox = bwrap to require the sandbox\n"
-    )
+    sys.stderr.write(f"reverie: warning: [tools] sandbox = off: bash commands run unconfined: {UNPROTECTED}\n")
     sys.stderr.flush()
 
 
@@ -295,6 +302,7 @@ def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], d
     sandbox is required and cannot run."""
     env = tool_environment(ctx)
     if ctx.sandbox == "off":
+        _warn_unconfined()
         return list(command), env
     problem = bwrap_problem()
     if problem is None:
@@ -303,8 +311,10 @@ def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], d
         raise SandboxUnavailable(
             f"the bash sandbox is required ([tools] sandbox = bwrap) but {problem}; command not run"
         )
-    _warn_unconfined(problem)
-    return list(command), env
+    raise SandboxUnavailable(
+        f"bash is refused: the sandbox cannot run ({problem}); install bubblewrap, or set [tools] sandbox = "
+        '"off" (REVERIE_SANDBOX=off) to run commands unconfined; command not run'
+    )
 
 
 def after_command(ctx: ToolContext) -> None:

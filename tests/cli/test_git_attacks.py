@@ -234,3 +234,24 @@ def test_history_without_a_branch_or_a_reflog_is_refused_in_one_line(tmp_path: P
     assert len(lines) == 1 and "has history but no refs/heads/main" in lines[0] and "update-ref refs/heads/main" in lines[0]
     assert "- rule 3" in (memory / "persona.md").read_text()
     assert not (memory / ".git" / "refs" / "heads" / "main").exists()
+
+
+def test_off_warns_once_and_a_hooks_path_to_dev_null_is_repaired(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello", REVERIE_SANDBOX="off").returncode == 0
+        server.enqueue(_bash('git -C "$MEMORY_DIR" config core.hooksPath /dev/null && echo disabled'), text_reply("done"))
+        attack = _reverie(tmp_path, server, "chat", "-p", "no more hooks", REVERIE_SANDBOX="off")
+        server.enqueue(text_reply("fine"))
+        after = _reverie(tmp_path, server, "chat", "-p", "hello again", REVERIE_SANDBOX="off")
+    assert attack.returncode == 0, attack.stderr
+    assert attack.stderr.count("sandbox = off: bash commands run unconfined") == 1
+    assert after.returncode == 0, after.stderr
+    repaired = [line for line in after.stderr.splitlines() if "core.hooksPath" in line]
+    assert len(repaired) == 1 and repaired[0].startswith("reverie: warning: ") and "Traceback" not in after.stderr
+    unset = subprocess.run(["git", "-C", str(memory), "config", "--local", "--get", "core.hooksPath"], capture_output=True)
+    assert unset.returncode == 1
+    assert "orchestrator.memfs.hook" in (memory / ".git" / "hooks" / "pre-commit").read_text()

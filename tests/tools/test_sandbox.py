@@ -269,13 +269,24 @@ async def test_required_sandbox_refuses_in_one_line(tmp_path: Path, no_bwrap: No
     assert not (tmp_path / "project" / "ws" / "ran.txt").exists()
 
 
-async def test_auto_falls_back_with_one_warning(tmp_path: Path, no_bwrap: None, capfd: pytest.CaptureFixture[str]) -> None:
-    ctx = _ctx(tmp_path, sandbox="auto")
+async def test_auto_without_bubblewrap_refuses_in_one_line_naming_both_ways_on(tmp_path: Path, no_bwrap: None) -> None:
+    """Issue 23 item 6: never silently unconfined."""
+    result = await run_tool("bash", '{"command": "echo ran > ran.txt"}', _ctx(tmp_path, sandbox="auto"))
+    assert not result.ok and "\n" not in result.output
+    assert "bwrap is not installed" in result.output and 'sandbox = "off"' in result.output
+    assert not (tmp_path / "project" / "ws" / "ran.txt").exists()
+
+
+async def test_off_runs_unconfined_with_one_warning_naming_what_is_not_protected(
+    tmp_path: Path, no_bwrap: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    ctx = _ctx(tmp_path, sandbox="off")
     first = await run_bash("echo one", ctx)
     second = await run_bash("echo two", ctx)
     assert first.ok and second.ok
     err = capfd.readouterr().err
-    assert err.count("bash commands run unconfined") == 1 and "bwrap is not installed" in err
+    assert err.count("sandbox = off: bash commands run unconfined") == 1
+    assert "config.toml" in err and "hooks and config" in err
 
 
 async def test_children_end_with_the_call(tmp_path: Path) -> None:
