@@ -33,6 +33,7 @@ from typing import IO, Any, cast
 import anyio
 
 from orchestrator.base import blocking
+from orchestrator.base.processes import hide_secrets_from_proc
 from orchestrator.batch.runner import RunOptions, batch_environment, load_backends, run_task
 from orchestrator.batch.suite import task_from_json
 
@@ -127,6 +128,7 @@ async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
 
 def main() -> None:
     """A spawned worker: the protocol on stdin and stdout (see ``orchestrator.batch.spawn``)."""
+    hide_secrets_from_proc()
     protocol = os.fdopen(os.dup(1), "wb", buffering=0)
     source = os.fdopen(os.dup(0), "rb")
     _serve_process(source, protocol)

@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     # lazy: --version above imports nothing; everything else defines reverie's dataclasses
     from orchestrator.base import dataclass_cache
+    from orchestrator.base.processes import hide_secrets_from_proc
+
+    hide_secrets_from_proc()  # issue 23 item 6: an unconfined bash cannot read the key from /proc/$PPID/environ
 
     dataclass_cache.install()
     try:

@@ -255,3 +255,17 @@ def test_off_warns_once_and_a_hooks_path_to_dev_null_is_repaired(tmp_path: Path)
     unset = subprocess.run(["git", "-C", str(memory), "config", "--local", "--get", "core.hooksPath"], capture_output=True)
     assert unset.returncode == 1
     assert "orchestrator.memfs.hook" in (memory / ".git" / "hooks" / "pre-commit").read_text()
+
+
+def test_off_hides_the_key_in_reverie_s_own_environment_block(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    probe = 'cat /proc/$PPID/environ | tr "\\0" "\\n" | grep OPENAI_API_KEY'
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(_bash(probe), text_reply("done"))
+        done = _reverie(tmp_path, server, "chat", "-p", "look around", REVERIE_SANDBOX="off")
+        bodies = json.dumps(server.chat_bodies)
+        results = [m["content"] for m in server.chat_bodies[-1]["messages"] if m["role"] == "tool"]
+    assert done.returncode == 0, done.stderr
+    assert results and results[0].startswith("OPENAI_API_KEY=**"), results  # reverie's own, blanked
+    assert KEY not in bodies
