@@ -49,8 +49,6 @@ def lock_held_value(common_dir: Path) -> str:
 
 WRAPPER_SOURCE = r'''#!{python} -IS
 """reverie's git wrapper (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit."""
-import fcntl
-import json
 import os
 import sys
 
@@ -105,7 +103,6 @@ def run(git, argv, env):
     import signal
     import subprocess
 
-    child = subprocess.Popen([git] + argv, env=env)
     child = subprocess.Popen([git] + argv, env=env, stderr=subprocess.PIPE)
 
     def forward(signum, _frame):
@@ -132,6 +129,8 @@ def run(git, argv, env):
 
 def record(common, command, code, said):
     """What reverie's post-turn check reads: the last commit of the agent failed (or none did)."""
+    import json
+
     path = os.path.join(common, FAILED)
     if code == 0:
         try:
