@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.memfs import compile_system_prompt
 from orchestrator.memfs.compiler import clear_render_cache
 from orchestrator.memfs.git import REPOS
-from orchestrator.memfs.reader import DEFAULT_POOL
 
 CORE_COUNTS = (5, 20, 100)
 DEFERRED_COUNTS = (0, 100, 1_000, 10_000)
@@ -108,7 +107,7 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _cold(repo: Path) -> float:
-    DEFAULT_POOL.close_all()
+    REPOS.close_all()
     REPOS.close_all()
     clear_render_cache()
     return _timed(lambda: _compile(repo))
@@ -190,7 +189,7 @@ def main(repeats: int) -> int:
                     f" {base / got['cached']:>8.0f}x",
                     flush=True,
                 )
-        DEFAULT_POOL.close_all()
+        REPOS.close_all()
     print()
     return _verdicts(results)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
-from orchestrator.memfs.git import run
-from orchestrator.memfs.reader import open_reader
+from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.history import first_parents
 
 __all__ = ["AuditedCompile", "audit_errors", "compile_audited"]
 
@@ -52,16 +52,15 @@ def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
 
 
 def _head(memory_dir: Path) -> str | None:
-    with open_reader(memory_dir) as reader:
+    with open_repo(memory_dir) as reader:
         if reader is None:
             return None
-        resolved = reader.resolve("HEAD")
+        resolved = reader.revision("HEAD")
         return resolved.commit if resolved else None
 
 
 def _last_valid_ancestor(memory_dir: Path, revision: str) -> str | None:
-    listed = run(memory_dir, "rev-list", "--first-parent", f"--max-count={_ANCESTORS}", revision, check=False)
-    for commit in listed.stdout.split()[1:]:
+    for commit in first_parents(memory_dir, revision, _ANCESTORS)[1:]:
         if not audit_errors(memory_dir, commit):
             return commit
     return None

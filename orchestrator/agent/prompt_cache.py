@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agent.reminders import memory_invalid_reminder, memory_update_reminder
 from orchestrator.base import blocking
-from orchestrator.memfs.reader import open_reader
+from orchestrator.memfs.git import open_repo
 from orchestrator.models.types import Message
 from orchestrator.store import PromptRecord, Store, StoredMessage
 
@@ -81,10 +81,10 @@ def decide(row: PromptRecord | None, raw_system_hash: str, revision: str | None)
 
 def current_revision(memory_dir: Path) -> str | None:
     """HEAD of the memory repository through the pooled object reader (no extra process)."""
-    with open_reader(memory_dir) as reader:
+    with open_repo(memory_dir) as reader:
         if reader is None:
             return None
-        resolved = reader.resolve("HEAD")
+        resolved = reader.revision("HEAD")
         return resolved.commit if resolved else None
 
 

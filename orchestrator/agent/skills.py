@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.memfs.collation import collation_key
 from orchestrator.memfs.frontmatter import js_trim, parse_frontmatter
-from orchestrator.memfs.reader import open_reader
+from orchestrator.memfs.git import open_repo
 
 __all__ = ["Skill", "append_available_skills", "discover_skills", "render_available_skills"]
 
@@ -30,10 +30,10 @@ class Skill:
 def discover_skills(memory_dir: Path, revision: str | None = None) -> list[Skill]:
     """``skills/<dir>/SKILL.md`` at the committed revision; the name is the frontmatter ``name``
     when it is a non-empty string, else the folder name. Blocking: call from a worker thread."""
-    with open_reader(memory_dir) as reader:
+    with open_repo(memory_dir) as reader:
         if reader is None:
             return []
-        resolved = reader.resolve(revision or "HEAD")
+        resolved = reader.revision(revision or "HEAD")
         if resolved is None:
             return []
         found = reader.lookup(resolved.tree, "skills")

@@ -1,7 +1,7 @@
 """Compile committed memory into the system prompt (memfs.md section 3, DECISIONS M1-M6, S14).
 
-Only the committed tree of ``HEAD`` (or an explicit revision) is read, through the pooled object
-reader; the working tree and the index never matter. For v2 only what the prompt shows is read:
+Only the committed tree of ``HEAD`` (or an explicit revision) is read, through the git seam's pooled
+libgit2 handle (``memfs.git.open_repo``) and its caches; the working tree and the index never matter. For v2 only what the prompt shows is read:
 the root tree, the root files' blobs and, per root directory, whether it holds a ``MEMORY.md``.
 Deferred files are never listed, walked or read, so their number does not affect compile time.
 This is exact because a v2 prompt depends only on root files and first-level child indexes
@@ -25,7 +25,7 @@ from typing import Final
 
 from orchestrator.memfs.collation import sorted_by_collation
 from orchestrator.memfs.frontmatter import js_trim, js_trim_end, parse_frontmatter
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.git import GitError, LocalRepo, Revision, display_path, open_repo
 from orchestrator.memfs.layout import (
     MEMFS_V1,
     MEMFS_V2,
@@ -36,7 +36,6 @@ from orchestrator.memfs.layout import (
     is_markdown_path,
     label_from_path,
 )
-from orchestrator.memfs.reader import ObjectReader, Revision, display_path, open_reader
 
 __all__ = [
     "CORE_MEMORY_PLACEHOLDER",
@@ -265,7 +264,7 @@ def _record_from_blob(path: str, data: bytes) -> MemoryRecord:
     )
 
 
-def _collect_v2(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
+def _collect_v2(reader: LocalRepo, revision: Revision) -> list[MemoryRecord]:
     records: list[MemoryRecord] = []
     for entry in reader.tree_entries(revision.tree):
         if entry.is_tree:
@@ -282,7 +281,7 @@ def _collect_v2(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
     return _sorted_records(records)
 
 
-def _collect_v1(reader: ObjectReader, revision: Revision) -> list[MemoryRecord]:
+def _collect_v1(reader: LocalRepo, revision: Revision) -> list[MemoryRecord]:
     records: list[MemoryRecord] = []
     for entry in reader.walk(revision.tree):
         if not is_markdown_path(entry.path):
@@ -328,7 +327,7 @@ def clear_render_cache() -> None:
     _RENDER_CACHE.clear()
 
 
-def _render_tree(reader: ObjectReader, resolved: Revision) -> tuple[MemoryFormat, str]:
+def _render_tree(reader: LocalRepo, resolved: Revision) -> tuple[MemoryFormat, str]:
     root = reader.tree_entries(resolved.tree)
     if any(entry.path == ROOT_INDEX and not entry.is_tree for entry in root):
         return MEMFS_V2, render_v2(_collect_v2(reader, resolved))
@@ -341,10 +340,10 @@ def _collect(
     """(revision, format, rendered memory); every git failure degrades (memfs.md 3.2)."""
     commit: str | None = None
     try:
-        with open_reader(memory_dir) as reader:
+        with open_repo(memory_dir) as reader:
             if reader is None:
                 return None, MEMFS_V1, ""
-            resolved = reader.resolve(revision)
+            resolved = reader.revision(revision)
             if resolved is None:
                 return None, MEMFS_V1, ""
             commit = resolved.commit

@@ -1,32 +1,50 @@
-"""The git seam: every git process reverie starts goes through :func:`run` or :func:`arun`.
+"""The git seam: every git process reverie starts goes through :func:`run` or :func:`arun`, and
+every in-process read or write of a repository through the one libgit2 handle :func:`open_repo`
+holds for it.
 
-One place owns what used to differ between six callers:
+Two ways to git, one module, chosen per job:
+
+* **libgit2 (pygit2), in-process**: objects, trees, refs, status, worktree records, ancestry,
+  fast-forwards, clean rebases and checkouts. :func:`open_repo` hands out one :class:`LocalRepo`
+  per repository from an LRU pool, locked to one thread at a time; the handle carries the caches
+  of parsed trees, look-ups and small blobs that the compiler reads every turn. No other module
+  imports pygit2 (an import-linter contract), and there is no second reader: what the hook reads
+  without libgit2 it reads with git processes (``memfs.gitsnapshot``).
+* **the git CLI, through GitPython's command runner** (``git.cmd.Git.execute``): what libgit2
+  cannot do as git does: the agent's and the harness's commits (the pre-commit hook, the index as
+  git stages it), ``rebase`` with conflicts, ``merge --ff-only`` when libgit2 cannot tell, worktree
+  removal it refuses, push and pull, diffs printed for people.
+
+What the process runner owns, for every caller:
 
 * **timeouts**: :data:`LOCAL_TIMEOUT` for commands on local repositories, :data:`NETWORK_TIMEOUT`
-  for ``push``/``pull``/``fetch``; a command that overruns is killed and reported as a
-  :class:`GitError` (``returncode`` -9), never left running;
-* **environment**: git never prompts (``GIT_TERMINAL_PROMPT=0``, editors are ``true``), messages
-  are in English (``LC_ALL=C``: callers classify failures from them), and the location variables
-  a surrounding git process may have exported (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are removed
-  unless the caller runs *inside* a git hook and wants exactly those (``inherit_location=True``);
-  ``harness=True`` adds reverie's own identity, unsigned commits and bypassed hooks (reverie
-  validates in-process, DECISIONS S21);
+  for ``push``/``pull``/``fetch``; a command that overruns is killed with its children (GitPython's
+  ``kill_after_timeout``) and reported as a :class:`GitError` (``returncode`` -9), never left running;
+* **environment** (:func:`clean_environment`, the hardening hook point): git never prompts
+  (``GIT_TERMINAL_PROMPT=0``, editors are ``true``), messages are in English (``LC_ALL=C``: callers
+  classify failures from them), and the location variables a surrounding git process may have
+  exported (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are removed unless the caller runs *inside* a git
+  hook and wants exactly those (``inherit_location=True``); ``harness=True`` adds reverie's own
+  identity and the ``-c`` flags for unsigned commits and bypassed hooks (reverie validates
+  in-process, DECISIONS S21);
 * **encoding**: output is kept as bytes (``out``/``err``); ``stdout``/``stderr`` decode it as UTF-8
   with ``surrogateescape``, so a path that is not UTF-8 round-trips to the bytes git stored (M2);
-* **errors**: one :class:`GitError`, whose ``str()`` is one line naming the command, the
-  directory and git's first ``error:``/``fatal:`` line, and which keeps all of ``stderr``.
+* **errors**: one :class:`GitError` (GitPython's ``GitCommandError`` is translated here), whose
+  ``str()`` is one line naming the command, the directory and git's first ``error:``/``fatal:``
+  line, and which keeps all of ``stderr``; libgit2's failures become the same type.
 
 Async callers use :func:`arun`, which runs the process in a worker thread, never on the event loop
 (asyncio would spawn children on the loop thread). The thread is not abandoned on cancellation:
 git always finishes or times out, so a cancelled caller never leaves a half-written index behind.
-Reads that need no process (objects, refs, status, worktree records, ancestry) run in-process
-through libgit2 (pygit2, the fastest reader measured): :func:`open_repo` hands out one
-:class:`LocalRepo` per repository from an LRU pool, locked to one thread at a time. The git CLI is
-kept for what libgit2 cannot do as git does: commits (hooks, the index as git stages it),
-``rebase``, ``merge --ff-only`` (a checkout that refuses to overwrite local changes), push and pull.
+
+Why GitPython's runner rather than ``subprocess`` directly: the project's design names it, and it
+brings the timeout that kills a command's whole process tree; it costs ~45 ms to import, so it is
+imported with the first git process (:func:`_gitpython`), not with this module, which the hook and
+every command import.
 
 Longer than most modules on purpose: the seam is the one place that knows how reverie talks to git
-(issue 15 item 4), so the process runner and the in-process handle live together, in two sections.
+(issue 15 item 4, issue 24 item 1), so the process runner and the in-process handle live together,
+in two sections.
 """
 
 from __future__ import annotations
@@ -35,8 +53,7 @@ import contextlib
 import functools
 import os
 import shutil
-import subprocess
-import sys
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -51,7 +68,6 @@ from orchestrator.base.errors import UsageError
 from orchestrator.memfs import guard
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.guard import outer_environment
-from orchestrator.memfs.plain import NotPlain, PlainRepo, parse_tree
 
 __all__ = [
     "HARNESS_EMAIL",
@@ -64,19 +80,19 @@ __all__ = [
     "LocalRepo",
     "PathLRU",
     "RepoPool",
+    "Revision",
+    "TreeEntry",
     "arun",
     "ask",
     "clean_environment",
-    "commit_packed",
     "common_dir",
-    "init_local",
+    "display_path",
+    "list_tree_entries",
     "load_pygit2",
     "open_local",
     "open_repo",
-    "parse_tree",
+    "read_tree_files",
     "run",
-    "set_local_config",
-    "stage_all",
     "using_repo",
 ]
 
@@ -247,33 +263,100 @@ def run(
 ) -> GitResult:
     """Run ``git <args>`` in ``cwd`` (blocking); raise :class:`GitError` on failure when ``check``.
 
-    A timeout or a git that cannot be started is a :class:`GitError` whatever ``check`` says:
-    there is no result to look at. A repository whose layout the guard refuses raises
-    :class:`~orchestrator.memfs.guard.RepositoryRefused` before any process starts.
+    A timeout, a ``cwd`` that is not a directory or a git that cannot be started is a
+    :class:`GitError` whatever ``check`` says: there is no result to look at. A repository whose
+    layout the guard refuses raises :class:`~orchestrator.memfs.guard.RepositoryRefused` before any
+    process starts.
     """
+    if not os.path.isdir(cwd):
+        raise GitError(args, -1, f"fatal: cannot run git: {cwd} is not a directory", cwd)
     base = clean_environment(env, harness=harness, inherit_location=inherit_location)
     hardened, full_env = _hardened(cwd, args, base, inherit_location=inherit_location)
     argv = ["git", *(_HARNESS_CONFIG if harness else ()), *hardened]
     data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
-    try:
-        proc = subprocess.run(
-            argv,
-            cwd=cwd,
-            env=full_env,
-            input=data,
-            capture_output=True,
-            timeout=git_timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        said = (exc.stderr or b"").decode("utf-8", "replace")
-        raise GitError(args, -9, f"fatal: timed out after {git_timeout:g} s\n{said}", cwd) from None
-    except OSError as exc:
-        raise GitError(args, -1, f"fatal: cannot run git: {exc}", cwd) from None
-    result = GitResult(proc.returncode, proc.stdout, proc.stderr)
+    returncode, out, err = _execute(argv, cwd, full_env, data, git_timeout)
+    if returncode == _TIMED_OUT:
+        raise GitError(args, -9, f"fatal: timed out after {git_timeout:g} s\n{err.decode('utf-8', 'replace')}", cwd)
+    result = GitResult(returncode, out, err)
     if check and not result.ok:
         raise GitError(args, result.returncode, result.stderr or result.stdout, cwd)
     return result
+
+
+_TIMED_OUT: Final = -(2**31)
+
+
+def _execute(
+    argv: list[str], cwd: Path | str, environment: dict[str, str], data: bytes | None, timeout: float
+) -> tuple[int, bytes, bytes]:
+    """The execution step: ``argv`` run by GitPython's command runner (``git.cmd.Git.execute``),
+    which kills the process (and its children) when ``timeout`` passes; ``(returncode, stdout,
+    stderr)``, ``returncode`` :data:`_TIMED_OUT` after a kill. :class:`GitError` when git cannot be
+    started (``GitCommandNotFound``, GitPython's ``GitCommandError`` for a missing executable).
+
+    ``Git.execute`` starts from ``os.environ`` and only adds to it, so the variables the
+    environment builder removed (:func:`clean_environment`) and that this process has are unset
+    by ``env -u`` in front of git; in the usual case, none, no extra program runs. Input is handed
+    over as a file (``istream``): a pipe filled before git starts when it fits in one, else a
+    temporary file. GitPython hands ``stderr`` back decoded (``surrogateescape``), without its
+    last newline; it is encoded back to the bytes git wrote."""
+    gitcmd = _gitpython()
+    unset = [name for name in os.environ if name not in environment]
+    command = ["env", *(part for name in unset for part in ("-u", name)), *argv] if unset else argv
+    with _input_stream(data) as stream:
+        try:
+            returncode, out, said = gitcmd.Git(cwd).execute(
+                command,
+                istream=stream,
+                env=environment,
+                with_extended_output=True,
+                with_exceptions=False,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+                kill_after_timeout=timeout,
+            )
+        except gitcmd.GitCommandError as error:
+            raise GitError(argv[1:], -1, f"fatal: cannot run git: {error}", cwd) from None
+    err = said.encode("utf-8", "surrogateescape")
+    if returncode == -9 and err.startswith(b"Timeout: "):
+        return _TIMED_OUT, out, err
+    return returncode, out, err
+
+
+_PIPE_HOLDS: Final = 16 * 1024
+"""Input up to this size is written into a pipe before git starts (a pipe holds at least this)."""
+
+
+@contextmanager
+def _input_stream(data: bytes | None) -> Iterator[Any]:
+    """``data`` as a readable file for git's standard input (None: git reads nothing)."""
+    if data is None:
+        yield None
+        return
+    if len(data) <= _PIPE_HOLDS:
+        read, write = os.pipe()
+        try:
+            os.write(write, data)
+        finally:
+            os.close(write)
+        with os.fdopen(read, "rb") as stream:
+            yield stream
+        return
+    with tempfile.TemporaryFile() as stream:
+        stream.write(data)
+        stream.seek(0)
+        yield stream
+
+
+def _gitpython() -> ModuleType:
+    """GitPython's ``git.cmd``, imported on the first git process: it costs ~45 ms and runs ``git
+    version`` once, which a ``reverie`` command that starts no git (``--help``, ``runs``) need not
+    pay. A missing git is the :class:`GitError` of the first command, not an import failure."""
+    try:
+        import git.cmd
+    except ImportError as error:
+        raise GitError(("version",), -1, f"fatal: cannot run git: {error}") from None
+    return git.cmd
 
 
 async def arun(
@@ -312,47 +395,94 @@ def load_pygit2() -> None:
 
 
 _KIND_NAMES: Final = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
+_TREE_MODE: Final = "40000"
+_SYMLINK_MODE: Final = "120000"
+_GITLINK_MODE: Final = "160000"
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """A resolved commit and its root tree (both full hex object ids)."""
+
+    commit: str
+    tree: str
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One tree entry; ``path`` is repository-relative with ``/`` separators, exactly the bytes
+    stored in the tree decoded as UTF-8 (DECISIONS M2, S14): no quoting, no trimming; bytes that
+    are not UTF-8 are kept with ``surrogateescape`` so the name round-trips (:func:`display_path`
+    gives printable text)."""
+
+    path: str
+    mode: str
+    oid: str
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition("/")[2]
+
+    @property
+    def is_tree(self) -> bool:
+        return self.mode == _TREE_MODE
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.mode == _SYMLINK_MODE
+
+    @property
+    def is_submodule(self) -> bool:
+        return self.mode == _GITLINK_MODE
+
+    @property
+    def is_regular_file(self) -> bool:
+        return self.mode.startswith("100")
+
+    @property
+    def is_blob(self) -> bool:
+        """A file or a symlink (read as its target text)."""
+        return self.is_regular_file or self.is_symlink
+
+
+def display_path(path: str) -> str:
+    """``path`` as printable text: undecodable bytes (kept as surrogates) become U+FFFD."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return path
 
 
 class LocalRepo:
-    """One repository (a main checkout or a linked worktree) opened in-process.
+    """One repository (a main checkout or a linked worktree) opened in-process: the one libgit2
+    handle reverie holds for it, and the caches of what it read through that handle.
 
     libgit2 objects are not thread-safe: a ``LocalRepo`` is used by one thread at a time, which
     :meth:`RepoPool.open` guarantees by holding :attr:`lock`. Every libgit2 failure is re-raised
     as :class:`GitError`; a name that resolves to nothing is ``None``, not an error.
 
-    A plain repository (``memfs.plain``) is opened without libgit2: HEAD, refs, loose objects and
-    an unset ``core.hooksPath`` are read from its files, and libgit2 is loaded and the handle
-    opened on the first question those files cannot settle (status, a packed object, a write).
-    A chat's first request then waits for no libgit2 (issue 14.4). Once libgit2 is loaded in the
-    process (by this handle or another), it answers everything: with its caches a turn's reads
-    cost less than reading and inflating the files again.
+    The compiler reads every memory file on every turn, so parsed trees, ``<tree>:<name>``
+    look-ups and small blobs are cached by object id (objects never change; a bounded LRU each).
+    Refs and ``HEAD`` are always asked of libgit2, which re-reads them when their files change.
     """
 
-    def __init__(self, handle: Any, top_level: Path, plain: PlainRepo | None = None) -> None:
-        self._handle = handle
-        self._plain = plain
+    _TREE_CACHE_ENTRIES: Final = 20_000
+    _LOOKUP_CACHE_SIZE: Final = 4_096
+    _BLOB_CACHE_BYTES: Final = 2 * 1024 * 1024
+    _BLOB_CACHE_MAX_BLOB: Final = 128 * 1024
+
+    def __init__(self, handle: Any, top_level: Path) -> None:
+        self._repo = handle
         self.top_level = top_level
-        self.git_dir = plain.git_dir if plain is not None else Path(handle.path).resolve()
+        self.git_dir = Path(handle.path).resolve()
         self.lock = threading.Lock()
         self.evicted = False
-
-    def _plain_view(self) -> PlainRepo | None:
-        """The plain reading, while libgit2 is not loaded yet (see the class docstring)."""
-        if self._plain is None or self._handle is not None or "pygit2" in sys.modules:
-            return None
-        return self._plain
-
-    @property
-    def _repo(self) -> Any:
-        """The libgit2 handle, opened on first use for a repository first read as plain."""
-        if self._handle is None:
-            pygit2 = _pygit2()
-            try:
-                self._handle = _open_top(pygit2, self.top_level)
-            except (pygit2.GitError, KeyError, ValueError, OSError) as error:
-                raise self._fail("rev-parse", error) from error
-        return self._handle
+        self._trees: OrderedDict[str, tuple[tuple[str, str, str], ...]] = OrderedDict()
+        self._cached_tree_entries = 0
+        self._lookups: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._cached_blob_bytes = 0
 
     @property
     def common_dir(self) -> Path:
@@ -366,11 +496,15 @@ class LocalRepo:
     def _fail(self, what: str, error: Exception) -> GitError:
         return GitError((what,), 128, f"fatal: {error}", self.top_level)
 
+    def forget(self) -> None:
+        """Drop the caches (when the pool lets the handle go)."""
+        self._trees.clear()
+        self._lookups.clear()
+        self._blobs.clear()
+        self._cached_tree_entries = self._cached_blob_bytes = 0
+
     def read(self, oid: str) -> tuple[str, bytes] | None:
         """(object type, raw bytes) of ``oid`` exactly as stored, or None when it is missing."""
-        if (plain := self._plain_view()) is not None:
-            with contextlib.suppress(NotPlain):
-                return plain.read(oid)
         pygit2 = _pygit2()
         try:
             kind, data = self._repo.odb.read(oid)
@@ -382,9 +516,6 @@ class LocalRepo:
 
     def resolve(self, revision: str = "HEAD") -> tuple[str, str] | None:
         """(commit, tree) that ``revision`` names, peeled to a commit; None when it names none."""
-        if (plain := self._plain_view()) is not None:
-            with contextlib.suppress(NotPlain):
-                return plain.resolve(revision)
         pygit2 = _pygit2()
         try:
             commit = self._repo.revparse_single(revision).peel(pygit2.Commit)
@@ -392,17 +523,90 @@ class LocalRepo:
             return None
         return str(commit.id), str(commit.tree_id)
 
+    def revision(self, revision: str = "HEAD") -> Revision | None:
+        """The commit ``revision`` names (peeled) and its tree, or None (no such commit, an unborn
+        branch, a name with whitespace)."""
+        if not revision or any(ch.isspace() for ch in revision):
+            return None
+        found = self.resolve(revision)
+        return None if found is None else Revision(commit=found[0], tree=found[1])
+
+    def _tree(self, tree_oid: str) -> tuple[tuple[str, str, str], ...]:
+        """``(name, mode, oid)`` of each entry of ``tree_oid`` in stored order, cached."""
+        cached = self._trees.get(tree_oid)
+        if cached is not None:
+            self._trees.move_to_end(tree_oid)
+            return cached
+        pygit2 = _pygit2()
+        try:
+            tree = self._repo[tree_oid]
+            if not isinstance(tree, pygit2.Tree):
+                raise KeyError(tree_oid)
+            parsed = tuple(
+                (entry.raw_name.decode("utf-8", "surrogateescape"), f"{entry.filemode:o}", str(entry.id))
+                for entry in tree
+            )
+        except (KeyError, ValueError, pygit2.GitError):
+            raise GitError(("ls-tree",), 128, f"fatal: tree {tree_oid} is missing", self.top_level) from None
+        if len(parsed) <= self._TREE_CACHE_ENTRIES // 4:
+            self._trees[tree_oid] = parsed
+            self._cached_tree_entries += len(parsed)
+            while self._cached_tree_entries > self._TREE_CACHE_ENTRIES:
+                _, dropped = self._trees.popitem(last=False)
+                self._cached_tree_entries -= len(dropped)
+        return parsed
+
+    def tree_entries(self, tree_oid: str, prefix: str = "") -> list[TreeEntry]:
+        """Entries of one tree, in stored (git) order; ``prefix`` is the tree's own path."""
+        lead = f"{prefix}/" if prefix else ""
+        return [TreeEntry(lead + name, mode, oid) for name, mode, oid in self._tree(tree_oid)]
+
+    def walk(self, tree_oid: str, prefix: str = "") -> Iterator[TreeEntry]:
+        """Every non-tree entry below ``tree_oid``, recursively, in ``git ls-tree -r`` order."""
+        for entry in self.tree_entries(tree_oid, prefix):
+            if entry.is_tree:
+                yield from self.walk(entry.oid, entry.path)
+            else:
+                yield entry
+
     def files(self, tree_oid: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(path, mode, oid)`` of every non-tree entry below ``tree_oid``, as ``git ls-tree -r``."""
-        found = self.read(tree_oid)
-        if found is None or found[0] != "tree":
-            raise GitError(("ls-tree",), 128, f"fatal: tree {tree_oid} is missing", self.top_level)
-        for name, mode, oid in parse_tree(found[1]):
-            path = f"{prefix}{name}"
-            if mode == "40000":
-                yield from self.files(oid, f"{path}/")
-            else:
-                yield path, mode, oid
+        for entry in self.walk(tree_oid, prefix.rstrip("/")):
+            yield entry.path, entry.mode, entry.oid
+
+    def lookup(self, tree_oid: str, name: str) -> tuple[str, str] | None:
+        """(oid, object type) of the entry ``name`` directly inside ``tree_oid``, without listing
+        it (libgit2 searches the sorted tree: one small look-up in a folder of thousands), cached."""
+        key = (tree_oid, name)
+        if key in self._lookups:
+            self._lookups.move_to_end(key)
+            return self._lookups[key]
+        result: tuple[str, str] | None = None
+        if "\n" not in name and name not in ("", ".", ".."):
+            result = self.entry(tree_oid, name)
+        self._lookups[key] = result
+        if len(self._lookups) > self._LOOKUP_CACHE_SIZE:
+            self._lookups.popitem(last=False)
+        return result
+
+    def read_blob(self, oid: str) -> bytes | None:
+        """The blob's bytes (a symlink's target text), or None if it is missing or not a blob.
+        Small blobs are cached by object id: the same core files are read on every turn."""
+        cached = self._blobs.get(oid)
+        if cached is not None:
+            self._blobs.move_to_end(oid)
+            return cached
+        found = self.read(oid)
+        if found is None or found[0] != "blob":
+            return None
+        data = found[1]
+        if len(data) <= self._BLOB_CACHE_MAX_BLOB:
+            self._blobs[oid] = data
+            self._cached_blob_bytes += len(data)
+            while self._cached_blob_bytes > self._BLOB_CACHE_BYTES:
+                _, dropped = self._blobs.popitem(last=False)
+                self._cached_blob_bytes -= len(dropped)
+        return data
 
     def ever_had(self, revision: str, path: str) -> bool:
         """Whether any commit reachable from ``revision`` has ``path`` (so ``git log -1 revision --
@@ -424,9 +628,6 @@ class LocalRepo:
 
     def entry(self, tree_oid: str, path: str) -> tuple[str, str] | None:
         """(oid, type) of ``path`` below tree ``tree_oid`` (``<tree>:<path>``), else None."""
-        if (plain := self._plain_view()) is not None:
-            with contextlib.suppress(NotPlain):
-                return plain.entry(tree_oid, path)
         pygit2 = _pygit2()
         try:
             tree = self._repo[tree_oid]
@@ -462,8 +663,6 @@ class LocalRepo:
             return False
 
     def config(self, key: str) -> str | None:
-        if (plain := self._plain_view()) is not None and plain.unset(key):
-            return None
         try:
             value = self._repo.config[key]
         except (KeyError, ValueError, _pygit2().GitError):
@@ -472,9 +671,6 @@ class LocalRepo:
 
     def refs(self, prefix: str) -> tuple[tuple[str, str], ...]:
         """(full ref name, target oid) of every direct ref under ``prefix``, sorted by name."""
-        if (plain := self._plain_view()) is not None:
-            with contextlib.suppress(NotPlain):
-                return plain.refs(prefix)
         pygit2 = _pygit2()
         out: list[tuple[str, str]] = []
         try:
@@ -539,6 +735,25 @@ class LocalRepo:
         except (KeyError, ValueError, pygit2.GitError) as error:
             raise self._fail("rev-list", error) from error
 
+    def first_parents(self, revision: str, count: int) -> tuple[str, ...]:
+        """``git rev-list --first-parent --max-count=<count> revision``: newest first; empty when
+        ``revision`` names no commit."""
+        pygit2 = _pygit2()
+        try:
+            start = self._repo.revparse_single(revision).peel(pygit2.Commit).id
+            walker = self._repo.walk(start, pygit2.enums.SortMode.TOPOLOGICAL)
+            walker.simplify_first_parent()
+            return tuple(str(commit.id) for _, commit in zip(range(count), walker, strict=False))
+        except (KeyError, ValueError, pygit2.GitError):
+            return ()
+
+    def is_root(self, commit: str) -> bool:
+        """Whether ``commit`` has no parent."""
+        try:
+            return not self._repo[commit].parent_ids
+        except (KeyError, ValueError, _pygit2().GitError):
+            return False
+
     def merge_base(self, one: str, other: str) -> str | None:
         pygit2 = _pygit2()
         try:
@@ -589,9 +804,6 @@ class LocalRepo:
 
     def ref(self, name: str) -> str | None:
         """The commit the ref ``name`` (full name) points at, or None when there is no such ref."""
-        if (plain := self._plain_view()) is not None:
-            with contextlib.suppress(NotPlain):
-                return plain.ref(name)
         try:
             return self._ref_target(name)
         except (KeyError, ValueError, _pygit2().GitError):
@@ -766,8 +978,7 @@ class PathLRU(Generic[V]):
     """Handles keyed by a directory's real path, least recently used first, each held with the
     identity of the ``.git`` it was opened on, so a repository deleted and re-created at the same
     path is opened afresh. ``realpath`` lstats every component (the largest cost of a pooled open),
-    so a spelling seen before is trusted while its identity still matches the held handle's. Shared
-    by the repository pool here and the object-reader pool (``memfs.reader``)."""
+    so a spelling seen before is trusted while its identity still matches the held handle's."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -849,7 +1060,7 @@ class RepoPool:
         if opened is None:
             return None
         for old in self._handles.put(key, identity, opened):
-            old.evicted = True
+            _retire(old)
         return opened
 
     @contextmanager
@@ -860,24 +1071,35 @@ class RepoPool:
             yield None
             return
         with repo.lock:
-            yield repo
+            try:
+                yield repo
+            finally:
+                if repo.evicted:
+                    repo.forget()
 
     def close_all(self) -> None:
-        """Forget every handle (libgit2 closes files when the last reference goes)."""
+        """Forget every handle and its caches (libgit2 closes files when the last reference goes):
+        at shutdown, in tests, before a cold bench."""
         for repo in self._handles.clear():
-            repo.evicted = True
+            _retire(repo)
+
+
+def _retire(repo: LocalRepo) -> None:
+    """Mark ``repo`` let go; its caches are dropped now, or by its user when it is in use."""
+    repo.evicted = True
+    if repo.lock.acquire(blocking=False):
+        try:
+            repo.forget()
+        finally:
+            repo.lock.release()
 
 
 def open_local(directory: Path) -> LocalRepo | None:
     """A new handle on the repository whose top level is ``directory`` (resolved), else None; the
-    caller owns it (pooled callers use :func:`open_repo`). Until libgit2 is loaded in the process,
-    a plain repository opens without it (:class:`LocalRepo`); afterwards the files are not read
-    twice. The guard checks the layout first, as for a git process (libgit2 would follow a planted
-    ``commondir`` too); a refused one raises :class:`~orchestrator.memfs.guard.RepositoryRefused`."""
+    caller owns it (pooled callers use :func:`open_repo`). The guard checks the layout first, as for
+    a git process (libgit2 would follow a planted ``commondir`` too); a refused one raises
+    :class:`~orchestrator.memfs.guard.RepositoryRefused`."""
     guard.locate(directory)
-    plain = None if "pygit2" in sys.modules else PlainRepo.open(directory)
-    if plain is not None:
-        return LocalRepo(None, directory, plain)
     pygit2 = _pygit2()
     try:
         handle = _open_top(pygit2, directory)
@@ -895,6 +1117,41 @@ REPOS: Final = RepoPool()
 def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[LocalRepo | None]:
     """``REPOS.open(directory)``: the in-process handle of a repository top level, or None."""
     return REPOS.open(directory)
+
+
+def list_tree_entries(memory_dir: str | os.PathLike[str], revision: str = "HEAD") -> list[TreeEntry] | None:
+    """Every file entry (blobs, symlinks, submodules) at ``revision``, as ``git ls-tree -r -z``.
+
+    None when there is no revision ("no revision", memfs.md 3.2 step A / DECISIONS M6: a missing
+    directory, not a repository, not its top level, no commits, a name that is no commit).
+    Blocking. :class:`GitError` if libgit2 fails mid-walk."""
+    with open_repo(memory_dir) as repo:
+        if repo is None:
+            return None
+        resolved = repo.revision(revision)
+        return None if resolved is None else list(repo.walk(resolved.tree))
+
+
+def read_tree_files(
+    memory_dir: str | os.PathLike[str], revision: str = "HEAD", *, markdown_only: bool = False
+) -> dict[str, bytes] | None:
+    """Path to content of every blob at ``revision`` (symlinks give their target text); submodule
+    entries are skipped (their commits are not in this repository). None when there is no
+    revision (as :func:`list_tree_entries`). Blocking. :class:`GitError` if libgit2 fails."""
+    with open_repo(memory_dir) as repo:
+        if repo is None:
+            return None
+        resolved = repo.revision(revision)
+        if resolved is None:
+            return None
+        files: dict[str, bytes] = {}
+        for entry in repo.walk(resolved.tree):
+            if not entry.is_blob or (markdown_only and not entry.path.endswith(".md")):
+                continue
+            data = repo.read_blob(entry.oid)
+            if data is not None:
+                files[entry.path] = data
+        return files
 
 
 def _by_path(entry: tuple[str, str]) -> tuple[bool, bytes]:
@@ -929,85 +1186,6 @@ async def ask(directory: Path | str, question: Callable[[LocalRepo], T]) -> T:
     """:func:`using_repo` in a worker thread behind the ``git`` limiter, for async callers, e.g.
     ``await ask(worktree, lambda repo: repo.commits(head, tip))``."""
     return await blocking.run_sync("git", functools.partial(using_repo, directory, question))
-
-
-# ---------------------------------------------------------------------------------------------
-# A new repository and its first commit, written in-process (a batch run's templates)
-# ---------------------------------------------------------------------------------------------
-
-
-def init_local(directory: Path, *, branch: str) -> None:
-    """``git init -b <branch>`` in-process (libgit2 writes the same layout and core settings), for a
-    repository made many times over where a process each step would dominate. Blocking.
-    :class:`GitError` when it fails."""
-    pygit2 = _pygit2()
-    try:
-        pygit2.init_repository(str(directory), initial_head=branch)
-    except (pygit2.GitError, OSError, ValueError) as error:
-        raise GitError(("init",), 128, f"fatal: {error}", directory) from None
-
-
-def set_local_config(directory: Path, values: Mapping[str, str]) -> None:
-    """``git config <key> <value>`` for each of ``values``, in the repository's own config file,
-    in-process. Blocking. :class:`GitError` when it fails."""
-    pygit2 = _pygit2()
-    try:
-        config = _open_top(pygit2, directory).config
-        for key, value in values.items():
-            config[key] = value
-    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
-        raise GitError(("config",), 128, f"fatal: {error}", directory) from None
-
-
-def stage_all(directory: Path) -> dict[str, tuple[str, str, bytes]]:
-    """``git add -A`` in a repository without commits, in-process (libgit2 applies the ignore rules
-    and the built-in attribute conversions as git does; it runs no external filter driver, so the
-    caller makes sure none is configured). Returns what the index now holds: path -> (mode as git
-    prints it, blob id, the stored bytes). Blocking. :class:`GitError` when it fails."""
-    pygit2 = _pygit2()
-    try:
-        repo = _open_top(pygit2, directory)
-        index = repo.index
-        index.add_all()
-        index.write()
-        return {entry.path: (f"{entry.mode:o}", str(entry.id), repo[entry.id].data) for entry in index}
-    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
-        raise GitError(("add",), 128, f"fatal: {error}", directory) from None
-
-
-def commit_packed(
-    directory: Path, *, branch: str, message: str, author: tuple[str, str], committer: tuple[str, str]
-) -> str:
-    """The root commit of the unborn ``branch`` from the index as staged, in-process; its id.
-
-    What ``git commit -m <message>`` then ``git repack -a -d`` and ``git pack-refs --all`` leave,
-    without a process: the objects are in one pack (the loose ones written on the way are removed),
-    the branch is in ``packed-refs``, and there is no reflog. Nothing is signed or re-encoded, so
-    the caller makes sure git would not either (``commit.gpgsign``, ``i18n.commitEncoding``).
-    ``author``/``committer`` are (name, email), both timed now; ``message`` gets git's final newline.
-    Blocking. :class:`GitError` when libgit2 fails."""
-    pygit2 = _pygit2()
-    text = message if message.endswith("\n") else message + "\n"
-    try:
-        repo = _open_top(pygit2, directory)
-        now = pygit2.Signature(*committer)
-        made = repo.create_commit(
-            None, pygit2.Signature(author[0], author[1], now.time, now.offset), now, text, repo.index.write_tree(), []
-        )
-        packer = pygit2.PackBuilder(repo)
-        packer.set_threads(1)
-        packer.add_recur(made)
-        git_dir = Path(repo.path)
-        packer.write(str(git_dir / "objects" / "pack"))
-        for fanout in (git_dir / "objects").iterdir():
-            if len(fanout.name) == 2 and fanout.is_dir():
-                shutil.rmtree(fanout)
-        (git_dir / "packed-refs").write_text(
-            f"# pack-refs with: peeled fully-peeled sorted \n{made} refs/heads/{branch}\n", encoding="ascii"
-        )
-    except (pygit2.GitError, OSError, ValueError, KeyError) as error:
-        raise GitError(("commit",), 128, f"fatal: {error}", directory) from None
-    return str(made)
 
 
 def _open_top(pygit2: ModuleType, directory: Path) -> Any:

@@ -45,8 +45,6 @@ _REAL_PATH_NEVER = ("orchestrator.models.scripted", "orchestrator.models.scripte
 _AFTER_A_FAILURE = ("tenacity",)
 """The retry loop: the first attempt is made without it, and only a transient failure imports it."""
 _AFTER_THE_REPLY = (
-    "pygit2",
-    "_cffi_backend",
     "orchestrator.agent.memory_sync",
     "orchestrator.agent.audit",
     "orchestrator.memfs.compiler",
@@ -67,14 +65,18 @@ _AFTER_THE_REPLY = (
 )
 """What only the post-turn sync, a tool call, a compaction, a reflection (its trigger policy at the
 turn's end, its reader, the subagents' events) or a compile uses (a warm start's prompt is cached
-for HEAD). libgit2 among them:
-a tidy memory repository's HEAD, refs, skills and hook location are read from its files
-(``memfs.plain``), and the sync's status is the first question that needs libgit2."""
+for HEAD). libgit2 is not among them: it is the one in-process reader of memory repositories
+(``memfs.git``), so the first request's HEAD, skills and hook location are read through it."""
 _TURN_NEEDS = frozenset(
     {
         "orchestrator",
         "subagents",
         "prompts",
+        "pygit2",  # the one in-process reader of memory repositories (memfs.git)
+        "_cffi_backend",  # pygit2's binding
+        "tarfile",  # pygit2 imports it (archives), and it pwd and grp
+        "pwd",
+        "grp",
         "sqlite3",
         "_sqlite3",
         "tomllib",  # config.toml, when one exists

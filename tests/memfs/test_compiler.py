@@ -1,5 +1,5 @@
 """Compiler behaviour beyond the golden cases: worked examples of memfs.md 3.10, revisions,
-repository states (M6), the working tree and deferred files being irrelevant, the reader pool."""
+repository states (M6), the working tree and deferred files being irrelevant, the repository pool."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from orchestrator.memfs.compiler import (
     inject_core_memory,
     render_metadata,
 )
-from orchestrator.memfs.reader import DEFAULT_POOL, ReaderPool, list_tree_entries, read_tree_files
+from orchestrator.memfs.git import REPOS, RepoPool, list_tree_entries, read_tree_files
 
 NOW = datetime(2026, 10, 8, 15, 4, 5, 678901, tzinfo=UTC)
 
@@ -191,7 +191,7 @@ def test_repository_recreated_at_the_same_path(tmp_path: Path) -> None:
 def _forget_everything() -> None:
     """Drop the render cache and every reader (and its object caches): the next compile is cold."""
     clear_render_cache()
-    DEFAULT_POOL.close_all()
+    REPOS.close_all()
 
 
 def _object_path(repo: Path, oid: str) -> Path:
@@ -237,14 +237,14 @@ def test_exact_names_and_symlinks_from_the_reader(tmp_path: Path) -> None:
 
 
 def test_pool_bounds_processes_and_recovers_after_eviction(tmp_path: Path) -> None:
-    pool = ReaderPool(max_readers=2)
+    pool = RepoPool(2)
     repos = [tmp_path / f"r{i}" for i in range(4)]
     heads = [_commit(repo, {"MEMORY.md": f"# {i}\n"}) for i, repo in enumerate(repos)]
     for _ in range(2):
         for repo, head in zip(repos, heads, strict=True):
             with pool.open(repo) as reader:
                 assert reader is not None
-                resolved = reader.resolve()
+                resolved = reader.revision()
                 assert resolved is not None and resolved.commit == head
             assert len(pool) <= 2
     pool.close_all()
@@ -252,7 +252,7 @@ def test_pool_bounds_processes_and_recovers_after_eviction(tmp_path: Path) -> No
 
 
 def test_pool_follows_a_spelling_whose_symlink_now_points_elsewhere(tmp_path: Path) -> None:
-    pool = ReaderPool(max_readers=4)
+    pool = RepoPool(4)
     first, second = tmp_path / "a", tmp_path / "b"
     heads = [_commit(first, {"MEMORY.md": "# a\n"}), _commit(second, {"MEMORY.md": "# b\n"})]
     link = tmp_path / "memory"
@@ -262,7 +262,7 @@ def test_pool_follows_a_spelling_whose_symlink_now_points_elsewhere(tmp_path: Pa
         link.symlink_to(target)
         with pool.open(link) as reader:
             assert reader is not None
-            resolved = reader.resolve()
+            resolved = reader.revision()
             assert resolved is not None and resolved.commit == head
 
 

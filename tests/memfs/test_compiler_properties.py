@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from orchestrator.memfs import CompiledPrompt, compile_system_prompt
 from orchestrator.memfs.compiler import clear_render_cache
-from orchestrator.memfs.reader import DEFAULT_POOL
+from orchestrator.memfs.git import REPOS
 
 NOW = datetime(2026, 9, 1, 13, 5, 9, tzinfo=UTC)
 _SETTINGS = settings(max_examples=30, deadline=None)
@@ -102,7 +102,7 @@ def test_compile_is_deterministic(files: dict[str, str], deferred: dict[str, str
         repo = _repository(Path(scratch), {**files, **deferred, **_indexes(deferred)}, v2)
         first = _compile(repo)
         assert _compile(repo) == first
-        DEFAULT_POOL.close_all()
+        REPOS.close_all()
         clear_render_cache()
         assert _compile(repo) == first
         assert first.memory_format == ("memfs-v2" if v2 else "memfs-v1")

@@ -1,0 +1,131 @@
+"""What a memory repository's history says, for display and reports: its commits, their diffs,
+the files a revision holds. The layers above memfs (the chat's ``/memory``, ``reverie memory``, a
+batch task's report, the audit's fallback) ask these questions here instead of building git
+command lines, so the git seam (``memfs.git``) stays the one place that knows how to ask git.
+
+Each verb says whether it answers in-process (libgit2, through the pooled handle) or with a git
+process (a diff as git prints it, which libgit2 would render differently). All are blocking: async
+callers run them in a worker thread. A question git cannot answer (a revision that is gone, no
+commits yet) is ``None`` or empty, as each verb says; only :func:`line_counts` raises, since a
+report shows git's own words for the failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, run
+
+__all__ = [
+    "CommitLine",
+    "FileChange",
+    "first_parents",
+    "line_counts",
+    "patch",
+    "read_committed",
+    "recent_commits",
+    "root_commit",
+    "top_level",
+    "tracked_files",
+]
+
+EMPTY_TREE: Final = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+"""git's empty tree: the "before" of a repository's first commit."""
+
+
+@dataclass(frozen=True)
+class CommitLine:
+    """One commit as a log line shows it: its id, its first parent (None for a root) and subject."""
+
+    commit: str
+    parent: str | None
+    subject: str
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """Lines added and removed in one file (None for a binary file, as ``git diff --numstat``)."""
+
+    path: str
+    added: int | None
+    removed: int | None
+
+
+def top_level(path: Path) -> Path:
+    """The resolved top level of the work tree ``path`` is in (git searches parent folders, and
+    says in its own words why a damaged ``.git`` cannot be read): :class:`GitError` when none."""
+    return Path(run(path, "rev-parse", "--show-toplevel").stdout.strip()).resolve()
+
+
+def tracked_files(repo: Path, revision: str = "HEAD") -> tuple[str, ...] | None:
+    """The paths of every file ``revision`` holds, in git's order and printable (in-process); None
+    when there is no such revision (no commits yet, not a repository)."""
+    entries = list_tree_entries(repo, revision)
+    return None if entries is None else tuple(display_path(entry.path) for entry in entries)
+
+
+def read_committed(repo: Path, path: str, revision: str = "HEAD") -> bytes | None:
+    """The bytes of the file ``path`` at ``revision`` (``git show revision:path``), in-process;
+    None when either is missing or ``path`` is no file."""
+    with open_repo(repo) as local:
+        if local is None or (resolved := local.revision(revision)) is None:
+            return None
+        found = local.entry(resolved.tree, path)
+        return None if found is None or found[1] != "blob" else local.read_blob(found[0])
+
+
+def recent_commits(repo: Path, count: int) -> tuple[CommitLine, ...]:
+    """The last ``count`` commits from ``HEAD``, newest first, as ``git log`` orders them; empty
+    when there are none."""
+    said = run(repo, "log", f"-{count}", "--format=%H%x00%P%x00%s", check=False)
+    lines = [line.split("\0") for line in said.stdout.splitlines() if line] if said.ok else []
+    return tuple(CommitLine(sha, parents.split()[0] if parents else None, subject) for sha, parents, subject in lines)
+
+
+def root_commit(repo: Path, head: str) -> str | None:
+    """The first commit of ``head``'s history (the last root ``git rev-list --max-parents=0``
+    lists), in-process; None when ``head`` names no commit."""
+    with open_repo(repo) as local:
+        if local is None:
+            return None
+        try:
+            history = local.commits(None, head)
+        except GitError:
+            return None
+        roots = [commit for commit in history if local.is_root(commit)]
+        return roots[0] if roots else None
+
+
+def first_parents(repo: Path, revision: str, count: int) -> tuple[str, ...]:
+    """``revision`` and its first-parent ancestors, newest first, at most ``count`` (in-process);
+    empty when ``revision`` names no commit."""
+    with open_repo(repo) as local:
+        return () if local is None else local.first_parents(revision, count)
+
+
+def patch(repo: Path, before: str | None, after: str, *, context: int = 3, renames: bool = False) -> str | None:
+    """``git diff`` from ``before`` (None: the empty tree) to ``after`` as git prints it, without
+    colour or external diff drivers, renames shown as such only with ``renames``; None when git
+    cannot tell (a revision is gone)."""
+    said = run(
+        repo, "diff", "--no-color", "--no-ext-diff", "--find-renames" if renames else "--no-renames",
+        f"--unified={context}", before or EMPTY_TREE, after, check=False,
+    )
+    return said.stdout if said.ok else None
+
+
+def line_counts(repo: Path, before: str, after: str) -> tuple[FileChange, ...]:
+    """Per file, the lines added and removed from ``before`` to ``after`` (``git diff --numstat``,
+    no renames). :class:`GitError` with git's words when it cannot tell."""
+    said = run(repo, "diff", "--numstat", "-z", "--no-renames", before, after)
+    changes: list[FileChange] = []
+    for item in said.out.decode("utf-8", "replace").split("\0"):
+        parts = item.split("\t", 2)
+        if len(parts) == 3:
+            added, removed, path = parts
+            changes.append(
+                FileChange(path, int(added) if added.isdigit() else None, int(removed) if removed.isdigit() else None)
+            )
+    return tuple(changes)
