@@ -75,7 +75,6 @@ from orchestrator.compaction import (
     system_prompt_tokens,
     tool_schema_tokens,
 )
-from orchestrator.memfs.git import arun
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.runtime.plugins import Spawner
@@ -468,8 +467,7 @@ class CompactionSubagent:
             yield audited.compiled.core_memory or None
         finally:
             with anyio.CancelScope(shield=True):
-                await remove_worktree(memory_dir, worktree)
-                await arun(memory_dir, "branch", "-D", worktree.branch, check=False, harness=True)
+                await remove_worktree(memory_dir, worktree, drop_branch=True)
 
     async def _summarize(
         self,

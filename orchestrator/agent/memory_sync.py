@@ -23,9 +23,10 @@ from pathlib import Path
 from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
-from orchestrator.memfs.git import NETWORK_TIMEOUT, GitError, run
+from orchestrator.memfs.git import GitError
 from orchestrator.memfs.guard import RepositoryRefused, drain_findings, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
+from orchestrator.memfs.remote import ahead_of_upstream, pull_rebase, push_head
 from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status, take_failed_commit
 
 __all__ = [
@@ -195,7 +196,7 @@ def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
     return audit_errors(memory_dir, revision)
 
 
-def _network(memory_dir: Path, *args: str) -> None:
+def _network(step: Callable[[Path], None], memory_dir: Path) -> None:
     # lazy: only a repository with a remote gets here, and `chat -p` starts faster without tenacity
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_chain, wait_fixed
 
@@ -206,31 +207,28 @@ def _network(memory_dir: Path, *args: str) -> None:
         reraise=True,
     ):
         with attempt:
-            run(memory_dir, *args, git_timeout=NETWORK_TIMEOUT)
+            step(memory_dir)
 
 
 def _push(memory_dir: Path, status: RepoStatus, audit: Callable[[Path, str], tuple[str, ...]]) -> SyncResult:
     where = str(memory_dir)
-    counts = run(memory_dir, "rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
-    if counts.returncode != 0:
-        return SyncResult("clean", "Memory repo is clean and has no pending commits to push.", where, False, status.revision)
-    ahead = int(counts.stdout.split()[0])
-    if ahead <= 0:
+    ahead = ahead_of_upstream(memory_dir)
+    if ahead is None or ahead <= 0:
         return SyncResult("clean", "Memory repo is clean and has no pending commits to push.", where, False, status.revision)
     try:
-        _network(memory_dir, "push", "-u", "origin", "HEAD")
+        _network(push_head, memory_dir)
         return SyncResult("pushed", f"Pushed {ahead} pending memory commit(s).", where, False, status.revision)
     except GitError as exc:
         if not _NON_FAST_FORWARD.search(exc.stderr or str(exc)):
             return SyncResult("push_failed", str(exc), where, False, status.revision)
     try:
-        _network(memory_dir, "pull", "--rebase")
+        _network(pull_rebase, memory_dir)
         rebased = head_revision(memory_dir)
         errors = audit(memory_dir, rebased) if rebased else ()
         if errors:
             summary = "Committed memory fails validation:\n" + "\n".join(errors)
             return SyncResult("invalid", summary, where, False, rebased, errors)
-        _network(memory_dir, "push", "-u", "origin", "HEAD")
+        _network(push_head, memory_dir)
     except GitError as exc:
         after = repo_status(memory_dir)
         if after.in_conflict:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.batch.eventlog import EventRecord
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import GitError
+from orchestrator.memfs.history import line_counts, patch, root_commit
 
 __all__ = [
     "MAX_EVENTS",
@@ -139,12 +140,6 @@ def transcript(store: Path) -> dict[str, Any]:
     return {"conversations": conversations, "error": None}
 
 
-def _root_commit(memory: Path, head: str) -> str | None:
-    proc = run(memory, "rev-list", "--max-parents=0", head, check=False)
-    roots = proc.stdout.split()
-    return roots[-1] if proc.returncode == 0 and roots else None
-
-
 def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, Any]:
     """Files and lines changed from ``base`` (the task's seeded first commit; its root commit when
     the result does not say) to ``head`` (blocking)."""
@@ -156,23 +151,16 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
         out["error"] = f"no memory repository at {memory}"
         return out
     if base is None:
-        base = out["base"] = _root_commit(memory, head)
+        base = out["base"] = root_commit(memory, head)
     if base is None or base == head:
         return out
-    numstat = run(memory, "diff", "--numstat", "-z", "--no-renames", base, head, check=False)
-    if numstat.returncode != 0:
-        out["error"] = numstat.stderr.strip() or "git diff failed"
+    try:
+        changes = line_counts(memory, base, head)
+    except GitError as error:
+        out["error"] = error.stderr.strip() or "git diff failed"
         return out
-    for item in numstat.out.decode("utf-8", "replace").split("\0"):
-        parts = item.split("\t", 2)
-        if len(parts) == 3:
-            added, removed, path = parts
-            out["files"].append(
-                {"path": path, "added": int(added) if added.isdigit() else None,
-                 "removed": int(removed) if removed.isdigit() else None}
-            )
-    patch = run(memory, "diff", "--no-color", "--no-renames", base, head, check=False)
-    out["patch"] = _clip(patch.out.decode("utf-8", "replace"), MAX_PATCH_CHARS)
+    out["files"] = [{"path": c.path, "added": c.added, "removed": c.removed} for c in changes]
+    out["patch"] = _clip(patch(memory, base, head) or "", MAX_PATCH_CHARS)
     return out
 
 

@@ -37,7 +37,8 @@ from orchestrator.batch.eventlog import EventRecord, append_records, event_log_p
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
 from orchestrator.batch.templates import copy_template, template_repo
-from orchestrator.memfs.git import open_repo, run
+from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.history import read_committed
 from orchestrator.memfs.repo import head_revision
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
@@ -217,8 +218,8 @@ def _reset(paths: _Paths, memory_files: Mapping[str, str] | None, first: Sequenc
 
 
 def _read_committed(memory: Path, rel: str) -> str | None:
-    proc = run(memory, "show", f"HEAD:{rel}", check=False)
-    return proc.out.decode("utf-8", "replace") if proc.returncode == 0 else None
+    found = read_committed(memory, rel)
+    return None if found is None else found.decode("utf-8", "replace")
 
 
 def _head(memory: Path) -> str | None:

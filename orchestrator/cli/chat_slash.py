@@ -18,7 +18,7 @@ import anyio
 from orchestrator.app.session import ChatSession
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import one_line
-from orchestrator.memfs.git import run as run_git
+from orchestrator.memfs.history import recent_commits, tracked_files
 from orchestrator.memfs.worktrees import list_reflections
 
 __all__ = ["COMMANDS", "KEYS", "Slash", "SlashCommand", "is_slash"]
@@ -203,12 +203,12 @@ class Slash:
 
 def _memory_report(repo: Path, commits: int = 3) -> list[str]:
     """The tree of tracked files at HEAD and the last commits, each with a compact diff."""
-    listed = run_git(repo, "ls-tree", "-r", "--name-only", "HEAD", check=False)
-    if listed.returncode != 0:
+    listed = tracked_files(repo)
+    if listed is None:
         return [f"memory {repo}: no commits yet"]
     lines = [f"memory {repo}"]
     seen: set[str] = set()
-    for path in listed.stdout.splitlines():
+    for path in listed:
         parts = path.split("/")
         for depth in range(len(parts) - 1):
             folder = "/".join(parts[: depth + 1])
@@ -216,14 +216,13 @@ def _memory_report(repo: Path, commits: int = 3) -> list[str]:
                 seen.add(folder)
                 lines.append(f"  {'  ' * depth}{parts[depth]}/")
         lines.append(f"  {'  ' * (len(parts) - 1)}{parts[-1]}")
-    log = run_git(repo, "log", f"-{commits}", "--format=%H%x00%P%x00%s", check=False)
-    entries = [line.split("\0") for line in log.stdout.splitlines() if line]
+    entries = recent_commits(repo, commits)
     if entries:
         lines.append("last commits:")
-    for sha, parents, subject in entries:
-        diff = memory_diff(repo, parents.split()[0] if parents else None, sha, max_lines=4)
+    for entry in entries:
+        diff = memory_diff(repo, entry.parent, entry.commit, max_lines=4)
         summary = f"  ({diff.summary})" if diff is not None and diff.files else ""
-        lines.append(f"  {sha[:7]} {one_line(subject, 80)}{summary}")
+        lines.append(f"  {entry.commit[:7]} {one_line(entry.subject, 80)}{summary}")
         if diff is not None:
             lines.extend(diff.render("      "))
     return lines

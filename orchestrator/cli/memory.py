@@ -35,7 +35,8 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
     """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
     a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.git import run
+    from orchestrator.memfs.git import GitError
+    from orchestrator.memfs.history import top_level
 
     if directory is not None:
         if not directory.is_dir():
@@ -45,12 +46,13 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
         path = agent_memory_dir(agent)
         if not (path / ".git").exists():
             raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
-    probe = run(path, "rev-parse", "--show-toplevel", check=False)
-    if probe.returncode != 0:
-        said = [ln for ln in probe.stderr.splitlines() if ln.strip()]
-        reason = said[0] if said else f"git exit {probe.returncode}"
-        raise UserError(f"{path}: not a readable git repository ({reason})")
-    if Path(probe.stdout.strip()).resolve() != path.resolve():
+    try:
+        found = top_level(path)
+    except GitError as error:
+        said = [ln for ln in error.stderr.splitlines() if ln.strip()]
+        reason = said[0] if said else f"git exit {error.returncode}"
+        raise UserError(f"{path}: not a readable git repository ({reason})") from None
+    if found != path.resolve():
         raise UserError(f"{path}: not the top level of a git repository")
     return path
 
@@ -143,7 +145,7 @@ def tree(
 ) -> None:
     """Show the committed memory as a tree: core files, indexed folders, deferred files, skills."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.git import run
+    from orchestrator.memfs.history import tracked_files
     from orchestrator.memfs.repo import head_revision
 
     repo = resolve_memory_dir(directory, agent)
@@ -154,8 +156,7 @@ def tree(
     if revision is None:
         _out.print(f"{repo}: no commits yet")
         return
-    listing = run(repo, "ls-tree", "-r", "-z", "--name-only", revision).out.decode("utf-8", "replace")
-    paths = [p for p in listing.split("\0") if p]
+    paths = list(tracked_files(repo, revision) or ())
     all_paths = set(paths)
     root = Tree(f"[bold]{repo}[/] @ {revision[:7]}")
     nodes: dict[str, Tree] = {"": root}

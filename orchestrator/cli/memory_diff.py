@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.git import run as run_git
+from orchestrator.memfs.history import patch
 
 __all__ = ["MemoryDiff", "memory_diff"]
-
-_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
 
 @dataclass(frozen=True)
 class MemoryDiff:
@@ -39,16 +36,14 @@ class MemoryDiff:
 def memory_diff(repo: Path, before: str | None, after: str, *, max_lines: int = 6, width: int = 100) -> MemoryDiff | None:
     """The change from ``before`` (None: nothing) to ``after``; None when git cannot tell (e.g. a
     revision is gone). Blocking: call it in a worker thread."""
-    proc = run_git(
-        repo, "diff", "--no-color", "--no-ext-diff", "--unified=0", before or _EMPTY_TREE, after, check=False
-    )
-    if proc.returncode != 0:
+    said = patch(repo, before, after, context=0, renames=True)
+    if said is None:
         return None
     counts: dict[str, list[int]] = {}
     current: list[int] | None = None
     lines: list[str] = []
     total = 0
-    for raw in proc.stdout.splitlines():
+    for raw in said.splitlines():
         if raw.startswith("diff --git "):
             current = counts.setdefault(raw.split(" b/", 1)[-1], [0, 0])
         elif raw.startswith(("+++", "---")) or current is None:

@@ -145,16 +145,21 @@ def _add_sync(repo_dir: Path, path: Path, branch: str, base: str) -> None:
     run(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
 
 
-async def remove_worktree(repo_dir: Path, worktree: Worktree | Path) -> None:
-    """Force-remove the worktree directory and prune git's record of it; keep the branch.
+async def remove_worktree(repo_dir: Path, worktree: Worktree | Path, *, drop_branch: bool = False) -> None:
+    """Force-remove the worktree directory and prune git's record of it; keep the branch unless
+    ``drop_branch`` (a :class:`Worktree`'s branch, deleted as ``git branch -D`` deletes it: a
+    throw-away worktree whose commits nobody merges).
 
     Shielded from cancellation so a cancelled run still cleans up. A directory that is already
-    gone is fine (the prune forgets it).
+    gone is fine (the prune forgets it), and so is a branch that is already gone.
     """
     path = worktree.path if isinstance(worktree, Worktree) else Path(worktree)
+    branch = worktree.branch if drop_branch and isinstance(worktree, Worktree) else None
     with CancelScope(shield=True):
         async with worktree_admin_lock(repo_dir):
             await blocking.run_sync("git", partial(_remove_sync, Path(repo_dir), path))
+            if branch is not None:
+                await blocking.run_sync("git", partial(run, repo_dir, "branch", "-D", branch, check=False, harness=True))
 
 
 def _commit_of(repo_dir: Path, revision: str) -> str:
