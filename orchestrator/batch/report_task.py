@@ -10,7 +10,6 @@ chatty a task was, and each cut says so.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 from orchestrator.batch.eventlog import EventRecord
 from orchestrator.memfs.git import GitError
 from orchestrator.memfs.history import line_counts, patch, root_commit
+from orchestrator.store.finished import read_finished, read_reflection_rows
+from orchestrator.store.records import StoreDamaged
 
 __all__ = [
     "MAX_EVENTS",
@@ -49,49 +50,23 @@ def _json(text: str | None, default: Any) -> Any:
         return default
 
 
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-
-
-def _connect(store: Path) -> sqlite3.Connection | None:
-    if not store.is_file():
-        return None
-    try:
-        return sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return None
-
-
 def transcript(store: Path) -> dict[str, Any]:
     """Turns of every conversation with their messages and tool calls (blocking). A message that
     is no longer in the context (evicted by a compaction) is marked ``evicted``; a compaction's
     summary message carries its stats. ``{"error": ...}`` when the store cannot be read."""
-    conn = _connect(store)
-    if conn is None:
+    if not store.is_file():
         return {"conversations": [], "error": f"no conversation store at {store}"}
     try:
-        tables = _tables(conn)
-        if "messages" not in tables:
-            return {"conversations": [], "error": f"{store}: no messages table"}
-        in_context = (
-            {row[0] for row in conn.execute("SELECT message_id FROM in_context")} if "in_context" in tables else set()
-        )
-        conversations = [
-            {"id": row[0], "agent_id": row[1], "hidden": bool(row[2]), "turns": []}
-            for row in conn.execute("SELECT id, agent_id, hidden FROM conversations ORDER BY created_at, id")
-        ]
-        statuses: dict[str, tuple[str, str | None]] = {}
-        if "turns" in tables:
-            statuses = {row[0]: (row[1], row[2]) for row in conn.execute("SELECT id, status, error FROM turns")}
-        by_conv = {c["id"]: c for c in conversations}
-        rows = conn.execute(
-            "SELECT seq, id, conversation_id, role, kind, content, tool_calls, tool_call_id, name, metadata, "
-            "created_at, turn_id FROM messages ORDER BY seq"
-        ).fetchall()
-    except sqlite3.Error as exc:
-        return {"conversations": [], "error": f"{store}: {exc}"}
-    finally:
-        conn.close()
+        found = read_finished(store)
+    except StoreDamaged as exc:
+        return {"conversations": [], "error": str(exc)}
+    if not found.has_messages:
+        return {"conversations": [], "error": f"{store}: no messages table"}
+    in_context, statuses, rows = found.in_context, found.turns, found.messages
+    conversations: list[dict[str, Any]] = [
+        {"id": cid, "agent_id": agent, "hidden": bool(hidden), "turns": []} for cid, agent, hidden in found.conversations
+    ]
+    by_conv = {c["id"]: c for c in conversations}
     for seq, mid, conv_id, role, kind, content, calls, call_id, name, meta_text, at, turn_id in rows:
         conv = by_conv.get(conv_id)
         if conv is None:
@@ -184,20 +159,14 @@ def reflections_of(store: Path, events: Sequence[EventRecord]) -> list[dict[str,
                 item[key] = record.payload[key]
         if record.payload.get("error"):
             item["reason"] = record.payload["error"]
-    conn = _connect(store)
-    if conn is not None:
-        try:
-            if "reflections" in _tables(conn):
-                for rid, trigger, status, reason, branch, commits, files in conn.execute(
-                    "SELECT id, trigger, status, reason, branch, commits, files FROM reflections ORDER BY created_at"
-                ):
-                    item = found.setdefault(rid, {"id": rid, "at": None})
-                    item.update({"trigger": trigger, "status": status, "reason": reason, "branch": branch,
-                                 "commits": _json(commits, []), "files": _json(files, [])})
-        except sqlite3.Error:
-            pass
-        finally:
-            conn.close()
+    try:
+        rows = read_reflection_rows(store) if store.is_file() else ()
+    except StoreDamaged:
+        rows = ()
+    for rid, trigger, status, reason, branch, commits, files in rows:
+        item = found.setdefault(rid, {"id": rid, "at": None})
+        item.update({"trigger": trigger, "status": status, "reason": reason, "branch": branch,
+                     "commits": _json(commits, []), "files": _json(files, [])})
     return list(found.values())
 
 

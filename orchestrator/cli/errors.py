@@ -1,7 +1,8 @@
 """Which exceptions are the user's to fix, and how they are reported.
 
-The rule (tree in ``orchestrator.base.errors``): a ``ReverieError`` is reported as its one line; so is a
-``sqlite3.DatabaseError`` (a damaged conversation store found mid-query, named with its file). Any
+The rule (tree in ``orchestrator.base.errors``): a ``ReverieError`` is reported as its one line, a
+damaged conversation store found mid-query among them (the store translates SQLite's errors into
+``StoreDamaged``, naming its file, at its seam, so the CLI never looks at the driver's). Any
 other exception is a bug and keeps its traceback, ``ValueError`` and ``OSError`` included: the CLI
 checks the paths the user names where it takes them (``memory validate DIR``, ``run SUITE``, ``events
 RUN_DIR``, ``stress --workdir``) and the seams translate their own OS errors (the store's directory).
@@ -9,12 +10,10 @@ RUN_DIR``, ``stress --workdir``) and the seams translate their own OS errors (th
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from typing import NoReturn
 
 from orchestrator.base.errors import ReverieError
-from orchestrator.base.paths import store_path
 
 __all__ = ["USER_ERRORS", "UserError", "describe", "fail", "interrupted", "user_error_in"]
 
@@ -23,13 +22,11 @@ class UserError(ReverieError):
     """A mistake in the command line or its inputs; the message is the whole report."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ReverieError, sqlite3.DatabaseError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ReverieError,)
 
 
 def describe(exc: BaseException) -> str:
-    """The one line for a user error; a store failure names the store's file."""
-    if isinstance(exc, sqlite3.DatabaseError):
-        return f"conversation store {store_path()}: {exc}"
+    """The one line for a user error."""
     return str(exc) or type(exc).__name__
 
 

@@ -3,6 +3,7 @@ events, turns and search hits. All frozen; JSON columns come back as plain dicts
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ __all__ = [
     "PendingReminder",
     "PromptRecord",
     "SearchHit",
+    "StoreDamaged",
     "StoreError",
     "StoredMessage",
     "Turn",
@@ -31,6 +33,13 @@ TurnStatus = Literal["running", "end_turn", "error", "interrupted", "max_steps",
 
 class StoreError(ReverieError):
     """A request the store cannot honour (unknown conversation, a message id not in context, ...)."""
+
+
+class StoreDamaged(StoreError, sqlite3.DatabaseError):
+    """SQLite refused a statement mid-query (a damaged or unreadable store file, a full disk): its
+    one line names the store's file and SQLite's words. Still a ``sqlite3.DatabaseError``, so code
+    that handles the driver's errors keeps doing so; to the CLI it is a ``ReverieError`` like any
+    other (the store translates at its seam, ``store.worker``)."""
 
 
 def format_time(moment: datetime) -> str:

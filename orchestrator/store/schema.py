@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from orchestrator.store.records import StoreError
+from orchestrator.store.worker import connect
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -257,7 +258,7 @@ def _template_bytes(batch: bool) -> bytes:
     """An empty database at ``SCHEMA_VERSION``, migrated in memory once per process (per kind)."""
     with _template_lock:
         if batch not in _templates:
-            conn = sqlite3.connect(":memory:", isolation_level=None)
+            conn = connect(":memory:")
             try:
                 migrate(conn)
                 image = bytearray(conn.serialize())

@@ -43,8 +43,17 @@ import anyio
 import sniffio
 
 from orchestrator.base.blocking import Courier, courier, current_rank, refuse_abort
+from orchestrator.store.records import StoreDamaged
 
-__all__ = ["LANES_VARIABLE", "SQLITE_LANES", "ConnectionWorker", "WorkerClosedError", "lane_count"]
+__all__ = [
+    "LANES_VARIABLE",
+    "SQLITE_LANES",
+    "ConnectionWorker",
+    "WorkerClosedError",
+    "connect",
+    "lane_count",
+    "read_only",
+]
 
 T = TypeVar("T")
 
@@ -196,6 +205,42 @@ def _forget_lanes_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_lanes_after_fork)
 
 
+def connect(path: Path | str, *, read_only: bool = False) -> sqlite3.Connection:
+    """The process's one way to open SQLite: autocommit (transactions are explicit), bound to the
+    calling thread; ``read_only`` opens an existing file for reading only (``mode=ro``), and
+    ``":memory:"`` a private in-memory database. Blocking."""
+    target = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else path
+    return sqlite3.connect(target, uri=read_only, isolation_level=None, check_same_thread=True)
+
+
+def read_only(path: Path, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn`` on a read-only connection to the store file ``path``, opened for this call and closed
+    after (blocking; no lane): for a reader of a finished run's store, which must never change it.
+    :class:`StoreDamaged` when the file cannot be opened or read."""
+    try:
+        conn = connect(path, read_only=True)
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamaged(f"conversation store {path}: {exc}") from None
+    try:
+        return _translated(path, fn, conn)
+    finally:
+        conn.close()
+
+
+def _translated(path: Path | str, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    """``fn(conn)``, with the driver's ``DatabaseError`` turned into :class:`StoreDamaged` (the
+    store's error translation: one line naming the file). A broken constraint or a malformed
+    statement (``IntegrityError``, ``ProgrammingError``) is the store's own bug or the caller's
+    domain error, so it goes up as the driver raised it (a traceback, or a ``StoreError`` from
+    the job that expected it)."""
+    try:
+        return fn(conn)
+    except (StoreDamaged, sqlite3.IntegrityError, sqlite3.ProgrammingError):
+        raise
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamaged(f"conversation store {path}: {exc}") from exc
+
+
 class ConnectionWorker:
     """One connection pinned to one lane; ``run(fn)`` executes ``fn(conn)`` there."""
 
@@ -231,7 +276,7 @@ class ConnectionWorker:
     def _open(self) -> None:
         if self._create is not None:
             self.created = self._create(self._path)
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
+        conn = connect(self._path)
         try:
             self._configure(conn)
         except BaseException:
@@ -240,10 +285,11 @@ class ConnectionWorker:
         self._conn = conn
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the connection in its lane and return its result (or raise its error)."""
+        """Run ``fn`` on the connection in its lane and return its result (or raise its error; a
+        ``sqlite3.DatabaseError`` it lets out is :class:`StoreDamaged`, naming the store's file)."""
         if self._closed or self._lane is None:
             raise WorkerClosedError("the store is closed")
-        return await self._submit(lambda: fn(self._connection()))
+        return await self._submit(lambda: _translated(self._path, fn, self._connection()))
 
     async def close(self) -> None:
         """Finish this connection's queued jobs, then close it. Idempotent."""
