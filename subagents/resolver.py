@@ -13,12 +13,11 @@ it to merge-back as a plain callable, so the core never imports this module (D9)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from anyio import Path as AsyncPath
 
+from orchestrator.memfs.conflicts import mark_resolved, side_of, unmerged_paths
 from orchestrator.memfs.gitwrap import LOCK_HELD_ENV, lock_held_value
-from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.resolution import Conflict, Resolver, ResolverFailed
 from orchestrator.models.types import Message, ModelClient, ModelRequest
 from orchestrator.tools import ToolContext, run_tool, tool_specs
@@ -29,11 +28,6 @@ __all__ = ["RESOLVER_MAX_STEPS", "ResolverSubagent", "conflict_request_text", "m
 RESOLVER_MAX_STEPS = 8
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
 _MARKERS = ("<<<<<<< ", ">>>>>>> ")
-
-
-async def _side(worktree: Path, stage: int, rel: str) -> str | None:
-    shown = await run_git(worktree, "show", f":{stage}:{rel}", check=False)
-    return shown.stdout if shown.ok else None
 
 
 def _block(tag: str, text: str | None) -> str:
@@ -49,8 +43,8 @@ async def conflict_request_text(conflict: Conflict) -> str:
         f"({conflict.subject!r}) conflicts in {len(conflict.files)} file(s)."
     ]
     for rel in conflict.files:
-        head = await _side(conflict.worktree, 2, rel)
-        branch = await _side(conflict.worktree, 3, rel)
+        head = await side_of(conflict.worktree, 2, rel)
+        branch = await side_of(conflict.worktree, 3, rel)
         parts.append(f'<conflict path="{rel}">\n{_block("head", head)}\n{_block("branch", branch)}\n</conflict>')
     return "\n\n".join(parts) + "\n"
 
@@ -99,20 +93,18 @@ class ResolverSubagent:
             raise ResolverFailed(f"the resolver did not finish within {RESOLVER_MAX_STEPS} steps")
         await self._stage_clean_edits(conflict)
         said = " ".join(messages[-1].content.split())[:200] if messages[-1].role == "assistant" else ""
-        unmerged = await run_git(conflict.worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
-        if [p for p in unmerged.stdout.split("\0") if p]:
+        if await unmerged_paths(conflict.worktree):
             raise ResolverFailed(said or "the resolver left the files conflicted")
 
     async def _stage_clean_edits(self, conflict: Conflict) -> None:
         """A file the model rewrote without markers but forgot to stage is staged for it."""
-        unmerged = await run_git(conflict.worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
-        for rel in [p for p in unmerged.stdout.split("\0") if p]:
+        for rel in await unmerged_paths(conflict.worktree):
             try:
                 text = await AsyncPath(conflict.worktree / rel).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
             if not any(line.startswith(_MARKERS) for line in text.splitlines()) and "=======" not in text.splitlines():
-                await run_git(conflict.worktree, "add", "--", rel, check=False)
+                await mark_resolved(conflict.worktree, rel)
 
 
 def make_resolver(

@@ -44,7 +44,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import re
 import shutil
 import tempfile
 import time
@@ -58,14 +57,20 @@ import anyio.to_thread
 from anyio import CancelScope, create_task_group, sleep
 from anyio import Path as AsyncPath
 
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import GitError, LocalRepo, arun, open_repo
+from orchestrator.memfs.git import GitError, LocalRepo, ask, open_repo
+from orchestrator.memfs.history import patch_ids, reachable_commits
 from orchestrator.memfs.hook import install_hook
-from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import AuditFn, MergeOutcome, default_audit, delete_merged_branch, merge_back
 from orchestrator.memfs.policy import ROOT_MARKER
-from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES
+from orchestrator.memfs.repo import (
+    DEFAULT_MEMORY_FILES,
+    harness_commit_all,
+    harness_commit_tracked,
+    harness_init,
+)
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.snapshot import Entry, Snapshot, build_snapshot, diff_status, path_order_key
 from orchestrator.memfs.validator import audit_snapshot, validate_snapshot
@@ -88,7 +93,6 @@ ProgressFn = Callable[[int, int], None]
 """Called with ``(commits made by the session writers, their total)``."""
 
 _AGENT = "stress"
-_SHA_IN_SUMMARY = re.compile(r"^\[[^\n]* ([0-9a-f]{40})\]", re.MULTILINE)
 _PENDING_RETRIES = 50
 _COMMIT_RETRIES = 50
 MERGE_POLICIES = ("keep", "resolve")
@@ -188,15 +192,14 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     (``repo.init_memory_repo`` commits with the ambient git identity, which a bare machine lacks.)
     """
     await AsyncPath(repo).mkdir(parents=True)
-    await run_git(repo, "init", "-q", "-b", "main")
+    await harness_init(repo)
     await anyio.to_thread.run_sync(lambda: install_hook(repo, ROOT_MARKER))
     await anyio.to_thread.run_sync(_write_files, repo, files)
     snapshot = await anyio.to_thread.run_sync(lambda: build_snapshot(_read_tree_files(repo)))
     errors = validate_snapshot(snapshot, ROOT_MARKER).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
-    await run_git(repo, "add", "-A")
-    await run_git(repo, "commit", "-q", "-m", "chore: initialize local memory")
+    await harness_commit_all(repo, "chore: initialize local memory")
 
 
 @dataclass
@@ -272,12 +275,12 @@ async def _commit(checkout: Path, rel: str, text: str, message: str) -> str:
     if errors:
         raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
     for attempt in range(_COMMIT_RETRIES):
-        out = await run_git(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, check=False)
-        found = _SHA_IN_SUMMARY.search(out.stdout)
-        if out.ok and found:
-            return found.group(1)
+        try:
+            return await harness_commit_tracked(checkout, message)
+        except GitError as error:
+            said = error.stderr.strip() or str(error)
         await sleep(0.005 * (attempt + 1))
-    raise RuntimeError(f"stress commit {message!r} failed: {out.stderr.strip() or out.stdout.strip()}")
+    raise RuntimeError(f"stress commit {message!r} failed: {said}")
 
 
 async def _writer(
@@ -436,26 +439,17 @@ def _sweep_with(local: LocalRepo, commits: list[str]) -> int:
     return invalid
 
 
-async def _patch_ids(repo: Path, *revs: str) -> dict[str, str]:
-    """commit -> ``git patch-id --stable`` for the commits ``git log revs`` lists (merges have none)."""
-    log = await arun(repo, "log", "-p", "--no-color", "--format=commit %H", *revs)
-    ids = await arun(repo, "patch-id", "--stable", input=log.stdout)
-    pairs = (line.split() for line in ids.stdout.splitlines())
-    return {commit: patch for patch, commit in pairs}
-
-
 async def _count_lost(repo: Path, unreached: list[str]) -> int:
     """How many of the recorded commits no ref reaches have no reachable copy either."""
     if not unreached:
         return 0
-    carried = set((await _patch_ids(repo, "--all")).values())
-    theirs = await _patch_ids(repo, "--no-walk", *dict.fromkeys(unreached))
+    carried = set((await blocking.run_sync("git", lambda: patch_ids(repo))).values())
+    theirs = await blocking.run_sync("git", lambda: patch_ids(repo, unreached))
     return sum(1 for sha in unreached if theirs.get(sha) not in carried)
 
 
 async def _pins_left(repo: Path) -> list[str]:
-    out = await run_git(repo, "for-each-ref", "--format=%(refname)", "refs/reverie/")
-    return out.stdout.split()
+    return [name for name, _ in await ask(repo, lambda local: local.refs("refs/reverie/"))]
 
 
 async def run_stress(
@@ -499,7 +493,7 @@ async def run_stress(
         with CancelScope(shield=True):
             pending = await _settle(repo, state, audit, policy_resolver)
             finals = [state.final(sha) for sha in state.recorded]
-            reachable = set((await run_git(repo, "rev-list", "--all")).stdout.split())
+            reachable = await blocking.run_sync("git", lambda: reachable_commits(repo))
             lost = await _count_lost(repo, [sha for sha in finals if sha not in reachable])
             present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
             invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)

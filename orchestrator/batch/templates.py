@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.git import GitError, list_tree_entries, run, using_repo
-from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo
+from orchestrator.memfs.git import GitError, list_tree_entries, using_repo
+from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo, pack
 
 __all__ = ["TemplateTree", "copy_template", "template_repo"]
 
@@ -213,10 +213,7 @@ def _build(root: Path, key: str, files: Mapping[str, str]) -> None:
     try:
         init_memory_repo(memory, files=dict(files))
         shutil.rmtree(memory / ".git" / "logs", ignore_errors=True)
-        # one pack of the first commit's objects: a copy links two files and makes no fan-out folders
-        run(memory, "repack", "-a", "-d", "-q", "-n", harness=True)
-        # the branch in packed-refs: a copy needs no refs/heads folder until it commits
-        run(memory, "pack-refs", "--all", harness=True)
+        pack(memory)
         _drop_inert(memory / ".git")
         os.rename(staging, root / key)
     except BaseException:

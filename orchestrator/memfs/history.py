@@ -12,6 +12,7 @@ report shows git's own words for the failure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -24,6 +25,8 @@ __all__ = [
     "first_parents",
     "line_counts",
     "patch",
+    "patch_ids",
+    "reachable_commits",
     "read_committed",
     "recent_commits",
     "root_commit",
@@ -129,3 +132,19 @@ def line_counts(repo: Path, before: str, after: str) -> tuple[FileChange, ...]:
                 FileChange(path, int(added) if added.isdigit() else None, int(removed) if removed.isdigit() else None)
             )
     return tuple(changes)
+
+
+def reachable_commits(repo: Path) -> frozenset[str]:
+    """Every commit some ref reaches (``git rev-list --all``). :class:`GitError` when git fails."""
+    return frozenset(run(repo, "rev-list", "--all").stdout.split())
+
+
+def patch_ids(repo: Path, commits: Sequence[str] = ()) -> dict[str, str]:
+    """commit -> ``git patch-id --stable`` (the same change has the same id whichever commit carries
+    it), for ``commits`` (each alone, not their history) or, when empty, every commit some ref
+    reaches; merges have none. :class:`GitError` when git fails."""
+    revs = ("--no-walk", *dict.fromkeys(commits)) if commits else ("--all",)
+    log = run(repo, "log", "-p", "--no-color", "--format=commit %H", *revs)
+    ids = run(repo, "patch-id", "--stable", input=log.out)
+    pairs = (line.split() for line in ids.stdout.splitlines())
+    return {commit: patch for patch, commit in pairs}

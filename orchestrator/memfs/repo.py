@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, LocalRepo, open_repo, run
+from orchestrator.memfs.git import GitError, LocalRepo, arun, open_repo, run
 from orchestrator.memfs.guard import RepositoryRefused, locate, report, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import (
@@ -35,6 +36,10 @@ __all__ = [
     "MemoryCommitRejected",
     "RepoStatus",
     "commit_memory",
+    "harness_commit_all",
+    "harness_commit_tracked",
+    "harness_init",
+    "pack",
     "head_revision",
     "init_memory_repo",
     "is_memory_repo",
@@ -341,3 +346,41 @@ def take_failed_commit(path: Path) -> str | None:
         return None
     command, code, error = data.get("command"), data.get("code"), str(data.get("error", ""))
     return f"`git {command}` failed (exit {code}): {' '.join(error.split())[:300]}"
+
+
+def pack(path: Path) -> None:
+    """Every object in one pack and every ref in ``packed-refs`` (``git repack -a -d`` and ``git
+    pack-refs --all``): a repository copied many times over (a batch run's template) then links two
+    object files and needs no ``refs/heads`` folder until its first commit. Blocking."""
+    run(path, "repack", "-a", "-d", "-q", "-n", harness=True)
+    run(path, "pack-refs", "--all", harness=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commits by the harness itself (its identity, hooks bypassed: reverie validated first, S21)
+# ---------------------------------------------------------------------------------------------
+
+_SHA_IN_SUMMARY = re.compile(r"^\[[^\n]* ([0-9a-f]{40})\]", re.MULTILINE)
+
+
+async def harness_init(path: Path) -> None:
+    """``git init -b main`` in the existing folder ``path``. :class:`GitError` when it fails."""
+    await arun(path, "init", "-q", "-b", "main", harness=True)
+
+
+async def harness_commit_all(path: Path, message: str) -> None:
+    """Stage everything and commit it as the harness (the caller validated the files first).
+    :class:`GitError` when git refuses."""
+    await arun(path, "add", "-A", harness=True)
+    await arun(path, "commit", "-q", "-m", message, harness=True)
+
+
+async def harness_commit_tracked(checkout: Path, message: str) -> str:
+    """``git commit -a`` as the harness; the new commit's id, read from git's own summary line (not
+    from ``HEAD``, which another writer of the checkout may have moved since). :class:`GitError`
+    when git refuses (a held ``index.lock`` among the reasons: the caller may retry)."""
+    said = await arun(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, harness=True)
+    found = _SHA_IN_SUMMARY.search(said.stdout)
+    if found is None:
+        raise GitError(("commit",), 0, f"fatal: no commit id in git's summary: {said.stdout.strip()[:200]}", checkout)
+    return found.group(1)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,40 @@ def test_a_timeout_kills_git_and_is_a_git_error(tmp_path: Path) -> None:
     make_repo(tmp_path / "r")
     with pytest.raises(GitError, match="timed out"):
         run(tmp_path / "r", "-c", "alias.wait=!sleep 5", "wait", git_timeout=0.2)
+
+
+def test_a_timeout_also_kills_what_git_started(tmp_path: Path) -> None:
+    """The runner's timeout (GitPython's kill) takes the command's children too: a hook or alias
+    that would run on is gone once the GitError is raised."""
+    make_repo(tmp_path / "r")
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(GitError, match="timed out"):
+        run(tmp_path / "r", "-c", f"alias.wait=!echo $$ > {pid_file}; exec sleep 30", "wait", git_timeout=1.0)
+    pid = int(pid_file.read_text())
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("waiting on another process's exit needs pidfd_open (Linux)")
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone and reaped already
+    try:
+        exited, _, _ = select.select([handle], [], [], 10)  # readable once the process has exited
+    finally:
+        os.close(handle)
+    assert exited, f"pid {pid} (the alias's sleep) outlived the timeout by 10 s"
+
+
+def test_a_folder_that_is_not_there_is_a_git_error_not_another_folder(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="is not a directory"):
+        run(tmp_path / "missing", "rev-parse", "--show-toplevel")
+
+
+def test_input_larger_than_a_pipe_reaches_git_whole(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    data = "".join(f"line {i}\n" for i in range(20_000)).encode()
+    oid = run(repo, "hash-object", "-w", "--stdin", input=data).stdout.strip()
+    assert run(repo, "cat-file", "blob", oid).out == data
+    assert run(repo, "hash-object", "--stdin", input=b"x\n").stdout.strip() == "587be6b4c3f93f93c489c0111bba5596147a26cb"
 
 
 def test_location_variables_of_a_surrounding_git_do_not_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
