@@ -1,12 +1,18 @@
 """Read validation snapshots from git (blocking; callers thread it).
 
-The staged snapshot (the hook's, and reverie's own commits') is read with git processes: paths come
+Why this module reads git objects without libgit2 although ``memfs.git`` is the one in-process
+reader: the pre-commit hook (``memfs.hook``) imports it, and the hook is a new process for every
+commit, the agent's own ``git commit`` included; pygit2's import (~60 ms) would be paid on each,
+on top of the runner's (GitPython, ~45 ms, measured: the hook's imports went from ~60 to ~95 ms
+when the runner moved to GitPython). So the staged snapshot (the hook's, and reverie's own commits') is read with git processes through
+the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
 NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as stored
 (DECISIONS M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
-audit after every turn and before every merge) is read in-process through the git seam's libgit2
-handle, names decoded from the raw tree bytes (M2 again), so an audit starts no process. The hook imports this
-module, so it stays free of heavy imports. Git inherits the caller's environment, so inside a hook
-``GIT_INDEX_FILE`` (``git commit -a`` or ``git commit <paths>``) selects the index git will commit.
+audit after every turn and before every merge) runs inside reverie, where libgit2 is loaded
+anyway, so it is read in-process through the seam's ``LocalRepo``, names decoded from the raw
+tree bytes (M2 again), and an audit starts no process. Git inherits the caller's environment, so
+inside a hook ``GIT_INDEX_FILE`` (``git commit -a`` or ``git commit <paths>``) selects the index
+git will commit.
 """
 
 from __future__ import annotations
