@@ -241,14 +241,12 @@ def _listing(env: Mapping[str, str], layout: guard.Layout | None) -> list[tuple[
     for name in [n for n in where if n.startswith("GIT_CONFIG_")]:
         where.pop(name)
     cwd = layout.top if layout is not None else Path.cwd()
-    try:
-        proc = subprocess.run(
-            ["git", "config", "--list", "--show-scope", "--includes", "-z"],
-            cwd=cwd, env=where, capture_output=True, timeout=LOCAL_TIMEOUT, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GitError(("config", "--list"), -1, f"fatal: cannot read git's configuration: {exc}", cwd) from None
-    return guard.parse_listing(proc.stdout)
+    returncode, out, err = _execute(
+        ["git", "config", "--list", "--show-scope", "--includes", "-z"], cwd, dict(where), None, LOCAL_TIMEOUT
+    )
+    if returncode == _TIMED_OUT:
+        raise GitError(("config", "--list"), -9, f"fatal: cannot read git's configuration: timed out\n{err!r}", cwd)
+    return guard.parse_listing(out)
 
 
 def run(
