@@ -313,7 +313,7 @@ def _execute(
                 strip_newline_in_stdout=False,
                 kill_after_timeout=timeout,
             )
-        except gitcmd.GitCommandError as error:
+        except gitcmd.CommandError as error:  # GitCommandNotFound too: no git to start
             raise GitError(argv[1:], -1, f"fatal: cannot run git: {error}", cwd) from None
     err = said.encode("utf-8", "surrogateescape")
     if returncode == -9 and err.startswith(b"Timeout: "):
