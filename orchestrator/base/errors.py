@@ -16,6 +16,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     │                                     other or fall out of range (a flag, a constructor argument)
     ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
     ├── StoreError                        orchestrator/store/records.py: the conversation store
+    │   └── StoreDamaged (sqlite3.DatabaseError)  store/records.py: SQLite refused mid-query (damaged file, full disk)
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
     │   ├── GitError (RuntimeError)       memfs/git.py: a git command or in-process git read failed
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation

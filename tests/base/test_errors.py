@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import sqlite3
 
 import pytest
 
@@ -18,6 +17,7 @@ from orchestrator.base.errors import ReverieError, UsageError
 from orchestrator.cli.errors import UserError, user_error_in
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.repo import GitError
+from orchestrator.store.records import StoreDamaged
 
 # Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie;
 # NotPlain is a signal memfs.git.LocalRepo always catches (ask libgit2 instead), never an error.
@@ -79,4 +79,4 @@ def test_a_reverie_error_is_found_inside_task_group_wrappers() -> None:
     wrapped = BaseExceptionGroup("outer", [ExceptionGroup("inner", [ValueError("bug"), mistake])])
     assert user_error_in(wrapped) is mistake
     assert user_error_in(UserError("--prompt is empty")) is not None
-    assert user_error_in(sqlite3.DatabaseError("file is not a database")) is not None
+    assert user_error_in(StoreDamaged("store.sqlite3: file is not a database")) is not None
