@@ -27,7 +27,14 @@ from orchestrator.memfs.git import GitError
 from orchestrator.memfs.guard import RepositoryRefused, drain_findings, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.remote import ahead_of_upstream, pull_rebase, push_head
-from orchestrator.memfs.repo import RepoStatus, head_revision, repo_status, take_failed_commit
+from orchestrator.memfs.repo import (
+    RepoStatus,
+    head_revision,
+    missing_objects,
+    repair_index,
+    repo_status,
+    take_failed_commit,
+)
 
 __all__ = [
     "SYNC_LOCK_WAIT_SECONDS",
@@ -161,9 +168,12 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     if audit is None:
         audit = _audit_head
     where = str(memory_dir)
+    repaired = repair_index(memory_dir) if (memory_dir / ".git").exists() else False
     status = repo_status(memory_dir)
     if not status.initialized:
         return SyncResult("skipped", "Memory repo is not initialized.", where, True)
+    if status.revision is not None and not repaired:
+        _report_missing(memory_dir, status.revision)
     local_only = not status.has_remote
     if status.in_conflict:
         return SyncResult("conflict", conflict_summary(status), where, local_only, status.revision)
@@ -182,6 +192,23 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     if local_only:
         return SyncResult("skipped", "Local backend MemFS has no Letta remote to push.", where, True, status.revision)
     return _push(memory_dir, status, audit)
+
+
+def _report_missing(memory_dir: Path, revision: str) -> None:
+    """A HEAD whose objects are gone is damaged memory: one warning line per commit (issue 23 item 9)."""
+    missing = missing_objects(memory_dir, revision)
+    if missing and (memory_dir, revision) not in _MISSING_REPORTED:
+        _MISSING_REPORTED.add((memory_dir, revision))
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        report(
+            memory_dir,
+            f"{memory_dir}: HEAD {revision[:7]} is missing the objects of {shown}; memory is damaged: run "
+            f"`git -C {memory_dir} fsck` and restore them from a backup or a clone",
+            restored=False,
+        )
+
+
+_MISSING_REPORTED: set[tuple[Path, str]] = set()
 
 
 def sync_reminder_for(result: SyncResult) -> str | None:

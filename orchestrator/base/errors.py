@@ -22,6 +22,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── ResolverFailed (RuntimeError) memfs/resolution.py: a merge conflict could not be reconciled
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused
+    │   ├── RepositoryNotWritable (RuntimeError)  memfs/locks.py: the lock file cannot be made (read-only)
     │   ├── RepositoryRefused (RuntimeError)  memfs/guard.py: a redirected or planted .git, an include
     │   │                                 in its config, or history without a branch; no git was run
     │   ├── HookPathRefused (RuntimeError)  memfs/hook.py: core.hooksPath (user's config) is no folder

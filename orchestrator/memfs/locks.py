@@ -56,6 +56,7 @@ __all__ = [
     "OWNER_FILE_NAME",
     "WORKTREE_LOCK_FILE_NAME",
     "LockBusy",
+    "RepositoryNotWritable",
     "call_if_free",
     "common_dir_sync",
     "merge_lock",
@@ -71,6 +72,10 @@ _locks: weakref.WeakKeyDictionary[Any, dict[tuple[Path, str], Lock]] = weakref.W
 
 class LockBusy(MemfsError, RuntimeError):
     """The lock is held elsewhere and the caller asked not to wait (or its bounded wait ran out)."""
+
+
+class RepositoryNotWritable(MemfsError, RuntimeError):
+    """The repository's lock file cannot be made (a read-only memory directory); one line."""
 
 
 def _loop_token() -> Any:
@@ -121,8 +126,20 @@ def _release(waiter: FlockWaiter, owner: Path | None, token: str) -> None:
     waiter.abandon()
 
 
+def _take(waiter: FlockWaiter, wait: bool) -> bool:
+    """``waiter.acquire``; a lock file that cannot be made (a read-only memory directory) is one
+    line naming the folder (issue 23 item 9), not an ``OSError`` traceback."""
+    try:
+        return waiter.acquire(wait)
+    except OSError as error:
+        raise RepositoryNotWritable(
+            f"{waiter.path.parent}: cannot take the memory repository's lock ({error.strerror}); "
+            "reverie needs write access there to commit, merge and reflect"
+        ) from None
+
+
 def _acquired(waiter: FlockWaiter, owner: Path | None, token: str, wait: bool) -> bool:
-    if not waiter.acquire(wait):
+    if not _take(waiter, wait):
         return False
     if owner is not None:
         try:
@@ -225,7 +242,7 @@ def _call_locked(common: Path, fn: Callable[[], T]) -> tuple[bool, T | None]:
     waits behind it (a busy lock is not waited for), while writing, renaming, reading and deleting
     the record cost ~0.3 ms, more than the check itself, on every turn."""
     waiter = FlockWaiter(common / LOCK_FILE_NAME)
-    if not waiter.acquire(False):
+    if not _take(waiter, False):
         return False, None
     try:
         return True, fn()

@@ -10,6 +10,7 @@ installed hook.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -43,6 +44,9 @@ __all__ = [
     "head_revision",
     "init_memory_repo",
     "is_memory_repo",
+    "index_corrupt",
+    "missing_objects",
+    "repair_index",
     "repo_status",
     "take_failed_commit",
 ]
@@ -384,3 +388,76 @@ async def harness_commit_tracked(checkout: Path, message: str) -> str:
     if found is None:
         raise GitError(("commit",), 0, f"fatal: no commit id in git's summary: {said.stdout.strip()[:200]}", checkout)
     return found.group(1)
+
+
+def index_corrupt(index: Path) -> bool:
+    """Whether git would refuse ``index`` as corrupt: no ``DIRC`` header, an unknown version, a
+    checksum that does not match (an all-zero one is git's ``index.skipHash``). A missing index is
+    not corrupt (git makes one). Blocking: one read and a SHA-1 of a few kilobytes."""
+    try:
+        data = index.read_bytes()
+    except FileNotFoundError:
+        return False
+    if len(data) < 32 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3, 4):
+        return True
+    tail = data[-20:]
+    return tail != bytes(20) and hashlib.sha1(data[:-20]).digest() != tail
+
+
+def repair_index(path: Path) -> bool:
+    """Rebuild a corrupt index of the checkout at ``path`` from ``HEAD`` (issue 23 item 9), keeping
+    the damaged file as ``index.corrupt`` beside it; True when it did. The working tree is not
+    touched: what was staged and not committed stays in the files, unstaged. Blocking; call with
+    the repository lock held."""
+    layout = locate(path)
+    if layout is None or not index_corrupt(layout.git_dir / "index"):
+        return False
+    os.replace(layout.git_dir / "index", layout.git_dir / "index.corrupt")
+    if head_revision(path) is None:
+        run(path, "read-tree", "--empty", harness=True)
+    else:
+        run(path, "read-tree", "HEAD", harness=True)
+    report(
+        path,
+        f"{path}: .git/index was corrupt and every commit failed; rebuilt it from HEAD (the damaged file is "
+        "kept as index.corrupt; uncommitted edits stay in the files, unstaged)",
+        restored=True,
+    )
+    return True
+
+
+_MISSING: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def missing_objects(path: Path, revision: str) -> tuple[str, ...]:
+    """The paths of ``revision``'s tree whose objects are missing from the repository (a tree's as
+    ``dir/``), checked once per commit and process. Blocking."""
+    key = (str(path), revision)
+    if key not in _MISSING:
+        with open_repo(path) as local:
+            _MISSING[key] = () if local is None else _missing_in(local, revision)
+    return _MISSING[key]
+
+
+def _missing_in(local: LocalRepo, revision: str) -> tuple[str, ...]:
+    found = local.read(revision)
+    if found is None:
+        return (f"commit {revision[:12]}",)
+    resolved = local.resolve(revision)
+    if resolved is None:
+        return (f"the tree of {revision[:12]}",)
+    missing: list[str] = []
+    pending = [("", resolved[1])]
+    while pending:
+        prefix, tree = pending.pop()
+        read = local.read(tree)
+        if read is None:
+            missing.append(prefix or "/")
+            continue
+        for entry in local.tree_entries(tree):
+            name, mode, oid = entry.path, entry.mode, entry.oid
+            if mode == "40000":
+                pending.append((f"{prefix}{name}/", oid))
+            elif mode != "160000" and local.read(oid) is None:
+                missing.append(f"{prefix}{name}")
+    return tuple(sorted(missing))

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.base.paths import config_path
+from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.gitwrap import wrapped_path
 from orchestrator.memfs.guard import RepositoryRefused, locate
 from orchestrator.memfs.hook import SOCKET_ENV
@@ -48,6 +49,7 @@ from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.memfs.indexlock import clear_stale_git_locks, git_lock_files
 from orchestrator.memfs.locks import LockBusy, merge_lock_sync
 from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
+from orchestrator.memfs.repo import index_corrupt, repair_index
 from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
@@ -321,18 +323,24 @@ def after_command(ctx: ToolContext) -> None:
     """Settle the memory repository once the command is over (blocking): what it planted in
     ``.git`` (a ``commondir``) is removed now, before the user's own ``git status`` in that folder
     could follow it (``memfs.guard``), and lock files a git killed with the call left behind (its
-    timeout, a cancelled turn) are removed when nothing holds them (``memfs.indexlock``), so the
-    next commit works. Each repair is one warning line; a busy repository lock skips the second."""
+    timeout, a cancelled turn) are removed when nothing holds them (``memfs.indexlock``) and a
+    corrupt index is rebuilt from ``HEAD`` (``memfs.repo``), so the next commit works. Each repair
+    is one warning line; a busy repository lock leaves them to the post-turn check."""
     if ctx.memory_dir is None:
         return
     try:
         layout = locate(ctx.memory_dir)
     except RepositoryRefused:
         return  # reported by the guard; every later git call there is refused the same way
-    if layout is None or not git_lock_files(layout.common_dir):
+    if layout is None:
+        return
+    locks = git_lock_files(layout.common_dir)
+    if not locks and not index_corrupt(layout.git_dir / "index"):
         return
     try:
         with merge_lock_sync(layout.top, timeout=0, common_dir=layout.common_dir):
-            clear_stale_git_locks(layout.common_dir, layout.top)
-    except (LockBusy, OSError):
-        pass
+            if locks:
+                clear_stale_git_locks(layout.common_dir, layout.top)
+            repair_index(layout.top)
+    except (LockBusy, MemfsError, OSError):
+        pass  # the post-turn check tries again under the lock, and says what it found

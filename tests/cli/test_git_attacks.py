@@ -269,3 +269,60 @@ def test_off_hides_the_key_in_reverie_s_own_environment_block(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert results and results[0].startswith("OPENAI_API_KEY=**"), results  # reverie's own, blanked
     assert KEY not in bodies
+
+
+def test_a_corrupt_index_is_rebuilt_from_head_and_the_commit_lands(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        server.enqueue(
+            _bash('cd "$MEMORY_DIR" && head -c 200 /dev/urandom > .git/index && printf -- "- tea\\n" >> human.md && git commit -qam tea; echo tried'),
+            _bash('cd "$MEMORY_DIR" && git commit -qam tea && echo committed'),
+            text_reply("saved"),
+        )
+        turn = _reverie(tmp_path, server, "chat", "-p", "remember tea", "--output-format", "json")
+        results = [m["content"] for m in server.chat_bodies[-1]["messages"] if m["role"] == "tool"]
+    assert turn.returncode == 0, turn.stderr
+    assert results[-1].endswith("committed"), results
+    assert _git_out(memory, "log", "-1", "--format=%s") == "tea"
+    assert (memory / ".git" / "index.corrupt").exists()
+    rebuilt = [line for line in turn.stderr.splitlines() if "index was corrupt" in line]
+    assert len(rebuilt) == 1 and rebuilt[0].startswith("reverie: warning: "), turn.stderr
+    assert _git_out(memory, "status", "--porcelain") == ""
+
+
+def test_a_missing_head_object_is_a_loud_warning(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        blob = _git_out(memory, "rev-parse", "HEAD:persona.md")
+        (memory / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+        turn = _reverie(tmp_path, server, "chat", "-p", "anything", "--output-format", "json")
+    result = json.loads(turn.stdout.splitlines()[-1])
+    damaged = [w for w in result["warnings"] if "is missing the objects of persona.md" in w]
+    assert len(damaged) == 1 and "fsck" in damaged[0], result
+    assert f"reverie: warning: {damaged[0]}" in turn.stderr.splitlines()
+    assert any("persona.md" in str(e["message"]) for e in _events(home, "memory.warning"))
+
+
+def test_reflect_on_a_read_only_memory_directory_ends_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    memory = home / MEMORY
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello, I like tea").returncode == 0
+        read_only = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", str(memory), str(memory)]
+        done = subprocess.run(
+            [*read_only, sys.executable, "-m", "orchestrator", "reflect"],
+            capture_output=True, text=True, cwd=tmp_path / "project" / "ws", env=_env(home, server), timeout=180,
+        )
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reverie: error: ") and "Read-only file system" in lines[0], done.stderr
