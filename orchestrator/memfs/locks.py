@@ -131,6 +131,8 @@ def _take(waiter: FlockWaiter, wait: bool) -> bool:
     line naming the folder (issue 23 item 9), not an ``OSError`` traceback."""
     try:
         return waiter.acquire(wait)
+    except FileNotFoundError:
+        raise  # the repository went away: callers ask where it is again
     except OSError as error:
         raise RepositoryNotWritable(
             f"{waiter.path.parent}: cannot take the memory repository's lock ({error.strerror}); "
