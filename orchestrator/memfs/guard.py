@@ -154,25 +154,46 @@ def drain_findings(repository: Path | None = None) -> tuple[Finding, ...]:
 def locate(start: Path | str) -> Layout | None:
     """The checked layout of the repository holding ``start`` (the nearest ``.git`` above it), or
     None when there is none. Restores what is safe (a finding), else raises
-    :class:`RepositoryRefused`. Blocking: a few ``stat`` calls."""
-    here = Path(os.path.abspath(start))
-    for folder in (here, *here.parents):
-        dotgit = folder / ".git"
+    :class:`RepositoryRefused`. Blocking: two or three ``lstat`` calls for a repository seen before
+    (this runs before every git process, so paths stay strings and the resolved layout is kept)."""
+    folder = os.path.abspath(start)
+    while True:
+        dotgit = os.path.join(folder, ".git")
         try:
-            mode = os.lstat(dotgit).st_mode
+            st = os.lstat(dotgit)
         except FileNotFoundError:
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return None
+            folder = parent
             continue
         except OSError:
             return None
-        top = Path(os.path.realpath(folder))
-        if _is_link(mode):
-            raise RepositoryRefused(f"{top}: .git is a symbolic link; reverie runs no git in a redirected repository")
-        if _is_dir(mode):
-            git_dir = top / ".git"
-            _check_main(top, git_dir)
-            return Layout(top, git_dir, git_dir)
-        return _check_linked(top, dotgit)
-    return None
+        return _checked(folder, st)
+
+
+_layouts: dict[tuple[str, int, int, int], Layout] = {}
+
+
+def _checked(folder: str, st: os.stat_result) -> Layout:
+    if _is_link(st.st_mode):
+        raise RepositoryRefused(f"{os.path.realpath(folder)}: .git is a symbolic link; reverie runs no git in a redirected repository")
+    key = (folder, st.st_dev, st.st_ino, st.st_mtime_ns if not _is_dir(st.st_mode) else 0)
+    known = _layouts.get(key)
+    if known is not None and not known.linked:
+        _check_main(known.top, known.git_dir)
+        return known
+    top = Path(os.path.realpath(folder))
+    if _is_dir(st.st_mode):
+        git_dir = top / ".git"
+        _check_main(top, git_dir)
+        layout = Layout(top, git_dir, git_dir)
+    else:
+        layout = _check_linked(top, top / ".git")
+    if len(_layouts) > 1024:
+        _layouts.clear()
+    _layouts[key] = layout
+    return layout
 
 
 def require_checkout(top: Path) -> None:
@@ -206,8 +227,8 @@ def _refused(top: Path, message: str) -> RepositoryRefused:
 
 
 def _check_main(top: Path, git_dir: Path) -> None:
-    planted = git_dir / "commondir"
-    if os.path.lexists(planted):
+    if os.path.lexists(f"{git_dir}/commondir"):
+        planted = git_dir / "commondir"
         try:
             target = planted.read_text(encoding="utf-8", errors="replace").strip()
         except OSError:
@@ -223,8 +244,8 @@ def _check_main(top: Path, git_dir: Path) -> None:
 
 
 def _check_alternates(top: Path, common: Path) -> None:
-    alternates = common / "objects" / "info" / "alternates"
-    if os.path.lexists(alternates):
+    if os.path.lexists(f"{common}/objects/info/alternates"):
+        alternates = common / "objects" / "info" / "alternates"
         raise _refused(
             top,
             f"{alternates} borrows objects from another repository, which reverie does not allow in memory; "
@@ -282,32 +303,43 @@ def _write_text(path: Path, text: str) -> None:
 Listing = Callable[[Layout | None], Iterable[tuple[str, str]]]
 """``(scope, key)`` of every setting git reads for a layout, as ``git config --list --show-scope``."""
 
-_Signature = tuple[tuple[str, int, int, int] | None, ...]
-_cache: dict[tuple[Path | None, _Signature], tuple[tuple[str, str], ...]] = {}
+_Signature = tuple[tuple[int, int, int] | None, ...]
+_cache: dict[tuple[object, ...], dict[str, str]] = {}
 _cache_lock = threading.Lock()
+_OUTER_FILES: dict[tuple[str | None, ...], list[str]] = {}
+_OUTER_VARIABLES: Final = ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_COUNT")
 
 
 def hardening(layout: Layout | None, listing: Listing) -> dict[str, str]:
     """The environment that overrides every setting able to run a program (module docstring):
     ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` after any the caller already has, plus the fixed
     variables. ``listing`` is asked only when a config file cannot be read here (an include in the
-    user's own files). Raises :class:`RepositoryRefused` for an include in the repository's config."""
-    files = _config_files(layout)
-    key = (None if layout is None else layout.git_dir, tuple(_stat(path) for path in files))
+    user's own files). Raises :class:`RepositoryRefused` for an include in the repository's config.
+    Kept per change of any config file: a few ``stat`` calls per git process."""
+    outer = tuple(map(os.environ.get, _OUTER_VARIABLES))
+    outer_files = _OUTER_FILES.get(outer)
+    if outer_files is None:
+        outer_files = _OUTER_FILES[outer] = [path for _, path in _outer_files()]
+    files = [*outer_files, *(path for _, path in _repository_files(layout))]
+    key = (None if layout is None else layout.git_dir, outer, tuple(_stat(path) for path in files))
     with _cache_lock:
         found = _cache.get(key)
     if found is None:
-        found = _overrides(layout, files, listing)
+        found = _environment(_overrides(layout, files, listing))
         with _cache_lock:
             if len(_cache) > 512:
                 _cache.clear()
             _cache[key] = found
+    return dict(found)
+
+
+def _environment(overrides: tuple[tuple[str, str], ...]) -> dict[str, str]:
     env = dict(_FIXED_ENV)
     start = _count(os.environ.get("GIT_CONFIG_COUNT"))
-    for n, (name, value) in enumerate((*_FIXED, *found), start=start):
+    for n, (name, value) in enumerate((*_FIXED, *overrides), start=start):
         env[f"GIT_CONFIG_KEY_{n}"] = name
         env[f"GIT_CONFIG_VALUE_{n}"] = value
-    env["GIT_CONFIG_COUNT"] = str(start + len(_FIXED) + len(found))
+    env["GIT_CONFIG_COUNT"] = str(start + len(_FIXED) + len(overrides))
     return env
 
 
@@ -318,56 +350,51 @@ def _count(raw: str | None) -> int:
         return 0
 
 
-def _stat(path: Path) -> tuple[str, int, int, int] | None:
+def _stat(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return str(path), st.st_mtime_ns, st.st_size, st.st_ino
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
-def _outer_files() -> list[tuple[str, Path]]:
-    files: list[tuple[str, Path]] = []
+def _outer_files() -> list[tuple[str, str]]:
+    files: list[tuple[str, str]] = []
     if not os.environ.get("GIT_CONFIG_NOSYSTEM"):
-        files.append(("system", Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")))
+        files.append(("system", os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"))
     if os.environ.get("GIT_CONFIG_GLOBAL"):
-        files.append(("global", Path(os.environ["GIT_CONFIG_GLOBAL"])))
+        files.append(("global", os.environ["GIT_CONFIG_GLOBAL"]))
     else:
-        home = Path(os.environ.get("HOME") or os.path.expanduser("~"))
-        xdg = os.environ.get("XDG_CONFIG_HOME")
-        files.append(("global", (Path(xdg) if xdg else home / ".config") / "git" / "config"))
-        files.append(("global", home / ".gitconfig"))
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        xdg = os.environ.get("XDG_CONFIG_HOME") or f"{home}/.config"
+        files.append(("global", f"{xdg}/git/config"))
+        files.append(("global", f"{home}/.gitconfig"))
     return files
 
 
-def _repository_files(layout: Layout | None) -> list[tuple[str, Path]]:
+def _repository_files(layout: Layout | None) -> list[tuple[str, str]]:
     if layout is None:
         return []
-    return [("local", layout.common_dir / "config"), ("worktree", layout.git_dir / "config.worktree")]
+    return [("local", f"{layout.common_dir}/config"), ("worktree", f"{layout.git_dir}/config.worktree")]
 
 
-def _config_files(layout: Layout | None) -> list[Path]:
-    return [path for _, path in (*_outer_files(), *_repository_files(layout))]
-
-
-def _overrides(layout: Layout | None, files: list[Path], listing: Listing) -> tuple[tuple[str, str], ...]:
+def _overrides(layout: Layout | None, files: list[str], listing: Listing) -> tuple[tuple[str, str], ...]:
     keys: list[tuple[str, str]] = []
     need_git = False
     for scope, path in (*_outer_files(), *_repository_files(layout)):
-        parsed = _read_keys(path)
+        parsed = _read_keys(Path(path))
         if parsed is None:
             if scope in ("local", "worktree"):
-                _refuse_unreadable(layout, path)
+                _refuse_unreadable(layout, Path(path))
             need_git = True
             continue
         if scope in ("local", "worktree"):
-            _refuse_includes(layout, path, parsed)
+            _refuse_includes(layout, Path(path), parsed)
+        elif any(name.startswith(("include.", "includeif.")) for name in parsed):
+            need_git = True
         keys.extend((scope, name) for name in parsed)
     if need_git:
         keys = list(listing(layout))
-        for scope, name in keys:
-            if scope in ("local", "worktree") and layout is not None:
-                _refuse_includes(layout, layout.common_dir / "config", [name])
     return _neutral(keys)
 
 
@@ -452,9 +479,6 @@ def _read_keys(path: Path) -> list[str] | None:
         if found is None or prefix is None:
             return None
         names.append(f"{prefix}.{found.group(1).lower()}")
-    outer = {p for _, p in _outer_files()}
-    if path in outer and any(n.startswith(("include.", "includeif.")) for n in names):
-        return None
     return names
 
 
