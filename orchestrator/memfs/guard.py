@@ -118,6 +118,7 @@ class Layout:
 
 
 _findings: list[Finding] = []
+_KEPT: Final = 256
 _findings_lock = threading.Lock()
 
 
@@ -129,6 +130,8 @@ def report(repository: Path, message: str, *, restored: bool) -> None:
 
 def _report(finding: Finding) -> None:
     with _findings_lock:
+        if len(_findings) >= _KEPT:
+            del _findings[0]  # nobody drains them (a command without a turn): keep the newest
         _findings.append(finding)
     sys.stderr.write(f"reverie: warning: {finding.message}\n")
     sys.stderr.flush()
