@@ -257,6 +257,7 @@ def commit_memory(
 
     with merge_lock_sync(path) as common:
         clear_stale_git_locks(common, path)
+        repair_index(path)
         return _commit_locked(path, message, paths, allow_empty=allow_empty)
 
 

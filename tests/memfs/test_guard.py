@@ -145,3 +145,4 @@ def test_git_refusing_is_not_a_git_error_that_callers_swallow(memory: Path) -> N
     with pytest.raises(RepositoryRefused):
         run(memory, "status", check=False)
     assert not isinstance(RepositoryRefused("x"), GitError)
+

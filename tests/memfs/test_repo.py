@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.memfs import guard
 from orchestrator.memfs.git import GitError
 from orchestrator.memfs.repo import (
     INITIAL_COMMIT_MESSAGE,
@@ -76,3 +77,16 @@ def test_damaged_repository_is_named_as_such(tmp_path: Path) -> None:
     (repo / ".git" / "HEAD").write_text("garbage\n")
     with pytest.raises(GitError, match="damaged"):
         init_memory_repo(repo)
+
+
+def test_reverie_s_own_commit_rebuilds_a_corrupt_index_first(tmp_path: Path) -> None:
+    """Issue 23 item 9: a corrupt index no longer fails every memory commit."""
+    memory = tmp_path / "memory"
+    init_memory_repo(memory)
+    guard.drain_findings()
+    (memory / ".git" / "index").write_bytes(b"DIRC" + b"\0" * 60)
+    (memory / "human.md").write_text("---\nname: human\ndescription: The person\n---\nLikes tea.\n")
+    commit_memory(memory, "tea")
+    assert "Likes tea." in _git(memory, "show", "HEAD:human.md")
+    assert (memory / ".git" / "index.corrupt").exists()
+    assert any("index was corrupt" in f.message for f in guard.drain_findings(memory))
