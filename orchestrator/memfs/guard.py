@@ -18,7 +18,8 @@ command with reverie's own environment. Two rules close that, and this module ow
   followed (git reads no ``commondir`` or ``.git`` file when they are set).
 * **Configuration cannot name a program.** :func:`hardening` gives every process settings that
   outrank every config file: no fsmonitor, no hooks (reverie validates in-process, DECISIONS S21),
-  ``cat`` as pager, no askpass, no signing; every filter driver any config file defines is
+  ``cat`` as pager, no askpass, no signing, no ``ext::`` transport (``GIT_ALLOW_PROTOCOL`` is
+  ``file:https:http:ssh``, so a memory remote over ``git://`` is refused); every filter driver any config file defines is
   emptied and made optional, every merge driver becomes ``git merge-file``, and for the
   repository's own files ``core.sshCommand``, ``remote.*.uploadpack``/``receivepack`` and
   credential helpers are reset; diff drivers are turned off by the runner's ``--no-ext-diff
