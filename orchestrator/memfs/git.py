@@ -512,6 +512,38 @@ class LocalRepo:
             raise self._fail("cat-file", error) from error
         return _KIND_NAMES.get(int(kind), "unknown"), bytes(data)
 
+    def staged(self, index_file: str | None = None) -> tuple[tuple[tuple[str, str, str], ...], dict[str, str]]:
+        """What ``git ls-files -s`` and ``git diff --cached --name-status`` (rename detection on, as
+        git's default) say of the index ``index_file`` (default the repository's own): ``(path,
+        mode, oid)`` of every entry, and ``{path: status letter}`` against ``HEAD``, a rename or copy
+        under its new path. The pre-commit hook's service reads a commit's index this way, with no
+        git process (``memfs/hook_service.py``)."""
+        pygit2 = _pygit2()
+        try:
+            if index_file:
+                index = pygit2.Index(index_file)
+            else:
+                index = self._repo.index
+                index.read()
+            entries: dict[str, tuple[str, str, str]] = {}
+            for entry in index:
+                entries.setdefault(entry.path, (entry.path, f"{entry.mode:06o}", str(entry.id)))
+            head = self.resolve("HEAD")
+            if head is None:
+                return tuple(entries.values()), dict.fromkeys(entries, "A")
+            diff = self._repo[head[1]].diff_to_index(index)
+            diff.find_similar()
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise self._fail("diff --cached", error) from error
+        changes: dict[str, str] = {}
+        for delta in diff.deltas:
+            letter = delta.status_char()
+            path = delta.new_file.path if letter in ("R", "C", "A") else delta.old_file.path
+            if {letter, changes.get(path)} == {"A", "D"}:
+                letter = "T"  # libgit2 splits a type change (file <-> symlink) into a delete and an add
+            changes[path] = letter
+        return tuple(entries.values()), changes
+
     def resolve(self, revision: str = "HEAD") -> tuple[str, str] | None:
         """(commit, tree) that ``revision`` names, peeled to a commit; None when it names none."""
         pygit2 = _pygit2()

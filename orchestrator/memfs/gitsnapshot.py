@@ -37,8 +37,10 @@ __all__ = [
     "audit_policy",
     "git_common_dir",
     "read_commit_snapshot",
+    "policy_in",
     "read_policy",
     "read_staged_snapshot",
+    "read_staged_snapshot_local",
 ]
 
 _EMPTY: dict[str, Entry] = {}
@@ -63,8 +65,17 @@ def git_common_dir(repo: Path) -> Path:
 def read_policy(repo: Path) -> LayoutPolicy:
     """The policy file of ``repo`` (missing or unreadable: legacy, as the hook treats it)."""
     try:
-        text = (git_common_dir(repo) / POLICY_FILE_NAME).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, GitError):
+        common = git_common_dir(repo)
+    except GitError:
+        return LEGACY_ONLY
+    return policy_in(common)
+
+
+def policy_in(common_dir: Path) -> LayoutPolicy:
+    """The policy file in the common git directory ``common_dir`` (missing or unreadable: legacy)."""
+    try:
+        text = (common_dir / POLICY_FILE_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return LEGACY_ONLY
     return parse_policy(text)
 
@@ -169,6 +180,14 @@ def read_staged_snapshot(repo: Path, index_file: str | None = None) -> Snapshot:
     index = _read_index(repo, env)
     head = _read_tree(repo, "HEAD")
     return _snapshot(index, head, _read_changes(repo, env), partial(_read_blobs, repo))
+
+
+def read_staged_snapshot_local(local: LocalRepo, index_file: str | None = None) -> Snapshot:
+    """:func:`read_staged_snapshot` through libgit2, with no git process: for a process that has
+    libgit2 loaded already (the hook's service in reverie, ``memfs/hook_service.py``)."""
+    entries, changes = local.staged(index_file)
+    index = {path: Entry(mode, oid) for path, mode, oid in entries}
+    return _snapshot(index, _local_tree(local, "HEAD"), changes, partial(_local_blobs, local))
 
 
 def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapshot | None:

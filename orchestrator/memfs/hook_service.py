@@ -4,8 +4,10 @@ Why it exists: git starts the hook as a new process at every commit, and a hook 
 itself pays an interpreter, reverie's validator and five git reads each time: most of the agent's
 edit-and-commit tool step (issue 29, ``bench/commit.py``). The process that ran the tool already has
 all of that loaded, so the bash tool names this service's socket in ``REVERIE_HOOK_SOCKET`` and the
-hook (``memfs/hook.py``) asks here first; the verdict and the report are the ones
-``validator.validate_staged`` gives, since that is what answers. When nothing answers, or the
+hook (``memfs/hook.py``) asks here first. The service reads the commit's index, ``HEAD`` and blobs
+through libgit2 (``gitsnapshot.read_staged_snapshot_local``: no git process, so no process runner
+to load in a one-shot chat) and judges them with ``validator.validate_snapshot``, as the hook's own
+``validate_staged`` does with git's output. When nothing answers, or the
 service declines, the hook validates by itself, so a plain ``git commit`` outside reverie, or one
 whose reverie has exited, is checked exactly as before.
 
@@ -34,8 +36,9 @@ import weakref
 from pathlib import Path
 from typing import Any, Final
 
+from orchestrator.memfs import gitsnapshot
 from orchestrator.memfs.constraints import APPROVAL_ENV, APPROVAL_ENV_ALIAS
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.git import GitError, open_repo
 from orchestrator.memfs.hook import UNREADABLE
 
 __all__ = ["HookService", "hook_socket"]
@@ -96,12 +99,17 @@ class HookService:
         if not allowed or (index and not _inside_git_dir(top, Path(index))):
             return {"fallback": True}
         # deferred: the validator is loaded by the first commit, not by the bash tool's first call
-        from orchestrator.memfs.validator import format_report, validate_staged
+        from orchestrator.memfs.validator import format_report, validate_snapshot
 
         try:
-            result = validate_staged(top, env=approvals, index_file=index or None)
+            with open_repo(top) as local:
+                if local is None:
+                    return {"fallback": True}
+                policy = gitsnapshot.policy_in(local.common_dir)
+                snapshot = gitsnapshot.read_staged_snapshot_local(local, index or None)
         except (GitError, OSError):
             return {"code": 1, "report": UNREADABLE}
+        result = validate_snapshot(snapshot, policy, approvals)
         with self._lock:
             self.answered += 1
         return {"code": 0 if result.ok else 1, "report": format_report(result)}

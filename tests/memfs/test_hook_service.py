@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.gitsnapshot import read_staged_snapshot, read_staged_snapshot_local
 from orchestrator.memfs.hook import SOCKET_ENV, install_hook
 from orchestrator.memfs.hook_service import HookService
 from orchestrator.memfs.validator import format_report, validate_staged
@@ -102,3 +104,36 @@ def test_malformed_requests_are_declined(service: HookService, repo: Path) -> No
     assert service.answer(b'{"index": ""}') == {"fallback": True}
     assert service.answer(b'{"cwd": "%s", "index": "/etc/passwd"}' % str(repo).encode()) == {"fallback": True}
     assert service.answer(b'{"cwd": "%s", "index": ""}' % str(repo).encode()) == {"code": 0, "report": ""}
+
+
+def test_libgit2_reads_the_staged_index_as_git_does(repo: Path, tmp_path: Path) -> None:
+    """The service's libgit2 snapshot equals the hook's git snapshot: adds, edits, deletes, a rename,
+    a type change, and an index other than the repository's own."""
+    (repo / "notes").mkdir()
+    body = "---\nname: long\ndescription: a long note\n---\n" + "".join(f"line {i}\n" for i in range(40))
+    (repo / "notes" / "long.md").write_text(body)
+    (repo / "gone.md").write_text("---\nname: gone\ndescription: x\n---\nbye\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "--no-verify", "-m", "more")
+    _git(repo, "mv", "notes/long.md", "notes/renamed.md")
+    _git(repo, "rm", "-q", "gone.md")
+    (repo / "persona.md").write_text("---\nname: persona\ndescription: Test memory\n---\nChanged.\n")
+    (repo / "new.md").write_text("---\nname: new\ndescription: y\n---\nhi\n")
+    (repo / "MEMORY.md").unlink()
+    (repo / "MEMORY.md").symlink_to("persona.md")
+    _git(repo, "add", "-A")
+    other = tmp_path / "other-index"
+    _git(repo, "read-tree", "HEAD", env={"GIT_INDEX_FILE": str(other)})
+    for index_file in (None, str(repo / ".git" / "index"), str(other)):
+        with open_repo(repo) as local:
+            assert local is not None
+            mine = read_staged_snapshot_local(local, index_file)
+        theirs = read_staged_snapshot(repo, index_file)
+        assert dict(mine.index) == dict(theirs.index)
+        assert list(mine.changes.items()) == list(theirs.changes.items())
+        assert dict(mine.blobs) == dict(theirs.blobs)
+        assert (None if mine.head is None else dict(mine.head)) == (None if theirs.head is None else dict(theirs.head))
+    with open_repo(repo) as local:
+        assert local is not None
+        changes = dict(read_staged_snapshot_local(local).changes)
+    assert changes == {"notes/renamed.md": "R", "gone.md": "D", "persona.md": "M", "new.md": "A", "MEMORY.md": "T"}
