@@ -55,6 +55,14 @@ def test_a_timeout_also_kills_what_git_started(tmp_path: Path) -> None:
     assert exited, f"pid {pid} (the alias's sleep) outlived the timeout by 10 s"
 
 
+def test_a_git_that_cannot_be_found_is_a_one_line_git_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    with pytest.raises(GitError) as caught:
+        run(tmp_path, "rev-parse", "--show-toplevel")
+    said = str(caught.value)
+    assert caught.value.returncode == -1 and "\n" not in said and "cannot run git: [Errno 2]" in said
+
+
 def test_a_folder_that_is_not_there_is_a_git_error_not_another_folder(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="is not a directory"):
         run(tmp_path / "missing", "rev-parse", "--show-toplevel")
