@@ -53,11 +53,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from orchestrator.agent.prompt_cache import record_from
+from orchestrator.base.errors import error_line
 from orchestrator.base.events import (
     Event,
     ModelCalled,
-    Publisher,
-    ignore_event,
 )
 from orchestrator.compaction import (
     CompactionMode,
@@ -82,8 +81,9 @@ from orchestrator.store import PromptRecord, Store, StoredMessage
 from orchestrator.tools import tool_specs
 
 if TYPE_CHECKING:
-    from orchestrator.agent.turn import AgentProfile, Observer
+    from orchestrator.agent.context import AgentProfile, SessionContext
     from orchestrator.base.config import Settings
+    from orchestrator.base.events import Observer
     from orchestrator.compaction import CompactionOutcome
 
 __all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
@@ -141,9 +141,6 @@ class _Conversation:
         self.preparing: anyio.Event | None = None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
 
 
 def _retries_itself(model: ModelClient) -> bool:
@@ -188,25 +185,48 @@ class CompactionSubagent:
     def __init__(
         self,
         *,
-        store: Store,
-        model: ModelClient,
-        settings: Settings,
-        agent: AgentProfile,
-        observer: Observer | None = None,
+        context: SessionContext,
         supervisor: Spawner | None = None,
         sleep: Sleep = anyio.sleep,
         compaction: CompactionSettings | None = None,
     ) -> None:
-        self.store = store
-        self.model = model
-        self.settings = settings
-        self.agent = agent
-        self.observer = observer or ignore_event
+        self.context = context
         self.supervisor = supervisor
         self.sleep = sleep
-        self.compaction = compaction or CompactionSettings.from_config(settings)
+        self._compaction = compaction
+        self._derived: tuple[Settings, CompactionSettings] | None = None
         self._tool_tokens = tool_schema_tokens(tool_specs())
         self._conversations: dict[str, _Conversation] = {}
+
+    @property
+    def store(self) -> Store:
+        return self.context.store
+
+    @property
+    def model(self) -> ModelClient:
+        return self.context.model
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def agent(self) -> AgentProfile:
+        return self.context.agent
+
+    @property
+    def observer(self) -> Observer:
+        return self.context.observer
+
+    @property
+    def compaction(self) -> CompactionSettings:
+        """The settings given at construction, else derived from the session's current settings."""
+        if self._compaction is not None:
+            return self._compaction
+        settings = self.context.settings
+        if self._derived is None or self._derived[0] is not settings:
+            self._derived = (settings, CompactionSettings.from_config(settings))
+        return self._derived[1]
 
     # -- the Compactor protocol -------------------------------------------------------------------
 
@@ -295,7 +315,7 @@ class CompactionSubagent:
         return 1 if _retries_itself(self.model) else 3
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
-        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
+        await self.context.publish(event, conversation_id)
 
     async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
         """Record a compaction that changed nothing; reporting itself must not fail the turn."""
@@ -304,7 +324,7 @@ class CompactionSubagent:
 
         try:
             with anyio.CancelScope(shield=True):
-                await self._emit(CompactionFailed(f"{trigger}: {_one_line(exc)}", 0), conversation_id)
+                await self._emit(CompactionFailed(f"{trigger}: {error_line(exc)}", 0), conversation_id)
         except Exception:
             pass
 

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from orchestrator.agent.turn import AgentProfile, Observer, TurnOutcome, TurnRunner
+from orchestrator.agent.context import AgentProfile, SessionContext
+from orchestrator.agent.turn import TurnOutcome, TurnRunner
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
-from orchestrator.base.errors import ReverieError
-from orchestrator.base.events import Event, ModelCalled, Publisher, ignore_event
+from orchestrator.base.errors import ReverieError, error_line
+from orchestrator.base.events import Event, ModelCalled, Publisher
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
@@ -89,27 +90,31 @@ class ReflectionCoordinator:
     """Decides, launches and finishes reflections for one agent's conversations."""
 
     def __init__(
-        self,
-        *,
-        store: Store,
-        model: ModelClient,
-        settings: Settings,
-        agent: AgentProfile,
-        supervisor: Spawner,
-        observer: Observer | None = None,
-        resolver: Resolver | None = None,
+        self, *, context: SessionContext, supervisor: Spawner, resolver: Resolver | None = None
     ) -> None:
-        self.store = store
-        self.model = model
-        self.settings = settings
-        self.agent = agent
+        self.context = context
         self.supervisor = supervisor
-        self.observer = observer or ignore_event
         self.resolver = resolver
         self._active = False
         self._retrier: BranchRetrier | None = None
         # after_turn's first read rides on each turn's close_turn job (Store.reflections_and_state)
-        store.read_reflections_at_turn_close(agent.agent_id)
+        context.store.read_reflections_at_turn_close(context.agent.agent_id)
+
+    @property
+    def store(self) -> Store:
+        return self.context.store
+
+    @property
+    def model(self) -> ModelClient:
+        return self.context.model
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def agent(self) -> AgentProfile:
+        return self.context.agent
 
     @property
     def retrier(self) -> BranchRetrier:
@@ -156,8 +161,7 @@ class ReflectionCoordinator:
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
-        # deferred: reflection's events and trigger policy load at the first turn end (issue 14.4)
-        from orchestrator.base.subagent_events import ReflectionLaunched
+        # deferred: reflection's trigger policy loads at the first turn end (issue 14.4)
         from subagents.triggers import after_success, decide_launch
 
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
@@ -171,30 +175,45 @@ class ReflectionCoordinator:
             return decision.reason
         if self._active:
             return "a reflection is already running for this agent"
-        status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
-        if status.in_conflict:
-            return f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
-        if status.dirty:
-            return "the memory repository has uncommitted changes"
+        # The flag is set and cleared in this one try/finally: whatever fails or is cancelled before
+        # the run is handed to the supervisor (whose task clears it when the run ends) clears it here.
         self._active = True
-        trigger = "manual" if manual else mode
-        # deferred: worktrees load with the first launch, not before a chat's first request
-        from orchestrator.memfs.worktrees import create_worktree
-
+        handed_off = False
         try:
-            worktree = await create_worktree(self.agent.memory_dir, agent_id=self.agent.agent_id, kind="reflection")
-        except BaseException:
-            self._active = False
-            raise
+            status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
+            if status.in_conflict:
+                return f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
+            if status.dirty:
+                return "the memory repository has uncommitted changes"
+            await self._launch(conversation_id, slice_, steps, "manual" if manual else mode)
+            handed_off = True
+            return decision.reason
+        finally:
+            if not handed_off:
+                self._active = False
+
+    async def _launch(self, conversation_id: str, slice_: list[StoredMessage], steps: int, trigger: str) -> None:
+        """Create the worktree, record the run and hand it to the supervisor.
+
+        Until the hand-off this method owns the worktree: on any failure or cancellation it removes
+        it (shielded) and settles the run as ``failed``, so nothing is left behind and a launch that
+        could not start is a recorded outcome with a ``reflection.failed`` warning, never a silent
+        skip. The error itself still propagates (the supervisor records it; a cancellation goes on).
+        """
+        # deferred: worktrees load with the first launch, not before a chat's first request
+        from orchestrator.base.subagent_events import ReflectionLaunched
+        from orchestrator.memfs.worktrees import branch_for, create_worktree, new_worktree_id
+
+        wid = new_worktree_id()
         record = ReflectionRecord(
-            id=worktree.id,
+            id=wid,
             agent_id=self.agent.agent_id,
             conversation_id=conversation_id,
-            branch=worktree.branch,
+            branch=branch_for(wid, "reflection"),
             trigger=trigger,
             status="running",
             reason=None,
-            base_revision=worktree.base_revision,
+            base_revision=None,
             through_seq=slice_[-1].seq,
             commits=(),
             files=(),
@@ -202,13 +221,35 @@ class ReflectionCoordinator:
             updated_at=utc_now(),
             owner_pid=os.getpid(),
         )
-        await self.store.save_reflection(record)
-        await self._emit(ReflectionLaunched(worktree.id, worktree.branch, trigger), conversation_id)
-        self.supervisor.spawn(f"reflection {worktree.id}", partial(self._run, worktree, record, slice_, steps))
-        return decision.reason
+        worktree: Worktree | None = None
+        try:
+            worktree = await create_worktree(
+                self.agent.memory_dir, agent_id=self.agent.agent_id, kind="reflection", worktree_id=wid
+            )
+            record = replace(record, base_revision=worktree.base_revision)
+            await self.store.save_reflection(record)
+            await self._emit(ReflectionLaunched(worktree.id, worktree.branch, trigger), conversation_id)
+            self.supervisor.spawn(f"reflection {worktree.id}", partial(self._run, worktree, record, slice_, steps))
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._abandon(record, worktree, exc, steps)
+            raise
+
+    async def _abandon(self, record: ReflectionRecord, worktree: Worktree | None, exc: BaseException, steps: int) -> None:
+        """A launch that failed before its hand-off: remove the worktree, record the failure."""
+        # deferred: as merge-back, after a chat's first request
+        from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
+
+        if worktree is not None:
+            outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
+        else:
+            outcome = MergeOutcome("no_changes", None, record.branch, (), (), None)
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        error = "cancelled while starting" if cancelled else f"could not start: {error_line(exc)}"
+        await self._finish(record, outcome, error, steps)
 
     async def _emit(self, event: Event, conversation_id: str | None) -> None:
-        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
+        await self.context.publish(event, conversation_id)
 
     async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
         # deferred: merge-back loads when a reflection runs, not before a chat's first request

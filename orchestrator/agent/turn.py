@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
@@ -51,14 +52,12 @@ from orchestrator.base.events import (
     MemoryWarning,
     ModelCalled,
     Observer,
-    Publisher,
     ReminderQueued,
     TextDelta,
     ToolFinished,
     ToolStarted,
     TurnEnded,
     TurnStarted,
-    ignore_event,
 )
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
@@ -71,7 +70,6 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_INFO_KEY",
     "SYNC_REMINDER_KEY",
-    "AgentProfile",
     "Compactor",
     "Observer",
     "TurnOutcome",
@@ -83,17 +81,6 @@ __all__ = [
 SYNC_REMINDER_KEY = "memory-git-sync"
 _OVERFLOW_RETRIES = 3
 AGENT_INFO_KEY = "agent-info"
-
-
-@dataclass(frozen=True)
-class AgentProfile:
-    """What a turn needs to know about its agent."""
-
-    agent_id: str
-    name: str
-    memory_dir: Path
-    raw_system: str
-    description: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,30 +118,40 @@ def to_model_messages(stored: Sequence[StoredMessage]) -> tuple[Message, ...]:
 
 
 class TurnRunner:
-    """Runs turns for one agent; one instance may serve many conversations (it holds no turn state)."""
+    """Runs turns for one agent; one instance may serve many conversations (it holds no turn state).
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        model: ModelClient,
-        settings: Settings,
-        agent: AgentProfile,
-        workspace: Path,
-        observer: Observer | None = None,
-        compactor: Compactor | None = None,
-    ) -> None:
-        self.store = store
-        self.model = model
-        self.settings = settings
-        self.agent = agent
+    The agent, settings, model, store and observer are read from ``context`` at each use, so a
+    change the session makes there (a new model, a rename) applies from the next request on.
+    """
+
+    def __init__(self, *, context: SessionContext, workspace: Path, compactor: Compactor | None = None) -> None:
+        self.context = context
         self.workspace = workspace
-        self.observer = observer or ignore_event
         self.compactor = compactor
+
+    @property
+    def store(self) -> Store:
+        return self.context.store
+
+    @property
+    def model(self) -> ModelClient:
+        return self.context.model
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def agent(self) -> AgentProfile:
+        return self.context.agent
+
+    @property
+    def observer(self) -> Observer:
+        return self.context.observer
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
         """Record now, then show: for what precedes work that may take long (a tool run)."""
-        await Publisher(self.store, self.agent.agent_id, self.observer)(event, conversation_id)
+        await self.context.publish(event, conversation_id)
 
     async def _stage(self, event: Event, conversation_id: str) -> None:
         """Show now; record with the store's next write of this turn (``Store.stage_event``)."""

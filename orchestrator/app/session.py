@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.agent.context import AgentProfile, SessionContext
+from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
 from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
@@ -42,11 +43,11 @@ REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionS
 """Reverie's subagents as the runtime sees them: reflection's start-up recovery (R6) and compaction."""
 
 
-def merge_resolver(model: ModelClient, settings: Settings, agent: AgentProfile) -> Resolver | None:
+def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | None:
     """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``. The
     subagent is built on the first conflict it is given, so a chat that never meets one never
     imports it (nor merge resolution) before its first request (issue 14.4)."""
-    if settings.reflection_merge != "resolve":
+    if context.settings.reflection_merge != "resolve":
         return None
     built: list[Resolver] = []
 
@@ -55,6 +56,7 @@ def merge_resolver(model: ModelClient, settings: Settings, agent: AgentProfile) 
             # deferred: see the docstring
             from subagents.resolver import make_resolver
 
+            settings, agent = context.settings, context.agent
             built.append(
                 make_resolver(
                     model,
@@ -82,10 +84,15 @@ class ContextUse:
 
 @dataclass
 class ChatSession:
-    """An open session; ``open`` builds it and owns everything it starts."""
+    """An open session; ``open`` builds it and owns everything it starts.
+
+    Its live state (settings, agent, model, observer) is ``context``, shared by reference with the
+    turn runner, reflection and compaction: ``set_model``, ``rename`` and ``describe`` change it
+    there once and every part reads the new value from its next use on.
+    """
 
     runtime: Runtime
-    agent: AgentProfile
+    context: SessionContext
     conversation_id: str
     runner: TurnRunner
     supervisor: Supervisor
@@ -124,21 +131,20 @@ class ChatSession:
                 await Publisher(rt.store, agent.agent_id)(event, current["conversation"])
 
             async with Supervisor.open(rt.store, observer=observer) as supervisor:
-                reflection = ReflectionCoordinator(
-                    store=rt.store,
-                    model=rt.model,
-                    settings=settings,
-                    agent=agent,
-                    supervisor=supervisor,
-                    observer=observer,
-                    resolver=merge_resolver(MeteredModel(rt.model, resolver_call), settings, agent),
-                )
+                reflection: ReflectionCoordinator | None = None
 
                 async def observe(event: Event) -> None:
                     if observer is not None:
                         await observer(event)
-                    await reflection.on_event(event, current["conversation"])
+                    if reflection is not None:
+                        await reflection.on_event(event, current["conversation"])
 
+                context = SessionContext(store=rt.store, model=rt.model, settings=settings, agent=agent, observer=observe)
+                reflection = ReflectionCoordinator(
+                    context=context,
+                    supervisor=supervisor,
+                    resolver=merge_resolver(MeteredModel(rt.model, resolver_call), context),
+                )
                 supervisor.after_turn_hooks.append(reflection.after_turn)
                 if observer is not None and hasattr(rt.model, "on_retry"):
 
@@ -147,15 +153,9 @@ class ChatSession:
 
                     rt.model.on_retry = retrying
                 runner = TurnRunner(
-                    store=rt.store,
-                    model=rt.model,
-                    settings=settings,
-                    agent=agent,
-                    workspace=rt.workspace,
-                    observer=observe,
-                    compactor=_compactor(rt, agent, settings, observe, supervisor),
+                    context=context, workspace=rt.workspace, compactor=_compactor(rt, context, supervisor)
                 )
-                session = cls(rt.with_settings(settings), agent, conv.id, runner, supervisor, reflection)
+                session = cls(rt, context, conv.id, runner, supervisor, reflection)
                 session._current = current
                 yield session
 
@@ -201,31 +201,33 @@ class ChatSession:
         self._switch(conv.id)
         return conv.id
 
+    @property
+    def agent(self) -> AgentProfile:
+        return self.context.agent
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
     async def rename(self, name: str) -> None:
         """The agent-info reminder tells the model the user can do this (DECISIONS D7)."""
         await self.runtime.store.update_agent(self.agent.agent_id, name=name)
-        self.agent = replace(self.agent, name=name)
-        self.runner.agent = self.agent
-        self.reflection.agent = self.agent
+        self.context.set_agent(name=name)
 
     async def describe(self, description: str) -> None:
         """The agent-info reminder says the user can change the description with /description."""
         await self.runtime.store.update_agent(self.agent.agent_id, settings={"description": description})
-        self.agent = replace(self.agent, description=description)
-        self.runner.agent = self.agent
-        self.reflection.agent = self.agent
+        self.context.set_agent(description=description)
 
     @property
     def model_name(self) -> str:
-        return self.runner.settings.model
+        return self.context.settings.model
 
     async def set_model(self, name: str) -> None:
-        """Use ``name`` from the next request on, and remember it as the agent's setting."""
-        settings = replace(self.runner.settings, model=name)
-        self.runner.settings = settings
-        self.reflection.settings = settings
-        self.runtime = self.runtime.with_settings(settings)
+        """Use ``name`` from the next request on (the turn's, reflection's and compaction's), and
+        remember it as the agent's setting."""
         await self.runtime.store.update_agent(self.agent.agent_id, settings={"model": name})
+        self.context.set_model(name)
 
     async def context_use(self) -> ContextUse:
         store = self.runtime.store
@@ -249,16 +251,14 @@ class ChatSession:
             usage=usage,
             usage_index=usage_index,
         )
-        return ContextUse(size.tokens, self.runner.settings.context_window, size.source)
+        return ContextUse(size.tokens, self.context.settings.context_window, size.source)
 
     async def memory_head(self) -> str | None:
         return await anyio.to_thread.run_sync(head_revision, self.agent.memory_dir)
 
 
-def _compactor(
-    rt: Runtime, agent: AgentProfile, settings: Settings, observer: Observer, supervisor: Supervisor
-) -> Compactor | None:
+def _compactor(rt: Runtime, context: SessionContext, supervisor: Supervisor) -> Compactor | None:
     factory = rt.plugins.compactor
     if factory is None:
         return None
-    return factory(store=rt.store, model=rt.model, settings=settings, agent=agent, observer=observer, supervisor=supervisor)
+    return factory(context=context, supervisor=supervisor)

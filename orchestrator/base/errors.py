@@ -49,7 +49,7 @@ misses one.
 
 from __future__ import annotations
 
-__all__ = ["ReverieError", "UsageError"]
+__all__ = ["ReverieError", "UsageError", "error_line"]
 
 
 class ReverieError(Exception):
@@ -59,3 +59,10 @@ class ReverieError(Exception):
 class UsageError(ReverieError, ValueError):
     """Arguments that contradict each other or fall outside their range, named as the user wrote them
     (``--writers must be at least 1, got 0``); a ``ValueError`` too, as these were before the root."""
+
+
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line, at most ``limit`` characters: how a contained failure (one a
+    subagent records instead of raising) is written into its record and its event."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:limit]

@@ -95,7 +95,7 @@ class Slash:
         head = await s.memory_head()
         kept = await self._kept_branches()
         percent = f" ({100 * use.tokens / use.window:.0f}%)" if use.window else ""
-        model = s.model_name if s.runtime.settings.uses_endpoint else f"{s.model_name} (embedded scripted model)"
+        model = s.model_name if s.settings.uses_endpoint else f"{s.model_name} (embedded scripted model)"
         self.say(
             "\n".join(
                 [
@@ -171,10 +171,10 @@ class Slash:
     async def _model(self, arg: str) -> None:
         s = self.session
         if not arg:
-            where = "endpoint " + str(s.runtime.settings.base_url) if s.runtime.settings.uses_endpoint else "embedded"
+            where = "endpoint " + str(s.settings.base_url) if s.settings.uses_endpoint else "embedded"
             self.say(f"model {s.model_name} ({where})")
             return
-        if not s.runtime.settings.uses_endpoint:
+        if not s.settings.uses_endpoint:
             self.say(
                 f"no endpoint is configured, so the embedded scripted model answers; set REVERIE_BASE_URL "
                 f"(or model.base_url) to use {arg}"

@@ -183,7 +183,7 @@ async def run_turn(
 
 def warn_unused_model(session: Any, model: str | None, say: Callable[[str], None]) -> None:
     """Say once that ``--model`` changes nothing when no endpoint is configured (the scripted model answers)."""
-    if model and not session.runtime.settings.uses_endpoint:
+    if model and not session.settings.uses_endpoint:
         say(
             f"reverie: warning: --model {model} has no effect without an endpoint "
             "(set REVERIE_BASE_URL or model.base_url); using the scripted model"

@@ -28,6 +28,7 @@ from anyio import CancelScope
 from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
+from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
 from orchestrator.memfs.git import GitError, open_repo, run
@@ -128,8 +129,15 @@ async def create_worktree(
     wid = worktree_id or new_worktree_id()
     branch = branch_for(wid, kind)
     base = await blocking.run_sync("git", partial(_commit_of, Path(repo_dir), revision))
-    path = (root or worktrees_root()) / agent_id / f"{kind}-{wid}"
-    await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
+    base_dir = root or worktrees_root()
+    path = base_dir / agent_id / f"{kind}-{wid}"
+    try:
+        await AsyncPath(path.parent).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError, PermissionError) as exc:
+        where = "the worktree root" if root is not None else "REVERIE_WORKTREES (or $REVERIE_HOME/worktrees)"
+        raise ConfigError(
+            f"cannot create subagent worktrees under {base_dir}: {exc.strerror or exc}; point {where} at a writable directory"
+        ) from exc
     async with worktree_admin_lock(repo_dir):
         await blocking.run_sync("git", partial(_add_sync, Path(repo_dir), path, branch, base))
     return Worktree(path=path, branch=branch, base_revision=base, id=wid)

@@ -9,7 +9,8 @@ backend by interface only. Each protocol says when it is called and what may fai
 
 * a ``StartupRecovery`` runs once per agent per process when ``Runtime.agent`` first loads it, before
   any turn (R6: finish or record what a dead process left behind);
-* a ``CompactorFactory`` builds the agent's ``Compactor`` for a session's turn runner;
+* a ``CompactorFactory`` builds the agent's ``Compactor`` for a session's turn runner, sharing the
+  session's ``SessionContext`` (one holder of its live state);
 * an ``AfterTurnHook`` runs after every finished turn (reflection triggers); a failure is recorded by
   the supervisor, never raised into the turn.
 
@@ -23,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agent.turn import AgentProfile, Compactor, Observer, TurnOutcome, TurnRunner
-from orchestrator.base.config import Settings
-from orchestrator.models.types import ModelClient
+from orchestrator.agent.context import SessionContext
+from orchestrator.agent.turn import Compactor, TurnOutcome, TurnRunner
 from orchestrator.store import Store
 
 __all__ = ["AfterTurnHook", "CompactorFactory", "Plugins", "Spawner", "StartupRecovery"]
@@ -52,16 +52,7 @@ class StartupRecovery(Protocol):
 class CompactorFactory(Protocol):
     """The ``Compactor`` for one agent's turns in a session; ``supervisor`` runs its background work."""
 
-    def __call__(
-        self,
-        *,
-        store: Store,
-        model: ModelClient,
-        settings: Settings,
-        agent: AgentProfile,
-        observer: Observer | None,
-        supervisor: Spawner,
-    ) -> Compactor: ...
+    def __call__(self, *, context: SessionContext, supervisor: Spawner) -> Compactor: ...
 
 
 @dataclass(frozen=True)

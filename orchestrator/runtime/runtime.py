@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from orchestrator.agent.turn import AgentProfile
+from orchestrator.agent.context import AgentProfile
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError

@@ -13,8 +13,9 @@ import anyio
 import pytest
 
 from orchestrator.agent import memory_sync
+from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.prompt_cache import record_from, resolve_system_prompt, same_memory
-from orchestrator.agent.turn import AgentProfile, TurnRunner
+from orchestrator.agent.turn import TurnRunner
 from orchestrator.app.session import ChatSession
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, MemoryUpdateInjected
@@ -213,10 +214,12 @@ async def test_overflow_retries_are_counted_per_request(store: Store, tmp_path: 
     await anyio.to_thread.run_sync(init_memory_repo, repo)
     compactor = _OverflowCompactor()
     runner = TurnRunner(
-        store=store,
-        model=ScriptedModel(script=script, strict=True),
-        settings=Settings(),
-        agent=AgentProfile("a1", "a1", repo, "sys"),
+        context=SessionContext(
+            store=store,
+            model=ScriptedModel(script=script, strict=True),
+            settings=Settings(),
+            agent=AgentProfile("a1", "a1", repo, "sys"),
+        ),
         workspace=tmp_path,
         compactor=compactor,
     )

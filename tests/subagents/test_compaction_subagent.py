@@ -75,11 +75,7 @@ async def session(
         assert isinstance(compactor, CompactionSubagent)
         if not background or sleep is not None:
             chat.runner.compactor = CompactionSubagent(
-                store=chat.runner.store,
-                model=chat.runner.model,
-                settings=chat.runner.settings,
-                agent=chat.agent,
-                observer=recorder,
+                context=chat.context,
                 supervisor=chat.supervisor if background else None,
                 sleep=sleep or Sleeps(),
             )
