@@ -32,6 +32,7 @@ import anyio
 
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
+from orchestrator.base.paths import using_home
 from orchestrator.batch import runner
 from orchestrator.batch.suite import parse_task
 from orchestrator.batch.templates import copy_template, template_repo
@@ -72,7 +73,7 @@ async def _sessions(root: Path, rounds: int) -> list[tuple[float, float]]:
     task = parse_task(raw)
     options = runner.RunOptions(out_dir=root / "out")
     out: list[tuple[float, float]] = []
-    with runner.batch_environment(options.out_dir):
+    with using_home(runner.run_home(options.out_dir)), runner.batch_process():
         for i in range(rounds + 5):
             one = replace(task, id=f"t{i}")
             paths = runner.task_paths(options.out_dir, one.id)

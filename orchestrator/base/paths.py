@@ -1,19 +1,36 @@
-"""Where reverie keeps things on disk.
+"""Where reverie keeps things on disk: a ``Home``.
 
-Every location derives from ``REVERIE_HOME`` (default ``~/.reverie``) unless a more specific
-variable overrides it, so tests and batch runs isolate themselves by setting one variable.
+Every location derives from one ``Home``: its root (``REVERIE_HOME``, default ``~/.reverie``) and
+its worktree root (``REVERIE_WORKTREES``, default ``<root>/worktrees``). The process environment
+only gives the default home. A program that drives reverie as a library passes a ``Home`` down
+instead (``using_home``), and a batch run gives each of its tasks the run's home the same way, so a
+batch and a chat can share one process without one moving the other's files.
+
+Why a context variable rather than a parameter on every function: some thirty call sites, from the
+store to the worktrees and the transcript payloads, ask "where"; threading a ``Home`` through each
+signature would touch every layer for a value that changes only at a session's or a task's edge.
+The variable is scoped like a parameter is: set for a block, seen by the tasks started inside it
+and by the worker threads they hand blocking work to (``blocking.run_sync`` and anyio's
+``to_thread`` copy the caller's context), never by anything else in the process.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.base.errors import UsageError
 
 __all__ = [
     "DEFAULT_AGENT_ID",
+    "Home",
+    "current_home",
+    "using_home",
     "agent_dir",
     "agent_memory_dir",
     "check_agent_id",
@@ -27,10 +44,64 @@ DEFAULT_AGENT_ID = "agent-default"
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+@dataclass(frozen=True)
+class Home:
+    """Where one reverie world lives: agents, the store, the config file, worktrees, transcripts.
+
+    ``worktrees`` defaults to ``<root>/worktrees``. ``scratch`` marks a batch run's home, whose task
+    stores are rebuilt from scratch when a task reruns, so they skip syncs
+    (``store.schema.configure_connection`` says why).
+    """
+
+    root: Path
+    worktrees: Path | None = None
+    scratch: bool = False
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Home:
+        """``$REVERIE_HOME`` (or ``~/.reverie``) and ``$REVERIE_WORKTREES``."""
+        env = os.environ if environ is None else environ
+        raw, trees = env.get("REVERIE_HOME"), env.get("REVERIE_WORKTREES")
+        root = Path(raw).expanduser() if raw else Path.home() / ".reverie"
+        return cls(root=root, worktrees=Path(trees).expanduser() if trees else None)
+
+    @property
+    def worktrees_root(self) -> Path:
+        return self.worktrees if self.worktrees is not None else self.root / "worktrees"
+
+    @property
+    def store_path(self) -> Path:
+        return self.root / "reverie.sqlite3"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.toml"
+
+    def agent_memory_dir(self, agent_id: str) -> Path:
+        return self.root / "agents" / check_agent_id(agent_id) / "memory"
+
+
+_home: contextvars.ContextVar[Home | None] = contextvars.ContextVar("reverie_home", default=None)
+
+
+def current_home() -> Home:
+    """The home set by the innermost ``using_home`` around the caller, else the environment's."""
+    return _home.get() or Home.from_environment()
+
+
+@contextmanager
+def using_home(home: Home) -> Iterator[Home]:
+    """Make ``home`` the current home for the block (and the tasks and worker threads it starts)."""
+    token = _home.set(home)
+    try:
+        yield home
+    finally:
+        _home.reset(token)
+
+
 def reverie_home() -> Path:
-    """``$REVERIE_HOME`` or ``~/.reverie``."""
-    raw = os.environ.get("REVERIE_HOME")
-    return Path(raw).expanduser() if raw else Path.home() / ".reverie"
+    """The current home's root (``current_home``)."""
+    return current_home().root
 
 
 def check_agent_id(agent_id: str) -> str:
@@ -61,6 +132,5 @@ def config_path() -> Path:
 
 
 def worktrees_root() -> Path:
-    """R1: ``$REVERIE_WORKTREES``, else ``$REVERIE_HOME/worktrees``."""
-    raw = os.environ.get("REVERIE_WORKTREES")
-    return Path(raw).expanduser() if raw else reverie_home() / "worktrees"
+    """R1: the current home's worktree root (``$REVERIE_WORKTREES``, else ``<home>/worktrees``)."""
+    return current_home().worktrees_root

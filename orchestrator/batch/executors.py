@@ -26,7 +26,7 @@ from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import Executor, ResultSink
 from orchestrator.batch.ray_exec import RayExecutor
 from orchestrator.batch.results import TaskResult
-from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, load_backends, run_task
+from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends, run_task
 from orchestrator.batch.spawn import ForkedLink, WorkerLink, prefork, spawn
 from orchestrator.batch.suite import Task, task_to_json
 from orchestrator.batch.worker import READY, decode, encode
@@ -62,19 +62,23 @@ class LocalExecutor:
         on_result: ResultSink,
         progress: ProgressSink | None = None,
     ) -> None:
-        limiter = anyio.CapacityLimiter(self.concurrency)
+        # Slots are taken here, in suite order, before each task starts: a limiter acquired inside
+        # the tasks would let the event loop's scheduling order pick who starts first.
+        slots = anyio.Semaphore(self.concurrency)
 
         async def one(index: int, task: Task) -> None:
-            with blocking.ranked(index):
-                async with limiter:
+            try:
+                with blocking.ranked(index):
                     result = await run_task(task, options, progress=progress)
                 with anyio.CancelScope(shield=True):
                     await on_result(result)
+            finally:
+                slots.release()
 
-        with batch_environment(options.out_dir):
-            async with anyio.create_task_group() as tg:
-                for index, task in enumerate(tasks):
-                    tg.start_soon(one, index, task, name=f"batch task {task.id}")
+        async with anyio.create_task_group() as tg:
+            for index, task in enumerate(tasks):
+                await slots.acquire()
+                tg.start_soon(one, index, task, name=f"batch task {task.id}")
 
 
 def auto_processes(concurrency: int, tasks: int) -> int:
@@ -217,20 +221,19 @@ class ProcessExecutor:
 
         forked, self._forked = self._forked[: count - 1], self._forked[count - 1 :]
         try:
-            with batch_environment(options.out_dir, processes=count):
-                env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
-                async with anyio.create_task_group() as tg:
-                    for _ in range(shares[0]):
-                        tg.start_soon(local_slot, name="batch driver slot")
-                    for share in shares[1:]:
-                        link = forked.pop(0) if forked else None
-                        if link is not None:
-                            self.forked_pids.append(link.pid)
-                        child = _Child(share, count, tasks, queue, options, env, on_result, progress, self.pids)
-                        tg.start_soon(child.run, link, name="batch worker process")
-                        if link is None:
-                            for _ in range(min(share, BORROWED_SLOTS)):
-                                tg.start_soon(borrowed_slot, child, name="batch driver slot, borrowed")
+            env = {**os.environ, "REVERIE_BACKEND": sniffio.current_async_library()}
+            async with anyio.create_task_group() as tg:
+                for _ in range(shares[0]):
+                    tg.start_soon(local_slot, name="batch driver slot")
+                for share in shares[1:]:
+                    link = forked.pop(0) if forked else None
+                    if link is not None:
+                        self.forked_pids.append(link.pid)
+                    child = _Child(share, count, tasks, queue, options, env, on_result, progress, self.pids)
+                    tg.start_soon(child.run, link, name="batch worker process")
+                    if link is None:
+                        for _ in range(min(share, BORROWED_SLOTS)):
+                            tg.start_soon(borrowed_slot, child, name="batch driver slot, borrowed")
         finally:
             for unused in forked:
                 with anyio.CancelScope(shield=True):

@@ -25,7 +25,7 @@ import anyio
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import ResultSink
 from orchestrator.batch.results import TaskResult
-from orchestrator.batch.runner import ProgressSink, RunOptions, batch_environment, run_task
+from orchestrator.batch.runner import ProgressSink, RunOptions, run_task
 from orchestrator.batch.suite import Task, task_from_json, task_to_json
 
 __all__ = ["RayExecutor", "ray_available", "ray_session", "start_local_ray"]
@@ -129,8 +129,7 @@ class RayExecutor:
 
         async def one(task: Task) -> None:
             async with limiter:
-                with batch_environment(options.out_dir):
-                    env = _worker_env(os.environ, local=not self.address)
+                env = _worker_env(os.environ, local=not self.address)
                 ref = await anyio.to_thread.run_sync(
                     partial(remote.remote, task_to_json(task), options.to_json(), env)
                 )

@@ -31,6 +31,7 @@ from orchestrator.batch.results import (
     summarize,
     write_summary,
 )
+from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
 from orchestrator.batch.telemetry import SpanEmitter, otel_available
@@ -153,6 +154,27 @@ def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
 
 
 async def run_suite(
+    tasks: Sequence[Task],
+    options: RunOptions,
+    executor: Executor,
+    *,
+    resume: bool = False,
+    retry: Sequence[str] | None = None,
+    progress: ProgressSink | None = None,
+    on_result: Callable[[TaskResult], Awaitable[None]] | None = None,
+    suite_name: str = "",
+) -> RunReport:
+    """Run the tasks that have no result yet, owning ``options.out_dir`` throughout (``rundir``: a
+    directory another process runs into is refused with ``RunDirBusy``, naming it); see
+    ``_run_suite``."""
+    async with hold_run_dir(options.out_dir, "reverie run"):
+        return await _run_suite(
+            tasks, options, executor, resume=resume, retry=retry, progress=progress, on_result=on_result,
+            suite_name=suite_name,
+        )
+
+
+async def _run_suite(
     tasks: Sequence[Task],
     options: RunOptions,
     executor: Executor,

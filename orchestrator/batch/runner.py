@@ -33,6 +33,7 @@ from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
+from orchestrator.base.paths import Home, using_home
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.results import CheckResult, TaskResult
 from orchestrator.batch.suite import Task
@@ -43,7 +44,6 @@ from orchestrator.memfs.repo import head_revision
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
 from orchestrator.store.records import utc_now
-from orchestrator.store.schema import STORE_SYNC_VARIABLE
 from orchestrator.store.worker import LANES_VARIABLE, SQLITE_LANES
 
 __all__ = [
@@ -51,15 +51,16 @@ __all__ = [
     "COUNTED_KINDS",
     "ProgressSink",
     "RunOptions",
-    "batch_environment",
+    "batch_process",
     "batch_sqlite_lanes",
     "load_backends",
+    "run_home",
     "run_task",
     "task_paths",
 ]
 
 BATCH_GC_THRESHOLDS = (20_000, 10, 10)
-"""``gc.set_threshold`` while a batch runs in a process (``batch_environment``)."""
+"""``gc.set_threshold`` while a process's work is a batch run (``batch_process``)."""
 
 
 def batch_sqlite_lanes(processes: int) -> int:
@@ -162,11 +163,19 @@ def task_paths(out_dir: Path, task_id: str) -> _Paths:
     )
 
 
+def run_home(out_dir: Path) -> Home:
+    """The run's home, ``OUT/home``: every task's agent, store and worktrees live there, and its
+    task stores skip syncs (``Home.scratch``). ``run_task`` makes it the current home for the task
+    itself, so whoever calls it (an executor, a worker process, a library user) keeps its own."""
+    home = Path(os.path.abspath(out_dir / "home"))
+    return Home(root=home, worktrees=home / "worktrees", scratch=True)
+
+
 @contextmanager
-def batch_environment(out_dir: Path, *, processes: int = 1) -> Iterator[None]:
-    """Point ``REVERIE_HOME`` (and the worktree root) at the run's home for the duration, since
-    every path in reverie derives from it, and make task stores skip syncs (``schema.configure_connection``
-    says why); the previous values come back afterwards.
+def batch_process(processes: int = 1) -> Iterator[None]:
+    """Process-wide tuning for a process whose work is a batch run: only a process's own entry uses
+    it (the ``run`` and ``sweep`` commands, a batch worker process), never the library, which must
+    not change what the rest of a program's process sees.
 
     ``processes``: how many processes share the machine's cores for this run. Each gets
     ``batch_sqlite_lanes(processes)`` SQLite lanes unless ``REVERIE_SQLITE_LANES`` says otherwise
@@ -176,24 +185,19 @@ def batch_environment(out_dir: Path, *, processes: int = 1) -> Iterator[None]:
     allocates some ten thousand containers, nearly all freed by reference counting, so at the
     default first threshold (700) the collector ran about once per task and each run re-scanned the
     young objects of every task in flight; at a thousand tasks in one process that was 0.94 ms of
-    CPU per task, 0.28 ms with these thresholds (what is cyclic garbage is still collected, later)."""
-    home = Path(os.path.abspath(out_dir / "home"))
-    wanted = {"REVERIE_HOME": str(home), "REVERIE_WORKTREES": str(home / "worktrees"), STORE_SYNC_VARIABLE: "off"}
-    if LANES_VARIABLE not in os.environ:
-        wanted[LANES_VARIABLE] = str(batch_sqlite_lanes(processes))
-    saved = {name: os.environ.get(name) for name in wanted}
-    os.environ.update(wanted)
+    CPU per task, 0.28 ms with these thresholds (what is cyclic garbage is still collected, later).
+    Both come back afterwards."""
+    lanes_given = LANES_VARIABLE in os.environ
+    if not lanes_given:
+        os.environ[LANES_VARIABLE] = str(batch_sqlite_lanes(processes))
     thresholds = gc.get_threshold()
     gc.set_threshold(*BATCH_GC_THRESHOLDS)
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        if not lanes_given:
+            os.environ.pop(LANES_VARIABLE, None)
 
 
 def _reset(paths: _Paths, memory_files: Mapping[str, str] | None, first: Sequence[EventRecord] = ()) -> str:
@@ -339,11 +343,6 @@ def _cost(tokens_in: int, tokens_out: int, options: RunOptions) -> float:
     return round(tokens_in * (options.price_in or 0.0) / 1e6 + tokens_out * (options.price_out or 0.0) / 1e6, 6)
 
 
-def _check_home(home: Path) -> None:
-    if os.path.abspath(os.environ.get("REVERIE_HOME", "")) != os.path.abspath(home):
-        raise RuntimeError(f"run_task needs REVERIE_HOME={home} (use batch_environment)")
-
-
 def _now() -> str:
     return utc_now()
 
@@ -351,12 +350,17 @@ def _now() -> str:
 async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | None = None) -> TaskResult:
     """Run one task in a fresh agent and memory repository and check the outcome.
 
-    Needs ``REVERIE_HOME`` to be the run's home (see ``batch_environment``). Never raises for a
-    task's own failure (that is an ``error`` result); cancellation propagates.
+    The task runs in the run's home (``run_home``), set for this call only: the caller's home, and
+    the process environment, are left as they were. Never raises for a task's own failure (that is
+    an ``error`` result); cancellation propagates.
     """
+    with using_home(run_home(options.out_dir)):
+        return await _run_task(task, options, progress)
+
+
+async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | None) -> TaskResult:
     started = time.perf_counter()
     paths = task_paths(options.out_dir, task.id)
-    _check_home(paths.home)
     flags = {k: v for k, v in options.overrides.items() if v is not None}
     settings = {**task.settings, **flags}
     pump = _EventPump(task.id, paths.events, progress)

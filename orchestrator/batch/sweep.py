@@ -24,6 +24,7 @@ from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
 from orchestrator.batch.protocol import Executor
 from orchestrator.batch.run import RunReport, run_suite
+from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
 
@@ -144,6 +145,26 @@ def _write_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
 
 
 async def run_sweep(
+    tasks: Sequence[Task],
+    settings: Sequence[SweepSetting],
+    options: RunOptions,
+    make_executor: Callable[[], Executor],
+    *,
+    resume: bool = False,
+    progress_for: Callable[[SweepSetting], ProgressSink | None] = lambda _: None,
+    on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
+    suite_name: str = "",
+) -> SweepReport:
+    """Run every setting one after another, owning ``options.out_dir`` (``rundir``) throughout; see
+    ``_run_sweep``. A directory another process runs into is refused with ``RunDirBusy``."""
+    async with hold_run_dir(options.out_dir, "reverie sweep"):
+        return await _run_sweep(
+            tasks, settings, options, make_executor, resume=resume, progress_for=progress_for,
+            on_setting_done=on_setting_done, suite_name=suite_name,
+        )
+
+
+async def _run_sweep(
     tasks: Sequence[Task],
     settings: Sequence[SweepSetting],
     options: RunOptions,

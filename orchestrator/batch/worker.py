@@ -34,7 +34,7 @@ import anyio
 
 from orchestrator.base import blocking
 from orchestrator.base.processes import hide_secrets_from_proc
-from orchestrator.batch.runner import RunOptions, batch_environment, load_backends, run_task
+from orchestrator.batch.runner import RunOptions, batch_process, load_backends, run_task
 from orchestrator.batch.suite import task_from_json
 
 __all__ = ["READY", "decode", "encode", "main", "serve", "serve_socket"]
@@ -115,7 +115,7 @@ async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
             result = await run_task(task, options, progress=progress if header.get("progress") else None)
         outbox.put({"index": index, "result": result.to_json()})
 
-    with batch_environment(options.out_dir, processes=int(header.get("processes") or 1)):
+    with batch_process(int(header.get("processes") or 1)):  # this worker process's own entry
         async with anyio.create_task_group() as pump_group:
             pump_group.start_soon(outbox.pump)
             outbox.put({READY: os.getpid()})

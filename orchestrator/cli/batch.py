@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import AsyncExitStack, ExitStack
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,8 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.base.config import load_settings
-from orchestrator.base.paths import config_path
+from orchestrator.base.errors import ReverieError
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
@@ -88,70 +87,6 @@ ProcessesOption = Annotated[
 ]
 
 
-def _load(suite: Path) -> list[Any]:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.suite import SuiteError, load_suite
-
-    if suite.is_dir():
-        fail(f"{suite}: is a directory; give the suite file (JSONL) (nothing was run)")
-    try:
-        return load_suite(suite)
-    except SuiteError as exc:
-        fail(f"{exc} (nothing was run)")
-    except OSError as exc:
-        fail(f"{suite}: cannot read the suite file: {exc.strerror or exc} (nothing was run)")
-
-
-def _options(
-    out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None, latency: float = 0.0
-) -> Any:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.runner import RunOptions
-
-    overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
-    config = config_path()
-    load_settings(cli=overrides, path=config)  # D15: a broken config stops the run, in chat's one line
-    return RunOptions(
-        out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out,
-        config_file=str(config.resolve()) if config.is_file() else None,
-    )
-
-
-def _processes(value: str | None, kind: str, name: str = "--processes") -> int | None:
-    """``--processes`` (or ``name``, e.g. the field of a run.json): ``auto`` (None) or a whole number
-    >= 1; the local executor's default is auto, anything else's is 1 (Ray places its own workers)."""
-    if value is None:
-        return None if kind == "local" else 1
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        fail(f"{name} {value!r}: use auto or a whole number of processes (1 = every task in this process)")
-    if number < 1:
-        fail(f"{name} {value}: use auto or a whole number of processes, at least 1")
-    return number
-
-
-def _resumed_processes(
-    given: str | None, meta: dict[str, Any], run_file: Path, kind: str, verb: str
-) -> tuple[str | None, str]:
-    """``--processes`` for a resumed or retried run: the flag when given, else what its run.json
-    recorded (the latest invocation's, when the executor is the one it was recorded for); and the name
-    to blame for a bad value. It decides where the rest of the run goes, so one line on stderr says
-    which was taken."""
-    was = meta.get("processes")
-    if was is None or str(meta.get("executor") or "local") != kind:
-        return given, "--processes"
-    if given is None:
-        _err.print(f"{verb} with --processes {was}, as {run_file} records", soft_wrap=True, markup=False)
-        return str(was), f"{run_file}: processes"
-    same = given.strip().lower() == str(was).lower()
-    _err.print(f"{verb} with --processes {given}" + ("" if same else f" (given; {run_file} had {was})"),
-               soft_wrap=True, markup=False)
-    return given, "--processes"
-
-
 def _executor(kind: str, concurrency: int, ray_address: str | None, processes: int | None = 1) -> Any:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.executors import make_executor
@@ -165,99 +100,21 @@ def _executor(kind: str, concurrency: int, ray_address: str | None, processes: i
         fail(str(exc))
 
 
+@contextmanager
+def _refused() -> Iterator[None]:
+    """A refusal while planning (a ``ReverieError``) is the command's one-line error, rc 1."""
+    try:
+        yield
+    except ReverieError as exc:
+        fail(str(exc))
+
+
 def _interrupted(exc: BaseException) -> bool:
     if isinstance(exc, KeyboardInterrupt):
         return True
     if isinstance(exc, BaseExceptionGroup):
         return any(_interrupted(inner) for inner in exc.exceptions)
     return False
-
-
-def _recorded(out_dir: Path, *, required: bool) -> dict[str, Any]:
-    """The run's own ``run.json`` (suite, executor, concurrency, options): what ``--resume`` and
-    ``--retry-failed`` reuse unless an option is given again."""
-    path = out_dir / "run.json"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        if required:
-            settings = sorted(p.parent.name for p in out_dir.glob("*/run.json"))
-            sweep_hint = f" (a sweep? give one setting's directory, e.g. {out_dir / settings[0]})" if settings else ""
-            fail(f"{out_dir}: no run.json here: --retry-failed needs the --out directory of an earlier reverie run{sweep_hint}")
-        return {}
-    except (OSError, ValueError) as exc:
-        fail(f"{path}: cannot read the run's options: {exc}")
-    return meta if isinstance(meta, dict) else {}
-
-
-@dataclass(frozen=True)
-class _Reused:
-    """The options of a resumed run or sweep: each given one, else what its run.json recorded, else
-    the default."""
-
-    model: str | None
-    context_window: int | None
-    price_in: float | None
-    price_out: float | None
-    latency: float
-    jobs: int
-    kind: str
-
-    @classmethod
-    def of(
-        cls,
-        meta: dict[str, Any],
-        model: str | None,
-        context_window: int | None,
-        price_in: float | None,
-        price_out: float | None,
-        latency: float | None,
-        concurrency: int | None,
-        executor: str | None,
-    ) -> _Reused:
-        was = meta.get("options") or {}
-        overrides = was.get("overrides") or {}
-        return cls(
-            model=model if model is not None else overrides.get("model"),
-            context_window=context_window if context_window is not None else overrides.get("context_window"),
-            price_in=price_in if price_in is not None else was.get("price_in"),
-            price_out=price_out if price_out is not None else was.get("price_out"),
-            latency=latency if latency is not None else float(was.get("latency") or 0.0),
-            jobs=concurrency or int(meta.get("concurrency") or 1),
-            kind=executor or str(meta.get("executor") or "local"),
-        )
-
-
-def _recorded_sweep(out_dir: Path) -> tuple[list[Any], dict[str, Any], Path]:
-    """An earlier sweep's settings (``sweep.json``, in order) and the run.json of its first setting
-    that has one (concurrency, executor, processes and options are the same for every setting), with
-    that file's path; empty when there is no earlier sweep in ``out_dir``."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
-
-    path = out_dir / SWEEP_FILE
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        settings = [SweepSetting(str(s["label"]), dict(s.get("overrides") or {})) for s in raw["settings"]]
-    except FileNotFoundError:
-        return [], {}, out_dir
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        fail(f"{path}: cannot read the sweep's settings: {exc}")
-    for setting in settings:
-        meta = _recorded(out_dir / setting.label, required=False)
-        if meta:
-            return settings, meta, out_dir / setting.label / "run.json"
-    return settings, {}, out_dir
-
-
-def _select(tasks: list[Any], ids: list[str] | None, limit: int | None) -> list[Any]:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.suite import SuiteError, select_tasks
-
-    try:
-        return select_tasks(tasks, ids or (), limit)
-    except SuiteError as exc:
-        fail(f"{exc} (nothing was run)")
 
 
 def run(
@@ -295,42 +152,44 @@ def run(
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.plan import plan_run
+    from orchestrator.batch.rundir import check_free, own_run_dir
+
+    target = retry_failed or out or (Path("runs") / suite.stem if suite is not None else None)
+    owned = ExitStack()
+    with _refused():
+        if target is not None:
+            check_free(target)  # a run in progress is named before anything else is said about its directory
+        plan = plan_run(
+            suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
+            retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
+            price_in=price_in, price_out=price_out, latency=scripted_latency,
+        )
+        for note in plan.notes:
+            _err.print(note, soft_wrap=True, markup=False)
+        chosen = _executor(plan.executor, plan.concurrency, ray_address, plan.processes)
+        owned.enter_context(own_run_dir(plan.out_dir, "reverie run"))
+    with owned:
+        _run_planned(plan, chosen, ray_address, quiet, write_report, task, limit)
+
+
+def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, write_report: bool,
+                 task: list[str] | None, limit: int | None) -> None:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
     from orchestrator.batch.run import run_suite
-    if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
-        fail("--retry-failed reruns tasks in place: give the run directory once (drop --out)")
-    out_dir = retry_failed or out
-    meta = _recorded(out_dir, required=retry_failed is not None) if out_dir is not None and (resume or retry_failed) else {}
-    if suite is None:
-        if not meta.get("suite"):
-            fail("give the suite file (reverie run SUITE), or --retry-failed RUN_DIR")
-        suite = Path(meta["suite"])
-    all_tasks = _load(suite)
-    tasks = _select(all_tasks, task, limit)
-    if out_dir is None:
-        out_dir = Path("runs") / suite.stem
-        meta = _recorded(out_dir, required=False) if resume else {}
-    reused = _Reused.of(meta, model, context_window, price_in, price_out, scripted_latency, concurrency, executor)
-    model, context_window, price_in, price_out = reused.model, reused.context_window, reused.price_in, reused.price_out
-    latency, jobs, kind = reused.latency, reused.jobs, reused.kind
-    options = _options(out_dir, model, context_window, price_in, price_out, latency)
-    processes, processes_name = _resumed_processes(
-        processes, meta, out_dir / "run.json", kind, "retrying" if retry_failed else "resuming"
-    )
-    chosen = _executor(kind, jobs, ray_address, _processes(processes, kind, processes_name))
-    recorded = read_results(out_dir / RESULTS_FILE)
-    if recorded and not (resume or retry_failed):
-        fail(f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
-             "--retry-failed to rerun its failures, or choose another --out")
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.run import retry_candidates
+    from orchestrator.batch.runner import batch_process
 
-    retry = [t.id for t in tasks] if retry_failed is not None else None
-    again = retry_candidates(recorded, retry or [])
-    # a retry keeps the whole run (its summary covers every task); --task/--limit narrow what reruns
-    run_tasks = all_tasks if retry_failed is not None else tasks
-    todo = {t.id for t in tasks if t.id not in recorded} | again if (resume or retry_failed) else {t.id for t in tasks}
-    if retry_failed is not None:
+    suite, out_dir, run_tasks, todo, retry = plan.suite, plan.out_dir, plan.run_tasks, plan.todo, plan.retry
+    retry_failed = retry is not None
+    resume = plan.resume
+    options, kind, jobs = plan.options, plan.executor, plan.concurrency
+    overrides = options.overrides
+    model, context_window = overrides.get("model"), overrides.get("context_window")
+    price_in, price_out, latency = options.price_in, options.price_out, options.latency
+    processes = plan.processes_given
+    again = plan.again
+    if retry_failed:
         missing = len(todo) - len(again)
         _err.print(f"retrying {len(again)} failed or errored task(s)" + (f" and {missing} without a result" if missing else "")
                    + f" in {out_dir}")
@@ -349,11 +208,12 @@ def run(
     with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
         if isinstance(chosen, ProcessExecutor):
             cleanup.callback(chosen.release)
+        cleanup.enter_context(batch_process(chosen.plan(len(todo)) if isinstance(chosen, ProcessExecutor) else 1))
         tracker = RunProgress(bar, len(run_tasks), already)
 
         async def main() -> Any:
             return await run_suite(
-                run_tasks, options, chosen, resume=resume, retry=retry, progress=tracker.on_event,
+                list(run_tasks), options, chosen, resume=resume, retry=retry, progress=tracker.on_event,
                 on_result=tracker.on_result, suite_name=str(suite),
             )
 
@@ -374,8 +234,8 @@ def run(
     for line in failure_lines(report.results):
         _out.print(line)
     if report.skipped:
-        verb = "kept" if retry_failed is not None else "already done"
-        _out.print(f"{'retried' if retry_failed is not None else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
+        verb = "kept" if retry_failed else "already done"
+        _out.print(f"{'retried' if retry_failed else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
     _out.print(f"results: {out_dir / RESULTS_FILE}   summary: {out_dir / SUMMARY_FILE}   events: {out_dir / 'events'}")
     after_run(out_dir, write=write_report)
     if summary["failed"] or summary["error"]:
@@ -413,37 +273,37 @@ def sweep(
     ``--resume`` finishes an interrupted sweep with what it recorded (its settings, concurrency,
     executor, processes, model, window and latency) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.sweep import COMPARISON_FILE, expand_triggers, run_sweep
-    tasks = _load(suite)
-    out_dir = out or Path("runs") / f"{suite.stem}-sweep"
-    recorded, meta, run_file = _recorded_sweep(out_dir) if resume else ([], {}, out_dir)
-    if trigger:
+    from orchestrator.batch.plan import plan_sweep
+    from orchestrator.batch.rundir import check_free, own_run_dir
+    from orchestrator.batch.sweep import expand_triggers
+
+    owned = ExitStack()
+    with _refused():
+        check_free(out or Path("runs") / f"{suite.stem}-sweep")
         try:
-            settings = expand_triggers(trigger)
+            given = expand_triggers(trigger) if trigger else None
         except ValueError as exc:
             fail(str(exc))
-    elif recorded:
-        settings = recorded
-        _err.print(f"resuming the settings {out_dir / 'sweep.json'} records: {', '.join(s.label for s in settings)}",
-                   soft_wrap=True, markup=False)
-    elif resume:
-        fail(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
-    else:
-        fail("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
-    reused = _Reused.of(meta, model, context_window, None, None, scripted_latency, concurrency, executor)
-    model, context_window, latency, jobs, kind = reused.model, reused.context_window, reused.latency, reused.jobs, reused.kind
-    options = _options(out_dir, model, context_window, None, None, latency)
-    processes, processes_name = _resumed_processes(processes, meta, run_file, kind, "resuming")
-    spread = _processes(processes, kind, processes_name)
-    chosen = _executor(kind, jobs, ray_address, spread)
-    if not resume:
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.batch.results import RESULTS_FILE
+        plan = plan_sweep(
+            suite, given, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
+            model=model, context_window=context_window, latency=scripted_latency,
+        )
+        for note in plan.notes:
+            _err.print(note, soft_wrap=True, markup=False)
+        chosen = _executor(plan.executor, plan.concurrency, ray_address, plan.processes)
+        owned.enter_context(own_run_dir(plan.out_dir, "reverie sweep"))
+    with owned:
+        _sweep_planned(plan, chosen, trigger, ray_address, quiet, write_report)
 
-        for setting in settings:
-            if (out_dir / setting.label / RESULTS_FILE).exists():
-                fail(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
 
+def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_address: str | None, quiet: bool, write_report: bool) -> None:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.runner import batch_process
+    from orchestrator.batch.sweep import COMPARISON_FILE, run_sweep
+
+    suite, out_dir, tasks, settings, options, resume = plan.suite, plan.out_dir, plan.tasks, plan.settings, plan.options, plan.resume
+    kind, jobs, processes = plan.executor, plan.concurrency, plan.processes_given
+    model, context_window, latency = options.overrides.get("model"), options.overrides.get("context_window"), options.latency
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.executors import ProcessExecutor
 
@@ -453,6 +313,7 @@ def sweep(
     with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
         if isinstance(chosen, ProcessExecutor):
             cleanup.callback(chosen.release)
+        cleanup.enter_context(batch_process(chosen.plan(len(tasks)) if isinstance(chosen, ProcessExecutor) else 1))
         trackers: dict[str, RunProgress] = {}
 
         def progress_for(setting: Any) -> Any:
@@ -476,7 +337,7 @@ def sweep(
 
                     await stack.enter_async_context(ray_session(jobs, ray_address))
                 return await run_sweep(
-                    tasks, settings, options, lambda: chosen, resume=resume,
+                    list(tasks), list(settings), options, lambda: chosen, resume=resume,
                     progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
                 )
 

@@ -21,6 +21,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from orchestrator.base.paths import current_home
 from orchestrator.store.records import StoreError
 from orchestrator.store.worker import connect
 
@@ -173,7 +174,7 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def configure_connection(conn: sqlite3.Connection) -> None:
+def configure_connection(conn: sqlite3.Connection, *, batch: bool | None = None) -> None:
     """Per-connection settings (journal, busy timeout, foreign keys), then bring the schema up to date.
 
     A store is a WAL database with ``synchronous = NORMAL`` (a commit survives a process crash, a
@@ -188,7 +189,7 @@ def configure_connection(conn: sqlite3.Connection) -> None:
     allocation was 12% of the run's CPU). Only one connection uses a task store while its task
     runs; a reader elsewhere (``reverie report``) waits for a commit as with any rollback journal."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if batch_store():
+    if batch_store() if batch is None else batch:
         conn.execute("PRAGMA journal_mode = MEMORY")
         conn.execute("PRAGMA synchronous = OFF")
     else:
@@ -202,8 +203,10 @@ STORE_SYNC_VARIABLE = "REVERIE_STORE_SYNC"
 
 
 def batch_store() -> bool:
-    """Whether stores opened now are batch task stores (``configure_connection``)."""
-    return os.environ.get(STORE_SYNC_VARIABLE, "").strip().lower() == "off"
+    """Whether stores opened now are batch task stores (``configure_connection``): the current
+    home is a batch run's (``Home.scratch``), or ``REVERIE_STORE_SYNC=off``. Read where the store is
+    opened (the caller's context), not in the store's lane."""
+    return current_home().scratch or os.environ.get(STORE_SYNC_VARIABLE, "").strip().lower() == "off"
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -270,7 +273,7 @@ def _template_bytes(batch: bool) -> bytes:
         return _templates[batch]
 
 
-def seed_store(path: Path) -> bool:
+def seed_store(path: Path, *, batch: bool | None = None) -> bool:
     """Create the store file ``path`` already migrated, unless it (or a journal of it) exists; True
     when it wrote one. Written under a private name and hard-linked into place, so a concurrent opener
     sees either no file or the whole one; where linking is refused the file is left to SQLite and
@@ -280,7 +283,7 @@ def seed_store(path: Path) -> bool:
     staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.seed")
     try:
         with open(staging, "xb") as out:
-            out.write(_template_bytes(batch_store()))
+            out.write(_template_bytes(batch_store() if batch is None else batch))
         os.link(staging, path)
     except OSError:
         return False

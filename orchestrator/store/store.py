@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from orchestrator.store.prompts import Prompts, write_prompt
 from orchestrator.store.records import PromptRecord, StoredMessage, StoreError
 from orchestrator.store.reflections import ReflectionRecords
 from orchestrator.store.reminder_queue import REMINDER_QUEUE_LIMIT, ReminderQueue, rearm_keys
-from orchestrator.store.schema import configure_connection, seed_store
+from orchestrator.store.schema import batch_store, configure_connection, seed_store
 from orchestrator.store.search import LIKE_SCAN_MESSAGES, Search
 from orchestrator.store.transcript import ContextCache, Transcript, insert_messages
 from orchestrator.store.turn_jobs import TurnJobs
@@ -35,13 +36,13 @@ from orchestrator.store.worker import ConnectionWorker, WorkerClosedError
 __all__ = ["LIKE_SCAN_MESSAGES", "REMINDER_QUEUE_LIMIT", "Store"]
 
 
-def _create(target: Path) -> bool:
+def _create(target: Path, *, batch: bool) -> bool:
     """In the connection's lane, before connecting: the folder, and a new file seeded migrated."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"conversation store {target}: cannot create {target.parent}: {exc.strerror or exc}") from None
-    return seed_store(target)
+    return seed_store(target, batch=batch)
 
 
 class Store(
@@ -68,7 +69,8 @@ class Store(
         """Open (creating and migrating if needed) and mark turns left ``running`` by a dead process as
         ``interrupted``. ``path`` defaults to ``orchestrator.base.paths.store_path()``."""
         target = Path(path) if path is not None else store_path()
-        worker = ConnectionWorker(target, configure_connection, _create)
+        batch = batch_store()  # here, in the opener's context (its Home), not in the lane
+        worker = ConnectionWorker(target, partial(configure_connection, batch=batch), partial(_create, batch=batch))
         try:
             await worker.start()
         except (sqlite3.DatabaseError, OSError) as exc:

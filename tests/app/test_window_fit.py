@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.app.session import ChatSession
-from orchestrator.batch.runner import RunOptions, batch_environment, run_task
+from orchestrator.batch.runner import RunOptions, run_task
 from orchestrator.batch.suite import load_suite
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "suite.jsonl"
@@ -67,8 +67,7 @@ async def test_a_window_too_small_refuses_the_turn_in_one_line() -> None:
 async def test_reflect_compaction_event_passes_under_short_and_long_paths(tmp_path: Path, depth: int) -> None:
     out = tmp_path.joinpath(*(["d" * 11] * depth)) / "run"
     task = next(t for t in load_suite(EXAMPLES) if t.id == "reflect-compaction-event")
-    with batch_environment(out):
-        result = await run_task(task, RunOptions(out_dir=out))
+    result = await run_task(task, RunOptions(out_dir=out))
     assert len(str(out)) > 150 or depth == 1
     assert result.status == "passed", json.dumps(result.to_json())[:800]
     assert "anything else" in result.final_answer

@@ -1,4 +1,4 @@
-"""``batch_environment``: what a batch process sets for its tasks and gives back afterwards."""
+"""A task's home (``run_home``) and what a batch process tunes for itself (``batch_process``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator.base.paths import current_home, using_home
 from orchestrator.batch.eventlog import read_events
-from orchestrator.batch.runner import BATCH_GC_THRESHOLDS, _EventPump, batch_environment, batch_sqlite_lanes
-from orchestrator.store.schema import STORE_SYNC_VARIABLE
+from orchestrator.batch.runner import (
+    BATCH_GC_THRESHOLDS,
+    _EventPump,
+    batch_process,
+    batch_sqlite_lanes,
+    run_home,
+)
+from orchestrator.store.schema import STORE_SYNC_VARIABLE, batch_store
 from orchestrator.store.worker import LANES_VARIABLE, SQLITE_LANES
 
 pytestmark = pytest.mark.anyio
@@ -26,29 +33,38 @@ def test_each_process_gets_the_lanes_its_share_of_the_cores_can_use(processes: i
     assert lanes * processes <= max(cores, processes), "no more lanes than cores, beyond one per process"
 
 
-def test_the_environment_is_set_for_the_run_and_given_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(LANES_VARIABLE, raising=False)
+def test_a_task_runs_in_the_run_home_and_the_process_environment_is_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("REVERIE_HOME", "/somewhere/else")
-    with batch_environment(tmp_path / "run", processes=2):
-        assert os.environ["REVERIE_HOME"] == str((tmp_path / "run" / "home").resolve())
-        assert os.environ[STORE_SYNC_VARIABLE] == "off"
+    before = dict(os.environ)
+    home = run_home(tmp_path / "run")
+    assert home.root == (tmp_path / "run" / "home").resolve() and home.scratch
+    with using_home(home):
+        assert current_home() == home and batch_store()
+    assert dict(os.environ) == before and current_home().root == Path("/somewhere/else")
+    assert not batch_store()
+
+
+def test_a_batch_process_gets_its_lanes_and_gives_them_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(LANES_VARIABLE, raising=False)
+    with batch_process(2):
         assert os.environ[LANES_VARIABLE] == str(batch_sqlite_lanes(2))
-    assert os.environ["REVERIE_HOME"] == "/somewhere/else"
     assert LANES_VARIABLE not in os.environ and STORE_SYNC_VARIABLE not in os.environ
 
 
-def test_the_collector_runs_less_often_during_the_run_and_as_before_afterwards(tmp_path: Path) -> None:
+def test_the_collector_runs_less_often_during_the_run_and_as_before_afterwards() -> None:
     before = gc.get_threshold()
     assert BATCH_GC_THRESHOLDS[0] > before[0]
-    with pytest.raises(RuntimeError), batch_environment(tmp_path / "run"):
+    with pytest.raises(RuntimeError), batch_process():
         assert gc.get_threshold() == BATCH_GC_THRESHOLDS
         raise RuntimeError("a run that fails still gives the thresholds back")
     assert gc.get_threshold() == before
 
 
-def test_a_lane_count_the_user_chose_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lane_count_the_user_chose_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(LANES_VARIABLE, "3")
-    with batch_environment(tmp_path / "run", processes=2):
+    with batch_process(2):
         assert os.environ[LANES_VARIABLE] == "3"
     assert os.environ[LANES_VARIABLE] == "3"
 

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.batch.eventlog import EventRecord, read_events
 from orchestrator.batch.results import summarize
-from orchestrator.batch.runner import RunOptions, batch_environment, run_task
+from orchestrator.batch.runner import RunOptions, run_task
 from orchestrator.batch.suite import parse_task
 
 _NOTE = "Notes on the garden: the roses need pruning, the beds need compost and the hose leaks. " * 3
@@ -27,8 +27,7 @@ async def test_subagent_calls_are_in_the_event_log_and_the_totals(tmp_path: Path
         }
     )
     out = tmp_path / "run"
-    with batch_environment(out):
-        result = await run_task(task, RunOptions(out_dir=out, price_in=1.0, price_out=2.0))
+    result = await run_task(task, RunOptions(out_dir=out, price_in=1.0, price_out=2.0))
     assert result.status == "passed", result.error
     calls = await _calls(out)
     by_purpose: dict[str, list[int]] = {}

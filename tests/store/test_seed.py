@@ -144,7 +144,8 @@ def _beside(path: Path) -> list[str]:
 
 
 async def test_a_batch_task_store_skips_syncs_and_journal_files_and_any_other_store_keeps_them(tmp_path: Path) -> None:
-    from orchestrator.batch.runner import batch_environment
+    from orchestrator.base.paths import using_home
+    from orchestrator.batch.runner import run_home
 
     async def settings(path: Path) -> tuple[int, str, list[str]]:
         async with Store.opened(path) as store:
@@ -157,7 +158,7 @@ async def test_a_batch_task_store_skips_syncs_and_journal_files_and_any_other_st
         return value, mode, beside
 
     assert await settings(tmp_path / "plain.sqlite3") == (1, "wal", ["plain.sqlite3-shm", "plain.sqlite3-wal"])
-    with batch_environment(tmp_path / "run"):
+    with using_home(run_home(tmp_path / "run")):
         assert await settings(tmp_path / "task.sqlite3") == (0, "memory", [])
     assert await anyio.to_thread.run_sync(_beside, tmp_path / "task.sqlite3") == []
     assert (await settings(tmp_path / "after.sqlite3"))[:2] == (1, "wal")

@@ -1,0 +1,307 @@
+"""What a ``run`` or ``sweep`` will do, decided before anything runs: the suite and the tasks
+selected, the run directory, the options (given again, else what the run recorded in ``run.json``,
+else the defaults), which tasks still need running and which failed ones rerun.
+
+This is the planning the ``run`` and ``sweep`` commands did inside their typer functions; it lives
+here so a Python program resumes or retries a run exactly as the command line does (the CLI and
+``orchestrator.run_suite`` both call ``plan_run``). Every refusal is a one-line ``UsageError`` (or
+the suite's ``SuiteError``) ending in "(nothing was run)" where that helps; nothing here prints.
+Blocking (reads files): call it off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.base.config import load_settings
+from orchestrator.base.errors import UsageError
+from orchestrator.base.paths import config_path
+from orchestrator.batch.results import RESULTS_FILE, read_results
+from orchestrator.batch.run import retry_candidates
+from orchestrator.batch.runner import RunOptions
+from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
+from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
+
+__all__ = ["RunPlan", "SweepPlan", "parse_processes", "plan_run", "plan_sweep", "recorded_run"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run as it will start. ``run_tasks`` is what ``run_suite`` is given (for a retry, the whole
+    suite, so the summary covers every task); ``todo`` the ids that will run now; ``retry`` the ids
+    whose failed results may be rerun; ``notes`` lines worth telling the user (which recorded
+    option was reused)."""
+
+    suite: Path
+    out_dir: Path
+    all_tasks: tuple[Task, ...]
+    tasks: tuple[Task, ...]
+    run_tasks: tuple[Task, ...]
+    options: RunOptions
+    executor: str
+    concurrency: int
+    processes: int | None
+    processes_given: str | None
+    resume: bool
+    retry: tuple[str, ...] | None
+    todo: frozenset[str]
+    again: frozenset[str]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep as it will start: its settings (given, else what ``sweep.json`` recorded)."""
+
+    suite: Path
+    out_dir: Path
+    tasks: tuple[Task, ...]
+    settings: tuple[SweepSetting, ...]
+    options: RunOptions
+    executor: str
+    concurrency: int
+    processes: int | None
+    processes_given: str | None
+    resume: bool
+    notes: tuple[str, ...] = ()
+
+
+def load_tasks(suite: Path) -> list[Task]:
+    if suite.is_dir():
+        raise UsageError(f"{suite}: is a directory; give the suite file (JSONL) (nothing was run)")
+    try:
+        return load_suite(suite)
+    except SuiteError as exc:
+        raise SuiteError(f"{exc} (nothing was run)") from None
+    except OSError as exc:
+        raise UsageError(f"{suite}: cannot read the suite file: {exc.strerror or exc} (nothing was run)") from None
+
+
+def _select(tasks: list[Task], ids: Sequence[str] | None, limit: int | None) -> list[Task]:
+    try:
+        return select_tasks(tasks, tuple(ids or ()), limit)
+    except SuiteError as exc:
+        raise SuiteError(f"{exc} (nothing was run)") from None
+
+
+def run_options(
+    out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None,
+    latency: float = 0.0, config_file: Path | None = None,
+) -> RunOptions:
+    """The options every task gets; a broken config file stops the run here (D15), in chat's one line."""
+    overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
+    config = config_file or config_path()
+    load_settings(cli=overrides, path=config)
+    return RunOptions(
+        out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out,
+        config_file=str(config.resolve()) if config.is_file() else None,
+    )
+
+
+def parse_processes(value: str | int | None, kind: str, name: str = "--processes") -> int | None:
+    """``--processes`` (or ``name``, e.g. the field of a run.json): ``auto`` (None) or a whole number
+    >= 1; the local executor's default is auto, anything else's is 1 (Ray places its own workers)."""
+    if value is None:
+        return None if kind == "local" else 1
+    text = str(value)
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(f"{name} {text!r}: use auto or a whole number of processes (1 = every task in this process)") from None
+    if number < 1:
+        raise UsageError(f"{name} {text}: use auto or a whole number of processes, at least 1")
+    return number
+
+
+def _resumed_processes(
+    given: str | None, meta: dict[str, Any], run_file: Path, kind: str, verb: str
+) -> tuple[str | None, str, str | None]:
+    """``--processes`` for a resumed or retried run: the flag when given, else what its run.json
+    recorded (when the executor is the one it was recorded for); the name to blame for a bad value;
+    and the line saying which was taken."""
+    was = meta.get("processes")
+    if was is None or str(meta.get("executor") or "local") != kind:
+        return given, "--processes", None
+    if given is None:
+        return str(was), f"{run_file}: processes", f"{verb} with --processes {was}, as {run_file} records"
+    same = given.strip().lower() == str(was).lower()
+    return given, "--processes", f"{verb} with --processes {given}" + ("" if same else f" (given; {run_file} had {was})")
+
+
+def recorded_run(out_dir: Path, *, required: bool) -> dict[str, Any]:
+    """The run's own ``run.json`` (suite, executor, concurrency, options): what a resume or retry
+    reuses unless an option is given again."""
+    path = out_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if required:
+            settings = sorted(p.parent.name for p in out_dir.glob("*/run.json"))
+            sweep_hint = f" (a sweep? give one setting's directory, e.g. {out_dir / settings[0]})" if settings else ""
+            raise UsageError(
+                f"{out_dir}: no run.json here: --retry-failed needs the --out directory of an earlier reverie run{sweep_hint}"
+            ) from None
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read the run's options: {exc}") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+@dataclass(frozen=True)
+class _Reused:
+    """Each option given, else what run.json recorded, else the default."""
+
+    model: str | None
+    context_window: int | None
+    price_in: float | None
+    price_out: float | None
+    latency: float
+    jobs: int
+    kind: str
+
+    @classmethod
+    def of(
+        cls, meta: dict[str, Any], model: str | None, context_window: int | None, price_in: float | None,
+        price_out: float | None, latency: float | None, concurrency: int | None, executor: str | None,
+    ) -> _Reused:
+        was = meta.get("options") or {}
+        overrides = was.get("overrides") or {}
+        return cls(
+            model=model if model is not None else overrides.get("model"),
+            context_window=context_window if context_window is not None else overrides.get("context_window"),
+            price_in=price_in if price_in is not None else was.get("price_in"),
+            price_out=price_out if price_out is not None else was.get("price_out"),
+            latency=latency if latency is not None else float(was.get("latency") or 0.0),
+            jobs=concurrency or int(meta.get("concurrency") or 1),
+            kind=executor or str(meta.get("executor") or "local"),
+        )
+
+
+def plan_run(
+    suite: Path | None,
+    out: Path | None = None,
+    *,
+    concurrency: int | None = None,
+    executor: str | None = None,
+    processes: str | int | None = None,
+    resume: bool = False,
+    retry_failed: Path | None = None,
+    tasks: Sequence[str] | None = None,
+    limit: int | None = None,
+    model: str | None = None,
+    context_window: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    latency: float | None = None,
+    config_file: Path | None = None,
+) -> RunPlan:
+    """Decide a run (see the module docstring). ``retry_failed`` is the run directory whose failed and
+    errored tasks rerun in place; ``suite`` may then be None (the run's own)."""
+    if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
+        raise UsageError("--retry-failed reruns tasks in place: give the run directory once (drop --out)")
+    out_dir = retry_failed or out
+    meta = recorded_run(out_dir, required=retry_failed is not None) if out_dir is not None and (resume or retry_failed) else {}
+    if suite is None:
+        if not meta.get("suite"):
+            raise UsageError("give the suite file (reverie run SUITE), or --retry-failed RUN_DIR")
+        suite = Path(meta["suite"])
+    all_tasks = load_tasks(suite)
+    selected = _select(all_tasks, tasks, limit)
+    if out_dir is None:
+        out_dir = Path("runs") / suite.stem
+        meta = recorded_run(out_dir, required=False) if resume else {}
+    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor)
+    options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
+                          reused.latency, config_file)
+    given, blame, note = _resumed_processes(
+        None if processes is None else str(processes), meta, out_dir / "run.json", reused.kind,
+        "retrying" if retry_failed else "resuming",
+    )
+    spread = parse_processes(given, reused.kind, blame)
+    recorded = read_results(out_dir / RESULTS_FILE)
+    if recorded and not (resume or retry_failed):
+        raise UsageError(
+            f"{out_dir} already holds results of {len(recorded)} task(s): use --resume to finish that run, "
+            "--retry-failed to rerun its failures, or choose another --out"
+        )
+    retry = tuple(t.id for t in selected) if retry_failed is not None else None
+    again = retry_candidates(recorded, retry or [])
+    # a retry keeps the whole run (its summary covers every task); --task/--limit narrow what reruns
+    run_tasks = all_tasks if retry_failed is not None else selected
+    todo = {t.id for t in selected if t.id not in recorded} | again if (resume or retry_failed) else {t.id for t in selected}
+    return RunPlan(
+        suite=suite, out_dir=out_dir, all_tasks=tuple(all_tasks), tasks=tuple(selected), run_tasks=tuple(run_tasks),
+        options=options, executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given,
+        resume=resume, retry=retry, todo=frozenset(todo), again=frozenset(again), notes=(note,) if note else (),
+    )
+
+
+def _recorded_sweep(out_dir: Path) -> tuple[list[SweepSetting], dict[str, Any], Path]:
+    """An earlier sweep's settings (``sweep.json``, in order) and the run.json of its first setting
+    that has one, with that file's path; empty when there is no earlier sweep in ``out_dir``."""
+    path = out_dir / SWEEP_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        settings = [SweepSetting(str(s["label"]), dict(s.get("overrides") or {})) for s in raw["settings"]]
+    except FileNotFoundError:
+        return [], {}, out_dir
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: cannot read the sweep's settings: {exc}") from None
+    for setting in settings:
+        meta = recorded_run(out_dir / setting.label, required=False)
+        if meta:
+            return settings, meta, out_dir / setting.label / "run.json"
+    return settings, {}, out_dir
+
+
+def plan_sweep(
+    suite: Path,
+    settings: Sequence[SweepSetting] | None,
+    out: Path | None = None,
+    *,
+    concurrency: int | None = None,
+    executor: str | None = None,
+    processes: str | int | None = None,
+    resume: bool = False,
+    model: str | None = None,
+    context_window: int | None = None,
+    latency: float | None = None,
+    config_file: Path | None = None,
+) -> SweepPlan:
+    """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded."""
+    tasks = load_tasks(suite)
+    out_dir = out or Path("runs") / f"{suite.stem}-sweep"
+    recorded, meta, run_file = _recorded_sweep(out_dir) if resume else ([], {}, out_dir)
+    notes: list[str] = []
+    if settings:
+        chosen = list(settings)
+    elif recorded:
+        chosen = recorded
+        notes.append(f"resuming the settings {out_dir / SWEEP_FILE} records: {', '.join(s.label for s in chosen)}")
+    elif resume:
+        raise UsageError(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
+    else:
+        raise UsageError("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
+    reused = _Reused.of(meta, model, context_window, None, None, latency, concurrency, executor)
+    options = run_options(out_dir, reused.model, reused.context_window, None, None, reused.latency, config_file)
+    given, blame, note = _resumed_processes(
+        None if processes is None else str(processes), meta, run_file, reused.kind, "resuming"
+    )
+    if note:
+        notes.append(note)
+    spread = parse_processes(given, reused.kind, blame)
+    if not resume:
+        for setting in chosen:
+            if (out_dir / setting.label / RESULTS_FILE).exists():
+                raise UsageError(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
+    return SweepPlan(
+        suite=suite, out_dir=out_dir, tasks=tuple(tasks), settings=tuple(chosen), options=options,
+        executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given, resume=resume,
+        notes=tuple(notes),
+    )
