@@ -1,11 +1,80 @@
 """reverie: an async multi-agent orchestrator whose agents keep their memory in git.
 
+This module is the library's face (docs/api.md): ``open_session`` for a chat, ``run_suite``,
+``sweep``, ``stress`` and ``report`` for batch work, ``Settings`` and ``Home`` for configuration and
+places; the command line is a thin layer over the same functions. Names load on first use (PEP 562),
+so ``import orchestrator.memfs`` (the pre-commit hook) does not load the chat and batch machinery.
+
 Layers, lowest first: ``base`` (values) -> the I/O seams ``memfs``, ``store``, ``models``, ``tools``
 -> ``compaction`` -> ``agent`` (one turn) -> ``runtime`` (process, supervisor) -> the top-level
-``subagents`` package (plugins) -> the composition root ``app``, ``cli`` and ``batch``. This module
-only names the version.
+``subagents`` package (plugins) -> the composition root ``app``, ``cli`` and ``batch``.
 """
 
-__all__ = ["__version__"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.base.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from orchestrator.api import (
+        Session,
+        TurnResult,
+        Usage,
+        load_effective_settings,
+        open_session,
+        report,
+        run_suite,
+        stress,
+        sweep,
+    )
+    from orchestrator.app.stress import StressReport
+    from orchestrator.base.config import ConfigError, Settings
+    from orchestrator.base.errors import ReverieError
+    from orchestrator.base.events import Event
+    from orchestrator.base.paths import Home
+    from orchestrator.batch.run import RunReport
+    from orchestrator.batch.rundir import RunDirBusy
+    from orchestrator.batch.sweep import SweepReport
+
+__all__ = [
+    "ConfigError",
+    "Event",
+    "Home",
+    "ReverieError",
+    "RunDirBusy",
+    "RunReport",
+    "Session",
+    "Settings",
+    "StressReport",
+    "SweepReport",
+    "TurnResult",
+    "Usage",
+    "__version__",
+    "load_effective_settings",
+    "open_session",
+    "report",
+    "run_suite",
+    "stress",
+    "sweep",
+]
 
 __version__ = "0.1.0"
+
+_HOME = {
+    **dict.fromkeys(
+        ("Session", "TurnResult", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
+        "api",
+    ),
+    "StressReport": "app.stress",
+    "ConfigError": "base.config",
+    "Settings": "base.config",
+    "ReverieError": "base.errors",
+    "Event": "base.events",
+    "Home": "base.paths",
+    "RunReport": "batch.run",
+    "RunDirBusy": "batch.rundir",
+    "SweepReport": "batch.sweep",
+}
+
+__getattr__: Any = lazy_attributes(__name__, globals(), _HOME)

@@ -53,7 +53,7 @@ class SessionContext:
 
     def set_model(self, name: str) -> None:
         """Every part's next request names ``name``."""
-        self.settings = replace(self.settings, model=name)
+        self.settings = self.settings.with_value("model", name, "set_model")
 
     def set_agent(self, *, name: str | None = None, description: str | None = None) -> None:
         """A rename or a new description, seen by every part from its next read."""

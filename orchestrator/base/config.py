@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import config_path
 
-__all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
+__all__ = ["SETTING_NAMES", "ConfigError", "Settings", "load_settings", "read_config_file"]
 
 
 class ConfigError(ReverieError, ValueError):
@@ -55,11 +55,31 @@ class Settings:
     middle_truncate: bool = True
     reflection_merge: str = "resolve"
     reflection_merge_instructions: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Where each value that is not the default came from, as the user wrote it (``--model``,
+    ``REVERIE_MODEL``, ``config.toml: model.name``, ``agent setting model``); not a setting itself."""
 
     @property
     def uses_endpoint(self) -> bool:
         """True when a real OpenAI-compatible endpoint is configured (else the scripted model)."""
         return bool(self.base_url)
+
+    def explain(self) -> tuple[tuple[str, str, str], ...]:
+        """``(key, value, source)`` for every setting, in declaration order: the config file's key
+        (``model.name``), the value as text (secrets masked) and where it came from (``default``
+        when nothing set it). What ``reverie config`` prints."""
+        rows: list[tuple[str, str, str]] = []
+        for name in SETTING_NAMES:
+            value = getattr(self, name)
+            shown = "(not set)" if value is None else ", ".join(value) if isinstance(value, tuple) else str(value)
+            if name == "api_key" and value:
+                shown = "***"
+            rows.append((_FILE_KEY.get(name, name), shown, self.sources.get(name, "default")))
+        return tuple(rows)
+
+    def with_value(self, name: str, value: Any, source: str) -> Settings:
+        """This value set by ``source`` (a session's ``set_model``), remembered as its source."""
+        return replace(self, **{name: value}, sources={**self.sources, name: source})
 
 
 _KEYS: Mapping[str, str] = {
@@ -101,7 +121,9 @@ _ENV: Mapping[str, str] = {
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
 }
 _CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
-_TYPES = {f.name: f.type for f in fields(Settings)}
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings) if f.name != "sources")
+"""Every setting's attribute name, in declaration order (``sources`` is bookkeeping, not a setting)."""
+_TYPES = {f.name: f.type for f in fields(Settings) if f.name != "sources"}
 _MINIMUM = {"context_window": 256}
 _DAY = 86_400.0
 _MAXIMUM: Mapping[str, float] = {
@@ -263,7 +285,7 @@ def load_settings(
             origin[name] = where
         settings = replace(settings, **updates)
     _check_choices(settings, origin)
-    return settings
+    return replace(settings, sources=origin)
 
 
 def _split_trigger(value: str, where: str) -> tuple[str, int]:

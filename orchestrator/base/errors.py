@@ -39,6 +39,8 @@ existed keep that base as a mixin, so code written against the old base still ca
     │                                     steps (reflection.py records it as a ReflectionError)
     ├── SuiteError (ValueError)           orchestrator/batch/suite.py: a bad suite line
     ├── ReportError (ValueError)          orchestrator/batch/report_data.py: not a run or sweep directory
+    ├── RunDirBusy                        orchestrator/batch/rundir.py: another process runs into that
+    │                                     directory (the message names it)
     └── UserError                         orchestrator/cli/errors.py: a command line the CLI refuses
 
 Deliberately outside the tree (bugs, so a traceback): ``WorkerClosedError`` (the store used after

@@ -26,7 +26,7 @@ from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
 from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
 
-__all__ = ["RunPlan", "SweepPlan", "parse_processes", "plan_run", "plan_sweep", "recorded_run"]
+__all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", "plan_sweep", "recorded_run", "run_options"]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from orchestrator.base import blocking
 from orchestrator.base.errors import ReverieError
 from orchestrator.store.records import utc_now
 
-__all__ = ["LOCK_FILE", "RunDirBusy", "check_free", "hold_run_dir", "own_run_dir"]
+__all__ = ["LOCK_FILE", "RunDirBusy", "acquire", "check_free", "hold_run_dir", "own_run_dir", "release"]
 
 LOCK_FILE = ".reverie-run.lock"
 
@@ -42,6 +42,8 @@ class RunDirBusy(ReverieError):
 
 @dataclass
 class _Held:
+    """This process's lock on one directory: the open lock file and how many holds share it."""
+
     fd: int
     count: int
 

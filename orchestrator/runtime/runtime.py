@@ -20,7 +20,7 @@ import anyio
 
 from orchestrator.agent.context import AgentProfile
 from orchestrator.base import blocking
-from orchestrator.base.config import Settings, load_settings
+from orchestrator.base.config import SETTING_NAMES, Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import MemoryWarning
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
@@ -156,7 +156,7 @@ class Runtime:
         return await self._settings_for(await self.store.get_agent(agent_id), cli)
 
     async def _settings_for(self, record: Agent | None, cli: Mapping[str, Any] | None) -> Settings:
-        stored = {k: v for k, v in (record.settings if record else {}).items() if k in Settings.__dataclass_fields__}
+        stored = {k: v for k, v in (record.settings if record else {}).items() if k in SETTING_NAMES}
         if not stored:
             return self.settings
         return await anyio.to_thread.run_sync(

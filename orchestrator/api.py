@@ -1,0 +1,361 @@
+"""reverie as a library: the functions ``orchestrator`` exports, each a thin layer over the code the
+command line runs, so a Python program and ``reverie`` behave the same (docs/api.md).
+
+The shape follows the libraries people drive from Python: a session is an async context manager
+that owns its state once and every call reads it there (httpx's ``Client``); ``send`` returns the
+turn's result and ``stream`` yields its events as they happen (the OpenAI Agents SDK's ``run`` and
+``run_streamed``); a suite run returns its report and resumes or retries from its directory as
+``reverie run --resume`` does (inspect_ai's ``eval`` and ``eval_retry``).
+
+Nothing here changes the process: no environment variable, no collector threshold. Paths come from
+a ``Home`` (the environment's unless one is given) that is set for the session's or the task's own
+work only (``orchestrator.base.paths.using_home``), so a program may run a batch and keep a chat
+open in the same process without one moving the other's files. Every function is a coroutine and
+runs under anyio, on trio or asyncio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
+
+from orchestrator.agent.turn import TurnOutcome
+from orchestrator.app.session import ChatSession, ContextUse
+from orchestrator.app.stress import StressConfig, StressReport, run_stress
+from orchestrator.base import blocking
+from orchestrator.base.config import Settings, load_settings
+from orchestrator.base.errors import UsageError
+from orchestrator.base.events import Event, ModelCalled, Observer
+from orchestrator.base.paths import DEFAULT_AGENT_ID, Home, current_home, using_home
+from orchestrator.batch.executors import make_executor
+from orchestrator.batch.plan import plan_run, plan_sweep
+from orchestrator.batch.report_html import write_report
+from orchestrator.batch.run import RunReport
+from orchestrator.batch.run import run_suite as _run_suite
+from orchestrator.batch.runner import ProgressSink
+from orchestrator.batch.sweep import SweepReport, expand_triggers, run_sweep
+from orchestrator.compaction import CompactionMode
+from orchestrator.models.types import ModelClient
+from orchestrator.store import ReflectionRecord
+from subagents.compaction import CompactionResult, CompactionSubagent
+
+__all__ = [
+    "Session",
+    "TurnResult",
+    "Usage",
+    "load_effective_settings",
+    "open_session",
+    "report",
+    "run_suite",
+    "stress",
+    "sweep",
+]
+
+TurnResult = TurnOutcome
+"""What ``Session.send`` returns: how the turn ended (``status``), the reply (``text``), steps, usage."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a session's model calls used so far (its turns and its subagents'), and their cost in
+    USD when prices were given (per million tokens), else ``None``."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int
+    cost: float | None
+
+
+def load_effective_settings(
+    overrides: Mapping[str, Any] | None = None, *, home: Home | None = None, agent: Mapping[str, Any] | None = None
+) -> Settings:
+    """The settings a session would start with, each remembering its source (``Settings.explain``):
+    ``overrides`` (as flags) > environment > ``agent`` > ``home``'s config file > defaults. Blocking."""
+    where = home or current_home()
+    return load_settings(cli=overrides, agent=agent, path=where.config_path)
+
+
+def _overrides(settings: Settings | Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ``Settings`` value passes on what was set on it (its sources), a mapping passes as flags."""
+    if settings is None:
+        return {}
+    if isinstance(settings, Settings):
+        defaults = Settings()
+        return {
+            name: getattr(settings, name)
+            for name in type(settings).__dataclass_fields__
+            if name != "sources" and getattr(settings, name) != getattr(defaults, name)
+        }
+    return dict(settings)
+
+
+class Session:
+    """An open chat session (``open_session``): one agent, one conversation, its subagents.
+
+    Every call runs in the session's ``Home``. The state a call changes (``set_model``) is the
+    session's one ``SessionContext``, seen by the turn loop, reflection and compaction alike.
+    """
+
+    def __init__(
+        self, chat: ChatSession, home: Home, tasks: TaskGroup, price_in: float | None, price_out: float | None
+    ) -> None:
+        self._chat = chat
+        self.home = home
+        self._tasks = tasks
+        self._listeners: list[MemoryObjectSendStream[Event]] = []
+        self._prices = (price_in, price_out)
+        self._tokens = [0, 0, 0]
+        self.last_result: TurnResult | None = None
+        """The result of the newest turn (``stream`` leaves its turn's here)."""
+
+    async def _observe(self, event: Event) -> None:
+        if isinstance(event, ModelCalled):
+            self._tokens[0] += event.prompt_tokens
+            self._tokens[1] += event.completion_tokens
+            self._tokens[2] += 1
+        for listener in list(self._listeners):
+            listener.send_nowait(event)
+
+    @property
+    def agent_id(self) -> str:
+        return self._chat.agent.agent_id
+
+    @property
+    def conversation_id(self) -> str:
+        return self._chat.conversation_id
+
+    @property
+    def settings(self) -> Settings:
+        return self._chat.settings
+
+    @property
+    def chat(self) -> ChatSession:
+        """The session underneath, for what this class does not wrap (the CLI's chat uses it)."""
+        return self._chat
+
+    @property
+    def usage(self) -> Usage:
+        prompt, completion, calls = self._tokens
+        price_in, price_out = self._prices
+        cost = None
+        if price_in is not None or price_out is not None:
+            cost = round(prompt * (price_in or 0.0) / 1e6 + completion * (price_out or 0.0) / 1e6, 6)
+        return Usage(prompt, completion, calls, cost)
+
+    async def send(self, text: str) -> TurnResult:
+        """Run one turn and return how it ended; a model failure is a result with ``status ==
+        "error"``, not an exception. Reflection may start in the background afterwards."""
+        with using_home(self.home):
+            result = await self._chat.send(text)
+        self.last_result = result
+        return result
+
+    async def stream(self, text: str) -> AsyncIterator[Event]:
+        """Run one turn, yielding its events (``turn.start``, ``text.delta``, tool events, ...,
+        ``turn.end``) as they happen; ``last_result`` holds the outcome afterwards. Leaving the loop
+        early cancels the turn (it ends ``interrupted``, the store stays consistent)."""
+        send, receive = anyio.create_memory_object_stream[Event](math.inf)
+        failure: list[BaseException] = []
+        scope = anyio.CancelScope()
+
+        async def turn() -> None:
+            with scope:
+                try:
+                    await self.send(text)
+                except Exception as exc:
+                    failure.append(exc)
+                finally:
+                    self._listeners.remove(send)
+                    send.close()
+
+        self._listeners.append(send)
+        self._tasks.start_soon(turn, name=f"stream turn of {self.conversation_id}")
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            scope.cancel()
+        if failure:
+            raise failure[0]
+
+    async def reflect(self, *, wait: float = math.inf) -> ReflectionRecord | None:
+        """Reflect on the conversation now (as ``reverie reflect``): waits up to ``wait`` seconds for
+        it to settle and returns its record (``status``: ``merged``, ``no_changes``, ``kept_*``,
+        ``failed``), or ``None`` when there was nothing to reflect on."""
+        with using_home(self.home):
+            before = {r.id for r in await self._chat.runtime.store.reflections(self.agent_id)}
+            await self._chat.reflect_now()
+            await self._chat.supervisor.drain(wait)
+            records = await self._chat.runtime.store.reflections(self.agent_id)
+        fresh = [r for r in records if r.id not in before]
+        return fresh[-1] if fresh else None
+
+    async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
+        """Compact the conversation now (as ``reverie compact``), between turns."""
+        compactor = self._chat.runner.compactor
+        if not isinstance(compactor, CompactionSubagent):
+            raise UsageError("compaction is not available in this session")
+        with using_home(self.home):
+            async with self._chat.supervisor.conversation_lock(self.conversation_id):
+                return await compactor.compact_now(self.conversation_id, mode=mode)
+
+    async def set_model(self, name: str) -> None:
+        """Every request from now on (the turn's, reflection's, compaction's) names ``name``; it is
+        remembered as the agent's setting."""
+        with using_home(self.home):
+            await self._chat.set_model(name)
+
+    async def context_use(self) -> ContextUse:
+        with using_home(self.home):
+            return await self._chat.context_use()
+
+
+@asynccontextmanager
+async def open_session(
+    agent: str = DEFAULT_AGENT_ID,
+    conversation: str | None = None,
+    *,
+    new: bool = False,
+    home: Home | None = None,
+    settings: Settings | Mapping[str, Any] | None = None,
+    model: ModelClient | None = None,
+    workspace: Path | None = None,
+    observer: Observer | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+) -> AsyncIterator[Session]:
+    """Open ``agent``'s ``conversation`` (its latest when None, a new one with ``new=True``).
+
+    ``home`` (default: the environment's) holds the agent, the store and the worktrees.
+    ``settings`` rank as command-line flags: a mapping of setting names, or a ``Settings`` value
+    whose non-default fields apply. ``model`` replaces the configured one (the scripted model or the
+    endpoint); ``observer`` sees every event too. On exit the session's background work is
+    cancelled or finished as a chat's is; a failure to open is a one-line ``ReverieError``.
+    """
+    where = home or current_home()
+    holder: list[Session] = []
+
+    async def observe(event: Event) -> None:
+        if holder:
+            await holder[0]._observe(event)
+        if observer is not None:
+            await observer(event)
+
+    with using_home(where):
+        async with (
+            ChatSession.open(
+                agent_id=agent, conversation_id=conversation, new=new, cli=_overrides(settings),
+                observer=observe, model=model, workspace=workspace, config_file=where.config_path,
+            ) as chat,
+            anyio.create_task_group() as tasks,  # inside the chat: a streamed turn ends before it closes
+        ):
+            session = Session(chat, where, tasks, price_in, price_out)
+            holder.append(session)
+            try:
+                yield session
+            finally:
+                tasks.cancel_scope.cancel()
+
+
+async def run_suite(
+    suite: Path | None,
+    out: Path | None = None,
+    *,
+    concurrency: int | None = None,
+    executor: str | None = None,
+    processes: int | str | None = None,
+    resume: bool = False,
+    retry_failed: bool = False,
+    tasks: Sequence[str] | None = None,
+    limit: int | None = None,
+    model: str | None = None,
+    context_window: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    scripted_latency: float | None = None,
+    ray_address: str | None = None,
+    progress: ProgressSink | None = None,
+) -> RunReport:
+    """``reverie run`` as a function: run ``suite``'s tasks into ``out`` and return the report.
+
+    ``resume=True`` runs only the tasks without a result, with the options the run recorded unless
+    given again; ``retry_failed=True`` reruns the failed and errored tasks of the run in ``out`` (its
+    own suite when ``suite`` is None). Cancelling leaves every finished task recorded. A second run
+    into a directory in use is refused (``RunDirBusy``); other refusals are one-line ``ReverieError``s.
+    """
+    if retry_failed and out is None:
+        raise UsageError("retry_failed needs the run directory: give out")
+    plan = await blocking.run_sync("files", partial(
+        plan_run, suite, None if retry_failed else out, concurrency=concurrency, executor=executor,
+        processes=processes, resume=resume, retry_failed=out if retry_failed else None, tasks=tasks, limit=limit,
+        model=model, context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
+        config_file=current_home().config_path,
+    ))
+    chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
+    return await _run_suite(
+        list(plan.run_tasks), plan.options, chosen, resume=plan.resume, retry=plan.retry, progress=progress,
+        suite_name=str(plan.suite),
+    )
+
+
+async def sweep(
+    suite: Path,
+    triggers: Sequence[str] | None = None,
+    out: Path | None = None,
+    *,
+    concurrency: int | None = None,
+    executor: str | None = None,
+    processes: int | str | None = None,
+    resume: bool = False,
+    model: str | None = None,
+    context_window: int | None = None,
+    scripted_latency: float | None = None,
+    ray_address: str | None = None,
+    progress_for: Callable[[Any], ProgressSink | None] | None = None,
+) -> SweepReport:
+    """``reverie sweep`` as a function: the suite under each reflection-trigger setting
+    (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``), one run each under ``out``, compared."""
+    settings = expand_triggers(list(triggers)) if triggers else None
+    plan = await blocking.run_sync("files", partial(
+        plan_sweep, suite, settings, out, concurrency=concurrency, executor=executor, processes=processes,
+        resume=resume, model=model, context_window=context_window, latency=scripted_latency,
+        config_file=current_home().config_path,
+    ))
+    chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
+    return await run_sweep(
+        list(plan.tasks), list(plan.settings), plan.options, lambda: chosen, resume=plan.resume,
+        progress_for=progress_for or (lambda _: None), suite_name=str(plan.suite),
+    )
+
+
+async def stress(
+    writers: int,
+    commits: int,
+    *,
+    conflict_rate: float = 0.1,
+    seed: int = 0,
+    merge_policy: str = "keep",
+    workdir: Path | None = None,
+    interrupt: anyio.Event | None = None,
+) -> StressReport:
+    """``reverie stress`` as a function: concurrent writers committing to one memory repository
+    through worktrees and merging back; ``report.lost`` is the number of commits lost (must be 0)."""
+    config = StressConfig(
+        writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy
+    )
+    return await run_stress(config, workdir=workdir, interrupt=interrupt)
+
+
+async def report(run_dir: Path, *, out: Path | None = None) -> Path:
+    """``reverie report`` as a function: write the run's (or sweep's) ``report.html``; its path."""
+    return await blocking.run_sync("files", partial(write_report, run_dir, out=out))

@@ -1,0 +1,127 @@
+"""reverie as a library, through ``orchestrator``'s public names only (docs/api.md): a chat session
+(send, stream, reflect, compact, set_model, usage), a suite run interrupted and resumed, a sweep, a
+stress run, a report, settings with their sources, and a batch beside a chat in one process."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+import orchestrator
+from orchestrator import (
+    Home,
+    Settings,
+    load_effective_settings,
+    open_session,
+    report,
+    run_suite,
+    stress,
+    sweep,
+)
+
+pytestmark = pytest.mark.anyio
+
+TASKS = [
+    {"id": f"t{i}", "turns": ["remember: I live in Lisbon", "ok"],
+     "checks": [{"where": "memory", "file": "human.md", "contains": "Lisbon"}]}
+    for i in range(4)
+]
+
+
+def _suite(path: Path) -> Path:
+    path.write_text("".join(json.dumps(t) + "\n" for t in TASKS), encoding="utf-8")
+    return path
+
+
+def test_the_package_exports_exactly_its_public_names() -> None:
+    for name in orchestrator.__all__:
+        assert getattr(orchestrator, name) is not None
+    with pytest.raises(AttributeError):
+        _ = orchestrator.ChatSession  # type: ignore[attr-defined]
+
+
+async def test_a_chat_session_sends_streams_reflects_compacts_and_switches_model(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    async with open_session("ada", home=home, settings={"context_window": 4000}, price_in=1.0, price_out=2.0) as chat:
+        first = await chat.send("remember: I live in Lisbon")
+        assert first.status == "end_turn" and first.text
+        kinds = [event.kind async for event in chat.stream("hello there")]
+        assert kinds[0] == "turn.start" and kinds[-1] == "turn.end" and "text.delta" in kinds
+        assert chat.last_result is not None and chat.last_result.status == "end_turn"
+        await chat.set_model("second-model")
+        assert chat.settings.model == "second-model"
+        assert ("model.name", "second-model", "set_model") in chat.settings.explain()
+        reflected = await chat.reflect()
+        assert reflected is not None and reflected.status in {"merged", "no_changes"}
+        compacted = await chat.compact()
+        assert compacted.status in {"done", "skipped"}
+        usage = chat.usage
+        assert usage.calls >= 2 and usage.prompt_tokens > 0 and usage.cost is not None and usage.cost > 0
+    assert (home.root / "agents" / "ada" / "memory" / ".git").is_dir()
+
+
+async def test_a_suite_run_interrupted_and_resumed_records_every_task_once(tmp_path: Path) -> None:
+    suite, out = _suite(tmp_path / "suite.jsonl"), tmp_path / "run"
+    with anyio.CancelScope() as scope:
+
+        async def stop_after_first(task_id: str, kind: str, payload: object) -> None:
+            if kind == "task.end":
+                scope.cancel()
+
+        await run_suite(suite, out, concurrency=1, processes=1, progress=stop_after_first)
+    assert scope.cancelled_caught
+    done = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert 1 <= len(done) < len(TASKS)
+    resumed = await run_suite(suite, out, resume=True)
+    assert len(resumed.skipped) == len(done)
+    assert sorted(r.id for r in resumed.results) == [t["id"] for t in TASKS]
+    assert resumed.summary["passed"] == len(TASKS)
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == [t["id"] for t in TASKS]
+    page = await report(out)
+    assert page == out / "report.html" and page.stat().st_size > 0
+
+
+async def test_a_sweep_compares_its_settings(tmp_path: Path) -> None:
+    result = await sweep(_suite(tmp_path / "suite.jsonl"), ["off", "step-count:2"], tmp_path / "sweep", processes=1)
+    assert [row["setting"] for row in result.rows] == ["off", "step-count-2"]
+    assert all(row["tasks"] == len(TASKS) for row in result.rows)
+
+
+async def test_a_stress_run_loses_nothing(tmp_path: Path) -> None:
+    result = await stress(2, 3, workdir=tmp_path / "stress")
+    assert result.lost == 0 and result.merged + result.kept >= 1
+
+
+async def test_a_batch_beside_a_chat_leaves_the_chat_home_and_the_process_alone(tmp_path: Path) -> None:
+    chat_home = Home(tmp_path / "chat-home")
+    environ, thresholds = dict(os.environ), gc.get_threshold()
+    async with open_session("ada", home=chat_home, settings={"model": "chat-model"}) as chat:
+        await chat.send("hello")
+        report_ = await run_suite(_suite(tmp_path / "suite.jsonl"), tmp_path / "run", concurrency=2, processes=1)
+        assert report_.summary["passed"] == len(TASKS)
+        after = await chat.send("still here?")
+        assert after.status == "end_turn"
+        assert chat.home == chat_home and chat.settings.model == "chat-model"
+        assert dict(os.environ) == environ and gc.get_threshold() == thresholds
+    assert sorted(p.name for p in (chat_home.root / "agents").iterdir()) == ["ada"]
+    assert sorted(p.name for p in (tmp_path / "run" / "home" / "agents").iterdir()) == [t["id"] for t in TASKS]
+
+
+def test_settings_name_each_value_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Home(tmp_path / "home")
+    home.root.mkdir()
+    home.config_path.write_text('[model]\nname = "from-file"\n[turn]\nmax_steps = 7\n', encoding="utf-8")
+    monkeypatch.setenv("REVERIE_MODEL", "from-env")
+    settings = load_effective_settings({"context_window": 9000}, home=home, agent={"max_steps": 9})
+    assert isinstance(settings, Settings)
+    rows = {key: (value, source) for key, value, source in settings.explain()}
+    assert rows["model.name"] == ("from-env", "REVERIE_MODEL")
+    assert rows["turn.max_steps"] == ("9", "agent setting max_steps")
+    assert rows["compaction.context_window"] == ("9000", "--context-window")
+    assert rows["turn.bash_timeout"] == ("120.0", "default")
