@@ -1,8 +1,12 @@
 # Two entry points on a fresh machine: `make demo` and `make test`.
+# `make demo` installs reverie alone (what an offline chat and a local batch run need); `make test`
+# adds the test tools and Ray (the dev and ray extras). Either leaves `reverie` in $(BIN): activate
+# the venv (`. .venv/bin/activate`) to run it as the README and reverie's hints write it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BASE_STAMP := $(VENV)/.installed-base
 
 CHROMIUM ?= /usr/bin/chromium
 
@@ -12,10 +16,17 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
-	@touch $(STAMP)
+	@touch $(BASE_STAMP) $(STAMP)
 
-demo: $(STAMP) bwrap
+$(BASE_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(BASE_STAMP)
+
+demo: $(BASE_STAMP) bwrap
 	REVERIE_WORKTREES=$(CURDIR)/worktrees $(BIN)/python -m orchestrator.app.demo
+	@echo "reverie is in $(BIN): run '. $(VENV)/bin/activate' to use the reverie commands shown above and in README.md"
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator subagents prompts tests bench

@@ -9,7 +9,9 @@ cost when the run was priced.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +26,7 @@ from rich.text import Text
 
 from orchestrator.cli.render import one_line
 
-__all__ = ["RunProgress", "command_line", "failure_lines", "progress_bar", "results_table"]
+__all__ = ["RunProgress", "command_line", "failure_lines", "program", "progress_bar", "results_table"]
 
 _COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
 _LIVE_KIND = {
@@ -200,10 +202,25 @@ def failure_lines(results: Sequence[Any]) -> list[str]:
     return lines
 
 
+def program(argv0: str | None = None) -> str:
+    """How to run this reverie again from the user's shell: ``reverie`` when that name on ``PATH`` is
+    the program running now (or reverie was started another way, ``python -m``), else the path it was
+    started as (``.venv/bin/reverie`` from a shell that has not activated the venv), so a printed
+    command runs as written."""
+    ran = Path(argv0 if argv0 is not None else sys.argv[0])
+    if ran.name != "reverie" or not ran.exists():
+        return "reverie"
+    found = shutil.which("reverie")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "reverie"
+    relative = os.path.relpath(ran)
+    return relative if len(relative) < len(str(ran.absolute())) and not relative.startswith("..") else str(ran.absolute())
+
+
 def command_line(words: Sequence[str | Path], options: Mapping[str, Any]) -> str:
-    """``reverie <words> --opt value ...`` as one shell-quoted line: ``None``/``False`` options are
-    left out, ``True`` ones are bare flags, a list repeats its option."""
-    parts = ["reverie", *(str(w) for w in words)]
+    """``reverie <words> --opt value ...`` as one shell-quoted line (``program()`` names reverie):
+    ``None``/``False`` options are left out, ``True`` ones are bare flags, a list repeats its option."""
+    parts = [program(), *(str(w) for w in words)]
     for name, value in options.items():
         if value is None or value is False:
             continue

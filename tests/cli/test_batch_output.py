@@ -28,3 +28,18 @@ async def test_with_quiet_the_failure_goes_to_stderr(capsys: pytest.CaptureFixtu
     live = RunProgress(None, total=1)
     await live.on_event("t", "reflection.failed", {"error": "boom"})
     assert capsys.readouterr().err.strip() == "⚠ reflection failed (t): boom"
+
+
+def test_a_printed_command_names_reverie_as_the_user_can_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.cli.batch_output import program
+
+    script = tmp_path / "venv" / "bin" / "reverie"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n", encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert program(str(script)) == "venv/bin/reverie", "not on PATH: the path it was started as"
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert program(str(script)) == "reverie", "on PATH (an activated venv): the bare name"
+    assert program("-c") == "reverie"
