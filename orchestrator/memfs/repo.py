@@ -130,6 +130,25 @@ def head_revision(path: Path) -> str | None:
         return None if local is None else local.head()
 
 
+_HEAD = re.compile(r"^(ref: refs/\S+|[0-9a-f]{40}|[0-9a-f]{64})\s*$")
+
+
+def _check_head(path: Path) -> None:
+    """A damaged ``.git/HEAD`` is named as such, with the fix, instead of surfacing later as "not a
+    git repository" from whichever git command meets it first."""
+    head = path / ".git" / "HEAD"
+    try:
+        text = head.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return
+    if not _HEAD.match(text):
+        raise GitError(
+            ("init",), 1,
+            f"fatal: {head} is damaged ({text.strip()[:40]!r} is neither a ref nor a commit id); "
+            f"restore it with: git -C {path} symbolic-ref HEAD refs/heads/main",
+        )
+
+
 def init_memory_repo(
     path: Path,
     *,
@@ -144,8 +163,14 @@ def init_memory_repo(
     are written only into an empty directory (or a bare ``git init``). A non-empty directory that
     is not a repository is refused rather than swallowed into memory.
     """
+    if path.is_symlink() and not path.exists():
+        raise GitError(
+            ("init",), 1,
+            f"fatal: {path}: is a symbolic link to {os.readlink(path)}, which does not exist; create that directory or remove the link",
+        )
     if path.exists() and not path.is_dir():
         raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
+    _check_head(path)
     require_checkout(path)
     if is_memory_repo(path):
         install_hook(path, policy=policy)
