@@ -12,9 +12,8 @@ Layers, lowest first: ``base`` (values) -> the I/O seams ``memfs``, ``store``, `
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from orchestrator.base.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from orchestrator.api import (
@@ -77,4 +76,13 @@ _HOME = {
     "SweepReport": "batch.sweep",
 }
 
-__getattr__: Any = lazy_attributes(__name__, globals(), _HOME)
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562, written out rather than ``base.lazy``'s: ``reverie --version`` imports nothing else."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -36,7 +36,7 @@ from orchestrator import __version__
 if TYPE_CHECKING:
     import typer
 
-__all__ = ["COMMANDS", "GROUPS", "build_app", "entry", "leave", "main", "version_line"]
+__all__ = ["COMMANDS", "GROUPS", "build_app", "entry", "leave", "main", "usage_line", "version_line"]
 
 # command name -> module whose ``register(app)`` adds it
 COMMANDS: dict[str, str] = {
@@ -145,6 +145,16 @@ def build_app(command: str | None = None) -> typer.Typer:
     return app
 
 
+def usage_line(exc: Any) -> str:
+    """A command line click refused, as one line in the wording of reverie's other errors (typer
+    would draw a box): the message, then where the options are listed."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    message = message.replace("Input should be greater than or equal to", "must be at least")
+    message = message.replace("Input should be less than or equal to", "must be at most")
+    path = exc.ctx.command_path if exc.ctx is not None else "reverie"
+    return f"{message} (see {path} --help)"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args in (["--version"], ["-V"]):
@@ -167,9 +177,12 @@ def main(argv: list[str] | None = None) -> None:
                 run_fast(parsed)
                 return
         app = build_app(_requested(args))
-        app(args=args, prog_name="reverie")
+        code = app(args=args, prog_name="reverie", standalone_mode=False)
     except BaseException as exc:
         _report(exc)
+    else:
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
 
 
 def entry() -> NoReturn:
@@ -220,6 +233,18 @@ def _status_code(status: object) -> int:
 def _report(exc: BaseException) -> Any:
     if isinstance(exc, SystemExit) or os.environ.get("REVERIE_DEBUG"):
         raise exc
+    # click's exceptions by class name: typer vendors click (typer._click) in new releases and
+    # uses click itself in older ones, and the names are the same in both
+    kinds = {cls.__name__ for cls in type(exc).__mro__}
+    if "NoArgsIsHelpError" in kinds:
+        exc.show()  # type: ignore[attr-defined]  # `reverie` or a group alone: its help, as before
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    if "UsageError" in kinds:
+        print(f"reverie: error: {usage_line(exc)}", file=sys.stderr)
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    if "Abort" in kinds:
+        print("reverie: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     # lazy: only a failure needs the error tree
     from orchestrator.cli.errors import describe, fail, interrupted, user_error_in
 
