@@ -4,6 +4,7 @@ live bar (or on stderr with ``--quiet``), never only written to the event log (i
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
