@@ -52,6 +52,8 @@ COMMANDS: dict[str, str] = {
     "sweep": "orchestrator.cli.batch",
     "events": "orchestrator.cli.batch",
     "report": "orchestrator.cli.report",
+    "config": "orchestrator.cli.home",
+    "agents": "orchestrator.cli.home",
 }
 # command groups: name -> module whose ``app`` is the group
 GROUPS: dict[str, str] = {"memory": "orchestrator.cli.memory"}

@@ -8,6 +8,7 @@ as ``/etc/hosts is odd`` is sent to the model like any message.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +17,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator.app.session import ChatSession
+from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import one_line
 from orchestrator.memfs.history import recent_commits, tracked_files
@@ -78,7 +80,9 @@ class Slash:
         if name in {"exit", "quit"}:
             return True
         if name not in _NAMES:
-            self.say(f"unknown command /{word}; /help lists the commands")
+            near = difflib.get_close_matches(name, sorted(_NAMES), n=1, cutoff=0.5)
+            hint = f"did you mean /{near[0]}? " if near else ""
+            self.say(f"unknown command /{word}; {hint}/help lists the commands")
             return False
         handler: Callable[[str], Awaitable[None]] = getattr(self, f"_{name}")
         await handler(arg)
@@ -161,12 +165,9 @@ class Slash:
             conversation = await self.session.resume_conversation(arg)
             self.say(f"now in conversation {conversation}")
             return
-        conversations = await self.session.runtime.store.list_conversations(self.session.agent.agent_id)
-        lines = [
-            f"{'*' if c.id == self.session.conversation_id else ' '} {c.id}  {c.created_at}  {c.title or ''}".rstrip()
-            for c in conversations
-        ]
-        self.say("\n".join([*lines, "(/conversations ID switches)"]))
+        summaries = await self.session.runtime.store.conversation_summaries(self.session.agent.agent_id)
+        lines = conversation_lines(summaries, self.session.conversation_id)
+        self.say("\n".join([*lines, "(/conversations ID switches; a unique start of the id is enough)"]))
 
     async def _model(self, arg: str) -> None:
         s = self.session

@@ -35,7 +35,11 @@ async def require_agent(store: Any, agent_id: str) -> None:
     record = await store.get_agent(agent_id)
     has_repo = await anyio.to_thread.run_sync((agent_memory_dir(agent_id) / ".git").exists)
     if record is None and not has_repo:
-        known = sorted(a.id for a in await store.list_agents())
+        # lazy: `reverie --help` imports every command module (cli/app.py)
+        from orchestrator.cli.home import known_agents_on_disk
+
+        on_disk = await anyio.to_thread.run_sync(known_agents_on_disk)
+        known = sorted({a.id for a in await store.list_agents()} | set(on_disk))
         listing = f" (agents: {', '.join(known)})" if known else " (no agents yet)"
         raise UserError(f"no agent {agent_id!r}{listing}; `reverie chat --agent {agent_id}` creates it")
 
@@ -59,6 +63,24 @@ async def _existing_conversation(rt: Any, profile: Any, conversation_id: str | N
     if conversation_id:
         return await rt.conversation(profile, conversation_id=conversation_id)
     return await rt.store.latest_conversation(profile.agent_id)
+
+
+def _print_conversations(agent: str, summaries: Any, as_json: bool) -> None:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.cli.listing import conversation_lines
+
+    if as_json:
+        rows = [
+            {"id": s.conversation.id, "created_at": s.conversation.created_at, "title": s.conversation.title,
+             "messages": s.messages, "last_activity": s.last_activity, "first_message": s.first_message}
+            for s in summaries
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    if not summaries:
+        print(f"agent {agent!r} has no conversations yet", file=sys.stderr)
+    for line in conversation_lines(summaries):
+        print(line)
 
 
 def prompt_cmd(
@@ -113,10 +135,7 @@ def history(
         async with Runtime.open() as rt:
             profile = await _existing_agent(rt, agent)
             if list_conversations:
-                return [
-                    {"id": c.id, "created_at": c.created_at, "title": c.title}
-                    for c in await rt.store.list_conversations(profile.agent_id)
-                ]
+                return await rt.store.conversation_summaries(profile.agent_id)
             conv = await _existing_conversation(rt, profile, conversation)
             if conv is None:
                 return []
@@ -143,6 +162,9 @@ def history(
             ]
 
     rows = run_async(main)
+    if list_conversations:
+        _print_conversations(agent, rows, as_json)
+        return
     if as_json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return
@@ -150,9 +172,6 @@ def history(
         what = "conversations" if list_conversations else "messages"
         print(f"agent {agent!r} has no {what} yet", file=sys.stderr)
     for row in rows:
-        if list_conversations:
-            print(f"{row['id']}  {row['created_at']}  {row['title'] or ''}")
-            continue
         marker = " " if row["in_context"] else "·"
         label = row["kind"] if row["kind"] != "message" else row["role"]
         text = row["content"]

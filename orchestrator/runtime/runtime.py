@@ -171,9 +171,7 @@ class Runtime:
         if conversation_id and new:
             raise UsageError("--conversation and --new cannot be used together")
         if conversation_id:
-            conv = await self.store.get_conversation(conversation_id)
-            if conv is None:
-                raise StoreError(f"no conversation {conversation_id!r}; see `reverie history --list`")
+            conv = await self.store.get_conversation(conversation_id) or await self._by_prefix(agent, conversation_id)
             if conv.agent_id != agent.agent_id:
                 raise StoreError(f"conversation {conversation_id!r} belongs to agent {conv.agent_id!r}, not {agent.agent_id!r}")
             return conv
@@ -182,6 +180,16 @@ class Runtime:
             if latest is not None:
                 return latest
         return await self.store.create_conversation(agent.agent_id)
+
+    async def _by_prefix(self, agent: AgentProfile, prefix: str) -> Conversation:
+        """An id abbreviated to a unique prefix of one of the agent's conversations (as git's short ids)."""
+        found = await self.store.conversation_by_prefix(agent.agent_id, prefix)
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise StoreError(f"no conversation {prefix!r}; see `reverie history --list`")
+        shown = ", ".join(c.id[: len(prefix) + 4] + "…" for c in found[:5])
+        raise StoreError(f"conversation {prefix!r} is ambiguous: {len(found)} conversations start so ({shown}); give more of the id")
 
     def with_settings(self, settings: Settings) -> Runtime:
         return replace(self, settings=settings)

@@ -42,6 +42,7 @@ A process killed mid-turn leaves its turn ``running``; the next ``Store.open`` m
 from orchestrator.store.records import (
     Agent,
     Conversation,
+    ConversationSummary,
     Event,
     PendingReminder,
     PromptRecord,
@@ -62,6 +63,7 @@ __all__ = [
     "REMINDER_QUEUE_LIMIT",
     "Agent",
     "Conversation",
+    "ConversationSummary",
     "Event",
     "OpenedTurn",
     "PendingReminder",

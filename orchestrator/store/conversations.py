@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from orchestrator.store.jobs import StoreJobs, dumps, new_id, transaction
-from orchestrator.store.records import Agent, Conversation, StoreError, utc_now
+from orchestrator.store.records import Agent, Conversation, ConversationSummary, StoreError, utc_now
 
 __all__ = ["Conversations", "last_message_time"]
 
@@ -162,6 +162,38 @@ class Conversations(StoreJobs):
                 "SELECT id, agent_id, created_at, title, hidden FROM conversations "
                 "WHERE (? IS NULL OR agent_id = ?) AND (? OR hidden = 0) ORDER BY created_at, rowid",
                 (agent_id, agent_id, include_hidden),
+            ).fetchall()
+            return [_conversation(r) for r in rows]
+
+        return await self._run(job)
+
+    async def conversation_summaries(self, agent_id: str, *, include_hidden: bool = False) -> list[ConversationSummary]:
+        """The agent's conversations, oldest first, each with its first user message, its count of
+        messages (the user's, the model's and tool results; not reminders or summaries) and its last
+        activity, in one query (``reverie history --list``, ``/conversations``)."""
+
+        def job(conn: sqlite3.Connection) -> list[ConversationSummary]:
+            rows = conn.execute(
+                "SELECT c.id, c.agent_id, c.created_at, c.title, c.hidden, "
+                "(SELECT content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user' "
+                " AND m.kind = 'message' ORDER BY seq LIMIT 1), "
+                "(SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id AND m.kind = 'message'), "
+                "(SELECT MAX(created_at) FROM messages m WHERE m.conversation_id = c.id) "
+                "FROM conversations c WHERE c.agent_id = ? AND (? OR c.hidden = 0) ORDER BY c.created_at, c.rowid",
+                (agent_id, include_hidden),
+            ).fetchall()
+            return [ConversationSummary(_conversation(r[:5]), r[5], int(r[6]), r[7]) for r in rows]
+
+        return await self._run(job)
+
+    async def conversation_by_prefix(self, agent_id: str, prefix: str) -> list[Conversation]:
+        """The agent's conversations whose id starts with ``prefix`` (an abbreviated id)."""
+
+        def job(conn: sqlite3.Connection) -> list[Conversation]:
+            rows = conn.execute(
+                "SELECT id, agent_id, created_at, title, hidden FROM conversations "
+                "WHERE agent_id = ? AND substr(id, 1, ?) = ? ORDER BY created_at, rowid",
+                (agent_id, len(prefix), prefix),
             ).fetchall()
             return [_conversation(r) for r in rows]
 

@@ -15,6 +15,7 @@ from orchestrator.models.types import Message
 __all__ = [
     "Agent",
     "Conversation",
+    "ConversationSummary",
     "Event",
     "PendingReminder",
     "PromptRecord",
@@ -75,6 +76,17 @@ class Agent:
     name: str
     created_at: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """What a conversation list shows: the conversation, its first user message, how many messages
+    it holds and when the newest was written (``None`` for an empty one)."""
+
+    conversation: Conversation
+    first_message: str | None
+    messages: int
+    last_activity: str | None
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ async def test_every_command_answers_without_the_model(tmp_path: Path) -> None:
         chat_requests = [r for r in model.requests if r.purpose == "chat"]  # type: ignore[attr-defined]
         said = await _said(
             session,
-            "/help", "/status", "/memory", "/reflections", "/conversations", "/model", "/compact", "/bogus",
+            "/help", "/status", "/memory", "/reflections", "/conversations", "/model", "/compact", "/stat",
         )  # fmt: skip
         # only /compact asks the model, and for a summary, never a chat answer
         assert [r for r in model.requests if r.purpose == "chat"] == chat_requests  # type: ignore[attr-defined]
@@ -57,10 +57,10 @@ async def test_every_command_answers_without_the_model(tmp_path: Path) -> None:
         assert "human.md" in memory or "persona.md" in memory
         assert "last commits:" in memory
         assert reflections.startswith("no reflections yet")
-        assert f"* {session.conversation_id}" in conversations
+        assert f"* {session.conversation_id[:8]}" in conversations and "messages" in conversations
         assert shown_model.startswith("model scripted (embedded)")
         assert "compact" in compact
-        assert bogus == "unknown command /bogus; /help lists the commands"
+        assert bogus == "unknown command /stat; did you mean /status? /help lists the commands"
         assert await Slash(session, said.append).run("/exit") is True
 
 
@@ -73,7 +73,9 @@ async def test_new_and_switching_conversations(tmp_path: Path) -> None:
         assert second != first and said == f"new conversation {second}"
         outcome = await session.send("two")
         assert outcome.conversation_id == second
-        await _said(session, f"/conversations {first}")
+        (listed,) = await _said(session, "/conversations")
+        assert "one" in listed and "* " + second[:8] in listed, "the first user message tells them apart"
+        await _said(session, f"/conversations {first[:8]}")
         assert (await session.send("three")).conversation_id == first
         turns = {c: len(await session.runtime.store.turns(c)) for c in (first, second)}
         assert turns == {first: 2, second: 1}

@@ -1,0 +1,71 @@
+"""``reverie agents``, ``reverie config`` and conversation lists: what a home holds and why a setting
+has its value, in lines a user can act on (real commands, scripted model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reverie(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, **env}, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_agents_lists_chat_and_memory_init_agents_with_head_and_activity(isolated_env: Path) -> None:
+    reverie("chat", "-p", "hello", "--agent", "ada")
+    reverie("memory", "init", "--agent", "bob")
+    lines = reverie("agents").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["ada", "bob"]
+    assert all(" HEAD " in line and " last 20" in line for line in lines), lines
+    assert "memory only" in lines[1]
+    refused = subprocess.run([sys.executable, "-m", "orchestrator", "history", "-a", "zed"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert "(agents: ada, bob)" in refused.stderr
+
+
+def test_config_names_each_value_source(isolated_env: Path) -> None:
+    (isolated_env / "config.toml").write_text('[turn]\nmax_steps = 7\n', encoding="utf-8")
+    out = reverie("config", "--context-window", "9000", "--json", REVERIE_MODEL="from-env").stdout
+    rows = json.loads(out)
+    assert rows["model.name"] == {"value": "from-env", "source": "REVERIE_MODEL"}
+    assert rows["compaction.context_window"] == {"value": "9000", "source": "--context-window"}
+    assert rows["turn.max_steps"]["source"].endswith("config.toml: turn.max_steps")
+    assert rows["turn.bash_timeout"]["source"] == "default"
+
+
+def test_conversations_show_first_message_count_and_take_a_unique_prefix(isolated_env: Path) -> None:
+    reverie("chat", "-p", "first topic: gardens", "--agent", "ada")
+    reverie("chat", "-p", "second topic: bicycles", "--agent", "ada", "--new")
+    listed = reverie("history", "--list", "--agent", "ada").stdout.splitlines()
+    assert len(listed) == 2 and "first topic: gardens" in listed[0] and "second topic: bicycles" in listed[1]
+    assert all("2 messages" in line and " last 20" in line for line in listed), listed
+    prefix = listed[0].split()[0]
+    shown = reverie("history", "--agent", "ada", "--conversation", prefix).stdout
+    assert "first topic: gardens" in shown and "bicycles" not in shown
+
+
+@pytest.mark.anyio
+async def test_an_ambiguous_prefix_is_refused_naming_the_candidates(tmp_path: Path) -> None:
+    from orchestrator.runtime.runtime import Runtime
+    from orchestrator.store import StoreError
+
+    async with Runtime.open(workspace=tmp_path) as rt:
+        agent = await rt.agent("ada")
+        one = await rt.store.create_conversation("ada")
+        await rt.store.create_conversation("ada")
+        assert (await rt.conversation(agent, conversation_id=one.id)).id == one.id
+        with pytest.raises(StoreError, match="is ambiguous: 2 conversations"):
+            await rt.conversation(agent, conversation_id="conv-")
