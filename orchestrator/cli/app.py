@@ -123,7 +123,7 @@ def build_app(command: str | None = None) -> typer.Typer:
         help=_HELP,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        add_completion=False,
+        add_completion=True,
         rich_markup_mode="rich",
     )
 
@@ -238,6 +238,8 @@ def _report(exc: BaseException) -> Any:
     # click's exceptions by class name: typer vendors click (typer._click) in new releases and
     # uses click itself in older ones, and the names are the same in both
     kinds = {cls.__name__ for cls in type(exc).__mro__}
+    if "ClickException" not in kinds and "Abort" not in kinds:
+        kinds = set()  # reverie's own UsageError is a ReverieError, reported below
     if "NoArgsIsHelpError" in kinds:
         exc.show()  # type: ignore[attr-defined]  # `reverie` or a group alone: its help, as before
         raise SystemExit(getattr(exc, "exit_code", 2)) from None

@@ -275,7 +275,7 @@ def sweep(
 ) -> None:
     """Run the suite under each reflection-trigger setting and compare them (table and PNG charts).
 
-    ``--resume`` finishes an interrupted sweep with what it recorded (its settings, concurrency,
+    --resume finishes an interrupted sweep with what it recorded (its settings, concurrency,
     executor, processes, model, window and latency) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.plan import plan_sweep

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from rich.tree import Tree
 
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
@@ -158,20 +159,19 @@ def tree(
         return
     paths = list(tracked_files(repo, revision) or ())
     all_paths = set(paths)
-    root = Tree(f"[bold]{repo}[/] @ {revision[:7]}")
+    # the root line folds onto more lines rather than lose its end (the HEAD) at the terminal's width
+    root = Tree(Text.assemble((str(repo), "bold"), f" @ {revision[:7]}", overflow="fold"))
     nodes: dict[str, Tree] = {"": root}
     for rel in sorted(paths):
         parts = rel.split("/")
         for depth in range(1, len(parts)):
             key = "/".join(parts[:depth])
             if key not in nodes:
-                nodes[key] = nodes["/".join(parts[: depth - 1])].add(f"[blue]{parts[depth - 1]}/[/]")
-        nodes["/".join(parts[:-1])].add(f"{_escape(parts[-1])}  [dim]{_kind(rel, all_paths)}[/]")
-    _out.print(root)
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", "\\[")
+                nodes[key] = nodes["/".join(parts[: depth - 1])].add(
+                    Text(f"{parts[depth - 1]}/", style="blue", overflow="fold")
+                )
+        nodes["/".join(parts[:-1])].add(Text.assemble(parts[-1], "  ", (_kind(rel, all_paths), "dim"), overflow="fold"))
+    _out.print(root, soft_wrap=False)
 
 
 def _kind(rel: str, all_paths: set[str]) -> str:

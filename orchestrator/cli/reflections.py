@@ -34,7 +34,7 @@ MemoryDirOption = Annotated[
 
 @app.command("list")
 def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = None) -> None:
-    """Show every reflection: its outcome (D2), why, commits not in HEAD, and any worktree left.
+    """Show every reflection: its outcome, why, commits not in HEAD, and any worktree left.
 
     Branches come from git (the truth about commits); launches whose branch is gone (merged, no
     changes, failed) come from the store, so a failed run is listed as failed, not as merged.

@@ -42,7 +42,7 @@ def stress(
         str,
         typer.Option(
             "--merge-policy",
-            help="keep: a conflict keeps the branch (raw conflict figures); resolve: the scripted resolver subagent reconciles it (D3).",
+            help="keep: a conflict keeps the branch (raw conflict figures); resolve: the scripted resolver subagent reconciles it.",
         ),
     ] = "keep",
 ) -> None:

@@ -69,3 +69,13 @@ async def test_an_ambiguous_prefix_is_refused_naming_the_candidates(tmp_path: Pa
         assert (await rt.conversation(agent, conversation_id=one.id)).id == one.id
         with pytest.raises(StoreError, match="is ambiguous: 2 conversations"):
             await rt.conversation(agent, conversation_id="conv-")
+
+
+def test_memory_tree_wraps_a_long_root_instead_of_cropping_it(tmp_path: Path) -> None:
+    home = tmp_path / ("long-" * 20) / "home"
+    reverie("memory", "init", "--agent", "ada", REVERIE_HOME=str(home))
+    out = reverie("memory", "tree", "--agent", "ada", REVERIE_HOME=str(home), COLUMNS="80").stdout
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    root = "".join(line for line in lines[: lines.index(next(x for x in lines if x.startswith("├")))])
+    assert root.startswith(str(home / "agents" / "ada" / "memory")) and " @ " in root, root

@@ -1,0 +1,35 @@
+"""Help texts say what a user needs: no internal decision ids (D2, S23, ...) that do not ship with
+reverie, and no reST markup (````--resume````, ``:func:``) shown raw."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli.app import COMMANDS, GROUPS, build_app
+
+_INTERNAL = re.compile(r"\b(DECISIONS|[DSRCT]\d{1,2})\b|``|:func:|:class:|\bissue \d+")
+_SUBCOMMANDS = {"memory": ["init", "path", "validate", "install-hook", "tree"], "reflections": ["list", "merge", "discard"]}
+
+
+def _pages() -> list[list[str]]:
+    pages = [[]]
+    for name in [*COMMANDS, *GROUPS]:
+        pages.append([name])
+        pages += [[name, sub] for sub in _SUBCOMMANDS.get(name, [])]
+    return pages
+
+
+@pytest.mark.parametrize("words", _pages(), ids=lambda w: " ".join(w) or "reverie")
+def test_help_has_no_internal_ids_or_markup(words: list[str]) -> None:
+    result = CliRunner().invoke(build_app(words[0] if words else None), [*words, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    found = [line.strip() for line in result.output.splitlines() if _INTERNAL.search(line)]
+    assert not found, found
+
+
+def test_shell_completion_installs_with_typers_own_option() -> None:
+    result = CliRunner().invoke(build_app(None), ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "_reverie_completion" in result.output
