@@ -25,6 +25,7 @@ from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
 from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
+from orchestrator.batch.template_check import check_templates
 
 __all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", "plan_sweep", "recorded_run", "run_options"]
 
@@ -74,7 +75,9 @@ def load_tasks(suite: Path) -> list[Task]:
     if suite.is_dir():
         raise UsageError(f"{suite}: is a directory; give the suite file (JSONL) (nothing was run)")
     try:
-        return load_suite(suite)
+        tasks = load_suite(suite)
+        check_templates(tasks, str(suite))
+        return tasks
     except SuiteError as exc:
         raise SuiteError(f"{exc} (nothing was run)") from None
     except OSError as exc:

@@ -7,6 +7,7 @@ so a resumed run's statuses and check results equal a clean run's.
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.protocol import Executor
+from orchestrator.batch.report_html import write_report
 from orchestrator.batch.results import (
     RESULTS_FILE,
     SUMMARY_FILE,
@@ -35,11 +37,14 @@ from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
 from orchestrator.batch.telemetry import SpanEmitter, otel_available
+from orchestrator.store.records import utc_now
 
 __all__ = [
+    "REPORT_FILE",
     "RETRY_STATUSES",
     "RUN_FILE",
     "RunReport",
+    "mark_stale",
     "pending_tasks",
     "processes_setting",
     "retry_candidates",
@@ -128,6 +133,29 @@ def _prepare(out_dir: Path, resume: bool, meta: dict[str, Any]) -> dict[str, Tas
     return existing
 
 
+REPORT_FILE = "report.html"
+_STALE = (
+    '<div id="reverie-stale" style="background:#fde68a;color:#000;padding:8px 12px;font:14px sans-serif">'
+    "This report is stale: the run was {what} on {when} and its results have changed since it was written. "
+    "<code>reverie report {where}</code> writes a fresh one.</div>"
+)
+
+
+def mark_stale(out_dir: Path, what: str) -> bool:
+    """Put a banner at the top of the run's ``report.html`` saying it no longer matches the results
+    (a resume or retry is changing them); False when there is no report. Blocking."""
+    path = out_dir / REPORT_FILE
+    try:
+        page = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    if 'id="reverie-stale"' not in page:
+        banner = _STALE.format(what=what, when=utc_now()[:16].replace("T", " ") + " UTC", where=html.escape(str(out_dir)))
+        page = page.replace("<body>", "<body>" + banner, 1)
+        path.write_text(page, encoding="utf-8")
+    return True
+
+
 def _elapsed_so_far(out_dir: Path) -> float:
     """Real time the earlier invocations of this run directory took (their summary), so a resumed
     or retried run still reports the wall time of the whole run."""
@@ -202,6 +230,9 @@ async def _run_suite(
         "tasks": [t.id for t in tasks],
     }
     existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume or retry is not None, meta)
+    stale = bool(existing) and await blocking.run_sync(
+        "files", partial(mark_stale, out_dir, "retried" if retry is not None else "resumed")
+    )
     earlier_elapsed = await anyio.to_thread.run_sync(_elapsed_so_far, out_dir) if existing else 0.0
     again = retry_candidates(existing, retry or ())
     todo = pending_tasks(tasks, set(existing) - again)
@@ -235,6 +266,8 @@ async def _run_suite(
     if again:
         await anyio.to_thread.run_sync(compact_results, results_path)
     await anyio.to_thread.run_sync(partial(_spans, out_dir, fresh))
+    if stale:
+        await blocking.run_sync("files", partial(write_report, out_dir))  # the old one was marked stale: rewrite it
     return RunReport(
         results=ordered,
         summary=summary,

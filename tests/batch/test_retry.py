@@ -17,9 +17,6 @@ from orchestrator.cli.batch import register
 from orchestrator.cli.batch_output import command_line, results_table
 from tests.batch.helpers import TINY, write_suite
 
-BAD_TEMPLATE = {"id": "bad-template", "turns": ["hi"], "template": {"files": {"persona.md": "no frontmatter\n"}},
-                "checks": [{"contains": "hi"}]}
-
 
 @pytest.fixture
 def cli() -> typer.Typer:
@@ -33,40 +30,39 @@ def _lines(out: Path) -> list[dict[str, Any]]:
 
 
 def test_retry_failed_reruns_only_failures_in_place(cli: typer.Typer, tmp_path: Path) -> None:
-    tasks = [TINY[0], TINY[2], TINY[4], BAD_TEMPLATE]
+    tasks = [TINY[0], TINY[2], TINY[4]]
     suite = write_suite(tmp_path / "s.jsonl", tasks)
     out = tmp_path / "run"
     first = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "-j", "2", "--price-in", "2"])
     assert first.exit_code == 1, first.output
     before = {r["id"]: r for r in _lines(out)}
-    assert {i: r["status"] for i, r in before.items()} == {"rule": "passed", "chat": "passed", "wrong": "failed",
-                                                          "bad-template": "error"}
+    assert {i: r["status"] for i, r in before.items()} == {"rule": "passed", "chat": "passed", "wrong": "failed"}
     kept_log = (out / "events" / "rule.jsonl").read_bytes()
     first_elapsed = json.loads((out / "summary.json").read_text())["elapsed_total"]
 
-    # the user fixes the failing task and the broken template, then retries only those
-    fixed = [TINY[0], TINY[2], {**TINY[4], "checks": [{"contains": "hello"}]},
-             {**BAD_TEMPLATE, "template": {"files": {"persona.md": "---\nname: persona\ndescription: rules\n---\n- be brief\n"}}}]
+    # the user fixes the failing task, then retries only that (a broken template is refused before
+    # anything runs: tests/batch/test_template_check.py)
+    fixed = [TINY[0], TINY[2], {**TINY[4], "checks": [{"contains": "hello"}]}]
     write_suite(suite, fixed)
     again = CliRunner().invoke(cli, ["run", "--retry-failed", str(out), "-q"])
     assert again.exit_code == 0, again.output
-    assert "retried: 2 task(s) kept, 2 run now" in again.output
+    assert "retried: 2 task(s) kept, 1 run now" in again.output
     after = _lines(out)
     assert [r["id"] for r in after] == [r["id"] for r in before.values()], "one line per task, in the old order"
     by_id = {r["id"]: r for r in after}
     assert {i: r["status"] for i, r in by_id.items()} == dict.fromkeys(by_id, "passed")
-    assert {i: r["attempts"] for i, r in by_id.items()} == {"rule": 1, "chat": 1, "wrong": 2, "bad-template": 2}
+    assert {i: r["attempts"] for i, r in by_id.items()} == {"rule": 1, "chat": 1, "wrong": 2}
     assert by_id["rule"] == before["rule"] and by_id["chat"] == before["chat"]
     assert (out / "events" / "rule.jsonl").read_bytes() == kept_log, "a kept task is not touched"
     assert all(r["cost"] is not None for r in after), "the retry reused the run's recorded prices"
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["tasks"], summary["passed"]) == (4, 4)
+    assert (summary["tasks"], summary["passed"]) == (3, 3)
     assert summary["elapsed_total"] == pytest.approx(first_elapsed + summary["elapsed"], abs=0.002)
     assert json.loads((out / "run.json").read_text())["concurrency"] == 2
 
     nothing = CliRunner().invoke(cli, ["run", "--retry-failed", str(out), "-q"])
     assert nothing.exit_code == 0 and "retrying 0 failed or errored task(s)" in nothing.output
-    assert {r["id"]: r["attempts"] for r in _lines(out)} == {"rule": 1, "chat": 1, "wrong": 2, "bad-template": 2}
+    assert {r["id"]: r["attempts"] for r in _lines(out)} == {"rule": 1, "chat": 1, "wrong": 2}
 
 
 def test_retry_failed_needs_a_run_directory(cli: typer.Typer, tmp_path: Path) -> None:
