@@ -9,9 +9,7 @@ cost when the run was priced.
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.cli.errors import program
 from orchestrator.cli.render import one_line
 
 __all__ = ["RunProgress", "command_line", "failure_lines", "program", "progress_bar", "results_table"]
@@ -200,21 +199,6 @@ def failure_lines(results: Sequence[Any]) -> list[str]:
             missed = "; ".join(c.check for c in r.checks if not c.passed)
             lines.append(f"[red]failed[/] {r.id}: {missed} (answer: {r.final_answer[:120]!r})")
     return lines
-
-
-def program(argv0: str | None = None) -> str:
-    """How to run this reverie again from the user's shell: ``reverie`` when that name on ``PATH`` is
-    the program running now (or reverie was started another way, ``python -m``), else the path it was
-    started as (``.venv/bin/reverie`` from a shell that has not activated the venv), so a printed
-    command runs as written."""
-    ran = Path(argv0 if argv0 is not None else sys.argv[0])
-    if ran.name != "reverie" or not ran.exists():
-        return "reverie"
-    found = shutil.which("reverie")
-    if found is not None and Path(found).resolve() == ran.resolve():
-        return "reverie"
-    relative = os.path.relpath(ran)
-    return relative if len(relative) < len(str(ran.absolute())) and not relative.startswith("..") else str(ran.absolute())
 
 
 def command_line(words: Sequence[str | Path], options: Mapping[str, Any]) -> str:

@@ -10,12 +10,15 @@ RUN_DIR``, ``stress --workdir``) and the seams translate their own OS errors (th
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from orchestrator.base.errors import ReverieError
 
-__all__ = ["USER_ERRORS", "UserError", "describe", "fail", "interrupted", "user_error_in"]
+__all__ = ["USER_ERRORS", "UserError", "describe", "fail", "interrupted", "program", "user_error_in"]
 
 
 class UserError(ReverieError):
@@ -31,12 +34,30 @@ def describe(exc: BaseException) -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
+    name = program()
+    if name != "reverie":
+        message = message.replace("`reverie ", f"`{name} ")  # a hint must run as printed
     first, *_ = (message.strip() or "failed").splitlines() or ["failed"]
     rest = message.strip().splitlines()[1:]
     print(f"reverie: error: {first}", file=sys.stderr)
     for line in rest:
         print(line, file=sys.stderr)
     raise SystemExit(code)
+
+
+def program(argv0: str | None = None) -> str:
+    """How to run this reverie again from the user's shell: ``reverie`` when that name on ``PATH`` is
+    the program running now (or reverie was started another way, ``python -m``), else the path it was
+    started as (``.venv/bin/reverie`` from a shell that has not activated the venv), so a printed
+    command runs as written."""
+    ran = Path(argv0 if argv0 is not None else sys.argv[0])
+    if ran.name != "reverie" or not ran.exists():
+        return "reverie"
+    found = shutil.which("reverie")
+    if found is not None and Path(found).resolve() == ran.resolve():
+        return "reverie"
+    relative = os.path.relpath(ran)
+    return relative if len(relative) < len(str(ran.absolute())) and not relative.startswith("..") else str(ran.absolute())
 
 
 def interrupted(exc: BaseException) -> bool:

@@ -32,7 +32,7 @@ async def test_with_quiet_the_failure_goes_to_stderr(capsys: pytest.CaptureFixtu
 
 
 def test_a_printed_command_names_reverie_as_the_user_can_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.cli.batch_output import program
+    from orchestrator.cli.errors import program
 
     script = tmp_path / "venv" / "bin" / "reverie"
     script.parent.mkdir(parents=True)

@@ -59,3 +59,13 @@ def test_the_ray_executor_with_ray_address_set(tmp_path: Path) -> None:
     suite.write_text('{"id": "a", "turns": ["hi"], "checks": [{"contains": "hi"}]}\n', encoding="utf-8")
     line = one_line(reverie("run", str(suite), "--executor", "ray", "-q", cwd=tmp_path, RAY_ADDRESS="127.0.0.1:6379"))
     assert "RAY_ADDRESS" in line and "--ray-address 127.0.0.1:6379" in line
+
+
+def test_a_hint_names_reverie_as_it_was_run_when_it_is_not_on_path(isolated_env: Path, tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("reverie")
+    if not script.exists():
+        pytest.skip("the reverie script is installed with the package (pip install -e .)")
+    result = subprocess.run([str(script), "history", "--agent", "zed"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PATH": "/usr/bin:/bin"}, timeout=300)
+    line = one_line(result)
+    assert f"`{script} chat --agent zed` creates it" in line, line
