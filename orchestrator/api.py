@@ -161,8 +161,10 @@ class Session:
 
     async def stream(self, text: str) -> AsyncIterator[Event]:
         """Run one turn, yielding its events (``turn.start``, ``text.delta``, tool events, ...,
-        ``turn.end``) as they happen; ``last_result`` holds the outcome afterwards. Leaving the loop
-        early cancels the turn (it ends ``interrupted``, the store stays consistent)."""
+        ``turn.end``) as they happen; ``last_result`` holds the outcome afterwards. Closing the
+        iterator early (``async with contextlib.aclosing(session.stream(text)) as events``, then
+        leaving the loop) cancels the turn: it is stored ``interrupted`` and the store stays
+        consistent. A turn whose iterator is dropped without closing runs to its end."""
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         failure: list[BaseException] = []
         scope = anyio.CancelScope()

@@ -125,3 +125,18 @@ def test_settings_name_each_value_source(tmp_path: Path, monkeypatch: pytest.Mon
     assert rows["turn.max_steps"] == ("9", "agent setting max_steps")
     assert rows["compaction.context_window"] == ("9000", "--context-window")
     assert rows["turn.bash_timeout"] == ("120.0", "default")
+
+
+async def test_closing_a_stream_early_interrupts_its_turn(tmp_path: Path) -> None:
+    from contextlib import aclosing
+
+    async with open_session("ada", home=Home(tmp_path / "home"), settings={"reflection_trigger": "off"}) as chat:
+        async with aclosing(chat.stream("tell me a story")) as events:
+            async for event in events:
+                if event.kind == "turn.start":
+                    break
+        again = await chat.send("are you there?")
+        assert again.status == "end_turn"
+    async with open_session("ada", home=Home(tmp_path / "home")) as chat:
+        turns = await chat.chat.runtime.store.turns(chat.conversation_id)
+        assert [t.status for t in turns][:1] == ["interrupted"]
