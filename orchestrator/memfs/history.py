@@ -20,6 +20,7 @@ from typing import Final
 from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, run
 
 __all__ = [
+    "EMPTY_TREE",
     "CommitLine",
     "FileChange",
     "first_parents",
