@@ -2,17 +2,29 @@
 
 Texts quoted from letta-code (turn-loop.md sections 3, 4.4, 7.2) are reproduced byte for byte;
 reverie's own texts (S12) live beside them. Prompts for models live in ``prompts/``, not here.
+
+Every value a template interpolates (file names, validator errors, git status, names the user set)
+passes through ``markup.neutralise``: a structural tag in it (``</system-reminder>``) would otherwise
+end the reminder and open text the model trusts (issue 23 item 7). The memory rendered into
+``memory_update`` is the compiler's output, already neutralised where it came from memory.
+The invalid-memory reminder is bounded: the first ``INVALID_SHOWN`` problems, each cut to
+``INVALID_LINE_CHARS``, a count and the command that shows them all (item 8); a tree with 50,000
+invalid files otherwise sent 3 MB on every turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Final
 
 from orchestrator.memfs.frontmatter import js_trim_end
+from orchestrator.memfs.markup import neutralise
 
 __all__ = [
     "AGENT_INFO_TEMPLATE",
+    "INVALID_LINE_CHARS",
+    "INVALID_SHOWN",
     "MEMORY_INVALID_TEMPLATE",
     "MEMORY_UPDATE_TEMPLATE",
     "REFLECTION_KEPT_TEMPLATE",
@@ -107,14 +119,34 @@ MEMORY_INVALID_TEMPLATE = (
 )
 
 
+INVALID_SHOWN: Final = 20
+INVALID_LINE_CHARS: Final = 300
+_INVALID_MORE: Final = (
+    "  ... {hidden} more ({total} problems in all); run `reverie memory validate --head \"$MEMORY_DIR\"` to see them all"
+)
+
+
 def reflection_kept_reminder(*, n: int, reason: str, branch: str, files: Sequence[str], id: str) -> str:
     """DECISIONS S12: a reflection branch kept after a conflict, a dirty parent or a failure."""
-    return REFLECTION_KEPT_TEMPLATE.format(n=n, reason=reason, branch=branch, files=", ".join(files), id=id)
+    return REFLECTION_KEPT_TEMPLATE.format(
+        n=n, reason=neutralise(reason), branch=neutralise(branch), files=neutralise(", ".join(files)), id=neutralise(id)
+    )
 
 
 def memory_invalid_reminder(sha7: str, errors: Sequence[str]) -> str:
-    """DECISIONS S12 (M8): the committed HEAD fails the audit; one error per line, two-space indent."""
-    return MEMORY_INVALID_TEMPLATE.format(sha7=sha7, errors="\n".join("  " + e for e in errors))
+    """DECISIONS S12 (M8): the committed HEAD fails the audit; one error per line, two-space indent.
+
+    Up to ``INVALID_SHOWN`` errors the text is S12's exactly; past it, the first ones and a line with
+    the count and the command that lists them all. A line longer than ``INVALID_LINE_CHARS`` is cut
+    with ``...``."""
+    lines = ["  " + _cut(neutralise(error)) for error in errors[:INVALID_SHOWN]]
+    if len(errors) > INVALID_SHOWN:
+        lines.append(_INVALID_MORE.format(hidden=len(errors) - INVALID_SHOWN, total=len(errors)))
+    return MEMORY_INVALID_TEMPLATE.format(sha7=sha7, errors="\n".join(lines))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= INVALID_LINE_CHARS else line[: INVALID_LINE_CHARS - 3] + "..."
 
 
 def iso_utc(moment: datetime) -> str:
@@ -149,8 +181,8 @@ def agent_info_reminder(
         agent_id=agent_id,
         conversation_line=_CONVERSATION_LINE.format(conversation_id=conversation_id) if conversation_id else "",
         memory_dir_line=_MEMORY_DIR_LINE.format(memory_dir=memory_dir) if memory_dir else "",
-        agent_name=agent_name or "(unnamed)",
-        agent_description=agent_description or "(no description)",
+        agent_name=neutralise(agent_name or "(unnamed)"),
+        agent_description=neutralise(agent_description or "(no description)"),
         last_message=_last_message(last_run, now),
     )
 
@@ -176,6 +208,7 @@ def sync_reminder(status: str, *, memory_dir: str, summary: str, local_only: boo
     ``invalid`` uses the push-failed text with the validator output as its summary (reverie's choice,
     turn-loop.md 4.7).
     """
+    memory_dir, summary = neutralise(memory_dir), neutralise(summary)
     if status == "conflict":
         return SYNC_CONFLICT_TEMPLATE.format(memory_dir=memory_dir, summary=summary)
     if status == "dirty":

@@ -14,6 +14,7 @@ from pathlib import Path
 from orchestrator.memfs.collation import collation_key
 from orchestrator.memfs.frontmatter import js_trim, parse_frontmatter
 from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.markup import neutralise
 
 __all__ = ["Skill", "append_available_skills", "discover_skills", "render_available_skills"]
 
@@ -70,7 +71,7 @@ def render_available_skills(skills: Sequence[Skill]) -> str:
         if not skill.name or skill.name in seen:
             continue
         seen.add(skill.name)
-        description = js_trim(skill.description).split("\n", 1)[0]
+        description = neutralise(js_trim(skill.description).split("\n", 1)[0])
         location = js_trim(skill.location) or "${MEMORY_DIR}/skills/" + skill.name + "/SKILL.md"
         root, relative = _split_location(location.replace("\\", "/"), skill.name)
         roots.setdefault(root, []).append((relative, description))

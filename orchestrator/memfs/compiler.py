@@ -7,6 +7,10 @@ Deferred files are never listed, walked or read, so their number does not affect
 This is exact because a v2 prompt depends only on root files and first-level child indexes
 (memfs.md 3.3): a first-level index is its own witness under the index-chain rule.
 
+Descriptions and names are rendered verbatim as the reference renders them, except that a
+structural tag in them (``markup.STRUCTURAL_TAGS`` or the file's own label) is neutralised: memory
+that reached ``HEAD`` without the hook cannot open or close a block of the prompt.
+
 The compiler is synchronous and best-effort: a git failure degrades to "no files" (or "skip this
 file"), never an exception. Async callers run it in a worker thread.
 """
@@ -36,6 +40,7 @@ from orchestrator.memfs.layout import (
     is_markdown_path,
     label_from_path,
 )
+from orchestrator.memfs.markup import label_tags, neutralise
 
 __all__ = [
     "CORE_MEMORY_PLACEHOLDER",
@@ -146,14 +151,14 @@ def render_v2(records: Sequence[MemoryRecord]) -> str:
             if record.path == ROOT_INDEX:
                 root_index = root_index or record
                 continue
-            lines = [f"<{record.label}>"]
+            lines = [neutralise(f"<{record.label}>")]
             description = js_trim(record.description)
             if description:
-                lines.append(f"<description>{description}</description>")
+                lines.append(f"<description>{neutralise(description, label_tags(record.label))}</description>")
             value = js_trim_end(record.value)
             if value:
                 lines.append(value)
-            lines.append(f"</{record.label}>")
+            lines.append(neutralise(f"</{record.label}>"))
             blocks.append("\n".join(lines))
         elif record.path.count("/") == 1 and record.path.endswith("/" + ROOT_INDEX):
             if not record.path.startswith(SKILLS_DIR + "/") and record.path.split("/")[0]:
@@ -179,16 +184,18 @@ def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str
     for name in sorted_by_collation(node.children, key=lambda segment: segment):
         child = node.children[name]
         child_parts = [*parts, name]
-        out.append(f"{pad}<{name}>")
+        out.append(pad + neutralise(f"<{name}>"))
         if child.record is not None:
-            out.append(f"{pad}  <projection>$MEMORY_DIR/system/{'/'.join(child_parts)}.md</projection>")
+            projection = neutralise(f"$MEMORY_DIR/system/{'/'.join(child_parts)}.md")
+            out.append(f"{pad}  <projection>{projection}</projection>")
             if js_trim(child.record.description):
-                out.append(f"{pad}  <description>{child.record.description}</description>")
+                description = neutralise(child.record.description, child_parts)
+                out.append(f"{pad}  <description>{description}</description>")
             value = js_trim_end(child.record.value)
             if value:
                 out.append(f"{pad}  {value}")
         _render_system_tree(child, depth + 1, child_parts, out)
-        out.append(f"{pad}</{name}>")
+        out.append(pad + neutralise(f"</{name}>"))
 
 
 def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:
@@ -197,7 +204,7 @@ def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:
     entries = [(name, True) for name in directories] + [(name, False) for name in files]
     for position, (name, is_directory) in enumerate(entries):
         last = position == len(entries) - 1
-        out.append(f"{prefix}{'└── ' if last else '├── '}{name}{'/' if is_directory else ''}")
+        out.append(f"{prefix}{'└── ' if last else '├── '}{neutralise(name)}{'/' if is_directory else ''}")
         if is_directory:
             _render_external_tree(node.children[name], prefix + ("    " if last else "│   "), out)
 

@@ -7,7 +7,11 @@ Every message starts with ``{path}: `` and is the reference's text byte for byte
 ``name_error``: reverie's own rule (DECISIONS D10, a deliberate deviation) against names that would
 inject markup into the compiled prompt (``<``, ``>``, control characters) and, where the spec is
 silent, names that are not UTF-8 (they cannot be shown or labelled faithfully). Its message shows
-the path with those characters escaped, so it stays one line.
+the path with those characters escaped, so it stays one line. ``name_error`` also refuses a name
+whose label would be one of reverie's structural tags (``markup.STRUCTURAL_TAGS``: a root file
+``system-reminder.md`` renders as a ``<system-reminder>`` block), and ``markup_errors`` a
+``description`` or ``name`` field holding such a tag or the file's own label (issue 23 item 7). That
+rule reads the fields with the compiler's parser, since what it guards is what the prompt shows.
 """
 
 from __future__ import annotations
@@ -15,11 +19,16 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
+from orchestrator.memfs.frontmatter import parse_frontmatter
+from orchestrator.memfs.layout import ROOT_INDEX, label_from_path
+from orchestrator.memfs.markup import STRUCTURAL_TAGS, label_tags, structural_tags_in
+
 __all__ = [
     "LEGACY_ALLOWED_KEYS",
     "V2_ALLOWED_KEYS",
     "legacy_frontmatter_errors",
     "legacy_value",
+    "markup_errors",
     "name_error",
     "v2_frontmatter_errors",
 ]
@@ -159,6 +168,12 @@ def name_error(path: str) -> str | None:
 
     ``path`` is the name as read from git with ``surrogateescape`` (a byte that is not UTF-8 is a
     lone surrogate)."""
+    tag = _tag_name(path)
+    if tag is not None:
+        return (
+            f"{_shown_name(path)}: invalid memory path: it would be rendered as <{tag}>, a tag reverie's "
+            "prompt is built from; rename it"
+        )
     found = []
     if "<" in path or ">" in path:
         found.append("'<' or '>'")
@@ -172,3 +187,33 @@ def name_error(path: str) -> str | None:
         f"{_shown_name(path)}: invalid memory path: the name contains {' and '.join(found)}; "
         "rename it (memory paths must not contain <, >, control characters or non-UTF-8 bytes)"
     )
+
+
+def _tag_name(path: str) -> str | None:
+    """The label segment of ``path`` that would render as a structural tag: a root file's label (v2)
+    or a segment under ``system/`` (v1 nests one tag per segment). The index ``MEMORY.md`` is never
+    rendered as a tag."""
+    if path == ROOT_INDEX or not path.endswith(".md"):
+        return None
+    segments = label_tags(label_from_path(path))
+    rendered = segments if len(segments) == 1 else segments[1:] if segments[0] == "system" else ()
+    return next((segment for segment in rendered if segment.lower() in STRUCTURAL_TAGS), None)
+
+
+def markup_errors(path: str, content: str) -> list[str]:
+    """Item 7: one error per ``description``/``name`` field of ``path`` that holds a structural tag
+    or the file's own label, naming the tag, so nothing in memory can forge the prompt's blocks."""
+    fields = parse_frontmatter(content).fields
+    errors = []
+    for key in ("description", "name"):
+        value = fields.get(key)
+        if not isinstance(value, str):
+            continue
+        tags = structural_tags_in(value, label_tags(label_from_path(path)))
+        if tags:
+            shown = _shown_name(", ".join(tags))
+            errors.append(
+                f"{_shown_name(path)}: the '{key}' holds {shown}, a tag reverie's prompt is built from; "
+                "remove it or write it without angle brackets"
+            )
+    return errors

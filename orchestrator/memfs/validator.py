@@ -9,7 +9,11 @@ Reports are the reference's text byte for byte except the product name (M7): the
 prints ``Memory validation failed:`` (legacy: ``Frontmatter validation failed:``), the tree
 constraints print the "blocked this commit" report, audits print ``Memory constraints failed:``.
 D10 (reverie's own rule, checked first and reported alone): a name this commit adds must not contain
-``<``, ``>``, a control character or non-UTF-8 bytes (``rules.name_error``).
+``<``, ``>``, a control character or non-UTF-8 bytes, nor render as one of reverie's structural
+tags (``rules.name_error``); with it, a Markdown file this commit adds or changes must not hold such a
+tag in its ``description`` or ``name`` (``rules.markup_errors``, issue 23 item 7). Files the commit
+does not touch are not judged, so a repository that already has one keeps committing; the compiler
+neutralises what is there.
 Chosen where the reference is silent: a symlinked Markdown file is checked by its blob (the link
 target) in the frontmatter stage, as the reference's ``git show`` does; audits of legacy trees skip
 the ``read_only`` protection rules, which judge a change rather than a tree.
@@ -35,7 +39,12 @@ from orchestrator.memfs.constraints import (
     tree_constraint_errors,
 )
 from orchestrator.memfs.policy import ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
-from orchestrator.memfs.rules import legacy_frontmatter_errors, name_error, v2_frontmatter_errors
+from orchestrator.memfs.rules import (
+    legacy_frontmatter_errors,
+    markup_errors,
+    name_error,
+    v2_frontmatter_errors,
+)
 from orchestrator.memfs.snapshot import Entry, Snapshot
 
 __all__ = [
@@ -121,7 +130,8 @@ def _flat_skill_errors(snapshot: Snapshot, pattern: re.Pattern[str]) -> list[str
 
 
 def _name_errors(snapshot: Snapshot) -> list[str]:
-    """D10 for the names this commit adds (``A``, ``C``, ``R``): existing names stay as they are, so a
+    """D10 for the names this commit adds (``A``, ``C``, ``R``) and item 7 for the fields of the Markdown
+    files it adds or changes: existing names stay as they are, so a
     repository that already has such a file keeps compiling as the reference renders it."""
     errors = []
     for path, status in snapshot.changes.items():
@@ -129,6 +139,10 @@ def _name_errors(snapshot: Snapshot) -> list[str]:
             error = name_error(path)
             if error is not None:
                 errors.append(error)
+        if status[:1] in ("A", "C", "M", "R") and path.endswith(".md"):
+            data = snapshot.staged_bytes(path)
+            if data is not None:
+                errors.extend(markup_errors(path, data.decode("utf-8", "replace")))
     return errors
 
 

@@ -10,13 +10,17 @@ import anyio
 import pytest
 
 from orchestrator.agent.reminders import (
+    INVALID_LINE_CHARS,
+    INVALID_SHOWN,
     agent_info_reminder,
     join_reminders,
+    memory_invalid_reminder,
     memory_update_reminder,
     sync_reminder,
 )
 from orchestrator.app.session import ChatSession
 from orchestrator.models.scripted import ScriptedModel
+from tests.memfs.reflection_helpers import git
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -124,3 +128,38 @@ async def test_reminders_arrive_as_one_message_in_catalog_order_before_the_user_
     info = reminder.message.content.split("\n\n<system-reminder>\nMEMORY COMMIT NEEDED")[0]
     assert info.startswith("<system-reminder> This is an automated message providing information about you.\n")
     assert reminder.message.content == join_reminders([info, pending["memory-git-sync"], pending["reflection-kept:r1"]])
+
+
+def test_the_invalid_memory_reminder_is_bounded_with_a_count_and_the_command_that_shows_all() -> None:
+    errors = [f"f{i}.md: missing frontmatter (must start with ---)" for i in range(50_000)]
+    text = memory_invalid_reminder("abc1234", errors)
+    assert len(text) < 3_000
+    lines = text.splitlines()
+    assert lines[2 : 2 + INVALID_SHOWN] == ["  " + e for e in errors[:INVALID_SHOWN]]
+    assert "49980 more (50000 problems in all)" in text and 'reverie memory validate --head "$MEMORY_DIR"' in text
+    long = memory_invalid_reminder("abc1234", ["x" * 10_000])
+    assert max(len(line) for line in long.splitlines()) == INVALID_LINE_CHARS + 2
+    few = memory_invalid_reminder("abc1234", errors[:INVALID_SHOWN])
+    assert "more" not in few and few.count("\n  f") == INVALID_SHOWN
+
+
+@pytest.mark.anyio
+async def test_a_turn_on_a_heavily_invalid_head_sends_a_bounded_reminder(tmp_path: Path) -> None:
+    """Issue 23 item 8: 2,000 invalid files committed past the hook cost one short reminder, not one
+    line each on every turn."""
+    model = ScriptedModel()
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
+        repo = session.agent.memory_dir
+
+        def plant() -> None:
+            for i in range(2_000):
+                (repo / f"bad{i:04d}.md").write_text("no frontmatter\n")
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "--no-verify", "-m", "bypass")
+
+        await anyio.to_thread.run_sync(plant)
+        await session.send("one")
+        await session.send("two")
+    sent = [m.content for request in model.requests[-2:] for m in request.messages if "MEMORY INVALID" in m.content]
+    assert sent and all(len(text) < 5_000 for text in sent)
+    assert all("... 1980 more (2000 problems in all)" in text for text in sent)
