@@ -813,14 +813,28 @@ class LocalRepo:
 
     def set_ref(self, name: str, new: str, *, expected: str | None = None) -> bool:
         """``git update-ref name new [expected]``: ``expected`` ``""`` creates only, an oid must
-        match the current value; False when that condition does not hold."""
+        match the current value; False when that condition does not hold. The condition is checked
+        atomically, under the ref's lock, by libgit2 (create without force; a swap against the
+        value read), so a git writing the ref at the same moment makes this False, never lost."""
         pygit2 = _pygit2()
         try:
-            current = self._ref_target(name)
-            if expected is not None and current != (expected or None):
+            if expected is None:
+                self._repo.references.create(name, new, force=True)
+                return True
+            if expected == "":
+                self._repo.references.create(name, new, force=False)
+                return True
+            found = self._repo.references.get(name)
+            if found is None or str(found.target) != expected:
                 return False
-            self._repo.references.create(name, new, force=True)
-        except (ValueError, pygit2.GitError) as error:
+            found.set_target(new)
+        except pygit2.AlreadyExistsError:
+            return False
+        except pygit2.GitError as error:
+            if "does not match" in str(error):
+                return False
+            raise self._fail("update-ref", error) from error
+        except (ValueError, OSError) as error:
             raise self._fail("update-ref", error) from error
         return True
 
@@ -828,10 +842,10 @@ class LocalRepo:
         """``git update-ref -d name [expected]``; False when it is missing or holds something else."""
         pygit2 = _pygit2()
         try:
-            current = self._ref_target(name)
-            if current is None or (expected is not None and current != expected):
+            found = self._repo.references.get(name)
+            if found is None or (expected is not None and str(found.target) != expected):
                 return False
-            self._repo.references.delete(name)
+            found.delete()
         except (KeyError, ValueError, pygit2.GitError):
             return False
         return True
@@ -861,33 +875,115 @@ class LocalRepo:
             ref.delete()
             raise GitError(("worktree", "add"), 128, f"fatal: {error}", self.top_level) from error
 
-    def fast_forward(self, tip: str) -> str | None:
-        """``git merge --ff-only tip`` on this checkout, in-process: ``"done"``; ``"dirty"`` when an
-        uncommitted or untracked file would be overwritten (nothing changed); ``"moved"`` when
-        ``tip`` does not contain ``HEAD`` (nothing changed); None when libgit2 could not tell, so
-        the caller asks git. Files and index are checked out safely first, the branch moves last
-        (git's order), and only if it still holds the commit the checkout started from."""
+    def fast_forward(self, tip: str, *, expected: str | None = None) -> str | None:
+        """``git merge --ff-only tip`` on this checkout, in-process, as one compare-and-swap.
+
+        ``"done"``; ``"dirty"`` when an uncommitted, staged or untracked file would be overwritten;
+        ``"moved"`` when the branch is not ``expected`` (default: whatever it holds) or ``tip`` does
+        not contain it; ``"busy"`` when another git holds ``index.lock``; None when libgit2 could
+        not tell, so the caller asks git. Every outcome but ``"done"`` leaves the checkout, the
+        index and the branch as they were.
+
+        Why ``index.lock`` is held throughout: git's own fast-forward checks out, releases the index
+        and only then moves the branch, and a ``git commit -a`` that slips in between (a git that
+        skipped reverie's wrapper, so not under the repository lock) commits the new files on the
+        old ``HEAD``: content of the merged branch swept into someone else's commit. Every git that
+        commits from the index takes ``index.lock`` first, so while it is held here none can. The
+        files are checked out safely (index untouched), the new index is written into the lock, the
+        branch moves by libgit2's compare-and-swap on its old value (as ``git update-ref ref new
+        old``), and only then is the lock renamed over the index. A lost swap puts the files back.
+        """
         pygit2 = _pygit2()
+        lock = self.git_dir / "index.lock"
         try:
-            branch = self._repo.references["HEAD"].resolve()
-            start = str(branch.target)
-            if start == tip:
-                return "done"
-            if not self._repo.descendant_of(tip, start):
-                return "moved"
-            target = self._repo.revparse_single(tip).peel(pygit2.Commit)
+            os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            return "busy"
+        except OSError:
+            return None
+        try:
+            return self._fast_forward_locked(pygit2, tip, expected, lock)
+        except (KeyError, ValueError, OSError, UnicodeError, pygit2.GitError):
+            return None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+
+    def _fast_forward_locked(self, pygit2: ModuleType, tip: str, expected: str | None, lock: Path) -> str:
+        repo = self._repo
+        branch = repo.references["HEAD"].resolve()
+        start = str(branch.target)
+        if expected is not None and start != expected:
+            return "moved"
+        if start == tip:
+            return "done"
+        if not repo.descendant_of(tip, start):
+            return "moved"
+        old, new = self._file_map(start), self._file_map(tip)
+        changed = sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+        staged = self.git_dir / f"index.reverie-{os.getpid()}-{threading.get_ident()}"
+        try:
+            if not self._stage_fast_forward(pygit2, staged, changed, old, new):
+                return "dirty"
+            target = repo.revparse_single(tip).peel(pygit2.Commit)
+            strategy = pygit2.enums.CheckoutStrategy
             try:
-                self._repo.checkout_tree(target.tree, strategy=pygit2.enums.CheckoutStrategy.SAFE)
+                repo.checkout_tree(target.tree, strategy=strategy.SAFE | strategy.DONT_UPDATE_INDEX, paths=changed)
             except pygit2.GitError as error:
                 if "conflict" in str(error).lower():
                     return "dirty"
                 raise
-            if self._ref_target(branch.name) != start:
-                return "moved"
-            self._repo.references.create(branch.name, target.id, force=True)
-        except (KeyError, ValueError, OSError, pygit2.GitError):
-            return None
+            os.replace(staged, lock)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
+        try:
+            branch.set_target(target.id, f"merge {tip}: Fast-forward")
+        except (pygit2.GitError, OSError):
+            self._restore_files(pygit2, start, changed, old)
+            return "moved"
+        os.replace(lock, self.git_dir / "index")
         return "done"
+
+    def _stage_fast_forward(
+        self,
+        pygit2: ModuleType,
+        staged: Path,
+        changed: list[str],
+        old: dict[str, tuple[str, str]],
+        new: dict[str, tuple[str, str]],
+    ) -> bool:
+        """Write to ``staged`` the index git's two-way merge makes: the current index with each
+        changed path taken from ``tip``; False (nothing to use) when one of them is staged
+        differently from ``HEAD``, which the fast-forward must not overwrite."""
+        current = self.git_dir / "index"
+        if current.exists():
+            shutil.copyfile(current, staged)
+        index = pygit2.Index(str(staged))
+        for path in changed:
+            entry = index[path] if path in index else None
+            held = None if entry is None else (f"{entry.mode:o}", str(entry.id))
+            if held != old.get(path):
+                return False
+            if path in new:
+                mode, oid = new[path]
+                index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), int(mode, 8)))
+            else:
+                index.remove(path)
+        index.write()
+        return True
+
+    def _restore_files(self, pygit2: ModuleType, start: str, changed: list[str], old: dict[str, tuple[str, str]]) -> None:
+        """Put the working files of a lost fast-forward back as ``start`` has them (index untouched)."""
+        strategy = pygit2.enums.CheckoutStrategy
+        kept = [path for path in changed if path in old]
+        if kept:
+            commit = self._repo.revparse_single(start).peel(pygit2.Commit)
+            self._repo.checkout_tree(commit.tree, strategy=strategy.FORCE | strategy.DONT_UPDATE_INDEX, paths=kept)
+        for path in changed:
+            if path not in old:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.top_level / path).unlink()
 
     def rebase_onto(self, onto: str, *, checkout: bool = True) -> tuple[str, ...] | None:
         """``git rebase --empty=keep onto`` of this checkout's branch, in memory, when it is clean.

@@ -261,6 +261,82 @@ def test_fast_forward_refuses_a_tip_that_does_not_contain_head(tmp_path: Path) -
         assert local.head() == moved
 
 
+def test_fast_forward_waits_for_a_git_holding_the_index_and_changes_nothing(tmp_path: Path) -> None:
+    """Issue 23 item 4: a git committing from the index (``index.lock`` held) cannot have the
+    fast-forward's files swept into its commit: the fast-forward reports ``busy`` untouched."""
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    _, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "side"))
+    (repo / ".git" / "index.lock").write_bytes(b"")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip, expected=head) == "busy"
+        assert local.head() == head
+    assert (repo / ".git" / "index.lock").exists() and not (repo / "notes" / "new.md").exists()
+
+
+def test_a_fast_forward_that_loses_the_ref_swap_puts_the_checkout_back(tmp_path: Path) -> None:
+    """The branch moves last, by compare-and-swap; a git holding the branch's ref lock at that moment
+    makes the swap fail, and files, index and branch are as before (no half-done checkout)."""
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    commit_file(repo, "notes/gone.md", note("gone", "x"), "to delete on the side")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    path = tmp_path / "side"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(path), "HEAD")
+    git(path, "rm", "-q", "notes/gone.md")
+    commit_file(path, "notes/hot.md", note("hot", "side"), "edit")
+    tip = commit_file(path, "notes/new.md", note("new", "side"), "add")
+    index_before = (repo / ".git" / "index").read_bytes()
+    (repo / ".git" / "refs" / "heads" / "main.lock").write_text(head + "\n")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip, expected=head) == "moved"
+        assert local.head() == head
+    (repo / ".git" / "refs" / "heads" / "main.lock").unlink()
+    assert (repo / ".git" / "index").read_bytes() == index_before
+    assert _cli(repo, "status", "--porcelain") == b""
+    assert not (repo / ".git" / "index.lock").exists()
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip, expected=head) == "done"
+    assert _cli(repo, "status", "--porcelain") == b"" and not (repo / "notes" / "gone.md").exists()
+
+
+def test_fast_forward_keeps_what_is_staged_elsewhere_and_refuses_to_overwrite_a_staged_path(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    _, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "side"))
+    (repo / "human.md").write_text(note("human", "staged, not committed"), encoding="utf-8")
+    git(repo, "add", "human.md")
+    (repo / "notes" / "new.md").write_text(note("new", "mine"), encoding="utf-8")
+    git(repo, "add", "notes/new.md")
+    (repo / "notes" / "new.md").unlink()
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip, expected=head) == "dirty"
+    git(repo, "rm", "-q", "--cached", "notes/new.md")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.fast_forward(tip, expected=head) == "done"
+    assert _cli(repo, "status", "--porcelain") == b"M  human.md\n"
+
+
+def test_set_ref_compares_and_swaps(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = _cli(repo, "rev-parse", "HEAD").decode().strip()
+    other = commit_file(repo, "human.md", note("human", "moved"), "move")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.set_ref("refs/reverie/pin", head, expected="")
+        assert not local.set_ref("refs/reverie/pin", other, expected="")
+        assert not local.set_ref("refs/reverie/pin", other, expected=other)
+        assert local.set_ref("refs/reverie/pin", other, expected=head)
+        assert not local.delete_ref("refs/reverie/pin", expected=head)
+        assert local.ref("refs/reverie/pin") == other
+        assert local.delete_ref("refs/reverie/pin", expected=other)
+
+
 def test_rebase_in_memory_replays_onto_the_parent_or_leaves_a_conflict_to_git(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     path, old = _branch_with(repo, tmp_path, "notes/new.md", note("new", "x"))
