@@ -74,7 +74,7 @@ class ResolverSubagent:
             agent_name=f"{self.agent_name} (merge resolver)",
             memory_dir=conflict.worktree,
             bash_timeout=self.bash_timeout,
-            extra_env={LOCK_HELD_ENV: lock_held_value(conflict.lock_held)},
+            extra_env={} if conflict.lock_held is None else {LOCK_HELD_ENV: lock_held_value(conflict.lock_held)},
         )
         messages: list[Message] = [Message(role="user", content=await conflict_request_text(conflict))]
         specs = tool_specs(list(_TOOLS))

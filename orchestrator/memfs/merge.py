@@ -2,8 +2,13 @@
 
 Under the repository lock (D1): the branch is rebased onto the parent's current ``HEAD`` **in the
 worktree** (so a conflict never touches the user's checkout), the candidate tree is audited
-in-process (M8), and the parent fast-forwards with ``git merge --ff-only`` (which updates its
-working tree and refuses to overwrite uncommitted changes). The outcomes are D2's:
+in-process (M8), and the parent fast-forwards (updating its working tree, refusing to overwrite
+uncommitted changes). The lock is never held across a model call (issue 23 item 5): a conflict the
+resolver is to reconcile stops the locked phase with the rebase left in progress in the worktree,
+the resolver works there without the lock (its own ``git`` calls take it briefly through the
+wrapper), and a new locked phase rebases the resolved commits onto whatever ``HEAD`` is by then
+(another resolver round if that conflicts, at most ``RESOLVE_PHASES``) and fast-forwards. An
+agent's commit therefore waits for git work only, never for a model. The outcomes are D2's:
 
 * ``merged`` / ``resolved`` (a resolver reconciled a conflict inside the rebase, D3) /
   ``no_changes`` (the branch adds nothing to ``HEAD``);
@@ -14,6 +19,13 @@ working tree and refuses to overwrite uncommitted changes). The outcomes are D2'
 * ``kept``: a real content conflict the policy did not resolve (``conflict``), an audit failure
   (``invalid``), a failed run that left commits (``failed``);
 * ``failed``: git itself failed (the error is in ``errors``); nothing was changed in ``HEAD``.
+
+The parent's branch moves by compare-and-swap (``LocalRepo.fast_forward``: the files and index are
+checked out while git's ``index.lock`` is held, the branch is swapped against the ``HEAD`` the
+attempt started from, a lost swap puts the files back). Under the repository lock only a git that
+skipped reverie's wrapper (``/usr/bin/git`` called directly) can move ``HEAD``: such commits are
+never swept into the merge's checkout, they are folded in by rebasing onto them on the next
+attempt, and named in :attr:`MergeOutcome.bypassed`.
 
 A moving ``HEAD`` or a lost race is retried under the lock (tenacity, bounded). No commit is ever
 dropped: while a rebase is in flight the pre-rebase tip is pinned by
@@ -76,6 +88,7 @@ __all__ = [
     "FAULT_STEPS",
     "PRE_REBASE_REF_PREFIX",
     "RACE_ATTEMPTS",
+    "RESOLVE_PHASES",
     "REASON_BUSY",
     "REASON_CONFLICT",
     "REASON_DIRTY",
@@ -109,6 +122,7 @@ REASON_INVALID = "the merged memory fails validation"
 REASON_BUSY = "the memory repository kept changing during the merge"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
 RACE_ATTEMPTS = 25
+RESOLVE_PHASES = 5
 _MAX_RESOLVE_ROUNDS = 50
 
 
@@ -128,7 +142,9 @@ class MergeOutcome:
     ``reason`` is the S12 text, ``reason_code`` D2's code (``None`` for merged/resolved/no_changes).
     ``files``: the conflicting files on a conflict, else the files the branch changes.
     ``new_head``: the parent's ``HEAD`` afterwards. ``retried``: how many times ``HEAD`` moved under
-    the merge and it started over. ``resolved_files``: what a resolver reconciled.
+    the merge and it started over. ``resolved_files``: what a resolver reconciled. ``bypassed``:
+    commits that reached ``HEAD`` while this merge held the repository lock, so made by a git that
+    skipped reverie's wrapper; folded in (the branch was rebased onto them).
     """
 
     status: MergeStatus
@@ -142,6 +158,7 @@ class MergeOutcome:
     reason_code: ReasonCode | None = None
     retried: int = 0
     resolved_files: tuple[str, ...] = ()
+    bypassed: tuple[str, ...] = ()
 
     @property
     def commit_count(self) -> int:
@@ -208,8 +225,9 @@ def _survey(
 
 
 def _fast_forward(repo_dir: Path, worktree: Path, head: str, tip: str) -> tuple[str | None, tuple[str, ...]]:
-    """``LocalRepo.fast_forward`` of the parent and the files the branch changes, in one job."""
-    moved = using_repo(repo_dir, lambda repo: repo.fast_forward(tip))
+    """``LocalRepo.fast_forward`` of the parent from ``head`` (a compare-and-swap) and the files the
+    branch changes, in one job."""
+    moved = using_repo(repo_dir, lambda repo: repo.fast_forward(tip, expected=head))
     try:
         files = using_repo(worktree, lambda repo: repo.changed_paths(head, tip))
     except GitError:
@@ -253,6 +271,17 @@ class _Raced(Exception):
     """``HEAD`` moved between the rebase and the fast-forward: start over (under the lock)."""
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """A rebase stopped on a conflict for the resolver: left in progress in the worktree, onto
+    ``head``, replaying ``commits``; the locked phase ends here so the lock is released."""
+
+    head: str
+    commits: tuple[str, ...]
+    conflicted: tuple[str, ...]
+    stderr: str
+
+
 @dataclass
 class _Merge:
     """One merge-back under the lock; mutable across its retries."""
@@ -262,7 +291,6 @@ class _Merge:
     branch: str
     audit: AuditFn
     resolver: Resolver | None
-    common: Path
     keep_checkout: bool = True
     tip: str = ""
     original_tip: str = ""
@@ -272,11 +300,12 @@ class _Merge:
     resolved_files: tuple[str, ...] = ()
     head: str = ""
     stale_checkout: bool = False
+    bypassed: tuple[str, ...] = ()
 
     def outcome(self, status: MergeStatus, commits: tuple[str, ...], files: tuple[str, ...], **kw: object) -> MergeOutcome:
         base = MergeOutcome(
             status, None, self.branch, commits, files, self.head, self.rewritten,
-            retried=self.retried, resolved_files=self.resolved_files,
+            retried=self.retried, resolved_files=self.resolved_files, bypassed=self.bypassed,
         )
         return replace(base, **kw)  # type: ignore[arg-type]
 
@@ -296,8 +325,28 @@ class _Merge:
             await self.unpin()
 
     async def _run(self) -> MergeOutcome:
-        await fault_point("locked")
-        self.tip = self.original_tip = await _clean_worktree(self.worktree)
+        """Locked phases, with the resolver's work between them outside the lock."""
+        for phase in range(RESOLVE_PHASES + 1):
+            async with merge_lock(self.repo):
+                if phase == 0:
+                    await fault_point("locked")
+                    self.tip = self.original_tip = await _clean_worktree(self.worktree)
+                result = await self._locked_phase()
+            if isinstance(result, MergeOutcome):
+                return result
+            if phase == RESOLVE_PHASES:
+                return await self._abort_kept(
+                    result.head, result.conflicted, result.stderr, f"memory kept changing over {RESOLVE_PHASES} resolutions"
+                )
+            kept = await self._resolve(result)
+            if kept is not None:
+                return kept
+        raise AssertionError("unreachable: the last phase returns")
+
+    async def _locked_phase(self) -> MergeOutcome | _Stopped:
+        """Attempts under one hold of the lock, retried while ``HEAD`` moves (a git outside the
+        wrapper); ``_Stopped`` hands a conflict to the resolver."""
+        self.head = ""
         # lazy: only a merge-back needs tenacity, not `chat -p` start-up
         from tenacity import (
             AsyncRetrying,
@@ -306,7 +355,7 @@ class _Merge:
             wait_random_exponential,
         )
 
-        result: MergeOutcome | None = None
+        result: MergeOutcome | _Stopped | None = None
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(RACE_ATTEMPTS),
             wait=wait_random_exponential(multiplier=0.005, max=0.25),
@@ -323,6 +372,14 @@ class _Merge:
             return self.outcome("pending", commits, files, reason=REASON_BUSY, reason_code="busy")
         return result
 
+    async def _note_bypass(self, before: str, after: str) -> None:
+        """``HEAD`` moved while the lock was held: only a git outside the wrapper can do that."""
+        try:
+            found = await ask(self.repo, lambda repo: repo.commits(before, after))
+        except GitError:
+            found = (after,)
+        self.bypassed = tuple(dict.fromkeys((*self.bypassed, *found)))
+
     async def _commits_since(self, head: str) -> tuple[str, ...]:
         tip = self.tip
         try:
@@ -330,10 +387,12 @@ class _Merge:
         except GitError:
             return ()
 
-    async def _attempt(self) -> MergeOutcome:
+    async def _attempt(self) -> MergeOutcome | _Stopped:
         head, dirty, behind, commits, files = await blocking.run_sync(
             "git", partial(_survey, self.repo, self.worktree, self.tip)
         )
+        if self.head and head != self.head:
+            await self._note_bypass(self.head, head)
         self.head = head
         if not commits:
             await self.unpin()
@@ -342,7 +401,7 @@ class _Merge:
             return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
         if behind:
             rebased = await self._rebase(head, commits)
-            if isinstance(rebased, MergeOutcome):
+            if isinstance(rebased, (MergeOutcome, _Stopped)):
                 return rebased
             if not rebased:
                 await self.unpin()
@@ -364,7 +423,7 @@ class _Merge:
             return replace(self.outcome(status, commits, files), new_head=self.tip)
         if moved == "dirty":
             return self.outcome("pending", commits, files, reason=REASON_DIRTY, reason_code="dirty")
-        if moved == "moved" or ff is None:
+        if moved in ("moved", "busy") or ff is None:
             raise _Raced
         message = ff.stderr
         if "would be overwritten" in message or "untracked working tree files" in message:
@@ -374,7 +433,7 @@ class _Merge:
         line = next((x for x in message.splitlines() if x.strip()), f"exit {ff.returncode}")
         return self.outcome("failed", commits, files, errors=(f"git merge --ff-only: {line}",))
 
-    async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome:
+    async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome | _Stopped:
         if not self.pinned:
             # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
             pin, tip = _pin_ref(self.branch), self.original_tip
@@ -392,30 +451,44 @@ class _Merge:
             rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
-            why: str | None = None
             if self.resolver is not None and conflicted:
-                try:
-                    resolved = await resolve_rebase(
-                        self.worktree, branch=self.branch, onto=head, resolver=self.resolver,
-                        lock_held=self.common, max_rounds=_MAX_RESOLVE_ROUNDS,
-                    )
-                except ResolverFailed as exc:
-                    why = str(exc) or "no reason given"
-                else:
-                    new_tip = await ask(self.worktree, _head)
-                    why = await check_linear(self.worktree, head, new_tip)
-                    if why is None:
-                        self.resolved_files = tuple(dict.fromkeys((*self.resolved_files, *resolved)))
-                        rebase = replace(rebase, returncode=0)
-            if not rebase.ok:
-                return await self._abort_kept(head, conflicted, rebase.stderr, why)
+                return _Stopped(head, commits, conflicted, rebase.stderr)
+            return await self._abort_kept(head, conflicted, rebase.stderr, None)
         new_commits = replayed if replayed is not None else await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
+        self._replaced(head, commits, new_commits)
+        await fault_point("between-rebase-and-ff")
+        return new_commits
+
+    def _replaced(self, head: str, commits: tuple[str, ...], new_commits: tuple[str, ...]) -> None:
         if len(new_commits) == len(commits):
             self.rewritten = _compose(self.rewritten, tuple(zip(commits, new_commits, strict=True)))
         # git rebase drops commits whose change HEAD already has: then nothing is left to merge.
         self.tip = new_commits[-1] if new_commits else head
-        await fault_point("between-rebase-and-ff")
-        return new_commits
+
+    async def _resolve(self, stopped: _Stopped) -> MergeOutcome | None:
+        """The resolver's turn, without the lock: the rebase stopped in the worktree is driven to
+        its end; None when it produced a linear history on ``stopped.head`` (the next locked phase
+        merges it), else the branch is restored and kept with D3's reason."""
+        assert self.resolver is not None
+        self.head = stopped.head
+        why: str | None = None
+        try:
+            resolved = await resolve_rebase(
+                self.worktree, branch=self.branch, onto=stopped.head, resolver=self.resolver,
+                lock_held=None, max_rounds=_MAX_RESOLVE_ROUNDS,
+            )
+        except ResolverFailed as exc:
+            why = str(exc) or "no reason given"
+        else:
+            new_tip = await ask(self.worktree, _head)
+            why = await check_linear(self.worktree, stopped.head, new_tip)
+        if why is not None:
+            return await self._abort_kept(stopped.head, stopped.conflicted, stopped.stderr, why)
+        self.resolved_files = tuple(dict.fromkeys((*self.resolved_files, *resolved)))
+        head = stopped.head
+        new_commits = await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
+        self._replaced(head, stopped.commits, new_commits)
+        return None
 
     async def _abort_kept(self, head: str, conflicted: tuple[str, ...], stderr: str, why: str | None) -> MergeOutcome:
         await run_git(self.worktree, "rebase", "--abort", check=False)
@@ -446,14 +519,16 @@ def _compose(
     return chained + tuple(pair for pair in later if pair[0] not in seen)
 
 
-async def _merge_locked(
-    repo: Path, worktree: Path, branch: str, audit: AuditFn, resolver: Resolver | None, common: Path,
+async def _merge(
+    repo: Path, worktree: Path, branch: str, audit: AuditFn, resolver: Resolver | None,
     *, keep_checkout: bool = True,
 ) -> MergeOutcome:
-    """``keep_checkout=False`` (the worktree is deleted straight after): an in-memory rebase moves
+    """One merge-back; it takes the repository lock for its locked phases itself.
+
+    ``keep_checkout=False`` (the worktree is deleted straight after): an in-memory rebase moves
     the branch without checking it out in the worktree, which is brought up to date only if git's
     own rebase has to run there after all."""
-    merge = _Merge(repo, worktree, branch, audit, resolver, common, keep_checkout)
+    merge = _Merge(repo, worktree, branch, audit, resolver, keep_checkout)
     try:
         return await merge.run()
     except GitError as exc:
@@ -473,12 +548,12 @@ async def merge_back(
 ) -> MergeOutcome:
     """Merge ``branch`` (checked out in ``worktree``) into ``repo_dir``'s checkout, under the lock.
 
-    ``resolver`` (D3's ``resolve`` policy) reconciles conflicts inside the rebase; without one a
-    conflict keeps the branch. Leaves the worktree and the branch in place (a caller merging in
-    batches keeps working); :func:`finalize_worktree` is the one-shot form that also cleans up.
+    ``resolver`` (D3's ``resolve`` policy) reconciles conflicts inside the rebase, outside the lock;
+    without one a conflict keeps the branch. Leaves the worktree and the branch in place (a caller
+    merging in batches keeps working); :func:`finalize_worktree` is the one-shot form that also
+    cleans up.
     """
-    async with merge_lock(repo_dir) as common:
-        return await _merge_locked(Path(repo_dir), Path(worktree), branch, audit, resolver, common)
+    return await _merge(Path(repo_dir), Path(worktree), branch, audit, resolver)
 
 
 async def finalize_worktree(
@@ -497,12 +572,10 @@ async def finalize_worktree(
     repo = Path(repo_dir)
     outcome: MergeOutcome | None = None
     try:
-        async with merge_lock(repo) as common:
-            if succeeded:
-                outcome = await _merge_locked(
-                    repo, worktree.path, worktree.branch, audit, resolver, common, keep_checkout=False
-                )
-            else:
+        if succeeded:
+            outcome = await _merge(repo, worktree.path, worktree.branch, audit, resolver, keep_checkout=False)
+        else:
+            async with merge_lock(repo):
                 tip = await _clean_worktree(worktree.path)
                 head, _ = await _parent_state(repo)
                 commits = await ask(repo, lambda local: local.commits(head, tip))

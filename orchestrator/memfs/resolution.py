@@ -1,4 +1,4 @@
-"""Resolving a rebase conflict inside the rebase (DECISIONS D3).
+"""Resolving a rebase conflict inside the rebase (DECISIONS D3), without the repository lock.
 
 With the ``resolve`` merge policy, a conflict met while merge-back rebases a branch is handed to
 a *resolver*: any callable taking a :class:`Conflict` (the composition root wires in the resolver
@@ -41,8 +41,9 @@ class Conflict:
 
     In the worktree's index, stage 2 of each file is the ``HEAD`` side and stage 3 the branch's
     (``git show :2:<file>`` / ``:3:<file>``), stage 1 their common base. ``lock_held`` is the git
-    common directory whose lock merge-back holds: the resolver's own git commands must not wait
-    for it (the wrapper's ``REVERIE_GIT_LOCK_HELD``).
+    common directory whose lock the caller holds, so the resolver's own git commands must not wait
+    for it (the wrapper's ``REVERIE_GIT_LOCK_HELD``); None (merge-back's case: the lock is never
+    held across a model call) lets them take it as any agent's git does.
     """
 
     worktree: Path
@@ -51,7 +52,7 @@ class Conflict:
     commit: str
     subject: str
     files: tuple[str, ...]
-    lock_held: Path
+    lock_held: Path | None = None
 
 
 Resolver = Callable[[Conflict], Awaitable[None]]
@@ -94,7 +95,7 @@ async def resolve_rebase(
     branch: str,
     onto: str,
     resolver: Resolver,
-    lock_held: Path,
+    lock_held: Path | None,
     max_rounds: int,
 ) -> tuple[str, ...]:
     """Drive a stopped rebase to its end through ``resolver``; returns the files it resolved."""

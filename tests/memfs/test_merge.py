@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import pytest
 from anyio import create_task_group
@@ -13,6 +14,7 @@ from orchestrator.agent.reminders import (
     memory_invalid_reminder,
     reflection_kept_reminder,
 )
+from orchestrator.app.stress import StressConfig, run_stress
 from orchestrator.memfs.merge import (
     REASON_CONFLICT,
     REASON_DIRTY,
@@ -321,3 +323,55 @@ async def test_a_branch_whose_change_is_already_upstream_has_no_changes(repo: Pa
     assert "learned" in await _git(repo, "show", "HEAD:notes/r.md")
     assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
     assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+_BYPASS = r"""
+repo=$1; stop=$2; n=0; ok=0
+until /usr/bin/git -C "$repo" rev-parse -q --verify HEAD >/dev/null 2>&1; do sleep 0.05; done
+echo ready
+while [ ! -e "$stop" ]; do
+  printf -- '---\nname: bypass\ndescription: bypass note\n---\nb%s\n' $n > "$repo/notes/bypass.md"
+  /usr/bin/git -C "$repo" add notes/bypass.md 2>/dev/null
+  /usr/bin/git -C "$repo" -c user.name=bypass -c user.email=b@b commit -q -a -m "bypass $n" >/dev/null 2>&1 && ok=$((ok+1))
+  n=$((n+1)); sleep 0.1
+done
+echo "ok $ok"
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])  # ~15 s of git work; the race is git's, not the loop's
+async def test_a_git_that_skips_the_wrapper_beside_a_stress_run_is_folded_in_never_swept(tmp_path: Path) -> None:
+    """Issue 23 item 4: a committer calling ``/usr/bin/git`` directly (no wrapper, no lock, ``commit
+    -a``) beside ``reverie stress`` with no shared files: nothing kept, so no kept branch that git
+    would merge cleanly; no writer's content in the bypass's or the main writer's commits; every
+    bypass commit in ``HEAD``."""
+    work, stop = tmp_path / "stress", tmp_path / "stop"
+    repo = work / "memory"
+    work.mkdir()
+    config = StressConfig(writers=8, commits=10, conflict_rate=0.0)
+    async with await anyio.open_process(["bash", "-c", _BYPASS, "bypass", str(repo), str(stop)]) as bypass:
+        assert bypass.stdout is not None
+        report = await run_stress(config, workdir=work)
+        await anyio.Path(stop).touch()
+        said = (await _read_all(bypass.stdout)).split()
+        await bypass.wait()
+    assert said[0] == "ready" and said[-2] == "ok"
+    bypassed = int(said[-1])
+    kept = (await _git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/reverie/")).split()
+    clean = [b for b in kept if (await anyio.run_process(["git", "merge-tree", "--write-tree", "HEAD", b], cwd=repo, check=False)).returncode == 0]
+    assert (report.kept, report.lost, report.pending, clean) == (0, 0, 0, [])
+    swept = []
+    for line in (await _git(repo, "log", "--no-merges", "--format=%H %s", "HEAD")).splitlines():
+        sha, subject = line.split(" ", 1)
+        if subject.startswith(("bypass", "main commit")):
+            files = (await _git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", sha)).split()
+            swept += [f"{subject}: {f}" for f in files if f.startswith("notes/writer-")]
+    assert swept == []
+    in_head = [s for s in (await _git(repo, "log", "--format=%s", "HEAD")).splitlines() if s.startswith("bypass ")]
+    assert bypassed > 0 and len(in_head) == bypassed
+
+
+async def _read_all(stream: anyio.abc.ByteReceiveStream) -> str:
+    chunks = [chunk async for chunk in stream]
+    return b"".join(chunks).decode()

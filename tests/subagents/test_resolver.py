@@ -3,19 +3,26 @@ model (union, driven by the rule text in its request), and the harness's checks.
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 import pytest
 
-from orchestrator.memfs.merge import finalize_worktree
+from orchestrator.memfs.gitwrap import ensure_wrapper
+from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 from orchestrator.memfs.resolution import Conflict
 from orchestrator.memfs.worktrees import create_worktree, list_reflections
+from orchestrator.models.openai_client import OpenAIModel
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.scripted_resolve import union_text
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
 from subagents.resolver import ResolverSubagent, make_resolver
-from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+from tests.memfs.reflection_helpers import commit_file, git, make_repo, note, write
+from tests.support import SleepRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -86,3 +93,49 @@ async def test_a_resolver_that_leaves_markers_is_refused(repo: Path) -> None:
     assert outcome.status == "kept"
     assert outcome.reason == "the resolver could not reconcile the changes: conflict markers left in notes/hot.md"
     assert await anyio.Path(repo / "notes" / "hot.md").read_text() == _hot("base", "agent")
+
+
+async def test_an_agent_commit_never_waits_for_the_resolvers_model(repo: Path) -> None:
+    """Issue 23 item 5, through the loopback server: the resolver's model call takes up to 20 s (the
+    server holds its answer until the test releases it); meanwhile the agent's own ``git commit``
+    through reverie's wrapper, allowed to wait 2 s for the lock, goes through, and the resolved
+    branch is then merged on top of that commit."""
+    wt = await create_worktree(repo, agent_id="a")
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/hot.md", _hot("base", "the branch learned"), "r1")
+    await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", _hot("base", "the agent wrote"), "main")
+    resolved_text = _hot("base", "the agent wrote", "the branch learned")
+    asked, release = threading.Event(), threading.Event()
+
+    def slow_model(body: object) -> Planned:
+        asked.set()
+        release.wait(20)
+        command = f"cat > notes/hot.md <<'EOF'\n{resolved_text}EOF\ngit add notes/hot.md"
+        return tool_call_reply("bash", json.dumps({"command": command}))
+
+    wrapper = await anyio.to_thread.run_sync(ensure_wrapper, repo / ".git")
+    env = {**os.environ, "REVERIE_GIT_LOCK_WAIT": "2"}
+    outcome: list[MergeOutcome] = []
+    with LoopbackOpenAI() as server:
+        server.enqueue(slow_model, text_reply("resolved by union"))
+        model = OpenAIModel(base_url=server.base_url, model="loopback-model", sleep=SleepRecorder(), max_attempts=1)
+        resolver = make_resolver(model, agent_id="a")
+
+        async def merge() -> None:
+            outcome.append(await finalize_worktree(repo, wt, resolver=resolver))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(merge)
+            assert await anyio.to_thread.run_sync(asked.wait, 60), "the resolver never asked its model"
+            await anyio.to_thread.run_sync(write, repo / "notes" / "agent.md", note("agent", "mine"))
+            add = await anyio.run_process([str(wrapper / "git"), "add", "notes/agent.md"], cwd=repo, env=env, check=False)
+            commit = await anyio.run_process(
+                [str(wrapper / "git"), "commit", "-q", "-m", "agent commit"], cwd=repo, env=env, check=False
+            )
+            model_still_busy = not release.is_set()
+            release.set()
+    assert model_still_busy
+    assert (add.returncode, commit.returncode) == (0, 0), commit.stderr.decode()
+    assert outcome[0].status == "resolved" and outcome[0].resolved_files == ("notes/hot.md",)
+    assert (await _git(repo, "log", "--format=%s")).split("\n")[:3] == ["r1", "agent commit", "main"]
+    assert await anyio.Path(repo / "notes" / "hot.md").read_text() == resolved_text
+    assert (await _git(repo, "status", "--porcelain")) == ""
