@@ -13,6 +13,12 @@ the sandbox the command has its own PID namespace, so every child ends when ``ba
 is intended). Unconfined, a background job that outlives ``bash`` and keeps the output pipe open does
 not hold the tool: output is collected for a short grace period after ``bash`` exits, then the tool
 returns. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
+
+A command longer than ``ARGV_COMMAND_BYTES`` is not passed as an argument (Linux refuses one
+argument over 128 KiB: ``Argument list too long``) but as the script bash reads from an inherited
+pipe (``bash /dev/fd/N``), fed by a thread; stdin stays ``/dev/null``, so a command that reads stdin
+never eats its own script, and nothing is written to the workspace. Shorter commands keep
+``bash -c``, whose ``$0`` and error prefixes models already know.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from orchestrator.tools.overflow import write_overflow
 from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command
 from orchestrator.tools.truncation import truncate_by_chars
 
-__all__ = ["run_bash"]
+__all__ = ["ARGV_COMMAND_BYTES", "run_bash"]
+
+ARGV_COMMAND_BYTES = 64 * 1024
 
 _MAX_COLLECT_BYTES = 16 * 1024 * 1024
 _DRAIN_GRACE_SECONDS = 0.5
@@ -70,11 +78,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
-    # a batch task's workspace is made when its first command needs it (most tasks never run one)
-    ctx.workspace.mkdir(parents=True, exist_ok=True)
-    argv, env = plan_command(ctx, ["bash", "-c", command])
-    proc = subprocess.Popen(
+def _spawn(ctx: ToolContext, command: list[str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    argv, env = plan_command(ctx, command)
+    return subprocess.Popen(
         argv,
         cwd=ctx.workspace,
         env=env,
@@ -82,7 +88,38 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=pass_fds,
     )
+
+
+def _feed(fd: int, script: bytes) -> None:
+    """Write a long command into bash's script pipe; bash exiting early just ends the write."""
+    try:
+        view = memoryview(script)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
+    # a batch task's workspace is made when its first command needs it (most tasks never run one)
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    script = command.encode("utf-8", "surrogateescape")
+    if len(script) <= ARGV_COMMAND_BYTES:
+        proc = _spawn(ctx, ["bash", "-c", command], ())
+    else:
+        read_end, write_end = os.pipe()
+        try:
+            proc = _spawn(ctx, ["bash", f"/dev/fd/{read_end}"], (read_end,))
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        threading.Thread(target=_feed, args=(write_end, script), name="bash-script", daemon=True).start()
     with run.lock:
         run.proc = proc
         cancelled = run.cancelled

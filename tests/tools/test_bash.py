@@ -115,3 +115,22 @@ async def test_model_timeout_argument(tmp_path: Path) -> None:
     assert not result.ok and "timeout must be a positive" in result.output
     result = await run_tool("bash", '{"command": "sleep 5", "timeout": 1}', ctx)
     assert not result.ok and "timed out after 1 seconds" in result.output
+
+
+@SANDBOX_MODES
+async def test_a_command_of_any_length_runs_and_reads_no_stdin(tmp_path: Path, sandbox: str) -> None:
+    """Issue 23 item 8: a 300 KB command (over Linux's 128 KiB per argument) runs whole, in the
+    sandbox too; a command inside it that reads stdin sees /dev/null, not the rest of the script."""
+    ctx = _ctx(tmp_path, sandbox=sandbox)
+    payload = "z" * 300_000
+    command = f"cat > big.txt <<'EOF'\n{payload}\nEOF\nwc -c < big.txt\ncat; echo \"stdin-read:$?\"\necho last-line"
+    assert len(command.encode()) > 2 * 128 * 1024
+    result = await run_bash(command, ctx)
+    assert result.ok, result.output[:300]
+    assert result.output.split("\n") == ["300001", "stdin-read:0", "last-line"]
+    assert await AsyncPath(ctx.workspace / "big.txt").read_text() == payload + "\n"
+
+
+async def test_a_long_command_that_fails_reports_its_exit_code(tmp_path: Path) -> None:
+    result = await run_bash("#" + "x" * 200_000 + "\necho half; exit 4\necho never", _ctx(tmp_path))
+    assert not result.ok and result.output == "Command failed with exit code 4.\nhalf"
