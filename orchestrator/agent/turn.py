@@ -31,8 +31,8 @@ so from then on only R4 (a ``<memory_update>``) may deliver a memory change, nev
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -62,7 +62,14 @@ from orchestrator.base.events import (
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
 from orchestrator.store import Store, StoredMessage, SyncReminder, TurnStatus, new_turn_id
-from orchestrator.tools import ToolContext, overflow_dir_for, run_tool, tool_specs
+from orchestrator.tools import (
+    ToolContext,
+    ToolResult,
+    overflow_dir_for,
+    oversized_write,
+    run_tool,
+    tool_specs,
+)
 
 if TYPE_CHECKING:
     from orchestrator.agent.memory_sync import SyncResult
@@ -287,7 +294,7 @@ class TurnRunner:
                 ),
                 conversation_id,
             )
-            message = response.message
+            message, refused = _without_oversized_writes(response.message)
             state.streamed = ""
             await self.store.append_message(
                 conversation_id,
@@ -300,7 +307,7 @@ class TurnRunner:
                 state.assistant_steps += 1
             if not message.tool_calls:
                 return "end_turn", None
-            await self._run_tools(conversation_id, turn_id, message.tool_calls, state)
+            await self._run_tools(conversation_id, turn_id, message.tool_calls, state, refused)
             if state.steps >= self.settings.max_steps:
                 return "max_steps", max_steps_line(state.steps)
 
@@ -339,7 +346,12 @@ class TurnRunner:
         state.text = text
 
     async def _run_tools(
-        self, conversation_id: str, turn_id: str, calls: Sequence[ToolCall], state: _TurnState
+        self,
+        conversation_id: str,
+        turn_id: str,
+        calls: Sequence[ToolCall],
+        state: _TurnState,
+        refused: Mapping[str, str],
     ) -> None:
         overflow = overflow_dir_for(self.workspace) if self.settings.overflow_to_file else None
         ctx = ToolContext(
@@ -361,7 +373,10 @@ class TurnRunner:
         for call in calls:
             state.tool_calls.append(call.name)
             await self._emit(ToolStarted(call.id, call.name, call.arguments), conversation_id)
-            result = await run_tool(call.name, call.arguments, ctx)
+            if call.id in refused:
+                result = ToolResult(False, refused[call.id])
+            else:
+                result = await run_tool(call.name, call.arguments, ctx)
             await self.store.append_message(
                 conversation_id,
                 Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name),
@@ -405,6 +420,24 @@ class TurnRunner:
                 "memory.sync_failed", {"error": f"{type(exc).__name__}: {exc}"}, conversation_id=conversation_id
             )
             return None, None, []
+
+
+def _without_oversized_writes(message: Message) -> tuple[Message, dict[str, str]]:
+    """The reply as it is kept, and the refusals of its oversized ``write_file`` calls by call id.
+
+    Such a call is refused without running (nothing written), and the conversation keeps it with a
+    note of the content's size instead of the content: kept whole, it would make every later
+    request too large for the window (issue 23 item 8)."""
+    refused: dict[str, str] = {}
+    calls = []
+    for call in message.tool_calls:
+        found = oversized_write(call.name, call.arguments)
+        if found is None:
+            calls.append(call)
+            continue
+        kept, refused[call.id] = found
+        calls.append(replace(call, arguments=kept))
+    return (replace(message, tool_calls=tuple(calls)) if refused else message), refused
 
 
 def _dangling_answers(history: Sequence[StoredMessage]) -> list[Message]:

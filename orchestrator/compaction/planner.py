@@ -82,7 +82,8 @@ class ContextWindowTooSmall(ReverieError):
         self.needed = needed
         super().__init__(
             f"the context window ({window:,} tokens) is too small for this request: the system prompt, "
-            f"tool schemas and your message need at least {needed:,}; raise it with --context-window "
+            f"tool schemas and the newest message (the user's, or a tool call or result) need at least {needed:,}; "
+            "raise it with --context-window "
             "(or [compaction] context_window in config.toml)"
         )
 

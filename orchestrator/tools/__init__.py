@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from orchestrator.base.lazy import lazy_attributes
 from orchestrator.tools.context import DEFAULT_BASH_TIMEOUT, ToolContext, ToolError, ToolResult
-from orchestrator.tools.files import edit_file, read_file, resolve_confined, write_file
+from orchestrator.tools.files import (
+    WRITE_MAX_CHARS,
+    edit_file,
+    oversized_write,
+    read_file,
+    resolve_confined,
+    write_file,
+)
 from orchestrator.tools.overflow import cleanup_overflow_files, overflow_dir_for
 from orchestrator.tools.registry import TOOL_NAMES, parse_arguments, run_tool, tool_specs
 from orchestrator.tools.search import conversation_search
@@ -34,6 +41,7 @@ __all__ = [
     "DEFAULT_BASH_TIMEOUT",
     "TOOL_NAMES",
     "TOOL_RETURN_MAX_CHARS",
+    "WRITE_MAX_CHARS",
     "ToolContext",
     "ToolError",
     "ToolResult",
@@ -42,6 +50,7 @@ __all__ = [
     "conversation_search",
     "edit_file",
     "overflow_dir_for",
+    "oversized_write",
     "parse_arguments",
     "read_file",
     "resolve_confined",

@@ -10,10 +10,17 @@ I/O runs in worker threads.
 
 ``read_file`` numbers lines like ``cat -n`` (six-wide number, a tab, the line); ``offset`` is the
 1-based first line, ``limit`` the number of lines (default 2,000). Notices are compaction.md 7.4's.
+
+``write_file`` refuses content over ``WRITE_MAX_CHARS`` before writing anything (issue 23 item 8): the
+call's arguments stay in the conversation, and 900 KB of them left every later request too large for
+the context window. ``oversized_write`` says so for a raw call, so the turn can keep a short form of
+the refused call instead of the content (``agent/turn.py``). The limit (about 50,000 tokens) leaves a
+128k-token window room for the rest; a bigger file is written in parts.
 """
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +29,7 @@ import anyio
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.truncation import READ_MAX_CHARS_PER_LINE, READ_MAX_LINES, READ_OUTPUT_CHARS
 
-__all__ = ["edit_file", "read_file", "resolve_confined", "write_file"]
+__all__ = ["WRITE_MAX_CHARS", "edit_file", "oversized_write", "read_file", "resolve_confined", "write_file"]
 
 
 def _roots(ctx: ToolContext, *, reading: bool = False) -> list[Path]:
@@ -145,7 +152,36 @@ def _read_sync(ctx: ToolContext, raw: str, offset: int | None, limit: int | None
     return result
 
 
+WRITE_MAX_CHARS = 200_000
+
+
+def _too_long(size: int) -> str:
+    return (
+        f"the content is {size:,} characters, over write_file's limit of {WRITE_MAX_CHARS:,} per call; "
+        "nothing was written. Write the file in parts: write_file the first part, then add each next part "
+        "with edit_file or a bash `cat >> FILE <<'EOF'`"
+    )
+
+
+def oversized_write(name: str, raw_args: str) -> tuple[str, str] | None:
+    """For a ``write_file`` call whose content is over the limit: (the arguments to keep in the
+    conversation, with the content replaced by a note of its size; the refusal), else None."""
+    if name != "write_file" or len(raw_args) <= WRITE_MAX_CHARS:
+        return None
+    try:
+        args = json.loads(raw_args)
+    except ValueError:
+        return None
+    content = args.get("content") if isinstance(args, dict) else None
+    if not isinstance(content, str) or len(content) <= WRITE_MAX_CHARS:
+        return None
+    kept = {**args, "content": f"[{len(content):,} characters, refused: over the write_file limit]"}
+    return json.dumps(kept, ensure_ascii=False), f"Error: {_too_long(len(content))}"
+
+
 def _write_sync(ctx: ToolContext, raw: str, content: str) -> str:
+    if len(content) > WRITE_MAX_CHARS:
+        raise ToolError(_too_long(len(content)))
     path = resolve_confined(ctx, raw)
     if path.is_dir():
         raise ToolError(f"{raw}: is a directory, not a file")

@@ -114,3 +114,24 @@ async def test_retries_are_shown_to_the_user_while_they_happen(server: LoopbackO
     assert outcome.text == "fine"
     notices = [e.message for e in seen if isinstance(e, ModelRetrying)]
     assert len(notices) == 1 and "upstream hiccup" in notices[0] and "retry 2/3" in notices[0]
+
+
+async def test_an_oversized_write_file_is_refused_before_writing_and_the_conversation_goes_on(
+    server: LoopbackOpenAI, tmp_path: Path
+) -> None:
+    """Issue 23 item 8: 900 KB of write_file content is refused with the limit named, nothing is
+    written, the call is kept without its content, and the next request fits the window (it failed
+    before, blaming the user's message)."""
+    from orchestrator.tools import WRITE_MAX_CHARS
+
+    server.enqueue(tool_call_reply("write_file", json.dumps({"path": "big.txt", "content": "x" * 900_000})))
+    async with ChatSession.open(agent_id="a1", model=_model(server, SleepRecorder()), workspace=tmp_path) as session:
+        first = await session.send("write the big file")
+        second = await session.send("and now?")
+        history = await session.runtime.store.in_context(session.conversation_id)
+    assert (first.status, second.status) == ("end_turn", "end_turn"), (first.error, second.error)
+    assert not (tmp_path / "big.txt").exists()
+    tool = next(m for m in history if m.message.role == "tool")
+    assert tool.message.content.startswith("Error: the content is 900,000 characters")
+    assert f"{WRITE_MAX_CHARS:,}" in tool.message.content and "your message" not in tool.message.content
+    assert all(len(json.dumps(body)) < 100_000 for body in server.chat_bodies[1:])

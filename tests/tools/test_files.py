@@ -173,3 +173,17 @@ async def test_edit_file_refuses_invalid_utf8_and_leaves_it(tmp_path: Path) -> N
     assert not result.ok and "\n" not in result.output
     assert "not valid UTF-8 (byte 0xe9 at offset 3)" in result.output
     assert await AsyncPath(ctx.workspace / "latin.txt").read_bytes() == data
+
+
+async def test_an_oversized_write_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from orchestrator.tools import WRITE_MAX_CHARS, oversized_write
+
+    ctx = _ctx(tmp_path)
+    raw = _args(path="big.txt", content="y" * (WRITE_MAX_CHARS + 1))
+    result = await run_tool("write_file", raw, ctx)
+    assert not result.ok and f"over write_file's limit of {WRITE_MAX_CHARS:,} per call; nothing was written" in result.output
+    assert not await AsyncPath(ctx.workspace / "big.txt").exists()
+    found = oversized_write("write_file", raw)
+    assert found is not None and found[1] == result.output and len(found[0]) < 200 and '"path": "big.txt"' in found[0]
+    assert oversized_write("write_file", _args(path="ok.txt", content="y" * WRITE_MAX_CHARS)) is None
+    assert oversized_write("bash", _args(command="y" * (WRITE_MAX_CHARS + 1))) is None
