@@ -330,7 +330,8 @@ repo=$1; stop=$2; n=0; ok=0
 until /usr/bin/git -C "$repo" rev-parse -q --verify HEAD >/dev/null 2>&1; do sleep 0.05; done
 echo ready
 while [ ! -e "$stop" ]; do
-  printf -- '---\nname: bypass\ndescription: bypass note\n---\nb%s\n' $n > "$repo/notes/bypass.md"
+  printf -- '---\nname: bypass\ndescription: bypass note\n---\nb%s\n' $n > "$repo/../bypass.tmp"
+  mv "$repo/../bypass.tmp" "$repo/notes/bypass.md"
   /usr/bin/git -C "$repo" add notes/bypass.md 2>/dev/null
   /usr/bin/git -C "$repo" -c user.name=bypass -c user.email=b@b commit -q -a --no-verify -m "bypass $n" >/dev/null 2>&1 && ok=$((ok+1))
   n=$((n+1)); sleep 0.1
@@ -346,7 +347,9 @@ async def test_a_git_that_skips_the_wrapper_beside_a_stress_run_is_folded_in_nev
     -a``) beside ``reverie stress`` with no shared files: nothing kept, so no kept branch that git
     would merge cleanly; no writer's content in the bypass's or the main writer's commits; every
     bypass commit in ``HEAD``. The bypass skips the hook so each of its commits holds ``index.lock``
-    for milliseconds: the stress's own main writer retries a held lock for ~6 s only."""
+    for milliseconds (the stress's own main writer retries a held lock for ~6 s only), and replaces
+    its file whole: the main writer's ``commit -a`` may take the bypass's uncommitted edit, which
+    must then be a valid file."""
     work, stop = tmp_path / "stress", tmp_path / "stop"
     repo = work / "memory"
     work.mkdir()
