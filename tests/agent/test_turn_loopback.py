@@ -124,7 +124,8 @@ async def test_an_oversized_write_file_is_refused_before_writing_and_the_convers
     before, blaming the user's message)."""
     from orchestrator.tools import WRITE_MAX_CHARS
 
-    server.enqueue(tool_call_reply("write_file", json.dumps({"path": "big.txt", "content": "x" * 900_000})))
+    big = json.dumps({"path": "big.txt", "content": "x" * 900_000})
+    server.enqueue(tool_call_reply("write_file", big, chunk_size=64 * 1024))
     async with ChatSession.open(agent_id="a1", model=_model(server, SleepRecorder()), workspace=tmp_path) as session:
         first = await session.send("write the big file")
         second = await session.send("and now?")
