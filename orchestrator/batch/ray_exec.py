@@ -4,6 +4,8 @@
 Without ``--ray-address`` a private Ray instance starts on loopback only (127.0.0.1, no dashboard,
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut down at the end; with it, the run joins that
 cluster untouched (DECISIONS S28) and the run directory must be on storage every node sees.
+"Private" is ``address="local"``: a bare ``ray.init()`` joins whatever cluster ``RAY_ADDRESS`` or
+``/tmp/ray`` names, another process's included, so joining is only ever what ``--ray-address`` asks.
 Results are awaited with ``anyio.to_thread.run_sync(ray.get, ...)``. Ray is imported only here and
 only when a run uses it, so reverie works without the extra.
 """
@@ -106,6 +108,7 @@ class RayExecutor:
             ray.init(address=self.address, log_to_driver=False)
         else:
             ray.init(
+                address="local",
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
                 num_cpus=self.concurrency,

@@ -24,9 +24,19 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
+    """A private Ray even when the environment names another cluster: ``RAY_ADDRESS`` points at a
+    port nothing listens on, so a bare ``ray.init()`` would try to join it and fail."""
     from orchestrator.batch.ray_exec import start_local_ray
 
-    start_local_ray(2)
+    saved = os.environ.get("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = "127.0.0.1:9"
+    try:
+        start_local_ray(2)
+    finally:
+        if saved is None:
+            del os.environ["RAY_ADDRESS"]
+        else:
+            os.environ["RAY_ADDRESS"] = saved
     import ray
 
     try:
