@@ -97,8 +97,6 @@ class ReflectionCoordinator:
         self.resolver = resolver
         self._active = False
         self._retrier: BranchRetrier | None = None
-        # after_turn's first read rides on each turn's close_turn job (Store.reflections_and_state)
-        context.store.read_reflections_at_turn_close(context.agent.agent_id)
 
     @property
     def store(self) -> Store:
@@ -140,8 +138,7 @@ class ReflectionCoordinator:
             # deferred (here and below): see the module docstring
             from subagents.triggers import after_compaction
 
-            state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
-            await self.store.save_reflection_state(after_compaction(state))
+            await self.store.update_reflection_state(conversation_id, self.agent.agent_id, after_compaction)
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
         records, state = await self.store.reflections_and_state(self.agent.agent_id, outcome.conversation_id)
@@ -171,7 +168,9 @@ class ReflectionCoordinator:
         decision = decide_launch(mode, self.settings.reflection_step_count, state, steps, manual=manual)
         if not decision.launch:
             if state.compaction_pending and steps == 0:
-                await self.store.save_reflection_state(after_success(state, state.reflected_through_seq))
+                await self.store.update_reflection_state(
+                    conversation_id, self.agent.agent_id, lambda now: after_success(now, now.reflected_through_seq)
+                )
             return decision.reason
         if self._active:
             return "a reflection is already running for this agent"
@@ -330,11 +329,11 @@ class ReflectionCoordinator:
 
         conversation_id = cast(str, record.conversation_id)
         saved = await settle(self.store, self._emit, record, outcome, error)
-        state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
         if saved.status in {"merged", "resolved", "no_changes", "pending", "kept_conflict", "kept_invalid"}:
-            await self.store.save_reflection_state(after_success(state, record.through_seq))
+            change = partial(after_success, through_seq=record.through_seq)
         else:
-            await self.store.save_reflection_state(after_failure(state, steps))
+            change = partial(after_failure, unreflected_steps=steps)
+        await self.store.update_reflection_state(conversation_id, self.agent.agent_id, change)
 
     def _write_payload(self, reflection_id: str, conversation_id: str, text: str) -> Path:
         folder = reverie_home() / "transcripts" / self.agent.agent_id / conversation_id

@@ -302,11 +302,21 @@ class _EventPump:
                 await self.sink(self.task_id, record.kind, record.payload)
 
     async def follow(self, store: Any) -> Callable[[], None]:
-        """Catch up on what the store holds already, then take each new event as it is recorded."""
-        for event in await store.events(after_id=self.after_id):
+        """Catch up on what the store holds already, then take each new event as it is recorded.
+        The listener is in place before the catch-up query, so an event committed while it runs is
+        not missed: it waits in ``early`` and is taken after the query's rows (or skipped as one of
+        them); the store tells listeners in id order, so ``_take`` may skip what it has seen by id."""
+        early: list[Any] = []
+        stop: Callable[[], None] = store.follow_events(early.append)
+        try:
+            caught_up = await store.events(after_id=self.after_id)
+        except BaseException:
+            stop()
+            raise
+        stop()
+        for event in [*caught_up, *early]:
             self._take(event)
-        stop: Callable[[], None] = store.follow_events(self._take)
-        return stop
+        return store.follow_events(self._take)
 
     def _take(self, event: Any) -> None:
         if event.id <= self.after_id:

@@ -14,7 +14,13 @@ Two pieces of loop-side state live here because every concept touches them:
   ``close_turn``) the conversation's in-context list and prompt row are served from memory. The
   conversation has one writer then (the supervisor's lock and ``flock``, turn-loop.md 1.2 rule 1),
   and it writes through this ``Store``, whose methods keep the view in step after each commit; so a
-  turn reads them from SQLite once, at its start, not once per request."""
+  turn reads them from SQLite once, at its start, not once per request.
+
+Followers (``Events.follow_events``) hear committed events in commit order: the lane appends them to
+``_unannounced`` right after the commit (one connection's jobs run one at a time in one lane, so
+that is id order), and whichever writer the loop resumes first announces everything queued. The
+writers of a batch of jobs are woken together and resumed in any order (trio shuffles them), so
+announcing each writer's own events would deliver a later id before an earlier one."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import json
 import os
 import sqlite3
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,6 +100,7 @@ class StoreJobs:
     _worker: ConnectionWorker
     _event_listeners: list[EventListener]
     _staged: list[StagedEvent]
+    _unannounced: deque[Event]
     _views: dict[str, TurnView]
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -127,6 +135,7 @@ class StoreJobs:
                 recorded = insert_events(conn, [*staged, *events])
                 result = body(conn)
             committed.extend(recorded)
+            self._unannounced.extend(recorded)
             if after is not None:
                 after(result)
             return result
@@ -138,7 +147,7 @@ class StoreJobs:
                 self._staged[:0] = staged
             raise
         finally:
-            self._announce(committed)
+            self._announce()
         return result, committed
 
     def _viewed_append(self, conversation_id: str, stored: Sequence[StoredMessage]) -> None:
@@ -147,8 +156,11 @@ class StoreJobs:
         if view is not None and view.context is not None:
             view.context.extend(stored)
 
-    def _announce(self, events: Sequence[Event]) -> None:
-        for event in events:
+    def _announce(self) -> None:
+        """Tell the listeners about every event committed so far and not yet told, oldest first."""
+        queued = self._unannounced
+        while queued:
+            event = queued.popleft()
             for listener in tuple(self._event_listeners):
                 listener(event)
 

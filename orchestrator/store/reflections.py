@@ -134,106 +134,82 @@ def read_reflections_and_state(conn: sqlite3.Connection, agent_id: str, conversa
     rows = conn.execute(
         f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? ORDER BY created_at, id", (agent_id,)
     ).fetchall()
+    return [_record(r) for r in rows], _read_state(conn, conversation_id, agent_id)
+
+
+def _read_state(conn: sqlite3.Connection, conversation_id: str, agent_id: str) -> ReflectionState:
     row = conn.execute(
         f"SELECT {_STATE_COLUMNS} FROM reflection_state WHERE conversation_id = ?", (conversation_id,)
     ).fetchone()
-    state = (
-        ReflectionState(conversation_id, agent_id)
-        if row is None
-        else ReflectionState(row[0], row[1], row[2], bool(row[3]), row[4], row[5], bool(row[6]))
+    if row is None:
+        return ReflectionState(conversation_id, agent_id)
+    return ReflectionState(row[0], row[1], row[2], bool(row[3]), row[4], row[5], bool(row[6]))
+
+
+def _write_state(conn: sqlite3.Connection, state: ReflectionState) -> None:
+    conn.execute(
+        f"INSERT OR REPLACE INTO reflection_state({_STATE_COLUMNS}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            state.conversation_id,
+            state.agent_id,
+            state.reflected_through_seq,
+            int(state.compaction_pending),
+            state.consecutive_failures,
+            state.failed_at_step,
+            int(state.paused),
+            utc_now(),
+        ),
     )
-    return [_record(r) for r in rows], state
 
 
 class ReflectionRecords:
     """Mixed into ``Store``; every method is one job on the store's connection worker.
 
-    **Read at the turn's close.** Reflection's after-turn hook starts by reading the agent's records
-    and the conversation's trigger state (``reflections_and_state``), right after ``close_turn``
-    committed. For an agent registered with ``read_reflections_at_turn_close`` the turn's
-    ``close_turn`` job makes those two reads in its own transaction and keeps the answer; the
-    hook's call takes it instead of a store round trip of its own (three per three-turn batch
-    task). Taking it is what reading then would have returned: the reflection tables change only
-    through ``save_reflection`` and ``save_reflection_state``, and any such write this store hands
-    over after the close drops the kept answer (``_reflection_writes``); a write from another
-    process between the close and the hook is the race any read has with it, moved a few
-    milliseconds earlier."""
+    The trigger state is changed with ``update_reflection_state``: the read, the change and the
+    write are one transaction, because the coordinator changes it from two tasks at once (a
+    compaction's event during a turn, a reflection's finish in the background); a read in one job
+    and a write in another lost one of the two changes (a finished reflection's progress undone by
+    a compaction that read the state before it, so the next reflection read the same slice again)."""
 
     _run: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
-    _read_at_close: set[str]
-    _kept_reads: dict[tuple[str, str], tuple[int, AfterTurnRead]]
-    _reflection_writes: int
-
-    def read_reflections_at_turn_close(self, agent_id: str) -> None:
-        """Have each ``close_turn`` of ``agent_id`` read what ``reflections_and_state`` will ask."""
-        self._read_at_close.add(agent_id)
-
-    def _close_turn_read(
-        self, agent_id: str | None, conversation_id: str
-    ) -> tuple[Callable[[sqlite3.Connection], AfterTurnRead], Callable[[AfterTurnRead], None]] | None:
-        """The read ``close_turn``'s job makes (in the lane, inside its transaction) and what keeps
-        its answer once the transaction committed (on the loop); None when not asked for."""
-        if agent_id is None or agent_id not in self._read_at_close:
-            return None
-        writes = self._reflection_writes
-
-        def keep(answer: AfterTurnRead) -> None:
-            self._kept_reads[(agent_id, conversation_id)] = (writes, answer)
-
-        return partial(read_reflections_and_state, agent_id=agent_id, conversation_id=conversation_id), keep
 
     async def reflection_state(self, conversation_id: str, agent_id: str) -> ReflectionState:
-        def job(conn: sqlite3.Connection) -> ReflectionState:
-            row = conn.execute(
-                f"SELECT {_STATE_COLUMNS} FROM reflection_state WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()
-            if row is None:
-                return ReflectionState(conversation_id, agent_id)
-            return ReflectionState(row[0], row[1], row[2], bool(row[3]), row[4], row[5], bool(row[6]))
-
-        result: ReflectionState = await self._run(job)
+        result: ReflectionState = await self._run(partial(_read_state, conversation_id=conversation_id, agent_id=agent_id))
         return result
 
     async def reflections_and_state(
         self, agent_id: str, conversation_id: str
     ) -> tuple[list[ReflectionRecord], ReflectionState]:
         """The agent's reflection records and the conversation's trigger state in one job: what a
-        turn end reads when it has nothing to retry or launch (one store round trip, not two; none
-        when the turn's close read them, see the class docstring)."""
-        kept = self._kept_reads.pop((agent_id, conversation_id), None)
-        if kept is not None and kept[0] == self._reflection_writes:
-            return kept[1]
+        turn end reads when it has nothing to retry or launch (one store round trip, not two)."""
         result: AfterTurnRead = await self._run(lambda conn: read_reflections_and_state(conn, agent_id, conversation_id))
         return result
 
-    async def save_reflection_state(self, state: ReflectionState) -> None:
-        self._reflection_writes += 1
+    async def update_reflection_state(
+        self, conversation_id: str, agent_id: str, change: Callable[[ReflectionState], ReflectionState]
+    ) -> ReflectionState:
+        """Apply ``change`` (a pure function, run in the store's lane) to the stored state in one
+        transaction; returns the state written."""
 
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: sqlite3.Connection) -> ReflectionState:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute(
-                    f"INSERT OR REPLACE INTO reflection_state({_STATE_COLUMNS}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        state.conversation_id,
-                        state.agent_id,
-                        state.reflected_through_seq,
-                        int(state.compaction_pending),
-                        state.consecutive_failures,
-                        state.failed_at_step,
-                        int(state.paused),
-                        utc_now(),
-                    ),
-                )
+                state = change(_read_state(conn, conversation_id, agent_id))
+                _write_state(conn, state)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            return state
 
-        await self._run(job)
+        result: ReflectionState = await self._run(job)
+        return result
+
+    async def save_reflection_state(self, state: ReflectionState) -> None:
+        """Replace the stored state (for a caller that owns it whole: tests, tools)."""
+        await self.update_reflection_state(state.conversation_id, state.agent_id, lambda _old: state)
 
     async def save_reflection(self, record: ReflectionRecord) -> None:
-        self._reflection_writes += 1
 
         def job(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")

@@ -10,6 +10,7 @@ docstring for the call sequence of a turn."""
 from __future__ import annotations
 
 import sqlite3
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -55,11 +56,9 @@ class Store(
         self._worker = worker
         self._event_listeners = []
         self._staged = []
+        self._unannounced = deque()
         self._views = {}
         self._context = ContextCache()
-        self._read_at_close = set()
-        self._kept_reads = {}
-        self._reflection_writes = 0
         self.path = path
 
     # -- lifecycle -----------------------------------------------------------------------------------

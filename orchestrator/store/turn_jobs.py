@@ -72,9 +72,6 @@ class TurnJobs(StoreJobs):
     """Mixed into ``Store``: the turn loop's composite writes (module docstring)."""
 
     _context: ContextCache
-    _close_turn_read: Callable[
-        [str | None, str], tuple[Callable[[sqlite3.Connection], Any], Callable[[Any], None]] | None
-    ]
 
     async def open_turn(
         self,
@@ -137,27 +134,21 @@ class TurnJobs(StoreJobs):
     ) -> None:
         """End the turn (``end_turn``'s record), apply the sync's reminder decision and commit the
         staged events and then ``events`` (``turn.ended``), in one transaction; the conversation's
-        ``TurnView`` closes even if it fails. For an agent that asked for it, the same job reads
-        what reflection's after-turn hook reads first (``ReflectionRecords``)."""
+        ``TurnView`` closes even if it fails."""
         if status not in FINAL_STATUSES:
             self._views.pop(conversation_id, None)
             raise StoreError(f"close_turn: status must be one of {sorted(FINAL_STATUSES)}, not {status!r}")
 
-        read = self._close_turn_read(agent_id, conversation_id)
-
-        def job(conn: sqlite3.Connection) -> Any:
+        def job(conn: sqlite3.Connection) -> None:
             finish_turn(conn, turn_id, status, error)
             if reminder is not None:
                 if reminder.text is None:
                     cancel(conn, conversation_id, reminder.key)
                 else:
                     enqueue(conn, conversation_id, reminder.key, reminder.text, priority=reminder.priority, once=False)
-            return read[0](conn) if read is not None else None
 
         extra = [staged_event(kind, payload, agent_id, conversation_id) for kind, payload in events]
         try:
-            answer = await self._write(job, events=extra)
+            await self._write(job, events=extra)
         finally:
             self._views.pop(conversation_id, None)
-        if read is not None:
-            read[1](answer)

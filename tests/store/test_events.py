@@ -53,3 +53,23 @@ def test_payloads_are_encoded_as_json_dumps_would_keeping_non_ascii_text() -> No
     payload = {"text": "设定：回答末尾总是加上 🦉", "n": 1.5, "nested": [None, True, {"b": 2, "a": 1}]}
     assert dumps(payload) == json.dumps(payload, ensure_ascii=False)
     assert "🦉" in dumps(payload) and json.loads(dumps(payload)) == payload
+
+
+async def test_concurrent_writers_are_followed_in_commit_order_with_none_dropped(tmp_path: Path) -> None:
+    """A lane wakes the writers of a batch of jobs together and the loop resumes them in any order
+    (trio shuffles): a follower still hears every event in id order, as the batch runner's event
+    pump needs (it skips an id at or below the last one it took)."""
+    import anyio
+
+    store, _conv = await open_with_conversation(tmp_path)
+    try:
+        heard: list[int] = []
+        store.follow_events(lambda event: heard.append(event.id))
+        for _ in range(5):
+            async with anyio.create_task_group() as tg:
+                for n in range(40):
+                    tg.start_soon(store.record_event, f"w.{n}")
+        assert len(heard) == 200
+        assert heard == sorted(heard)
+    finally:
+        await store.close()
