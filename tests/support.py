@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -62,13 +62,27 @@ def running_with(marker: str, program: str | None = None) -> list[int]:
     return found
 
 
+# How often a deadline wait looks again. The wait ends on the state, never on the clock: the
+# deadline only turns a state that never comes into a loud failure.
+POLL_SECONDS = 0.02
+
+
+def wait_until(ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Block until ``ready()`` holds (a state another process reaches: a file, a process, a ref);
+    fail naming ``what`` after ``timeout`` s, so a slow machine only ever makes a test slower."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:g} s")
+        time.sleep(POLL_SECONDS)
+
+
 def none_left_within(marker: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not running_with(marker):
-            return True
-        time.sleep(0.05)
-    return False
+    try:
+        wait_until(lambda: not running_with(marker), timeout=seconds, what=f"processes with {marker!r} gone")
+    except AssertionError:
+        return False
+    return True
 
 
 def _pid_alive(pid: int) -> bool:

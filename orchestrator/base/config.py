@@ -47,6 +47,7 @@ class Settings:
     reflection_trigger: str = "compaction-event"
     reflection_step_count: int = 25
     request_timeout: float = 600.0
+    model_attempts: int = 4
     max_response_chars: int = 1_000_000
     sandbox: str = "auto"
     network: bool = True
@@ -98,6 +99,7 @@ _KEYS: Mapping[str, str] = {
     "reflection.trigger": "reflection_trigger",
     "reflection.step_count": "reflection_step_count",
     "model.request_timeout": "request_timeout",
+    "model.attempts": "model_attempts",
     "model.max_response_chars": "max_response_chars",
     "tools.sandbox": "sandbox",
     "tools.network": "network",
@@ -115,6 +117,7 @@ _ENV: Mapping[str, str] = {
     "REVERIE_MAX_STEPS": "max_steps",
     "REVERIE_STREAM_IDLE_TIMEOUT": "stream_idle_timeout",
     "REVERIE_REQUEST_TIMEOUT": "request_timeout",
+    "REVERIE_MODEL_ATTEMPTS": "model_attempts",
     "REVERIE_MAX_RESPONSE_CHARS": "max_response_chars",
     "REVERIE_SANDBOX": "sandbox",
     "REVERIE_TOOL_OVERFLOW_TO_FILE": "overflow_to_file",
@@ -131,6 +134,7 @@ _MAXIMUM: Mapping[str, float] = {
     "bash_timeout": _DAY,
     "stream_idle_timeout": _DAY,
     "request_timeout": _DAY,
+    "model_attempts": 100,
     "context_window": 100_000_000,
     "summary_reserve": 10_000_000,
     "reflection_step_count": 1_000_000,

@@ -48,6 +48,7 @@ def build_model(settings: Settings) -> ModelClient:
             idle_timeout=settings.stream_idle_timeout,
             request_timeout=settings.request_timeout,
             max_response_chars=settings.max_response_chars,
+            max_attempts=settings.model_attempts,
         )
     # lazy: the real path does not need the scripted model's ~10 ms of dataclasses and patterns
     from orchestrator.models.scripted import ScriptedModel, latency_from_env

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator.agent.prompt_cache import PromptAction, decide
@@ -10,6 +13,7 @@ from orchestrator.app.session import ChatSession
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message, ModelRequest, ModelResponse, ToolCall
 from orchestrator.store import PromptRecord
+from tests.support import running_with, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -85,11 +89,28 @@ async def test_agent_info_once_per_conversation(tmp_path: Path) -> None:
     assert len(infos) == 1 and f"`{session.agent.memory_dir}`" in infos[0].message.content
 
 
+async def _cancelled_once(session: ChatSession, text: str, ready: Callable[[], Awaitable[object]]) -> None:
+    """Send ``text`` and cancel the turn once ``ready()`` returns (the turn has reached the state the
+    test interrupts), not after a time a loaded machine may not have reached it in."""
+    scope = anyio.CancelScope()
+
+    async def send() -> None:
+        with scope:
+            await session.send(text)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send)
+        with anyio.fail_after(120):
+            await ready()
+        scope.cancel()
+
+
 async def test_cancelled_turn_leaves_store_consistent_and_next_turn_settles(tmp_path: Path) -> None:
-    model = ScriptedModel(script=[_bash("sleep 30", "slow"), ModelResponse(Message("assistant", "back"))])
+    marker = "30.0917"
+    model = ScriptedModel(script=[_bash(f"sleep {marker}", "slow"), ModelResponse(Message("assistant", "back"))])
     async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
-        with anyio.move_on_after(1.0):
-            await session.send("take your time")
+        running = partial(wait_until, lambda: bool(running_with(marker, program="sleep")), timeout=120, what="the tool's sleep")
+        await _cancelled_once(session, "take your time", partial(anyio.to_thread.run_sync, running))
         store = session.runtime.store
         turns = await store.turns(session.conversation_id)
         assert turns[-1].status == "interrupted"
@@ -149,10 +170,16 @@ async def test_a_turn_cancelled_in_the_model_call_leaves_no_half_written_row(tmp
     the store afresh and answers normally."""
     from orchestrator.store import Store
 
-    model = ScriptedModel(script=[ModelResponse(Message("assistant", "back"))], latency=30)
+    asked = anyio.Event()
+
+    async def thinking(_request: ModelRequest) -> ModelResponse:
+        asked.set()
+        await anyio.sleep(30)  # a model slower than the user's patience: what is cancelled
+        return ModelResponse(Message("assistant", "never"))
+
+    model = ScriptedModel(script=[thinking, ModelResponse(Message("assistant", "back"))])
     async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:
-        with anyio.move_on_after(1.0):
-            await session.send("think hard")
+        await _cancelled_once(session, "think hard", asked.wait)
         async with Store.opened(session.runtime.store.path) as other:
             messages = await other.transcript(session.conversation_id)
             events = await other.events(conversation_id=session.conversation_id)
@@ -161,7 +188,6 @@ async def test_a_turn_cancelled_in_the_model_call_leaves_no_half_written_row(tmp
         assert [t.status for t in turns] == ["interrupted"]
         assert [e.kind for e in events] == ["turn.start", "turn.end"]
         assert events[-1].payload["status"] == "interrupted"
-        model.latency = 0
         outcome = await session.send("hello again")
         assert (outcome.status, outcome.text) == ("end_turn", "back")
         history = await session.runtime.store.in_context(session.conversation_id)

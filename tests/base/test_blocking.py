@@ -4,13 +4,16 @@ waiter gives its place up; a slot is never lost."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 from orchestrator.base import blocking
 from orchestrator.base.blocking import FairLimiter, ranked
+from tests.support import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -90,8 +93,10 @@ async def test_run_sync_runs_in_a_thread_within_its_kinds_slots(monkeypatch: pyt
     async with anyio.create_task_group() as tg:
         for _ in range(6):
             tg.start_soon(one)
-        await anyio.sleep(0.2)
-        assert blocking.limiter("git").busy == 2 and blocking.limiter("git").waiting == 4
+        slots = blocking.limiter("git")
+        await anyio.to_thread.run_sync(
+            partial(wait_until, lambda: (slots.busy, slots.waiting) == (2, 4), timeout=60, what="2 running, 4 waiting")
+        )
         release.set()
     assert peak == 2 and len(results) == 6 and loop_thread not in results
 
@@ -145,7 +150,7 @@ async def test_a_caller_cancelled_while_its_job_runs_waits_for_the_job_and_then_
         tg.start_soon(call, scope)
         await anyio.to_thread.run_sync(started.wait, 5)
         scope.cancel()
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()
         assert finished == []
         release.set()
     assert finished == ["job"] and after == ["done"]

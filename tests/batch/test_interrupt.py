@@ -9,7 +9,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from typer.testing import CliRunner
 from orchestrator.batch.results import RESULTS_FILE
 from orchestrator.cli.batch import register
 from tests.batch.helpers import LAUNCH_CLI
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +33,12 @@ def test_sigint_then_resume(tmp_path: Path) -> None:
         [sys.executable, "-c", LAUNCH_CLI, "run", str(suite), "--out", str(out), "-q", "-j", "2", "--price-in", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        results = out / RESULTS_FILE
-        if results.exists() and results.read_text().count("\n") >= 1:
-            break
-        time.sleep(0.05)
+    results = out / RESULTS_FILE
+    wait_until(
+        lambda: proc.poll() is not None or (results.exists() and results.read_text().count("\n") >= 1),
+        timeout=120, what="the run's first result",
+    )  # fmt: skip
+    assert proc.poll() is None, "the run ended before the interrupt"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()

@@ -10,7 +10,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import Task, load_suite
 from orchestrator.cli.batch import register
 from tests.batch.helpers import EXPECTED, LAUNCH_CLI, TINY, write_suite
+from tests.support import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -235,15 +235,19 @@ def test_ctrl_c_on_a_multi_process_run_leaves_no_worker_and_resume_finishes_it(t
          "--scripted-latency", "0.2"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
     )
-    deadline = time.monotonic() + 90
     children: set[int] = set()
-    while time.monotonic() < deadline and proc.poll() is None:
+
+    def workers_busy() -> bool:
+        """Stopped early, or a worker process ran a task and two results are in."""
+        nonlocal children
+        if proc.poll() is not None:
+            return True
         children = {s["pid"] for t in tasks for s in (_starts(out, t.id) if (out / "events").is_dir() else [])} - {proc.pid}
         results = out / RESULTS_FILE
-        if children and results.exists() and results.read_text().count("\n") >= 2:
-            break
-        time.sleep(0.05)
-    assert children, "a worker process ran a task"
+        return bool(children) and results.exists() and results.read_text().count("\n") >= 2
+
+    wait_until(workers_busy, timeout=120, what="two results, one from a worker process")
+    assert children and proc.poll() is None, "a worker process ran a task before the run ended"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.testing.openai_server import LoopbackOpenAI, http_error, stall
+from tests.support import wait_until
 
 EVENT_KINDS = {
     "turn.start", "turn.end", "text.delta", "model.call", "model.retry", "tool.start", "tool.end",
@@ -179,10 +180,7 @@ def test_sigint_during_a_tool_ends_the_tool_and_its_children(tmp_path: Path, bac
         for line in proc.stdout:
             if json.loads(line)["type"] == "tool.start":
                 break
-        deadline = time.monotonic() + 20
-        while len(_processes_with(f"sleep 3{marker}")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(_processes_with(f"sleep 3{marker}")) == 2, "the tool and its child never started"
+        wait_until(lambda: len(_processes_with(f"sleep 3{marker}")) == 2, timeout=60, what="the tool and its child")
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli.chat_slash import COMMANDS
+from tests.support import wait_until
 
 from .terminal import Terminal
 
@@ -28,21 +28,19 @@ def _prompt_back(text: str) -> bool:
     return any(line.startswith("›") for line in lines[-3:])
 
 
-def _statuses(home: Path, expected: list[str]) -> list[str]:
-    """The turns' statuses once they equal ``expected`` (the store may commit a moment after the
-    screen shows the prompt), or as they are after 10 s."""
-    deadline = time.monotonic() + 10
-    while True:
-        with sqlite3.connect(home / "reverie.sqlite3") as conn:
-            found = [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
-        if found == expected or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
+def _statuses(home: Path) -> list[str]:
+    with sqlite3.connect(home / "reverie.sqlite3") as conn:
+        return [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
+
+
+def _wait_statuses(home: Path, expected: list[str], what: str) -> None:
+    """The store may commit a moment after the screen shows the prompt: wait for it."""
+    wait_until(lambda: _statuses(home) == expected, timeout=60, what=what)
 
 
 def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, backend: str) -> None:
     home = tmp_path / "home"
-    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="4", REVERIE_BACKEND=backend)
+    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="600", REVERIE_BACKEND=backend)
     try:
         term.wait("$")
         term.line(CHAT)
@@ -54,12 +52,12 @@ def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, ba
             assert command.usage in shown, command.usage
 
         term.line("tell me something slowly")
-        assert _statuses(home, ["running"]) == ["running"], "the turn never started"
+        _wait_statuses(home, ["running"], "the turn's start")
         term.interrupt()
         term.wait("interrupted")
         term.wait(_prompt_back)
         # the model call was cancelled, not waited for: no answer was ever stored or shown
-        assert _statuses(home, ["interrupted"]) == ["interrupted"]
+        _wait_statuses(home, ["interrupted"], "the interrupted turn")
         assert "I heard" not in term.text()
         with sqlite3.connect(home / "reverie.sqlite3") as conn:
             assert conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'assistant'").fetchone() == (0,)

@@ -97,3 +97,13 @@ def test_tool_and_bound_settings_resolve(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="REVERIE_REQUEST_TIMEOUT = '1e308': must be at most"):
         _load(tmp_path, None, REVERIE_REQUEST_TIMEOUT="1e308")
+
+
+def test_model_attempts_is_a_setting(tmp_path: Path) -> None:
+    """Retries are a setting, so a caller (a test of a timeout, a user on a flaky link) picks how many
+    attempts a failing request costs."""
+    assert load_settings(environ={}, path=tmp_path / "none.toml").model_attempts == 4
+    assert _load(tmp_path, "[model]\nattempts = 2\n").model_attempts == 2  # type: ignore[attr-defined]
+    assert _load(tmp_path, "[model]\nattempts = 2\n", REVERIE_MODEL_ATTEMPTS="1").model_attempts == 1  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="REVERIE_MODEL_ATTEMPTS"):
+        _load(tmp_path, None, REVERIE_MODEL_ATTEMPTS="0")

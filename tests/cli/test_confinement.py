@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
-from tests.support import none_left_within, running_with
+from tests.support import none_left_within, running_with, wait_until
 
 KEY = "sk-live-7f3a9c0e5b21d4_DO_NOT_LEAK"
 BACKENDS = pytest.mark.parametrize("backend", ["trio", "asyncio"])
@@ -117,10 +117,7 @@ def test_kill_9_of_reverie_leaves_no_tool_child(tmp_path: Path, backend: str) ->
             stderr=subprocess.DEVNULL,
         )
         try:
-            deadline = time.monotonic() + 60
-            while len(running_with(marker, program="sleep")) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert len(running_with(marker, program="sleep")) >= 2, "the tool call never started"
+            wait_until(lambda: len(running_with(marker, program="sleep")) >= 2, timeout=60, what="the tool call")
             proc.kill()
             proc.wait(10)
             assert none_left_within(marker, 5.0), f"survivors: {running_with(marker)}"
@@ -141,9 +138,10 @@ def test_endless_stream_ends_with_one_line_within_a_minute(tmp_path: Path, backe
     endless = Planned(text="tick " * 400_000, chunk_size=5, chunk_delay=0.01)
     with LoopbackOpenAI(fallback=endless) as server:
         started = time.monotonic()
-        done = _chat(tmp_path, server, backend, "talk forever", REVERIE_REQUEST_TIMEOUT="5")
+        done = _chat(tmp_path, server, backend, "talk forever", REVERIE_REQUEST_TIMEOUT="5", REVERIE_MODEL_ATTEMPTS="1")
         elapsed = time.monotonic() - started
     assert elapsed < 60
+    assert len(server.chat_bodies) == 1, "one attempt, as the setting asks"
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("reverie: error:")]
     assert len(errors) == 1 and "request_timeout" in errors[0], done.stderr
@@ -154,7 +152,7 @@ def test_a_30_mb_answer_leaves_the_home_small(tmp_path: Path, backend: str) -> N
     (tmp_path / "home").mkdir()
     huge = Planned(text="z" * 30_000_000, chunk_size=65_536)
     with LoopbackOpenAI(fallback=huge) as server:
-        done = _chat(tmp_path, server, backend, "say a lot")
+        done = _chat(tmp_path, server, backend, "say a lot", REVERIE_MODEL_ATTEMPTS="1")
     assert done.returncode == 1
     assert "max_response_chars" in done.stderr
     assert _tree_size(tmp_path / "home") < 20_000_000

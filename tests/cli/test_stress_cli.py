@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import reflections, stress
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+from tests.support import wait_until
 
 
 def _app() -> typer.Typer:
@@ -111,7 +112,6 @@ def test_ctrl_c_prints_the_partial_summary(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     env = dict(os.environ, REVERIE_HOME=str(tmp_path / "home"))
     proc = subprocess.Popen(
@@ -121,13 +121,24 @@ def test_ctrl_c_prints_the_partial_summary(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(6)
+    repo = tmp_path / "w" / "memory"
+
+    def merging() -> bool:
+        """Stopped early, or a writer's commit reached the main checkout through merge-back."""
+        if proc.poll() is not None:
+            return True
+        probe = subprocess.run(
+            ["git", "-C", str(repo), "log", "-1", "--grep=^writer ", "--format=%h", "HEAD"], capture_output=True, text=True
+        )
+        return probe.returncode == 0 and probe.stdout.strip() != ""
+
+    wait_until(merging, timeout=120, what="the stress run's first merges")
+    assert proc.poll() is None, "the stress run ended before the interrupt"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     data = json.loads(out)
     assert data["interrupted"] is True and (data["lost"], data["invalid"]) == (0, 0)
     assert "interrupted" in err
-    repo = tmp_path / "w" / "memory"
     assert git(repo, "status", "--porcelain") == ""
     assert git(repo, "for-each-ref", "refs/reverie/") == ""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -20,7 +22,7 @@ from orchestrator.tools.bash import run_bash
 from orchestrator.tools.context import ToolContext
 from orchestrator.tools.sandbox import bwrap_problem
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
-from tests.support import hold_merge_lock
+from tests.support import hold_merge_lock, running_with, wait_until
 
 
 @pytest.fixture
@@ -38,6 +40,26 @@ def _ctx(tmp_path: Path, repo: Path, sandbox: str) -> ToolContext:
 
 async def _head(repo: Path) -> str:
     return (await anyio.to_thread.run_sync(lambda: git(repo, "rev-parse", "HEAD"))).strip()
+
+
+def _waiting_on(lock: Path) -> bool:
+    """Whether a git wrapper (the agent's ``git add``, first of its writes) has the lock file open:
+    it is then in its wait for the lock (it opens the file only to take it), also inside
+    bubblewrap's namespaces."""
+    target = lock.stat()
+    for pid in running_with("reverie/bin/git"):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                held = fd.stat()
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
+                return True
+    return False
 
 
 def _aged(path: Path, seconds: float) -> None:
@@ -68,7 +90,10 @@ async def test_agent_git_commit_waits_for_the_repository_lock(tmp_path: Path, re
     async with anyio.create_task_group() as tg:
         async with hold_merge_lock(repo):
             tg.start_soon(agent)
-            await anyio.sleep(1.5)
+            await anyio.to_thread.run_sync(
+                partial(wait_until, partial(_waiting_on, repo / ".git" / LOCK_FILE_NAME), timeout=60,
+                        what="the agent's git waiting on the repository lock")
+            )  # fmt: skip
             # A read goes straight through while the lock is held ...
             status = await run_bash('git -C "$MEMORY_DIR" status --porcelain', ctx)
             assert status.ok and "notes/x.md" in status.output
@@ -80,13 +105,26 @@ async def test_agent_git_commit_waits_for_the_repository_lock(tmp_path: Path, re
 
 
 @pytest.mark.anyio
-async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path) -> None:
+async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.memfs import indexlock
+
     lock = repo / ".git" / "index.lock"
     held = await anyio.to_thread.run_sync(lambda: lock.open("w", encoding="utf-8"))
     await anyio.to_thread.run_sync(lambda: (repo / "notes" / "y.md").write_text(note("y", "x"), encoding="utf-8"))
+    refused = anyio.Event()
+    real_git = indexlock.harness_git
+
+    async def watched_git(*args: Any, **kwargs: Any) -> Any:
+        """The real git, telling the test when an attempt met the lock."""
+        result = await real_git(*args, **kwargs)
+        if not result.ok and "index.lock" in result.stderr:
+            refused.set()
+        return result
+
+    monkeypatch.setattr(indexlock, "harness_git", watched_git)
 
     async def outside_git_finishes() -> None:
-        await anyio.sleep(0.4)
+        await refused.wait()
         held.close()
         await anyio.Path(lock).unlink()
 

@@ -213,7 +213,7 @@ async def test_concurrent_merges_are_serialised(repo: Path) -> None:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
-        await anyio.sleep(0.02)
+        await anyio.sleep(0.02)  # a slow audit: the window in which a second merge would overlap
         active -= 1
         return ()
 

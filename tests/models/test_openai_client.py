@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator.models import (
@@ -32,7 +34,7 @@ from orchestrator.testing.openai_server import (
     text_reply,
     tool_call_reply,
 )
-from tests.support import SleepRecorder
+from tests.support import SleepRecorder, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -281,8 +283,19 @@ def test_bad_settings_are_one_line_errors() -> None:
 async def test_cancellation_is_not_retried_and_leaves_promptly(server: LoopbackOpenAI) -> None:
     server.enqueue(stall(after=2, seconds=10))
     sleep = SleepRecorder()
-    with anyio.fail_after(5):
-        with anyio.move_on_after(0.3) as scope:
+    scope = anyio.CancelScope()
+
+    async def call() -> None:
+        with scope:
             await make_model(server, sleep, idle_timeout=30).complete(ask())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.to_thread.run_sync(
+            partial(wait_until, lambda: len(server.chat_bodies) == 1, timeout=60, what="the request at the server")
+        )
+        scope.cancel()
+        cancelled_at = anyio.current_time()
     assert scope.cancelled_caught
+    assert anyio.current_time() - cancelled_at < 5, "left at once, not after the server's 10 s stall"
     assert len(server.chat_bodies) == 1 and sleep.delays == []

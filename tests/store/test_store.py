@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from functools import partial
 from pathlib import Path
 
@@ -133,11 +132,11 @@ async def test_caller_cancelled_while_its_job_runs_gets_the_result_first(tmp_pat
     """Cancelled mid-job (not before it): the job runs to the end, its result reaches the caller,
     and the cancellation lands at the caller's next checkpoint."""
     store, _conv = await open_with_conversation(tmp_path)
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def slow(_conn: sqlite3.Connection) -> str:
         started.set()
-        time.sleep(0.2)
+        release.wait(60)
         return "finished"
 
     try:
@@ -148,6 +147,7 @@ async def test_caller_cancelled_while_its_job_runs_gets_the_result_first(tmp_pat
                 async def cancel_when_running() -> None:
                     await anyio.to_thread.run_sync(started.wait)
                     scope.cancel()
+                    release.set()
 
                 tg.start_soon(cancel_when_running)
                 results.append(await store._run(slow))

@@ -61,7 +61,7 @@ async def test_a_store_that_cannot_open_frees_its_lane_and_says_why(tmp_path: Pa
 async def test_jobs_finished_in_one_wake_each_reach_their_own_caller(tmp_path: Path) -> None:
     """Jobs queued behind a slow one are finished together and their loop is woken once for all
     of them (``worker._wake``): every caller still gets its own result, or its own error."""
-    import time
+    import threading
 
     stores = [await Store.open(tmp_path / f"s{i}.sqlite3") for i in range(2 * lane_count())]
     got: dict[tuple[int, int], object] = {}
@@ -78,13 +78,16 @@ async def test_jobs_finished_in_one_wake_each_reach_their_own_caller(tmp_path: P
             except ValueError as exc:
                 got[(n, k)] = str(exc)
 
+    release = threading.Event()
     try:
         async with anyio.create_task_group() as tg:
             for store in stores:
-                tg.start_soon(store._run, lambda _conn: time.sleep(0.05))
-            await anyio.sleep(0.01)
+                tg.start_soon(store._run, lambda _conn: release.wait(60))
+            await anyio.wait_all_tasks_blocked()
             for n, store in enumerate(stores):
                 tg.start_soon(ask, n, store)
+            await anyio.wait_all_tasks_blocked()  # every ask queued behind the held lanes
+            release.set()
     finally:
         for store in stores:
             await store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -11,7 +12,7 @@ import pytest
 from anyio import Path as AsyncPath
 
 from orchestrator.tools import ToolContext, run_bash, run_tool
-from tests.support import none_left_within
+from tests.support import none_left_within, running_with, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -100,8 +101,18 @@ async def test_output_cap_with_overflow_file(tmp_path: Path) -> None:
 @SANDBOX_MODES
 async def test_cancellation_kills_the_command(tmp_path: Path, sandbox: str) -> None:
     ctx = _ctx(tmp_path, sandbox=sandbox)
-    with anyio.move_on_after(1.0):
-        await run_bash("sleep 30.0312 & echo $$ > shell.pid; sleep 30.0313", ctx)
+    scope = anyio.CancelScope()
+
+    async def command() -> None:
+        with scope:
+            await run_bash("sleep 30.0312 & echo $$ > shell.pid; sleep 30.0313", ctx)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(command)
+        await anyio.to_thread.run_sync(
+            partial(wait_until, lambda: bool(running_with("30.0313", program="sleep")), timeout=120, what="the command's sleep")
+        )
+        scope.cancel()
     assert await AsyncPath(ctx.workspace / "shell.pid").exists()
     assert await anyio.to_thread.run_sync(none_left_within, "30.031", 5.0)
 
