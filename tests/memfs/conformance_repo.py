@@ -1,4 +1,5 @@
-"""Materialise the repositories described by ../shared/conformance cases (see its README).
+"""Materialise the repositories described by the MemFS conformance cases (``tests/conformance``,
+vendored from ../shared/conformance; see its README and PROVENANCE).
 
 Git runs with no global or system configuration, hooks disabled for the case's own commits.
 """
@@ -14,13 +15,21 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance"
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
+"""The vendored cases: present in every clone."""
+UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "conformance"
+"""The shared folder next to the repository, when there is one: read too, for cases newer than the copy."""
 
 
-def case_files(kind: str) -> list[Path]:
-    """Every case file of ``kind`` (``compile`` or ``validate``), sorted; empty if the folder is absent."""
-    folder = CONFORMANCE / kind
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+def case_files(kind: str, *, folders: Iterable[Path] = (CONFORMANCE, UPSTREAM)) -> list[Path]:
+    """Every case file of ``kind`` (``compile`` or ``validate``), sorted by case id; a later folder's
+    case replaces an earlier one's of the same id, an absent folder adds nothing."""
+    found: dict[str, Path] = {}
+    for root in folders:
+        folder = root / kind
+        if folder.is_dir():
+            found.update((path.name, path) for path in folder.glob("*.json"))
+    return [found[name] for name in sorted(found)]
 
 
 def load_case(path: Path) -> dict[str, Any]:
