@@ -10,7 +10,12 @@ BASE_STAMP := $(VENV)/.installed-base
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean bwrap test-deps
+.PHONY: demo test lint typecheck unit bench bench-check clean bwrap test-deps
+
+# apt-get waits up to this many seconds for the dpkg lock another installer holds (unattended
+# upgrades, a second `make`), instead of failing at once.
+APT_LOCK_WAIT ?= 600
+APT_GET := apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_WAIT)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,8 +45,9 @@ test-deps: $(STAMP)
 	@if [ ! -x $(CHROMIUM) ]; then \
 	  echo "make: $(CHROMIUM) is missing: installing Debian's chromium with apt-get (for the report's browser tests)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "make: not root: run 'sudo apt-get install -y chromium'" >&2; exit 1; fi; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
-	    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }; \
+	  echo "make: apt-get waits up to $(APT_LOCK_WAIT) s for the dpkg lock if another install holds it"; \
+	  DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y chromium || \
+	    { $(APT_GET) update && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y chromium; }; \
 	fi
 
 unit: $(STAMP) bwrap test-deps
@@ -52,8 +58,9 @@ unit: $(STAMP) bwrap test-deps
 bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "bubblewrap is missing: installing it (apt-get install -y bubblewrap) for the bash tool's sandbox"; \
-	    apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
+	    echo "bubblewrap is missing: installing it (apt-get install -y bubblewrap) for the bash tool's sandbox;" \
+	      "apt-get waits up to $(APT_LOCK_WAIT) s for the dpkg lock if another install holds it"; \
+	    $(APT_GET) install -y -q bubblewrap || { $(APT_GET) update -q && $(APT_GET) install -y -q bubblewrap; }; \
 	  else \
 	    echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (the bash tool's sandbox needs it)"; exit 1; \
 	  fi; }
