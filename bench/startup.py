@@ -19,8 +19,7 @@ hits them alike); the table shows medians and the ratio to ``python -c pass``:
   imports trio when it is installed, h11, the TLS context, ``uname -p`` for the platform headers).
 
 Bytecode caches are allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the children, and one
-warm-up run writes them, and the table of compiled dataclass methods, ``orchestrator.base.dataclass_cache``),
-as on a user's machine. Then ``python -X importtime`` of ``chat -p`` lists
+warm-up run writes them), as on a user's machine. Then ``python -X importtime`` of ``chat -p`` lists
 the heaviest modules it imports.
 
     .venv/bin/python bench/startup.py [--repeats 21] [--real-only | --instructions]

@@ -162,13 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     if args in (["--version"], ["-V"]):
         print(version_line())
         return
-    # lazy: --version above imports nothing; everything else defines reverie's dataclasses
-    from orchestrator.base import dataclass_cache
+    # lazy: --version above imports nothing
     from orchestrator.base.processes import hide_secrets_from_proc
 
     hide_secrets_from_proc()  # issue 23 item 6: an unconfined bash cannot read the key from /proc/$PPID/environ
-
-    dataclass_cache.install()
     try:
         if args[:1] == ["chat"]:
             # lazy: the typer-free path for a headless chat (cli/chat_start.py)

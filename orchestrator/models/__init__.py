@@ -1,13 +1,15 @@
 """The model seam: value types, the OpenAI-compatible client and the offline scripted model.
 
-Names load lazily (PEP 562): the openai SDK takes about a second to import, and commands that never
-call a model (``reverie memory``, ``reverie prompt``, the pre-commit hook) should not pay for it.
+Names load lazily (PEP 562, through ``orchestrator.base.lazy`` as every package does): the openai SDK
+takes about a second to import, and commands that never call a model (``reverie memory``, ``reverie
+prompt``, the pre-commit hook) should not pay for it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from orchestrator.base.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .openai_client import (
@@ -52,17 +54,12 @@ __all__ = [
     "resolve_model_client",
 ]
 
-_HOME = {
+_CLIENTS = {
     "OpenAIModel": "openai_client",
     "model_from_settings": "openai_client",
     "resolve_model_client": "openai_client",
     "ScriptedModel": "scripted",
 }
+_HOME = {**dict.fromkeys(__all__, "types"), **_CLIENTS}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME.get(name, 'types')}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _HOME)
