@@ -70,6 +70,11 @@ test: lint typecheck unit
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
 
+# Speed is measured here, not in the unit suite: bench/scale.py (N = 64 and 1,000), bench/startup.py and
+# bench/turn.py against the marks in bench/thresholds.toml, and the bench tooling's own tests (bench/tests).
+bench-check: $(STAMP)
+	$(BIN)/python bench/check.py
+
 clean:
 	rm -rf $(VENV)
 

@@ -64,15 +64,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from thresholds import load_thresholds
 
 TURNS = 3
 LATENCY = 0.2
 IDEAL = TURNS * LATENCY
 DEFAULT_SIZES = (16, 64, 256, 1000)
-_TARGETS = {64: 0.5, 1000: 0.05}
-_RSS_LIMIT_MIB = 2048
+_THRESHOLDS = load_thresholds()["scale"]
+_TARGETS = {int(n): float(t["min_efficiency"]) for n, t in _THRESHOLDS.items() if "min_efficiency" in t}
+_RSS_LIMIT_MIB = float(_THRESHOLDS["1000"]["max_tree_rss_mib"])
 _SETTLE = 6.0
 _SAMPLE_EVERY = 0.05
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -410,6 +413,7 @@ def main() -> int:
         "--dir", type=Path, default=None,
         help="where the runs are written (default: the system's temporary folder; e.g. /dev/shm for tmpfs)",
     )
+    parser.add_argument("--json", type=Path, default=None, help="also write every row here (bench/check.py reads it)")
     args = parser.parse_args()
     sizes = args.sizes or list(DEFAULT_SIZES)
     print(
@@ -425,6 +429,8 @@ def main() -> int:
                 print(_GROUPS)
                 print(_HEADER)
             print(_line(row), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps([{**asdict(r), "efficiency": r.efficiency} for r in rows], indent=1))
     return 0 if all(_verdict(r) == "ok" for r in rows) else 1
 
 

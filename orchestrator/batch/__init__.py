@@ -1,4 +1,4 @@
 """Batch runs over task suites: suite format, per-task runner, executors, results, sweeps, charts
-and the event log. Submodules are imported on use (Ray and matplotlib stay out of start-up)."""
+and the event log. Submodules are imported on use (Ray stays out of start-up)."""
 
 __all__: list[str] = []

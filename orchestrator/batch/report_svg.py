@@ -1,4 +1,4 @@
-"""Inline SVG bar charts for the report, and the axis rule both they and the PNG charts follow.
+"""Inline SVG bar charts for the report, and the axis rule they follow (the sweep's chart files are the same charts).
 
 Axes for counts start at zero and tick at whole numbers; an all-zero metric gets a 0..1 axis with
 its bars drawn flat at zero (rather than a meaningless -0.06..0.06 range), so "nothing happened"

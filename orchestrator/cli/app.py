@@ -1,7 +1,7 @@
 """The ``reverie`` command: a typer app that parses, calls the runtime, and prints.
 
 Start-up is lazy (issue 14.4): a command's module is imported only when that command runs, so
-``reverie chat -p`` does not pay for typer's rich help, the batch runner, stress or matplotlib, and
+``reverie chat -p`` does not pay for typer's rich help, the batch runner or stress, and
 ``reverie --version`` imports nothing at all. ``COMMANDS`` names the module of every command; with no
 command, ``--help`` or a name it does not know, every module is registered, so help is complete even
 when the table is behind a module's ``register``. A module that fails to import keeps its commands:

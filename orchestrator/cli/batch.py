@@ -273,7 +273,7 @@ def sweep(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
 ) -> None:
-    """Run the suite under each reflection-trigger setting and compare them (table and PNG charts).
+    """Run the suite under each reflection-trigger setting and compare them (table and SVG charts).
 
     --resume finishes an interrupted sweep with what it recorded (its settings, concurrency,
     executor, processes, model, window and latency) unless an option is given again."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
-from orchestrator.batch.charts import chart_figure
+from orchestrator.batch.charts import write_charts
 from orchestrator.batch.report_svg import axis_ticks, bar_chart
 
 
@@ -20,13 +22,16 @@ def test_axis_ticks_for_counts_zeros_and_seconds() -> None:
         assert len(ticks) <= 7
 
 
-def test_png_axis_is_zero_based_with_integer_ticks() -> None:
-    zeros = chart_figure(["off", "step-count-2"], [0.0, 0.0], "Reflections kept").axes[0]
-    assert zeros.get_ylim()[0] == 0 and zeros.get_ylim()[1] >= 1
-    assert [t for t in zeros.get_yticks() if t <= 1] == [0, 1]
-    counts = chart_figure(["a", "b"], [3.0, 1.0], "Reflections").axes[0]
-    assert list(counts.get_yticks()) == [0, 1, 2, 3]
-    assert [t.get_text() for t in counts.get_yticklabels()] == ["0", "1", "2", "3"]
+def test_sweep_chart_files_are_standalone_svg_with_the_reports_axes(tmp_path: Path) -> None:
+    rows = [{"setting": "off", "kept": 0, "merges": 3, "wall": 1.11}, {"setting": "step-count-2", "kept": 0, "merges": 1, "wall": 1.49}]
+    paths = write_charts(rows, {"kept": "Reflections kept", "merges": "Merges", "wall": "Wall (s)"}, tmp_path / "charts")
+    assert [p.name for p in paths] == ["kept.svg", "merges.svg", "wall.svg"]
+    ns = "{http://www.w3.org/2000/svg}"
+    for path in paths:
+        root = ET.fromstring(path.read_text(encoding="utf-8"))  # well-formed XML, a document of its own
+        assert root.tag == f"{ns}svg" and root.find(f"{ns}style") is not None
+    ticks = {p.stem: re.findall(r'class="tick">([^<]*)<', p.read_text(encoding="utf-8")) for p in paths}
+    assert ticks == {"kept": ["0", "1"], "merges": ["0", "1", "2", "3"], "wall": ["0", "0.50", "1", "1.50"]}
 
 
 def test_svg_chart_labels_every_bar_and_tick() -> None:

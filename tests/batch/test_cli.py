@@ -72,8 +72,8 @@ def test_sweep_table_and_charts(cli: typer.Typer, tmp_path: Path) -> None:
     assert all(r["checks_passed"] == 3 for r in rows)
     assert rows[0]["reflections"] == 0 and rows[1]["reflections"] >= 1
     for metric in ("checks_passed", "reflections", "merges", "conflicts", "tokens", "wall_time"):
-        png = out / "charts" / f"{metric}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        svg = (out / "charts" / f"{metric}.svg").read_text(encoding="utf-8")
+        assert "<svg" in svg and 'class="bar"' in svg and "<style>" in svg
     bad = CliRunner().invoke(cli, ["sweep", str(suite), "--trigger", "step-count:0", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 1 and "step-count:0" in bad.output
 

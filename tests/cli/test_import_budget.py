@@ -27,7 +27,6 @@ _HEAVY = (
     "typer",  # with click and rich: the full command line, ~100 ms; chat -p parses its own arguments
     "click",
     "rich",
-    "matplotlib",
     "ray",
     "playwright",
     "icu",  # PyICU, for a compile's collation only

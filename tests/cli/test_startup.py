@@ -46,7 +46,6 @@ def test_chat_one_shot_imports_only_what_chat_needs(tmp_path: Path) -> None:
         "orchestrator.cli.batch",
         "orchestrator.batch",
         "orchestrator.app.stress",
-        "matplotlib",
         "rich.markdown",
         "typer.rich_utils",
         "openai",

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def scale() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "bench"))  # as when run as a script: its own folder first
     spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
