@@ -38,7 +38,8 @@ Chat (``purpose="chat"``), decided by the last message that is not a reminder:
 
 Summaries (``purpose="summarize"``): an extractive summary of the transcript under the headings
 of compaction.md 3.5 (the ``all`` set when the system prompt mentions "Current state", else the
-sliding set). Every identifier of DECISIONS S22 is listed verbatim first; user lines up to 200
+sliding set). Every identifier of DECISIONS S22 (``orchestrator.base.identifiers``, the extractor
+compaction's retention check uses) is listed verbatim first; user lines up to 200
 characters are quoted verbatim; the result stays within ``max_tokens * 4`` characters (default
 1,000 tokens, the S20 summary reserve).
 
@@ -79,6 +80,7 @@ from typing import Any
 from anyio import sleep as anyio_sleep
 
 from orchestrator.base.errors import UsageError
+from orchestrator.base.identifiers import extract_identifiers
 
 from .scripted_resolve import resolve_turn
 from .types import (
@@ -100,7 +102,6 @@ __all__ = [
     "ScriptStep",
     "ScriptedModel",
     "answer_rules",
-    "extract_identifiers",
     "latency_from_env",
     "remember_command",
 ]
@@ -170,11 +171,6 @@ _STOPWORDS = frozenset(
 )
 _TRANSCRIPT_WORDS = frozenset({"user", "assistant", "tool", "http", "https", "generate", "summary"})
 _ZH_FILLER = re.compile(r"我|你|说过|说的|说了|提到|什么|关于|的|吗|呢|吧|还记得|之前|刚才|有关|过")
-_URL = re.compile(r"https?://\S+")
-_ISSUE = re.compile(r"(?<![\w#])#\d+\b")
-_TICKET = re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b")
-_HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
-_PATH_EXT = re.compile(r"/[^/\s]*\.[A-Za-z0-9]{1,10}\b|^[^/\s]+/\S*\.[A-Za-z0-9]{1,10}\b")
 _JSON_CONTENT = re.compile(r'"(?:content|text|summary)":\s*"((?:[^"\\]|\\.)*)"')
 _ERROR_WORDS = re.compile(r"\b(?:error|errors|failed|failure|exception|traceback|fatal)\b", re.I)
 
@@ -350,25 +346,6 @@ def _recall_query(text: str) -> str | None:
         if query:
             return " ".join(query)
     return None
-
-
-def extract_identifiers(text: str) -> list[str]:
-    """The identifiers of DECISIONS S22 in ``text``, verbatim, first-seen order, without repeats."""
-    found: list[str] = []
-
-    def add(item: str) -> None:
-        if item and item not in found:
-            found.append(item)
-
-    for token in text.split():
-        if _URL.match(token):
-            continue
-        if token.startswith(("./", "../", "/", "~/")) or _PATH_EXT.search(token):
-            add(token)
-    for pattern in (_URL, _ISSUE, _TICKET, _HEX):
-        for match in pattern.finditer(text):
-            add(match.group(0))
-    return found
 
 
 def _tool_ok(result: str) -> bool:
@@ -758,7 +735,7 @@ def _summarize(request: ModelRequest) -> str:
     user = [text for role, text in tagged if role == "user"] or ([] if tagged else lines)
     assistant = [text for role, text in tagged if role == "assistant"]
     tools = [text for role, text in tagged if role == "tool"]
-    identifiers = extract_identifiers(source)
+    identifiers = list(extract_identifiers(source))
     errors = [line for line in lines if _ERROR_WORDS.search(line)]
     words = re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}|[\u4e00-\u9fff]{2,}", source)
     counts: dict[str, int] = {}

@@ -23,7 +23,8 @@ from orchestrator.models import (
     ToolSpec,
     Usage,
 )
-from orchestrator.models.scripted import CONFIRMATION, CONFIRMATION_ZH, extract_identifiers, remember_command
+from orchestrator.base.identifiers import extract_identifiers
+from orchestrator.models.scripted import CONFIRMATION, CONFIRMATION_ZH, remember_command
 
 BASH = ToolSpec("bash", "Run a shell command")
 SEARCH = ToolSpec("conversation_search", "Search earlier messages")
@@ -272,7 +273,7 @@ def test_identifier_extraction() -> None:
     assert "https://github.com/acme/app/issues/42?x=1" in found and "#123" in found and "ABC-12" in found
     assert "3f2a9c1d" in found and "9fceb02" in found
     assert len(found) == len(set(found))
-    assert extract_identifiers("nothing here at all") == []
+    assert extract_identifiers("nothing here at all") == ()
 
 
 REFLECT_SYSTEM = "You are the reflection agent.\n<memory>\n<human>\n- I use pnpm\n</human>\n</memory>"
