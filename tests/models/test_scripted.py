@@ -14,6 +14,7 @@ from anyio import to_thread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.base.identifiers import extract_identifiers
 from orchestrator.models import (
     Message,
     ModelError,
@@ -23,7 +24,6 @@ from orchestrator.models import (
     ToolSpec,
     Usage,
 )
-from orchestrator.base.identifiers import extract_identifiers
 from orchestrator.models.scripted import CONFIRMATION, CONFIRMATION_ZH, remember_command
 
 BASH = ToolSpec("bash", "Run a shell command")
