@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from orchestrator.agent.prompt_cache import record_from
+from orchestrator.base import blocking
 from orchestrator.base.errors import error_line
 from orchestrator.base.events import (
     Event,
@@ -481,9 +482,7 @@ class CompactionSubagent:
             yield None
             return
         try:
-            audited = await anyio.to_thread.run_sync(
-                partial(compile_audited, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id)
-            )
+            audited = await blocking.run_sync("git", partial(compile_audited, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id))
             yield audited.compiled.core_memory or None
         finally:
             with anyio.CancelScope(shield=True):
@@ -523,16 +522,14 @@ class CompactionSubagent:
         # deferred: the compiler loads with the first compile, not before a chat's first request
         from orchestrator.agent.audit import compile_audited
 
-        audited = await anyio.to_thread.run_sync(
-            partial(
+        audited = await blocking.run_sync("git", partial(
                 compile_audited,
                 self.agent.memory_dir,
                 self.agent.raw_system,
                 agent_id=self.agent.agent_id,
                 conversation_id=conversation_id,
                 previous_message_count=message_count,
-            )
-        )
+            ))
         record = record_from(audited.compiled, conversation_id=conversation_id, agent_id=self.agent.agent_id)
         return record if audited.invalid_revision is None else replace(record, memfs_revision=audited.invalid_revision)
 

@@ -179,7 +179,7 @@ class ReflectionCoordinator:
         self._active = True
         handed_off = False
         try:
-            status = await anyio.to_thread.run_sync(repo_status, self.agent.memory_dir)
+            status = await blocking.run_sync("git", partial(repo_status, self.agent.memory_dir))
             if status.in_conflict:
                 return f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
             if status.dirty:
@@ -255,7 +255,7 @@ class ReflectionCoordinator:
         from orchestrator.memfs.merge import finalize_worktree
 
         conversation_id = cast(str, record.conversation_id)
-        payload = await anyio.to_thread.run_sync(self._write_payload, worktree.id, conversation_id, render_transcript(slice_))
+        payload = await blocking.run_sync("files", partial(self._write_payload, worktree.id, conversation_id, render_transcript(slice_)))
         outcome: MergeOutcome | None = None
         error: str | None = None
         try:
@@ -273,7 +273,7 @@ class ReflectionCoordinator:
                     outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
                 await self._finish(record, outcome, error, steps)
-                await anyio.to_thread.run_sync(partial(payload.unlink, missing_ok=True))
+                await blocking.run_sync("files", partial(payload.unlink, missing_ok=True))
                 self._active = False
 
     async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
@@ -281,11 +281,9 @@ class ReflectionCoordinator:
         from orchestrator.agent.audit import compile_audited
         from subagents.reflection_reader import ReflectionUnfinished, plan_reading, run_reading_loop
 
-        audited = await anyio.to_thread.run_sync(
-            partial(compile_audited, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id)
-        )
+        audited = await blocking.run_sync("git", partial(compile_audited, worktree.path, "{CORE_MEMORY}", agent_id=self.agent.agent_id))
         system = load_prompt("reflection").replace("{CORE_MEMORY}", audited.compiled.core_memory)
-        transcript = await anyio.to_thread.run_sync(partial(payload.read_text, encoding="utf-8"))
+        transcript = await blocking.run_sync("files", partial(payload.read_text, encoding="utf-8"))
         specs = tool_specs(list(_TOOLS))
         window = self.settings.context_window
         plan = plan_reading(

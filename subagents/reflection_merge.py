@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
-
 from orchestrator.agent.reminders import reflection_kept_reminder
+from orchestrator.base import blocking
 from orchestrator.base.events import Event
 from orchestrator.base.subagent_events import (
     ReflectionFailed,
@@ -181,7 +181,7 @@ class BranchRetrier:
             records = await self.store.reflections(self.agent_id)
         if not any(r.waiting or r.status == "kept_conflict" for r in records):
             return []  # nothing could be retried: no HEAD to read (a worker hop every turn end)
-        head = await anyio.to_thread.run_sync(head_revision, self.memory_dir)
+        head = await blocking.run_sync("git", partial(head_revision, self.memory_dir))
         done: list[ReflectionRecord] = []
         for record in _retryable(records, head):
             try:

@@ -95,3 +95,34 @@ def test_every_function_level_import_says_why() -> None:
         if not above.startswith("#") and "import" not in (ast.get_docstring(func) or ""):
             unexplained.append(f"{path.relative_to(ROOT)}:{stmt.lineno}")
     assert unexplained == [], f"function-level imports without a reason: {unexplained}"
+
+
+def _thread_handoffs(source: str) -> list[int]:
+    """Lines that hand work to a thread themselves: a call of ``to_thread.run_sync`` (spelt through
+    ``anyio`` or imported) or an import of ``anyio.to_thread``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "run_sync":
+            base = node.value
+            if (isinstance(base, ast.Attribute) and base.attr == "to_thread") or (
+                isinstance(base, ast.Name) and base.id == "to_thread"
+            ):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "anyio" and any(a.name == "to_thread" for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_blocking_work_leaves_the_loop_only_through_base_blocking() -> None:
+    """One way off the event loop (issue 24 item 2): every hand-off to a thread goes through
+    ``orchestrator.base.blocking.run_sync`` (kinds ``git``, ``files``, ``wait``)."""
+    own = ROOT / "orchestrator" / "base" / "blocking.py"
+    found = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for folder in ("orchestrator", "subagents")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != own
+        for line in _thread_handoffs(path.read_text(encoding="utf-8"))
+    }
+    assert found == set(), "use orchestrator.base.blocking.run_sync"
+    assert _thread_handoffs("import anyio\nasync def f():\n    await anyio.to_thread.run_sync(g)\n") == [3]

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
 from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
@@ -254,7 +254,7 @@ class ChatSession:
         return ContextUse(size.tokens, self.context.settings.context_window, size.source)
 
     async def memory_head(self) -> str | None:
-        return await anyio.to_thread.run_sync(head_revision, self.agent.memory_dir)
+        return await blocking.run_sync("git", partial(head_revision, self.agent.memory_dir))
 
 
 def _compactor(rt: Runtime, context: SessionContext, supervisor: Supervisor) -> Compactor | None:

@@ -49,6 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -193,9 +194,9 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     """
     await AsyncPath(repo).mkdir(parents=True)
     await harness_init(repo)
-    await anyio.to_thread.run_sync(lambda: install_hook(repo, ROOT_MARKER))
-    await anyio.to_thread.run_sync(_write_files, repo, files)
-    snapshot = await anyio.to_thread.run_sync(lambda: build_snapshot(_read_tree_files(repo)))
+    await blocking.run_sync("git", lambda: install_hook(repo, ROOT_MARKER))
+    await blocking.run_sync("files", partial(_write_files, repo, files))
+    snapshot = await blocking.run_sync("files", lambda: build_snapshot(_read_tree_files(repo)))
     errors = validate_snapshot(snapshot, ROOT_MARKER).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
@@ -271,7 +272,7 @@ def _write_and_validate(checkout: Path, rel: str, text: str) -> tuple[str, ...]:
 
 async def _commit(checkout: Path, rel: str, text: str, message: str) -> str:
     """Validate in-process, commit with hooks bypassed (one git process), return the full SHA."""
-    errors = await anyio.to_thread.run_sync(_write_and_validate, checkout, rel, text)
+    errors = await blocking.run_sync("files", partial(_write_and_validate, checkout, rel, text))
     if errors:
         raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
     for attempt in range(_COMMIT_RETRIES):
@@ -468,7 +469,7 @@ async def run_stress(
     """
     started = time.perf_counter()
     owned = workdir is None
-    base = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "reverie-stress-")) if owned else workdir
+    base = Path(await blocking.run_sync("files", partial(tempfile.mkdtemp, "", "reverie-stress-"))) if owned else workdir
     assert base is not None
     repo, root = base / "memory", base / "worktrees"
     policy_resolver = resolver if config.merge_policy == "resolve" else None
@@ -496,7 +497,7 @@ async def run_stress(
             reachable = await blocking.run_sync("git", lambda: reachable_commits(repo))
             lost = await _count_lost(repo, [sha for sha in finals if sha not in reachable])
             present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
-            invalid = await anyio.to_thread.run_sync(_sweep_invalid, repo, present)
+            invalid = await blocking.run_sync("git", partial(_sweep_invalid, repo, present))
             pins = await _pins_left(repo)
         if pins and not interrupted:
             raise RuntimeError(f"stress left {len(pins)} pre-rebase ref(s) behind, e.g. {pins[0]}")
@@ -520,7 +521,7 @@ async def run_stress(
     finally:
         if owned:
             with CancelScope(shield=True):
-                await anyio.to_thread.run_sync(lambda: shutil.rmtree(base, ignore_errors=True))
+                await blocking.run_sync("files", lambda: shutil.rmtree(base, ignore_errors=True))
 
 
 async def _cancel_on(event: anyio.Event, scope: CancelScope) -> None:

@@ -46,11 +46,13 @@ from typing import Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import sniffio
 
 __all__ = [
     "FILE_SLOTS",
     "GIT_SLOTS",
+    "WAIT_SLOTS",
     "BlockingKind",
     "Courier",
     "FairLimiter",
@@ -64,12 +66,14 @@ __all__ = [
 
 T = TypeVar("T")
 
-BlockingKind = Literal["git", "files"]
+BlockingKind = Literal["git", "files", "wait"]
 
 GIT_SLOTS = 4
 """Git processes (or in-process git work) at once: two cores gain nothing from more."""
 FILE_SLOTS = 16
-"""File-system jobs at once."""
+"""Short blocking calls at once: the file system, imports, small library calls."""
+WAIT_SLOTS = 1000
+"""Threads waiting on something outside reverie at once (a lock, stdin, an editor, a remote task)."""
 
 _rank: contextvars.ContextVar[int] = contextvars.ContextVar("reverie_blocking_rank", default=0)
 
@@ -313,8 +317,28 @@ async def _in_thread(fn: Callable[[], T]) -> T:
     return cast(T, job.result)
 
 
+_WAIT_LIMITER: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("reverie_blocking_wait")
+
+
+def _wait_limiter() -> anyio.CapacityLimiter:
+    try:
+        return _WAIT_LIMITER.get()
+    except LookupError:
+        made = anyio.CapacityLimiter(_slots("REVERIE_WAIT_SLOTS", WAIT_SLOTS))
+        _WAIT_LIMITER.set(made)
+        return made
+
+
 async def run_sync(kind: BlockingKind, fn: Callable[[], T]) -> T:
-    """Run ``fn()`` in a worker thread once a ``kind`` slot is free (see the module docstring)."""
+    """Run ``fn()`` in a worker thread once a ``kind`` slot is free (see the module docstring).
+
+    ``git`` and ``files`` jobs run to their end, a cancelled caller hearing of it at its next
+    checkpoint. A ``wait`` job (blocked on something outside reverie for as long as that takes)
+    is *abandoned* by a cancelled caller: ``fn`` must make that safe (``FlockWaiter`` gives up a lock
+    it gets afterwards; a killed process group ends the bash tool's wait). It runs in anyio's threads
+    behind a limiter of its own, so a wait never holds a slot that the work it waits for needs."""
+    if kind == "wait":
+        return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=_wait_limiter())
     slots = limiter(kind)
     await slots.acquire()
     try:

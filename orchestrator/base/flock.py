@@ -17,10 +17,12 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
 from anyio import CancelScope
+
+from orchestrator.base import blocking
 
 __all__ = ["FlockWaiter", "hold_flock"]
 
@@ -80,7 +82,7 @@ async def hold_flock(path: Path) -> AsyncIterator[None]:
     """
     waiter = FlockWaiter(path)
     try:
-        got = await anyio.to_thread.run_sync(_make_and_acquire, waiter, abandon_on_cancel=True)
+        got = await blocking.run_sync("wait", partial(_make_and_acquire, waiter))
     except BaseException:
         waiter.abandon()
         raise
@@ -90,4 +92,4 @@ async def hold_flock(path: Path) -> AsyncIterator[None]:
         yield
     finally:
         with CancelScope(shield=True):
-            await anyio.to_thread.run_sync(waiter.abandon)
+            await blocking.run_sync("files", waiter.abandon)

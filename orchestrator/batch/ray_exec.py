@@ -6,7 +6,7 @@ Without ``--ray-address`` a private Ray instance starts on loopback only (127.0.
 cluster untouched (DECISIONS S28) and the run directory must be on storage every node sees.
 "Private" is ``address="local"``: a bare ``ray.init()`` joins whatever cluster ``RAY_ADDRESS`` or
 ``/tmp/ray`` names, another process's included, so joining is only ever what ``--ray-address`` asks.
-Results are awaited with ``anyio.to_thread.run_sync(ray.get, ...)``. Ray is imported only here and
+Results are awaited with ``blocking.run_sync("wait", ray.get)`` (abandoned on cancel). Ray is imported only here and
 only when a run uses it, so reverie works without the extra.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.protocol import ResultSink
 from orchestrator.batch.results import TaskResult
@@ -77,13 +78,13 @@ def start_local_ray(num_cpus: int) -> None:
 async def ray_session(concurrency: int, address: str | None = None) -> AsyncIterator[None]:
     """Keep one Ray connection (or private local Ray) across several runs, e.g. a sweep's settings."""
     executor = RayExecutor(concurrency, address=address)
-    started = await anyio.to_thread.run_sync(executor._ensure_ray)
+    started = await blocking.run_sync("files", executor._ensure_ray)
     try:
         yield
     finally:
         if started:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(importlib.import_module("ray").shutdown)
+                await blocking.run_sync("files", importlib.import_module("ray").shutdown)
 
 
 class RayExecutor:
@@ -124,7 +125,7 @@ class RayExecutor:
         on_result: ResultSink,
         progress: ProgressSink | None = None,
     ) -> None:
-        started_here = await anyio.to_thread.run_sync(self._ensure_ray)
+        started_here = await blocking.run_sync("files", self._ensure_ray)
         ray = importlib.import_module("ray")
         options = replace(options, out_dir=options.out_dir.resolve())
         remote = ray.remote(num_cpus=1, max_retries=0)(_ray_entry)
@@ -133,15 +134,13 @@ class RayExecutor:
         async def one(task: Task) -> None:
             async with limiter:
                 env = _worker_env(os.environ, local=not self.address)
-                ref = await anyio.to_thread.run_sync(
-                    partial(remote.remote, task_to_json(task), options.to_json(), env)
-                )
+                ref = await blocking.run_sync("files", partial(remote.remote, task_to_json(task), options.to_json(), env))
                 try:
-                    raw = await anyio.to_thread.run_sync(ray.get, ref, abandon_on_cancel=True)
+                    raw = await blocking.run_sync("wait", partial(ray.get, ref))
                     result = TaskResult.from_json(raw)
                 except anyio.get_cancelled_exc_class():
                     with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(partial(ray.cancel, ref, force=True))
+                        await blocking.run_sync("files", partial(ray.cancel, ref, force=True))
                     raise
                 except Exception as exc:
                     detail = " ".join(str(exc).split())[:500]
@@ -164,4 +163,4 @@ class RayExecutor:
         finally:
             if started_here:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(ray.shutdown)
+                    await blocking.run_sync("files", ray.shutdown)

@@ -229,11 +229,11 @@ async def _run_suite(
         "options": options.to_json(),
         "tasks": [t.id for t in tasks],
     }
-    existing = await anyio.to_thread.run_sync(_prepare, out_dir, resume or retry is not None, meta)
+    existing = await blocking.run_sync("files", partial(_prepare, out_dir, resume or retry is not None, meta))
     stale = bool(existing) and await blocking.run_sync(
         "files", partial(mark_stale, out_dir, "retried" if retry is not None else "resumed")
     )
-    earlier_elapsed = await anyio.to_thread.run_sync(_elapsed_so_far, out_dir) if existing else 0.0
+    earlier_elapsed = await blocking.run_sync("files", partial(_elapsed_so_far, out_dir)) if existing else 0.0
     again = retry_candidates(existing, retry or ())
     todo = pending_tasks(tasks, set(existing) - again)
     previous = dict(existing)
@@ -251,7 +251,7 @@ async def _run_suite(
         if on_result is not None:
             await on_result(result)
 
-    await anyio.to_thread.run_sync(load_backends)
+    await blocking.run_sync("files", load_backends)
     started = time.perf_counter()
     await executor.run(todo, options, on_result=record, progress=progress)
     elapsed = time.perf_counter() - started
@@ -262,10 +262,10 @@ async def _run_suite(
     summary["executor"] = executor.name
     summary["concurrency"] = executor.concurrency
     summary["resumed"] = len(tasks) - len(todo)
-    await anyio.to_thread.run_sync(write_summary, out_dir / SUMMARY_FILE, summary)
+    await blocking.run_sync("files", partial(write_summary, out_dir / SUMMARY_FILE, summary))
     if again:
-        await anyio.to_thread.run_sync(compact_results, results_path)
-    await anyio.to_thread.run_sync(partial(_spans, out_dir, fresh))
+        await blocking.run_sync("files", partial(compact_results, results_path))
+    await blocking.run_sync("files", partial(_spans, out_dir, fresh))
     if stale:
         await blocking.run_sync("files", partial(write_report, out_dir))  # the old one was marked stale: rewrite it
     return RunReport(

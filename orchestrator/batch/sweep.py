@@ -18,8 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio
-
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
 from orchestrator.batch.protocol import Executor
@@ -181,7 +180,7 @@ async def _run_sweep(
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
     recognisable as one."""
     meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}
-    await anyio.to_thread.run_sync(partial(_write_meta, options.out_dir, meta))
+    await blocking.run_sync("files", partial(_write_meta, options.out_dir, meta))
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
     runs: list[RunReport] = []
     for setting in settings:
@@ -201,5 +200,5 @@ async def _run_sweep(
         if on_setting_done is not None:
             await on_setting_done(setting, report)
     rows = comparison_rows(done)
-    charts = await anyio.to_thread.run_sync(partial(_save, options.out_dir, rows))
+    charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows))
     return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts))

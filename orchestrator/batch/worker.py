@@ -96,7 +96,7 @@ class _Outbox:
 async def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """Run tasks read from ``source`` until it ends, answering on ``sink``. An input that ends before
     the header is a driver that needed no worker after all (a forked one it did not use)."""
-    await anyio.to_thread.run_sync(load_backends)
+    await blocking.run_sync("files", load_backends)
     gc.freeze()  # as the driver does before its loop (cli/aio.py): the imports are never collected
     reader = anyio.wrap_file(source)
     first = await reader.readline()

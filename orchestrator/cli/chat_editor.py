@@ -23,12 +23,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TextIO
 
-import anyio
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import set_app
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings
+
+from orchestrator.base import blocking
 
 __all__ = ["LineEditor"]
 
@@ -74,7 +75,7 @@ class LineEditor:
         future: Future[str | None] = asyncio.run_coroutine_threadsafe(self._prompt(message), self._loop)
         self._reading = True
         try:
-            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+            return await blocking.run_sync("wait", future.result)
         except BaseException:
             self._loop.call_soon_threadsafe(self._abort)
             raise

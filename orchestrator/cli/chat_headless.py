@@ -17,6 +17,7 @@ from typing import Any, TextIO, cast
 import anyio
 
 from orchestrator.app.session import ChatSession
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event
 from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn, warn_unused_model
@@ -161,7 +162,7 @@ async def next_line(leave: anyio.Event) -> str | None:
 
     async def read(scope: anyio.CancelScope) -> None:
         nonlocal line
-        got = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        got = await blocking.run_sync("wait", sys.stdin.readline)
         line = got if got else None
         scope.cancel()
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.base.events import Event
 from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
@@ -82,7 +83,7 @@ async def _repl(
         )
         try:
             if editor is not None:
-                await anyio.to_thread.run_sync(editor.start)
+                await blocking.run_sync("files", editor.start)
                 status = _StatusLine(session, editor)
                 tg.start_soon(status.follow)
             while True:
@@ -93,7 +94,7 @@ async def _repl(
                 else:
                     text = await _next_line(leave)
                     if text is not None and text.strip():
-                        await anyio.to_thread.run_sync(_remember, history_file(agent), text)
+                        await blocking.run_sync("files", partial(_remember, history_file(agent), text))
                 if text is None:
                     break
                 if not text.strip():
@@ -117,7 +118,7 @@ async def _repl(
                     await _show_memory_change(session, renderer, result.memory_before, result.memory_after)
         finally:
             if editor is not None:
-                await anyio.to_thread.run_sync(editor.close)
+                await blocking.run_sync("files", editor.close)
             tg.cancel_scope.cancel()
     if leave.is_set():
         print("reverie: interrupted", file=sys.stderr)
@@ -170,7 +171,7 @@ class _StatusLine:
 
 
 async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:
-    diff = await anyio.to_thread.run_sync(partial(memory_diff, session.agent.memory_dir, before, after))
+    diff = await blocking.run_sync("git", partial(memory_diff, session.agent.memory_dir, before, after))
     if diff is None or not diff.files:
         return
     renderer.notice("\n".join([f"  ↻ memory: {diff.summary}", *diff.render()]))

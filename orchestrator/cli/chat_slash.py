@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import anyio
-
 from orchestrator.app.session import ChatSession
+from orchestrator.base import blocking
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import one_line
@@ -122,7 +121,7 @@ class Slash:
         return [b.branch for b in branches if not b.merged]
 
     async def _memory(self, arg: str) -> None:
-        lines = await anyio.to_thread.run_sync(partial(_memory_report, self.session.agent.memory_dir))
+        lines = await blocking.run_sync("git", partial(_memory_report, self.session.agent.memory_dir))
         self.say("\n".join(lines))
 
     async def _compact(self, arg: str) -> None:

@@ -7,9 +7,9 @@ import sys
 from functools import partial
 from typing import Annotated, Any
 
-import anyio
 import typer
 
+from orchestrator.base import blocking
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
@@ -33,12 +33,12 @@ async def require_agent(store: Any, agent_id: str) -> None:
     ``--agent`` cannot leave a new agent, memory repository and conversation behind."""
     check_agent_id(agent_id)
     record = await store.get_agent(agent_id)
-    has_repo = await anyio.to_thread.run_sync((agent_memory_dir(agent_id) / ".git").exists)
+    has_repo = await blocking.run_sync("files", (agent_memory_dir(agent_id) / ".git").exists)
     if record is None and not has_repo:
         # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.cli.home import known_agents_on_disk
 
-        on_disk = await anyio.to_thread.run_sync(known_agents_on_disk)
+        on_disk = await blocking.run_sync("files", known_agents_on_disk)
         known = sorted({a.id for a in await store.list_agents()} | set(on_disk))
         listing = f" (agents: {', '.join(known)})" if known else " (no agents yet)"
         raise UserError(f"no agent {agent_id!r}{listing}; `reverie chat --agent {agent_id}` creates it")
@@ -108,11 +108,9 @@ def prompt_cmd(
                     return f"[cached · compiled {row.compiled_at} · memfs {sha}]", row.content
                 what = "this conversation has" if conv is not None else f"agent {agent!r} has no conversation, so"
                 print(f"({what} no cached prompt yet; compiling fresh)", file=sys.stderr)
-            if not await anyio.to_thread.run_sync((profile.memory_dir / ".git").exists):
+            if not await blocking.run_sync("files", (profile.memory_dir / ".git").exists):
                 raise UserError(f"agent {agent!r} has no memory repository at {profile.memory_dir}")
-            compiled = await anyio.to_thread.run_sync(
-                partial(compile_system_prompt, profile.memory_dir, profile.raw_system, agent_id=profile.agent_id)
-            )
+            compiled = await blocking.run_sync("git", partial(compile_system_prompt, profile.memory_dir, profile.raw_system, agent_id=profile.agent_id))
             sha = (compiled.memfs_revision or "none")[:7]
             return f"[fresh · compiled {compiled.compiled_at} · memfs {sha}]", compiled.content
 

@@ -20,8 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-import anyio
-
+from orchestrator.base import blocking
 from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
@@ -184,9 +183,7 @@ class TerminalRenderer:
             # deferred: a merged reflection is shown long after a chat's first request
             from orchestrator.cli.memory_diff import memory_diff
 
-            diff = await anyio.to_thread.run_sync(
-                partial(memory_diff, self.memory_dir, f"{revision}~{commits}", revision)
-            )
+            diff = await blocking.run_sync("git", partial(memory_diff, self.memory_dir, f"{revision}~{commits}", revision))
         if diff is None or not diff.files:
             self.notice(head)
             return

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.compaction.identifiers import Retention, retention
 from orchestrator.compaction.packaging import (
     EMERGENCY_SUMMARY,
@@ -153,7 +155,7 @@ async def summarizer_system_prompt(settings: CompactionSettings, mode: Compactio
     """
     if settings.prompt is not None and (mode == settings.mode):
         return settings.prompt
-    template = await anyio.to_thread.run_sync(load_prompt, f"summarizer_{mode}")
+    template = await blocking.run_sync("files", partial(load_prompt, f"summarizer_{mode}"))
     return template.replace("{word_limit}", str(_WORD_LIMITS[mode]))
 
 
@@ -405,7 +407,7 @@ async def _checked(
     reprompted = False
     if kept.missing:
         reprompted = True
-        follow_up = await anyio.to_thread.run_sync(_reprompt_text, kept.missing)
+        follow_up = await blocking.run_sync("files", partial(_reprompt_text, kept.missing))
         again = ModelRequest(
             system=request.system,
             messages=(

@@ -26,8 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
-import anyio.to_thread
-
+from orchestrator.base import blocking
 from orchestrator.memfs.git import GitError, GitResult, arun
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.names import LOCK_FILE_NAME, WORKTREE_LOCK_FILE_NAME
@@ -211,7 +210,7 @@ async def retrying_git(
             if _locked(result):
                 named = lock_file_in(result.stderr)
                 if named is not None:
-                    await anyio.to_thread.run_sync(partial(clear_stale_lock_files, [named], roots=(Path(cwd),)))
+                    await blocking.run_sync("files", partial(clear_stale_lock_files, [named], roots=(Path(cwd),)))
         outcome = attempt.retry_state.outcome
         if outcome is not None and not outcome.failed:
             attempt.retry_state.set_result(result)

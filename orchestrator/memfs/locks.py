@@ -38,7 +38,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio.to_thread
 import sniffio
 from anyio import CancelScope, Lock, WouldBlock, fail_after
 
@@ -181,10 +180,10 @@ async def _repo_lock(
         owner = common / owner_name if owner_name else None
         try:
             if max_wait is None or not wait:
-                got = await anyio.to_thread.run_sync(_acquired, waiter, owner, token, wait, abandon_on_cancel=True)
+                got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, wait))
             else:
                 with fail_after(max_wait):
-                    got = await anyio.to_thread.run_sync(_acquired, waiter, owner, token, True, abandon_on_cancel=True)
+                    got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, True))
         except TimeoutError:
             waiter.abandon()
             raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {max_wait:g} s") from None

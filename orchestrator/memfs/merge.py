@@ -56,7 +56,6 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-import anyio.to_thread
 from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
 
@@ -176,7 +175,7 @@ class MergeOutcome:
 
 async def default_audit(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
     """The MemFS validator's audit (frontmatter rules and tree constraints, S13) in a thread."""
-    result = await anyio.to_thread.run_sync(lambda: audit_head(checkout, revision=revision, base=base))
+    result = await blocking.run_sync("git", lambda: audit_head(checkout, revision=revision, base=base))
     return tuple(result.errors)
 
 

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
-
 from orchestrator.base import blocking
 from orchestrator.memfs.git import arun, open_repo
 from orchestrator.memfs.indexlock import clear_stale_git_locks
@@ -81,7 +79,7 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     """Reconcile ``repo_dir`` (see the module docstring); ``active``: ids of running subagents."""
     repo = Path(repo_dir)
     common = await git_common_dir(repo)
-    released = await anyio.to_thread.run_sync(release_stale_lock, common)
+    released = await blocking.run_sync("files", partial(release_stale_lock, common))
     aborted: list[Path] = []
     removed: list[Path] = []
     deleted: list[str] = []

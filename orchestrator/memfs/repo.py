@@ -1,6 +1,6 @@
 """Operations on an agent's memory repository: create it, commit to it, read its state.
 
-Everything here is synchronous and blocking; async callers use ``anyio.to_thread.run_sync``.
+Everything here is synchronous and blocking; async callers use ``orchestrator.base.blocking.run_sync``.
 Questions (is it a repository, its ``HEAD``, its status) are answered in-process through the git
 seam's libgit2 handle; only writes (init, add, commit) start git. Reverie's own commits run the
 validator in-process and then commit with hooks bypassed (DECISIONS S21), so a harness commit

@@ -36,14 +36,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httpx2
 import openai
-from anyio import CancelScope, create_task_group, current_time, fail_after, move_on_after, to_thread
+from anyio import CancelScope, create_task_group, current_time, fail_after, move_on_after
 from anyio import sleep as anyio_sleep
 
+from orchestrator.base import blocking
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
 
@@ -302,8 +302,8 @@ class OpenAIModel(ModelClient):
         delaying the first request (issue 14.4)."""
         if self._client is None:
             async with create_task_group() as tg:
-                tg.start_soon(partial(to_thread.run_sync, platform.platform))
-                built = await to_thread.run_sync(self._build_or_error)
+                tg.start_soon(blocking.run_sync, "files", platform.platform)
+                built = await blocking.run_sync("files", self._build_or_error)
             if isinstance(built, Exception):
                 # raised here, not inside the group, so callers see the SDK's own error type
                 raise built

@@ -160,9 +160,7 @@ class Runtime:
         stored = {k: v for k, v in (record.settings if record else {}).items() if k in SETTING_NAMES}
         if not stored:
             return self.settings
-        return await anyio.to_thread.run_sync(
-            partial(load_settings, cli=cli, agent={**self._suite, **stored}, path=self._config_file)
-        )
+        return await blocking.run_sync("files", partial(load_settings, cli=cli, agent={**self._suite, **stored}, path=self._config_file))
 
     async def conversation(
         self, agent: AgentProfile, *, conversation_id: str | None = None, new: bool = False

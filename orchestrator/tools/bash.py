@@ -32,6 +32,7 @@ from functools import partial
 
 import anyio
 
+from orchestrator.base import blocking
 from orchestrator.tools.context import ToolContext, ToolResult
 from orchestrator.tools.overflow import write_overflow
 from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command
@@ -199,7 +200,7 @@ async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None =
         return _render(outcome, ctx, limit)
 
     try:
-        return await anyio.to_thread.run_sync(partial(work), abandon_on_cancel=True)
+        return await blocking.run_sync("wait", partial(work))
     except anyio.get_cancelled_exc_class():
         run.kill()
         raise

@@ -24,8 +24,7 @@ import json
 from functools import partial
 from pathlib import Path
 
-import anyio
-
+from orchestrator.base import blocking
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.truncation import READ_MAX_CHARS_PER_LINE, READ_MAX_LINES, READ_OUTPUT_CHARS
 
@@ -210,7 +209,7 @@ def _edit_sync(ctx: ToolContext, raw: str, old: str, new: str) -> str:
 
 async def _in_thread(fn: partial[str]) -> ToolResult:
     try:
-        return ToolResult(True, await anyio.to_thread.run_sync(fn))
+        return ToolResult(True, await blocking.run_sync("files", fn))
     except ToolError as exc:
         return ToolResult(False, str(exc))
     except OSError as exc:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import anyio
-
+from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.models.types import ToolSpec
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
@@ -235,7 +235,7 @@ async def run_tool(name: str, raw_args: str, ctx: ToolContext) -> ToolResult:
     if len(result.output) > TOOL_RETURN_MAX_CHARS:
         overflow = None
         if ctx.overflow_dir is not None:
-            overflow = await anyio.to_thread.run_sync(write_overflow, ctx.overflow_dir, name, result.output)
+            overflow = await blocking.run_sync("files", partial(write_overflow, ctx.overflow_dir, name, result.output))
         result = ToolResult(
             result.ok,
             truncate_by_chars(
