@@ -80,7 +80,7 @@ async def test_run_sync_runs_in_a_thread_within_its_kinds_slots(monkeypatch: pyt
         with lock:
             running += 1
             peak = max(peak, running)
-        release.wait(5)
+        release.wait(60)
         with lock:
             running -= 1
         return threading.get_ident()
@@ -134,7 +134,7 @@ async def test_a_caller_cancelled_while_its_job_runs_waits_for_the_job_and_then_
 
     def work() -> str:
         started.set()
-        release.wait(5)
+        release.wait(60)
         finished.append("job")
         return "done"
 
@@ -148,7 +148,7 @@ async def test_a_caller_cancelled_while_its_job_runs_waits_for_the_job_and_then_
     scope = anyio.CancelScope()
     async with anyio.create_task_group() as tg:
         tg.start_soon(call, scope)
-        await anyio.to_thread.run_sync(started.wait, 5)
+        await anyio.to_thread.run_sync(started.wait, 60)
         scope.cancel()
         await anyio.wait_all_tasks_blocked()
         assert finished == []
