@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
-from tests.support import running_with
+from tests.support import running_with, wait_until
 
 KEY = "sk-live-4b1d9e77c0a2_DO_NOT_LEAK"
 MEMORY = Path("agents") / "agent-default" / "memory"
@@ -149,12 +149,11 @@ def test_a_commit_works_at_once_after_a_kill_9_during_a_sandboxed_pathspec_commi
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float = 90.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
+    try:
+        wait_until(condition, timeout=seconds, what="the condition")
+    except AssertionError:
+        return False
+    return True
 
 
 def test_a_memory_commit_that_fails_is_a_warning_and_a_reminder(tmp_path: Path) -> None:
