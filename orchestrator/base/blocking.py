@@ -1,5 +1,7 @@
-"""Blocking work (git, files) off the event loop, each kind behind its own limiter, served in the
-order of the sessions that asked rather than in arrival order.
+"""The one way blocking work leaves the event loop (``run_sync``; SQLite alone has its own lanes,
+``orchestrator.store.worker``): each kind behind its own limiter, served in the order of the
+sessions that asked rather than in arrival order. ``tests/test_layers.py`` fails any other module
+that hands work to a thread itself.
 
 Why not ``anyio.to_thread.run_sync`` alone: its default limiter is 40 threads shared by everything, in
 arrival order. With a thousand sessions each step of every session queues behind everyone's previous
@@ -9,12 +11,15 @@ step, so all of them advance in lockstep and none finishes until all do (issue 1
   cores, so a few at a time (``GIT_SLOTS``); ``files`` is short reads and writes (``FILE_SLOTS``).
   SQLite has its own lanes (``orchestrator.store.worker``). ``REVERIE_GIT_SLOTS`` and
   ``REVERIE_FILE_SLOTS`` override the sizes;
+* ``wait`` is for blocking on something outside reverie (a lock, stdin, an editor, the bash tool's
+  command, a Ray result) for as long as that takes: anyio's threads behind a limiter of its own
+  (``WAIT_SLOTS``, ``REVERIE_WAIT_SLOTS``), abandoned by a cancelled caller (see ``run_sync``);
 * a waiter is served by *rank* (lower first), then in arrival order. ``ranked(n)`` sets the rank for
   the current task and every task it starts; the batch executor gives each task its suite index, so
   sessions that started first finish first, and later ones wait instead of crowding in. Work
   outside any ``ranked`` block has rank 0.
 
-A job handed to its thread runs to the end (the thread is not abandoned on cancellation); a caller
+A ``git`` or ``files`` job handed to its thread runs to the end (the thread is not abandoned on cancellation); a caller
 cancelled while still waiting for a slot gives the slot up, one cancelled while its job runs hears of
 it at its next checkpoint.
 
