@@ -95,7 +95,7 @@ async def test_run_sync_runs_in_a_thread_within_its_kinds_slots(monkeypatch: pyt
             tg.start_soon(one)
         slots = blocking.limiter("git")
         await anyio.to_thread.run_sync(
-            partial(wait_until, lambda: (slots.busy, slots.waiting) == (2, 4), timeout=60, what="2 running, 4 waiting")
+            partial(wait_until, lambda: (running, slots.busy, slots.waiting) == (2, 2, 4), timeout=60, what="2 running, 4 waiting")
         )
         release.set()
     assert peak == 2 and len(results) == 6 and loop_thread not in results
