@@ -2,7 +2,8 @@
 Ctrl-C that interrupts a turn) or headless (``-p`` with text, json or stream-json output, or
 ``--input-format stream-json`` for many messages through one process; DECISIONS D13, D14).
 
-Headless output: ``text`` streams the reply; ``json`` prints one result object after the turn
+Headless output: ``text`` puts the reply alone on stdout and activity on stderr (``-p -`` reads the
+message from stdin); ``json`` prints one result object after the turn
 and S23's wait; ``stream-json`` prints one object per line, ``{"type": <event kind>, ...payload}``
 in the vocabulary of docs/events.md, and ends with the same result object (``"type": "result"``).
 With ``--input-format stream-json`` every stdin line ``{"type": "user", "text": "..."}`` is
@@ -25,7 +26,7 @@ __all__ = ["chat", "register"]
 
 
 def chat(
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Send one message and exit (no REPL).")] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Send one message and exit (no REPL); - reads it from stdin.")] = None,
     agent: AgentOption = DEFAULT_AGENT_ID,
     conversation: ConversationOption = None,
     new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,

@@ -1,7 +1,14 @@
 """Headless chat: ``-p TEXT`` once, or stream-json messages from stdin, with text, json or
 stream-json output (DECISIONS D13, D14; the formats are described in ``orchestrator.cli.chat``).
 
-Everything a script parses goes to stdout; progress lines (S23's wait) and warnings go to stderr.
+Everything a script parses goes to stdout; progress lines (S23's wait), warnings and, in ``text``
+output, every line of activity (tools, memory, subagents) go to stderr. ``text`` output puts the
+reply alone on stdout, so ``answer=$(reverie chat -p ...)`` is the reply and nothing else: to a
+pipe or a file it is written once the turn ends (the text of the turn's last step, as ``json``'s
+``reply``; text the model wrote before a tool call is not the reply), to a terminal it streams as
+it comes, since a person is reading. With ``--input-format stream-json`` each turn is announced on
+stderr by a marker line naming it (``── turn 3 · <turn id> · <the user's line>``), so a log of
+stderr reads as the conversation it was.
 Ctrl-C interrupts the running turn (stored ``interrupted``, its result written, exit 130); while
 waiting for the next stdin line it ends the session with 130.
 """
@@ -19,11 +26,11 @@ import anyio
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.base.events import Event
+from orchestrator.base.events import Event, TurnStarted
 from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn, warn_unused_model
-from orchestrator.cli.render import TerminalRenderer
+from orchestrator.cli.render import TerminalRenderer, one_line
 
-__all__ = ["JsonLines", "next_line", "parse_input_line", "run_headless"]
+__all__ = ["JsonLines", "TurnMarkers", "next_line", "parse_input_line", "run_headless"]
 
 
 class JsonLines:
@@ -60,6 +67,23 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+class TurnMarkers:
+    """The stderr line that opens each turn of a stream-json session in ``text`` output."""
+
+    def __init__(self, say: Any = _stderr) -> None:
+        self.say = say
+        self.count = 0
+        self.text = ""
+
+    def next(self, text: str) -> None:
+        """The user's line of the turn about to start."""
+        self.count += 1
+        self.text = text
+
+    def __call__(self, event: TurnStarted) -> None:
+        self.say(f"── turn {self.count} · {event.turn_id} · {one_line(self.text, 100)}")
+
+
 async def run_headless(
     agent: str,
     conversation: str | None,
@@ -71,11 +95,19 @@ async def run_headless(
     model: str | None,
 ) -> int:
     text_out = fmt == "text"
-    # json: nothing but the result on stdout, so the renderer's stream goes nowhere
-    renderer = TerminalRenderer(sys.stdout if text_out else cast(TextIO, _Null()), verbose=verbose)
+    # the reply streams only to a terminal; json and a piped text get nothing from the renderer's stream
+    live = text_out and sys.stdout.isatty()
+    renderer = TerminalRenderer(
+        sys.stdout if live else cast(TextIO, _Null()),
+        verbose=verbose,
+        activity=sys.stderr if text_out else cast(TextIO, _Null()),
+    )
     stream = JsonLines(sys.stdout) if fmt == "stream-json" else None
+    markers = TurnMarkers() if text_out and prompt is None else None
 
     async def observe(event: Event) -> None:
+        if markers is not None and isinstance(event, TurnStarted):
+            markers(event)
         await renderer(event)
         if stream is not None:
             await stream(event)
@@ -103,6 +135,9 @@ async def run_headless(
 
         def report(result: TurnResult) -> None:
             if text_out:
+                if not live and result.reply:
+                    sys.stdout.write(result.reply if result.reply.endswith("\n") else result.reply + "\n")
+                    sys.stdout.flush()
                 if result.status == "error":
                     _stderr(f"reverie: error: {result.error}")
                 elif result.status == "max_steps":
@@ -120,14 +155,20 @@ async def run_headless(
                 if leave.is_set() and result.status != "interrupted":
                     _stderr("reverie: interrupted while waiting for subagents; start-up recovery finishes their work")
             else:
-                code = await _answer_stdin(session, renderer, interrupts, leave, report, finish)
+                code = await _answer_stdin(session, renderer, interrupts, leave, report, finish, markers)
         finally:
             tg.cancel_scope.cancel()
     return code
 
 
 async def _answer_stdin(
-    session: Any, renderer: TerminalRenderer, interrupts: Interrupts, leave: anyio.Event, report: Any, finish: Any
+    session: Any,
+    renderer: TerminalRenderer,
+    interrupts: Interrupts,
+    leave: anyio.Event,
+    report: Any,
+    finish: Any,
+    markers: TurnMarkers | None,
 ) -> int:
     code = 0
     invalid = False
@@ -145,6 +186,8 @@ async def _answer_stdin(
             _stderr(f"reverie: error: {exc}")
             invalid = True
             continue
+        if markers is not None:
+            markers.next(text)
         result = await run_turn(session, text, renderer, interrupts)
         report(result)
         code = result.exit_code

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.base.paths import DEFAULT_AGENT_ID
@@ -57,6 +57,10 @@ class ChatArgs:
     verbose: bool = False
 
 
+def _stdin_prompt(option: str, value: str) -> bool:
+    return value == "-" and _VALUED[option] == "prompt"
+
+
 def parse_chat_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> ChatArgs | None:
     """chat's arguments (after ``chat``), or None where typer must parse (see the module doc)."""
     env = os.environ if environ is None else environ
@@ -70,7 +74,7 @@ def parse_chat_args(argv: Sequence[str], environ: Mapping[str, str] | None = Non
         name, eq, inline = token.partition("=")
         if eq and name.startswith("--") and name in _VALUED:
             value = inline
-        elif token in _VALUED and rest and not rest[0].startswith("-"):
+        elif token in _VALUED and rest and (not rest[0].startswith("-") or _stdin_prompt(token, rest[0])):
             name, value = token, rest.pop(0)
         else:
             return None
@@ -97,8 +101,28 @@ def _require_utf8(option: str, value: str) -> None:
         raise UserError(f"{option} is not valid UTF-8 text ({shown} at position {exc.start})") from None
 
 
+def _read_stdin_prompt() -> str:
+    """``-p -``: the message is stdin, whole (a trailing newline, as ``echo`` adds, is not part of it)."""
+    try:
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    except KeyboardInterrupt:
+        raise
+    text = data.decode("utf-8", "surrogateescape")
+    _require_utf8("-p - (stdin)", text)
+    if not text.strip():
+        raise UserError("-p -: stdin is empty: pipe the message in, e.g. echo hi | reverie chat -p -")
+    return text.rstrip("\n")
+
+
 def start_chat(args: ChatArgs) -> int:
-    """Check the combination of options (one line for a mistake), run the chat, return its exit code."""
+    """Check the combination of options (one line for a mistake), run the chat, return its exit code.
+
+    ``-p -`` reads the message from stdin (as ``git commit -F -``); a literal ``-`` is never sent.
+    """
+    if args.prompt == "-":
+        if args.input_format == "stream-json":
+            raise UserError("--input-format stream-json reads the messages from stdin: leave out -p")
+        args = replace(args, prompt=_read_stdin_prompt())
     if args.output_format is not None and args.output_format not in _OUTPUT_FORMATS:
         raise UserError(f"--output-format {args.output_format!r}: use one of {', '.join(_OUTPUT_FORMATS)}")
     if args.input_format not in _INPUT_FORMATS:

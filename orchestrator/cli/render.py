@@ -8,7 +8,13 @@ result ``✓``/``✗`` with a short preview. Reflection merges name the files th
 compact diff. Lines that may arrive while the user types (background subagents) go through
 ``above``, which the REPL points at its line editor so they are printed above the prompt. A
 post-turn memory sync that finds the repository in trouble is shown too: the agent gets a
-reminder, and the user should know why.
+reminder, and the user should know why. Every reflection's outcome is shown, ``no_changes``
+included, so a reflection that ran is never invisible.
+
+Streamed text goes to ``out``; every other line (tools, memory, subagents) to ``activity``, which
+is ``out`` in the REPL and stderr in headless ``text`` output, so a script that reads stdout gets
+the reply alone. When the two are different streams but the same terminal, a line of activity
+first ends the reply's line on ``out`` so the two never glue together.
 """
 
 from __future__ import annotations
@@ -91,8 +97,10 @@ class TerminalRenderer:
         verbose: bool = False,
         memory_dir: Path | None = None,
         above: Callable[[str], bool] | None = None,
+        activity: TextIO | None = None,
     ) -> None:
         self.out = out or sys.stdout
+        self.activity = activity or self.out
         self.verbose = verbose
         self.memory_dir = memory_dir
         self.above = above
@@ -103,9 +111,10 @@ class TerminalRenderer:
     def _line(self, text: str) -> None:
         if not self._at_line_start:
             self.out.write("\n")
-        self.out.write(text + "\n")
-        self._at_line_start = True
-        self.out.flush()
+            self.out.flush()
+            self._at_line_start = True
+        self.activity.write(text + "\n")
+        self.activity.flush()
 
     def notice(self, text: str) -> None:
         """A line that may come while the user types: above the prompt when one is shown."""
@@ -154,6 +163,8 @@ class TerminalRenderer:
             ReflectionFailed,
             ReflectionKept,
             ReflectionMerged,
+            ReflectionOutcome,
+            ReflectionPending,
         )
 
         if isinstance(event, CompactionProgress):
@@ -169,6 +180,10 @@ class TerminalRenderer:
         elif isinstance(event, ReflectionKept):
             files = f" ({', '.join(event.files)})" if event.files else ""
             self.notice(f"  ⚠ reflection conflict: kept on {event.branch}{files}; `reverie reflections list`")
+        elif isinstance(event, ReflectionOutcome) and event.outcome == "no_changes":
+            self.notice("  ↻ reflection: no changes to memory")
+        elif isinstance(event, ReflectionPending) and event.turns == 0:
+            self.notice(f"  ⏸ reflection waiting to merge: {one_line(event.reason, 120)} (retried at each turn end)")
         elif event.kind == "reflection.failed":
             self.notice(f"  ⚠ reflection failed: {one_line(str(getattr(event, 'error', '') or 'unknown error'))}")
         elif event.kind == "reflection.resolved":

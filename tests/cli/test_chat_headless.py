@@ -83,6 +83,44 @@ def test_stream_json_input_answers_each_message_in_one_conversation(tmp_path: Pa
     assert _db(tmp_path, "SELECT COUNT(DISTINCT conversation_id), COUNT(*) FROM turns") == [(1, 3)]
 
 
+def test_text_output_puts_the_reply_alone_on_stdout_and_activity_on_stderr(tmp_path: Path, backend: str) -> None:
+    proc = reverie(tmp_path, "chat", "-p", "remember that I like owls", REVERIE_BACKEND=backend)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Noted — I saved that to memory.\n"
+    assert "⚙ bash" in proc.stderr and "↻ memory changed" in proc.stderr
+    plain = reverie(tmp_path, "chat", "-p", "hi", REVERIE_BACKEND=backend)
+    assert plain.stdout == "(mock) I heard: hi\n"
+
+
+def test_p_dash_reads_the_message_from_stdin(tmp_path: Path) -> None:
+    proc = reverie(tmp_path, "chat", "-p", "-", stdin="two lines\nof text\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "(mock) I heard: two lines\nof text\n"
+    assert _db(tmp_path, "SELECT content FROM messages WHERE role = 'user' AND content LIKE 'two lines%'") == [
+        ("two lines\nof text",)
+    ]
+    typer_path = reverie(tmp_path, "chat", "--context-window", "8000", "-p", "-", stdin="via typer\n")
+    assert typer_path.stdout == "(mock) I heard: via typer\n", typer_path.stderr
+    empty = reverie(tmp_path, "chat", "-p", "-", stdin="")
+    assert empty.returncode == 1 and empty.stderr.strip().endswith("stdin is empty: pipe the message in, e.g. echo hi | reverie chat -p -")
+
+
+def test_stream_json_input_with_text_output_marks_each_turn_on_stderr(tmp_path: Path) -> None:
+    lines = "".join(json.dumps({"type": "user", "text": t}) + "\n" for t in ("one", "remember that I like owls", "three"))
+    proc = reverie(tmp_path, "chat", "--input-format", "stream-json", "--output-format", "text", stdin=lines)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["(mock) I heard: one", "Noted — I saved that to memory.", "(mock) I heard: three"]
+    turn_ids = [row[0] for row in _db(tmp_path, "SELECT id FROM turns ORDER BY started_at, rowid")]
+    markers = [line for line in proc.stderr.splitlines() if line.startswith("── turn ")]
+    assert markers == [
+        f"── turn 1 · {turn_ids[0]} · one",
+        f"── turn 2 · {turn_ids[1]} · remember that I like owls",
+        f"── turn 3 · {turn_ids[2]} · three",
+    ]
+    between = proc.stderr.split(markers[1])[1].split(markers[2])[0]
+    assert "⚙ bash" in between
+
+
 def test_a_bad_input_line_is_named_and_the_rest_answered(tmp_path: Path) -> None:
     lines = '{"type": "user", "text": "one"}\n{"type": "user"}\nnot json\n{"type": "user", "text": "two"}\n'
     proc = reverie(tmp_path, "chat", "--input-format", "stream-json", "--output-format", "json", stdin=lines)

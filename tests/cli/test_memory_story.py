@@ -51,9 +51,10 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comp
 
 
 def test_rule_is_committed_by_a_real_tool_call(story: dict[str, subprocess.CompletedProcess[str]]) -> None:
-    out = story["rule"].stdout
-    assert "⚙ bash  cd " in out and "✓ " in out
-    assert "↻ memory changed — <memory_update> injected" in out
+    out, activity = story["rule"].stdout, story["rule"].stderr
+    assert "⚙ bash  cd " in activity and "✓ " in activity
+    assert "↻ memory changed — <memory_update> injected" in activity
+    assert "⚙" not in out and "↻" not in out, "text output keeps the reply alone on stdout"
     assert out.rstrip().endswith("🦉"), "the same turn's reply already follows the committed rule"
     memory = Path(story["memory"].stdout.strip())
     log = subprocess.run(["git", "-C", str(memory), "log", "--format=%s"], capture_output=True, text=True, check=True)
