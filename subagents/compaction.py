@@ -28,6 +28,13 @@ What it decides, and reverie's choices where the specs leave room:
   ``compaction.failed`` and the request goes on with the context unchanged. Only cancellation escapes.
 * **Nothing to do.** A plan that would evict nothing but a previous summary is skipped, so a context
   that stays above the trigger because of a large system prompt does not re-summarise every request.
+* **One end per start.** Every ``compaction.start`` carries a ``compaction_id`` and is followed by
+  exactly one terminal event with it: ``compaction.done``, ``compaction.failed``,
+  ``compaction.cancelled`` (the turn was interrupted, or the session closed while it ran or while
+  its prepared summary waited) or ``compaction.superseded`` (a background preparation that will not
+  be applied). ``_ending`` owns the abnormal exits; ``close`` settles what a session leaves prepared.
+* **Never larger.** A summary no smaller than the messages it would replace is not applied
+  (``compaction.failed``, context unchanged; a manual compaction says ``nothing to compact``).
 * **D4 cut.** The planner never evicts the newest user message and cuts it (or the current step's
   tool results) only when it alone overflows the window. The store cannot keep a modified copy under
   the same id: the kept tail from the first cut message on is appended again as copies (metadata
@@ -49,6 +56,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
+from uuid import uuid4
 
 import anyio
 
@@ -102,8 +110,8 @@ class CompactionResult:
     """One compaction as applied (or skipped); what the CLI prints and tests inspect.
 
     ``status``: ``done`` (summary applied), ``failed`` (emergency eviction applied after every
-    summarizer rung failed), ``skipped`` (nothing to evict) or ``error`` (nothing changed; ``error``
-    says why). ``evicted`` is ``k`` of the summary text (DECISIONS S4).
+    summarizer rung failed), ``skipped`` (nothing to evict, or, with ``error`` saying so, a summary
+    that would not have made the context smaller) or ``error`` (nothing changed; ``error`` says why). ``evicted`` is ``k`` of the summary text (DECISIONS S4).
     """
 
     status: Literal["done", "failed", "skipped", "error"]
@@ -132,6 +140,7 @@ class _Prepared:
     ids: tuple[str, ...]
     outcome: CompactionOutcome
     fixed: int
+    compaction_id: str
 
 
 class _Conversation:
@@ -142,6 +151,14 @@ class _Conversation:
         self.preparing: anyio.Event | None = None
 
 
+def _new_id() -> str:
+    return f"cmp-{uuid4().hex[:12]}"
+
+
+class _Ended:
+    """What ``_ending`` saw: the error of a compaction it ended as failed (the body then falls through)."""
+
+    error: str | None = None
 
 
 def _retries_itself(model: ModelClient) -> bool:
@@ -198,6 +215,7 @@ class CompactionSubagent:
         self._derived: tuple[Settings, CompactionSettings] | None = None
         self._tool_tokens = tool_schema_tokens(tool_specs())
         self._conversations: dict[str, _Conversation] = {}
+        self._closed = False
 
     @property
     def store(self) -> Store:
@@ -241,7 +259,7 @@ class CompactionSubagent:
             if should_compact(size.tokens, window):
                 changed = (await self._at_trigger(conversation_id, system, turn_id)).changed
             elif should_prepare(size.tokens, window, Fraction(str(self.compaction.soft_threshold_fraction))):
-                self._maybe_prepare(conversation_id, system, history)
+                await self._maybe_prepare(conversation_id, system, history)
         except (anyio.get_cancelled_exc_class(), ContextWindowTooSmall):
             raise
         except Exception as exc:
@@ -287,6 +305,18 @@ class CompactionSubagent:
             conversation_id, system, turn_id, trigger="manual", in_turn=False, mode=mode
         )
 
+    async def close(self) -> None:
+        """The session ends: a prepared summary never applied gets its ``compaction.cancelled``, and
+        a preparation that finishes later (the supervisor cancels or drains it) ends the same way."""
+        self._closed = True
+        for conversation_id, state in self._conversations.items():
+            prepared, state.prepared = state.prepared, None
+            if prepared is not None:
+                await self._end(
+                    self._cancelled(prepared.compaction_id, "the session ended before it was applied"),
+                    conversation_id,
+                )
+
     async def wait_prepared(self, conversation_id: str) -> bool:
         """Wait for a running background preparation; True when one is ready (for tests and tools)."""
         state = self._state(conversation_id)
@@ -318,6 +348,50 @@ class CompactionSubagent:
     async def _emit(self, event: Event, conversation_id: str) -> None:
         await self.context.publish(event, conversation_id)
 
+    async def _end(self, event: Event, conversation_id: str) -> None:
+        """Publish a terminal event whatever is being cancelled; a store that cannot take it is not
+        the turn's problem."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._emit(event, conversation_id)
+        except Exception:
+            pass
+
+    @staticmethod
+    def _cancelled(compaction_id: str, reason: str) -> Event:
+        # deferred (here and below): compaction's events load with the first compaction (issue 14.4)
+        from orchestrator.base.subagent_events import CompactionCancelled
+
+        return CompactionCancelled(compaction_id, reason)
+
+    async def _supersede(self, conversation_id: str, prepared: _Prepared, reason: str) -> None:
+        from orchestrator.base.subagent_events import CompactionSuperseded
+
+        await self._end(CompactionSuperseded(prepared.compaction_id, reason), conversation_id)
+
+    @asynccontextmanager
+    async def _ending(
+        self, conversation_id: str, compaction_id: str, trigger: str, cancelled: str
+    ) -> AsyncIterator[_Ended]:
+        """The abnormal ends of a started compaction: cancellation publishes ``compaction.cancelled``
+        (``cancelled`` says why) and re-raises; ``ContextWindowTooSmall`` publishes
+        ``compaction.failed`` and re-raises; any other exception publishes ``compaction.failed`` and
+        is swallowed (compaction never fails a turn), with its text in the yielded ``_Ended``."""
+        from orchestrator.base.subagent_events import CompactionFailed
+
+        ended = _Ended()
+        try:
+            yield ended
+        except anyio.get_cancelled_exc_class():
+            await self._end(self._cancelled(compaction_id, cancelled), conversation_id)
+            raise
+        except ContextWindowTooSmall as exc:
+            await self._end(CompactionFailed(f"{trigger}: {exc}", 0, compaction_id, trigger), conversation_id)
+            raise
+        except Exception as exc:
+            ended.error = f"{trigger}: {error_line(exc)}"
+            await self._end(CompactionFailed(ended.error, 0, compaction_id, trigger), conversation_id)
+
     async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
         """Record a compaction that changed nothing; reporting itself must not fail the turn."""
         # deferred (here and below): compaction's events load with the first compaction (issue 14.4)
@@ -325,7 +399,7 @@ class CompactionSubagent:
 
         try:
             with anyio.CancelScope(shield=True):
-                await self._emit(CompactionFailed(f"{trigger}: {error_line(exc)}", 0), conversation_id)
+                await self._emit(CompactionFailed(f"{trigger}: {error_line(exc)}", 0, trigger=trigger), conversation_id)
         except Exception:
             pass
 
@@ -340,14 +414,16 @@ class CompactionSubagent:
         prepared, state.prepared = state.prepared, None
         if prepared is not None:
             applied = await self._apply_prepared(conversation_id, system, turn_id, prepared)
-            if applied is not None:
+            if isinstance(applied, CompactionResult):
                 return applied
+            if applied is not None:
+                await self._supersede(conversation_id, prepared, applied)
         return await self._compact(
             conversation_id, system, turn_id, trigger="context_window_limit", in_turn=True
         )
 
-    def _maybe_prepare(self, conversation_id: str, system: str, history: Sequence[StoredMessage]) -> None:
-        if self.supervisor is None:
+    async def _maybe_prepare(self, conversation_id: str, system: str, history: Sequence[StoredMessage]) -> None:
+        if self.supervisor is None or self._closed:
             return
         state = self._state(conversation_id)
         if state.preparing is not None:
@@ -356,7 +432,8 @@ class CompactionSubagent:
             ids = tuple(m.id for m in history)
             if ids[: len(state.prepared.ids)] == state.prepared.ids:
                 return
-            state.prepared = None
+            stale, state.prepared = state.prepared, None
+            await self._supersede(conversation_id, stale, "the conversation changed since its snapshot")
         done = anyio.Event()
         state.preparing = done
         fixed = self._fixed(system)
@@ -367,7 +444,7 @@ class CompactionSubagent:
     async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
         """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
         # deferred: the subagent's events load with its first run (issue 14.4)
-        from orchestrator.base.subagent_events import CompactionStarted
+        from orchestrator.base.subagent_events import CompactionFailed, CompactionStarted
 
         state = self._state(conversation_id)
         try:
@@ -376,13 +453,25 @@ class CompactionSubagent:
             plan = self._plan(messages, fixed, None)
             if plan.evicted_count == 0 or plan.refused:
                 return
+            compaction_id = _new_id()
             await self._emit(
-                CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=True),
+                CompactionStarted(
+                    plan.mode, plan.messages_before, plan.tokens_before, background=True, compaction_id=compaction_id
+                ),
                 conversation_id,
             )
-            outcome = await self._summarize(conversation_id, history, plan, fixed, "context_window_limit")
-            if outcome.status == "done":
-                state.prepared = _Prepared(tuple(m.id for m in history), outcome, fixed)
+            trigger = "context_window_limit"
+            async with self._ending(conversation_id, compaction_id, trigger, "the session ended while it ran"):
+                outcome = await self._summarize(conversation_id, history, plan, fixed, trigger)
+                if outcome.status != "done":
+                    error = f"background preparation: {outcome.error or 'the summarizer failed'}"
+                    await self._end(CompactionFailed(error, 0, compaction_id, trigger), conversation_id)
+                elif self._closed:
+                    await self._end(
+                        self._cancelled(compaction_id, "the session ended before it was applied"), conversation_id
+                    )
+                else:
+                    state.prepared = _Prepared(tuple(m.id for m in history), outcome, fixed, compaction_id)
         finally:
             state.preparing = None
             done.set()
@@ -427,29 +516,45 @@ class CompactionSubagent:
                 len(history),
                 len(history),
             )
-        self._state(conversation_id).prepared = None
+        state = self._state(conversation_id)
+        stale, state.prepared = state.prepared, None
+        if stale is not None:
+            await self._supersede(conversation_id, stale, "a compaction in the request replaced it")
+        compaction_id = _new_id()
         await self._emit(
-            CompactionStarted(plan.mode, plan.messages_before, plan.tokens_before, background=False),
+            CompactionStarted(
+                plan.mode, plan.messages_before, plan.tokens_before, background=False, compaction_id=compaction_id
+            ),
             conversation_id,
         )
-        if in_turn:
-            await self.observer(CompactionProgress(f"summarising {len(plan.summarized)} messages"))
-        outcome = await self._summarize(conversation_id, history, plan, fixed, trigger)
-        return await self._apply(conversation_id, history, [], outcome, fixed, turn_id, background=False)
+        cancelled = "the turn was interrupted" if in_turn else "cancelled"
+        async with self._ending(conversation_id, compaction_id, trigger, cancelled) as ended:
+            if in_turn:
+                await self.observer(CompactionProgress(f"summarising {len(plan.summarized)} messages"))
+            outcome = await self._summarize(conversation_id, history, plan, fixed, trigger)
+            return await self._apply(
+                conversation_id, history, [], outcome, fixed, turn_id, background=False, compaction_id=compaction_id
+            )
+        count = len(history)
+        return CompactionResult(
+            "error", trigger, plan.mode, 0, plan.tokens_before, plan.tokens_before, count, count, error=ended.error
+        )
 
     async def _apply_prepared(
         self, conversation_id: str, system: str, turn_id: str, prepared: _Prepared
-    ) -> CompactionResult | None:
-        """The prepared result when its snapshot still starts the context and it gets under the trigger."""
+    ) -> CompactionResult | str | None:
+        """The prepared result applied when its snapshot still starts the context and it gets under
+        the trigger; else why not (the caller supersedes it), or None when applying it failed (its
+        ``compaction.failed`` is published)."""
         history = await self.store.in_context(conversation_id)
         ids = tuple(m.id for m in history)
         count = len(prepared.ids)
         if ids[:count] != prepared.ids:
-            return None
+            return "the conversation changed since its snapshot"
         appended = history[count:]
         outcome = prepared.outcome
         if outcome.plan.cut_index is not None and appended:
-            return None
+            return "its snapshot cut the newest message, and messages came after it"
         late = [m.message for m in appended if m.message.kind != "memory_update"]
         after = (
             self._fixed(system)
@@ -457,16 +562,20 @@ class CompactionSubagent:
             + estimate_messages([*outcome.plan.kept_messages, *late])
         )
         if should_compact(after, self.compaction.context_window):
-            return None
-        return await self._apply(
-            conversation_id,
-            history[:count],
-            appended,
-            prepared.outcome,
-            self._fixed(system),
-            turn_id,
-            background=True,
-        )
+            return "it would leave the context above the trigger"
+        compaction_id = prepared.compaction_id
+        async with self._ending(conversation_id, compaction_id, "context_window_limit", "the turn was interrupted"):
+            return await self._apply(
+                conversation_id,
+                history[:count],
+                appended,
+                prepared.outcome,
+                self._fixed(system),
+                turn_id,
+                background=True,
+                compaction_id=compaction_id,
+            )
+        return None
 
     @asynccontextmanager
     async def _core_memory(self) -> AsyncIterator[str | None]:
@@ -543,8 +652,10 @@ class CompactionSubagent:
         turn_id: str | None,
         *,
         background: bool,
+        compaction_id: str,
     ) -> CompactionResult:
-        """The commit point (one transaction), then the S5 copies if any, then the events."""
+        """The commit point (one transaction), then the S5 copies if any, then the terminal event.
+        A summary that would not make the request smaller is not applied (status ``error``)."""
         # deferred: as the ladder, with the first compaction
         from orchestrator.base.subagent_events import CompactionDone, CompactionFailed
         from orchestrator.compaction import summary_message, summary_message_text
@@ -568,6 +679,17 @@ class CompactionSubagent:
             context_tokens_after=estimate_text(outcome.summary) + estimate_messages(kept_messages),
         )
         prompt = await self._recompile(conversation_id, 1 + len(kept_messages))
+        tokens_before = fixed + estimate_messages([m.message for m in (*planned, *appended)])
+        tokens_after = (
+            system_prompt_tokens(prompt.content)
+            + self._tool_tokens
+            + estimate_message(summary_message(text))
+            + estimate_messages(kept_messages)
+        )
+        replaced = estimate_messages([m.message for m in (*planned, *appended)]) - estimate_messages(kept_messages)
+        summary_tokens = estimate_message(summary_message(text))
+        if outcome.status == "done" and summary_tokens >= replaced:
+            return await self._not_smaller(conversation_id, compaction_id, stats.trigger, plan, replaced, summary_tokens)
         metadata: dict[str, Any] = {
             "compaction": {
                 "summary": outcome.summary,
@@ -593,13 +715,6 @@ class CompactionSubagent:
                 await self.store.append_message(
                     conversation_id, message, turn_id=turn_id, metadata={"copy_of": original, "cut": True}
                 )
-        tokens_before = fixed + estimate_messages([m.message for m in (*planned, *appended)])
-        tokens_after = (
-            system_prompt_tokens(prompt.content)
-            + self._tool_tokens
-            + estimate_message(summary_message(text))
-            + estimate_messages(kept_messages)
-        )
         result = CompactionResult(
             status=outcome.status,
             trigger=stats.trigger,
@@ -614,21 +729,38 @@ class CompactionSubagent:
             background=background,
             error=outcome.error,
         )
-        try:
-            if outcome.status == "done":
-                event: Event = CompactionDone(
-                    plan.mode,
-                    evicted,
-                    tokens_before,
-                    tokens_after,
-                    stored.id,
-                    {**stats.as_dict(), "background": background},
-                )
-            else:
-                event = CompactionFailed(outcome.error or "the summarizer failed", evicted)
-            await self._emit(event, conversation_id)
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception:
-            pass
+        if outcome.status == "done":
+            event: Event = CompactionDone(
+                plan.mode,
+                evicted,
+                tokens_before,
+                tokens_after,
+                stored.id,
+                {**stats.as_dict(), "background": background},
+                compaction_id,
+            )
+        else:
+            event = CompactionFailed(outcome.error or "the summarizer failed", evicted, compaction_id, stats.trigger)
+        await self._end(event, conversation_id)
         return result
+
+    async def _not_smaller(
+        self,
+        conversation_id: str,
+        compaction_id: str,
+        trigger: str,
+        plan: CompactionPlan,
+        replaced: int,
+        summary: int,
+    ) -> CompactionResult:
+        """A summary no smaller than the messages it replaces: nothing is applied (``skipped``, with
+        the reason as ``error``), and its ``compaction.failed`` says so."""
+        from orchestrator.base.subagent_events import CompactionFailed
+
+        reason = f"the summary ({summary} tokens) is not smaller than the messages it replaces ({replaced} tokens)"
+        event = CompactionFailed(f"{trigger}: {reason}; nothing applied", 0, compaction_id, trigger)
+        await self._end(event, conversation_id)
+        count = plan.messages_before
+        return CompactionResult(
+            "skipped", trigger, plan.mode, 0, plan.tokens_before, plan.tokens_before, count, count, error=reason
+        )

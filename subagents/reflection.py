@@ -255,11 +255,14 @@ class ReflectionCoordinator:
         from orchestrator.memfs.merge import finalize_worktree
 
         conversation_id = cast(str, record.conversation_id)
-        payload = await blocking.run_sync("files", partial(self._write_payload, worktree.id, conversation_id, render_transcript(slice_)))
+        payload: Path | None = None
         outcome: MergeOutcome | None = None
         error: str | None = None
         try:
             try:
+                payload = await blocking.run_sync(
+                    "files", partial(self._write_payload, worktree.id, conversation_id, render_transcript(slice_))
+                )
                 await self._reflect(worktree, payload, conversation_id)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -272,9 +275,12 @@ class ReflectionCoordinator:
                 if outcome is None:
                     outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
-                await self._finish(record, outcome, error, steps)
-                await blocking.run_sync("files", partial(payload.unlink, missing_ok=True))
-                self._active = False
+                try:
+                    await self._finish(record, outcome, error, steps)
+                finally:
+                    self._active = False
+                    if payload is not None:
+                        await blocking.run_sync("files", partial(payload.unlink, missing_ok=True))
 
     async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
         # deferred: the compiler loads with the first compile, not before a chat's first request
@@ -362,6 +368,9 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
         if record.status == "running" and record.id not in live and record.owner_pid != os.getpid():
             status = "kept_recovered" if record.branch in pending else "failed"
             await store.save_reflection(replace(record, status=status, reason=record.reason or "interrupted"))
+            if status == "failed":
+                # its process died before the launch's one outcome; a kept branch gets it when retried
+                await _outcome_of_dead_run(store, agent_id, record)
     for branch, item in pending.items():
         if branch not in known:
             await store.save_reflection(
@@ -386,3 +395,13 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
         turn_end=False
     )
     return [r for r in await store.reflections(agent_id) if r.kept]
+
+
+async def _outcome_of_dead_run(store: Store, agent_id: str, record: ReflectionRecord) -> None:
+    # deferred: reflection's events load with the first one published (issue 14.4)
+    from orchestrator.base.subagent_events import ReflectionOutcome
+
+    error = "interrupted: the process running it ended"
+    await Publisher(store, agent_id)(
+        ReflectionOutcome(record.id, record.branch, "failed", error=error), record.conversation_id
+    )

@@ -152,12 +152,19 @@ class ChatSession:
                         await observer(ModelRetrying(message))
 
                     rt.model.on_retry = retrying
+                compactor = _compactor(rt, context, supervisor)
                 runner = TurnRunner(
-                    context=context, workspace=rt.workspace, compactor=_compactor(rt, context, supervisor)
+                    context=context, workspace=rt.workspace, compactor=compactor
                 )
                 session = cls(rt, context, conv.id, runner, supervisor, reflection)
                 session._current = current
-                yield session
+                try:
+                    yield session
+                finally:
+                    if isinstance(compactor, CompactionSubagent):
+                        # every compaction.start has its end, a summary prepared and never applied too
+                        with anyio.CancelScope(shield=True):
+                            await compactor.close()
 
     _current: dict[str, str] | None = None
 

@@ -12,10 +12,13 @@ from typing import Any, ClassVar
 from orchestrator.base.events import Event
 
 __all__ = [
+    "COMPACTION_ENDS",
+    "CompactionCancelled",
     "CompactionDone",
     "CompactionFailed",
     "CompactionProgress",
     "CompactionStarted",
+    "CompactionSuperseded",
     "ReflectionFailed",
     "ReflectionKept",
     "ReflectionLaunched",
@@ -34,6 +37,8 @@ class CompactionStarted(Event):
     messages: int
     tokens_before: int
     background: bool = False
+    compaction_id: str = ""
+    """Names this compaction in its one terminal event (``COMPACTION_ENDS``)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class CompactionDone(Event):
     tokens_after: int
     summary_message_id: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+    compaction_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,34 @@ class CompactionFailed(Event):
     kind: ClassVar[str] = "compaction.failed"
     error: str
     evicted: int = 0
+    compaction_id: str = ""
+    trigger: str = ""
+    """``context_window_limit``, ``context_window_overflow`` or ``manual`` (empty from older runs)."""
+
+
+@dataclass(frozen=True)
+class CompactionCancelled(Event):
+    """A started compaction stopped before it ended: its turn was interrupted, or the session closed
+    while it ran or while its background summary waited to be applied. The context is unchanged."""
+
+    kind: ClassVar[str] = "compaction.cancelled"
+    compaction_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CompactionSuperseded(Event):
+    """A background preparation (C4) that will not be applied: the conversation moved past its
+    snapshot, it would not bring the context under the trigger, or a compaction in the request
+    replaced it. The context is unchanged by it."""
+
+    kind: ClassVar[str] = "compaction.superseded"
+    compaction_id: str
+    reason: str
+
+
+COMPACTION_ENDS = ("compaction.done", "compaction.failed", "compaction.cancelled", "compaction.superseded")
+"""Every ``compaction.start`` is followed by exactly one of these with its ``compaction_id``."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
+from orchestrator.cli.compact import compaction_line
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import one_line
@@ -132,12 +133,7 @@ class Slash:
             return
         async with self.session.supervisor.conversation_lock(self.session.conversation_id):
             result = await compact_now(self.session.conversation_id)
-        if result.status == "skipped":
-            self.say(f"nothing to compact ({result.messages_before} messages in context)")
-            return
-        self.say(f"↻ compacted {result.evicted} messages ({result.tokens_before} → {result.tokens_after} tokens)")
-        if result.status == "failed":
-            self.say(f"the summarizer failed ({result.error}); older messages were evicted without a summary")
+        self.say(compaction_line(result))
 
     async def _reflect(self, arg: str) -> None:
         reason = await self.session.reflect_now()

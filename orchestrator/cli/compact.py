@@ -17,15 +17,11 @@ from orchestrator.cli.aio import run_async
 from orchestrator.cli.commands import require_agent_in_home
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
+from orchestrator.cli.render import compaction_line
 
-__all__ = ["compact", "compacted_line", "register"]
+__all__ = ["compact", "register"]
 
 _MODES = ("all", "sliding_window")
-
-
-def compacted_line(evicted: int, tokens_before: int, tokens_after: int) -> str:
-    """The same words the chat renderer prints for a ``compaction.done`` event."""
-    return f"↻ compacted {evicted} messages ({tokens_before} → {tokens_after} tokens)"
 
 
 def compact(
@@ -55,12 +51,9 @@ def compact(
                 return await compactor.compact_now(session.conversation_id, mode=mode)  # type: ignore[arg-type]
 
     result = run_async(main)
-    if result.status == "skipped":
-        print(f"nothing to compact ({result.messages_before} messages in context)")
-        return
-    print(compacted_line(result.evicted, result.tokens_before, result.tokens_after))
-    if result.status == "failed":
-        print(f"the summarizer failed ({result.error}); older messages were evicted without a summary")
+    print(compaction_line(result))
+    if result.status == "error":
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from orchestrator.base import blocking
 from orchestrator.base.events import (
@@ -38,7 +38,10 @@ from orchestrator.base.events import (
     TurnStarted,
 )
 
-__all__ = ["TerminalRenderer", "one_line", "tool_line"]
+if TYPE_CHECKING:
+    from subagents.compaction import CompactionResult
+
+__all__ = ["TerminalRenderer", "compacted_line", "compaction_line", "one_line", "tool_line"]
 
 
 def one_line(text: str, limit: int = 160) -> str:
@@ -61,6 +64,33 @@ _MAIN_ARGUMENT = {
     "conversation_search": "query",
     "search": "query",
 }
+
+
+def compacted_line(evicted: int, tokens_before: int, tokens_after: int) -> str:
+    """The same words the chat renderer prints for a ``compaction.done`` event."""
+    return f"↻ compacted {evicted} messages ({tokens_before} → {tokens_after} tokens)"
+
+
+def compaction_line(result: CompactionResult) -> str:
+    """A manual compaction's one line (``/compact`` and ``reverie compact``; the renderer leaves
+    manual compactions' events to this line, so it is printed once)."""
+    if result.status == "skipped" and result.error:
+        return f"nothing to compact: {result.error}"
+    if result.status == "skipped":
+        return f"nothing to compact ({result.messages_before} messages in context)"
+    if result.status == "error":
+        return f"compaction failed, the context is unchanged: {result.error}"
+    line = compacted_line(result.evicted, result.tokens_before, result.tokens_after)
+    if result.status == "failed":
+        return f"{line} without a summary: the summarizer failed ({result.error})"
+    return line
+
+
+def _manual(event: Event) -> bool:
+    """A compaction the user asked for (its command prints the result)."""
+    stats = getattr(event, "stats", None)
+    trigger = stats.get("trigger") if isinstance(stats, dict) else getattr(event, "trigger", "")
+    return trigger == "manual"
 
 
 def _compact_args(arguments: str) -> str:
@@ -169,8 +199,10 @@ class TerminalRenderer:
 
         if isinstance(event, CompactionProgress):
             self._line(f"  … compacting: {event.step}")
+        elif isinstance(event, CompactionDone | CompactionFailed) and _manual(event):
+            return  # /compact and `reverie compact` print their own one line
         elif isinstance(event, CompactionDone):
-            self.notice(f"  ↻ compacted {event.evicted} messages ({event.tokens_before} → {event.tokens_after} tokens)")
+            self.notice(f"  {compacted_line(event.evicted, event.tokens_before, event.tokens_after)}")
         elif isinstance(event, CompactionFailed):
             self.notice(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
         elif isinstance(event, ReflectionMerged):

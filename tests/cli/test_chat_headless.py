@@ -225,3 +225,66 @@ def test_sigint_during_a_tool_ends_the_tool_and_its_children(tmp_path: Path, bac
     assert json.loads(rest.strip().splitlines()[-1])["status"] == "interrupted"
     assert _processes_with(f"sleep 3{marker}") == []
     assert not (tmp_path / "finished").exists() and not (tmp_path / "child-finished").exists()
+
+
+def _unended(home: Path) -> dict[str, list[str]]:
+    """Background jobs of the store's event log without their one terminal event (and ids ended twice)."""
+    rows = _db(home, "SELECT kind, payload FROM events ORDER BY id")
+    ends = {"compaction": ("compaction.done", "compaction.failed", "compaction.cancelled", "compaction.superseded"),
+            "reflection": ("reflection.outcome",)}  # fmt: skip
+    starts = {"compaction": "compaction.start", "reflection": "reflection.launch"}
+    key = {"compaction": "compaction_id", "reflection": "reflection_id"}
+    found: dict[str, list[str]] = {}
+    for job in ("compaction", "reflection"):
+        started = [json.loads(str(p))[key[job]] for k, p in rows if k == starts[job]]
+        ended = [json.loads(str(p)).get(key[job], "") for k, p in rows if k in ends[job]]
+        ended = [e for e in ended if e]
+        assert started, f"the session started no {job}"
+        assert len(set(started)) == len(started)
+        found[f"{job} without an end"] = [s for s in started if s not in ended]
+        found[f"{job} ended twice"] = sorted({e for e in ended if ended.count(e) > 1})
+    return found
+
+
+_LONG_SESSION = {"REVERIE_CONTEXT_WINDOW": "4000"}
+
+
+def _reflect_every_three_steps(home: Path) -> None:
+    (home / "config.toml").write_text('[reflection]\ntrigger = "step-count:3"\n', encoding="utf-8")
+
+
+def _words(i: int) -> str:
+    return json.dumps({"type": "user", "text": f"message {i}: " + "words " * 30}) + "\n"
+
+
+def test_every_compaction_and_reflection_of_a_long_session_has_one_end(tmp_path: Path, backend: str) -> None:
+    _reflect_every_three_steps(tmp_path)
+    lines = "".join(_words(i) for i in range(150))
+    proc = reverie(tmp_path, "chat", "--input-format", "stream-json", "--output-format", "json", stdin=lines,
+                   REVERIE_BACKEND=backend, **_LONG_SESSION)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 150
+    assert all(not v for v in _unended(tmp_path).values()), _unended(tmp_path)
+    kinds = {row[0] for row in _db(tmp_path, "SELECT DISTINCT kind FROM events")}
+    assert "compaction.done" in kinds and "reflection.outcome" in kinds
+
+
+def test_an_interrupted_session_still_ends_every_background_job(tmp_path: Path, backend: str) -> None:
+    _reflect_every_three_steps(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "chat", "--input-format", "stream-json", "--output-format", "json"],
+        env=_env(tmp_path, REVERIE_BACKEND=backend, REVERIE_SCRIPTED_LATENCY="0.01", **_LONG_SESSION),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(_words(i) for i in range(400)))
+    proc.stdin.flush()
+    answered = 0
+    for line in proc.stdout:
+        answered += json.loads(line)["type"] == "result"
+        if answered == 40:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert all(not v for v in _unended(tmp_path).values()), _unended(tmp_path)
