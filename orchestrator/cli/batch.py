@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.base.errors import ReverieError
+from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
@@ -375,13 +376,37 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
 
 
 def events(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (the --out of reverie run).")],
+    run_dir: Annotated[
+        Path | None, typer.Argument(help="A run directory (the --out of reverie run); leave out for a chat session.")
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="A chat session's events: this agent's, from the store (default agent without RUN_DIR)."),
+    ] = None,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="With --agent: only this conversation.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends (or Ctrl-C).")] = False,
     task: Annotated[str | None, typer.Option("--task", help="Only this task's events.")] = None,
     kind: Annotated[list[str] | None, typer.Option("--kind", "-k", help="Only these kinds (repeatable), e.g. model.call.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON lines.")] = False,
 ) -> None:
-    """Print a run's event log, oldest first: turns, model calls with tokens and latency, tools, commits, reminders, compactions, reflections."""
+    """Print a run's event log, or a chat session's events (--agent), oldest first: turns, model calls with tokens and latency, tools, commits, reminders, compactions, reflections. --follow keeps printing them as they happen."""
+    kinds = tuple(kind or ())
+    if run_dir is not None and agent is not None:
+        fail("give RUN_DIR (a batch run) or --agent (a chat session), not both")
+    if run_dir is None:
+        if task is not None:
+            fail("--task is for a run directory: give RUN_DIR")
+        # lazy: `reverie --help` imports every command module (cli/app.py)
+        from orchestrator.cli.session_events import show_session_events
+
+        show_session_events(agent or os.environ.get("REVERIE_AGENT") or DEFAULT_AGENT_ID, conversation, kinds, follow, as_json)
+        return
+    if conversation is not None:
+        fail("--conversation is for a chat session: give --agent instead of RUN_DIR")
+    _run_events(run_dir, follow, task, kinds, as_json)
+
+
+def _run_events(run_dir: Path, follow: bool, task: str | None, kinds: tuple[str, ...], as_json: bool) -> None:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.eventlog import (
         EVENTS_DIR,
@@ -391,8 +416,6 @@ def events(
         read_events,
     )
     from orchestrator.batch.results import SUMMARY_FILE
-
-    kinds = tuple(kind or ())
 
     def show(record: Any) -> None:
         if as_json:
@@ -405,6 +428,8 @@ def events(
     if not (run_dir / EVENTS_DIR).is_dir() and not follow:
         nested = sorted(p.parent.name for p in run_dir.glob(f"*/{EVENTS_DIR}"))
         hint = f" (a sweep? try {run_dir / nested[0]})" if nested else ""
+        if (run_dir / "reverie.sqlite3").is_file():
+            hint = " (a reverie home: `reverie events --agent A` prints a chat session's events)"
         fail(f"{run_dir}: no event log here{hint}")
     if task is not None and not follow and not event_log_path(run_dir, task).exists():
         known = sorted(p.stem for p in (run_dir / EVENTS_DIR).glob("*.jsonl"))
