@@ -365,6 +365,7 @@ class CompactionSubagent:
         return CompactionCancelled(compaction_id, reason)
 
     async def _supersede(self, conversation_id: str, prepared: _Prepared, reason: str) -> None:
+        # deferred: compaction's events load with the first compaction (issue 14.4)
         from orchestrator.base.subagent_events import CompactionSuperseded
 
         await self._end(CompactionSuperseded(prepared.compaction_id, reason), conversation_id)
@@ -377,6 +378,7 @@ class CompactionSubagent:
         (``cancelled`` says why) and re-raises; ``ContextWindowTooSmall`` publishes
         ``compaction.failed`` and re-raises; any other exception publishes ``compaction.failed`` and
         is swallowed (compaction never fails a turn), with its text in the yielded ``_Ended``."""
+        # deferred: compaction's events load with the first compaction (issue 14.4)
         from orchestrator.base.subagent_events import CompactionFailed
 
         ended = _Ended()
@@ -755,6 +757,7 @@ class CompactionSubagent:
     ) -> CompactionResult:
         """A summary no smaller than the messages it replaces: nothing is applied (``skipped``, with
         the reason as ``error``), and its ``compaction.failed`` says so."""
+        # deferred: compaction's events load with the first compaction (issue 14.4)
         from orchestrator.base.subagent_events import CompactionFailed
 
         reason = f"the summary ({summary} tokens) is not smaller than the messages it replaces ({replaced} tokens)"

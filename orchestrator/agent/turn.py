@@ -291,6 +291,9 @@ class TurnRunner:
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
                     latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                    finish_reason=response.finish_reason,
+                    tool_calls=len(response.message.tool_calls),
+                    request_model=self.settings.model,
                 ),
                 conversation_id,
             )

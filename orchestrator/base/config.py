@@ -56,6 +56,10 @@ class Settings:
     middle_truncate: bool = True
     reflection_merge: str = "resolve"
     reflection_merge_instructions: str | None = None
+    price_in: float | None = None
+    """USD per million prompt tokens; with ``price_out`` it makes chat show cost (``/cost``, json's ``cost``)."""
+    price_out: float | None = None
+    """USD per million completion tokens."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each value that is not the default came from, as the user wrote it (``--model``,
     ``REVERIE_MODEL``, ``config.toml: model.name``, ``agent setting model``); not a setting itself."""
@@ -101,6 +105,8 @@ _KEYS: Mapping[str, str] = {
     "model.request_timeout": "request_timeout",
     "model.attempts": "model_attempts",
     "model.max_response_chars": "max_response_chars",
+    "model.price_in": "price_in",
+    "model.price_out": "price_out",
     "tools.sandbox": "sandbox",
     "tools.network": "network",
     "tools.env": "tool_env",

@@ -102,6 +102,12 @@ class ModelCalled(Event):
     completion_tokens: int
     latency_ms: float
     purpose: str = "chat"
+    finish_reason: str = ""
+    """Why the response stopped, as the provider said (``stop``, ``tool_calls``, ``length``)."""
+    tool_calls: int = 0
+    """Tool calls in the response: a reply with none ends the turn's text (headless output)."""
+    request_model: str = ""
+    """The model asked for, when the provider answered with another name in ``model``."""
 
 
 @dataclass(frozen=True)

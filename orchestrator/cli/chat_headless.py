@@ -4,9 +4,9 @@ stream-json output (DECISIONS D13, D14; the formats are described in ``orchestra
 Everything a script parses goes to stdout; progress lines (S23's wait), warnings and, in ``text``
 output, every line of activity (tools, memory, subagents) go to stderr. ``text`` output puts the
 reply alone on stdout, so ``answer=$(reverie chat -p ...)`` is the reply and nothing else: to a
-pipe or a file it is written once the turn ends (the text of the turn's last step, as ``json``'s
-``reply``; text the model wrote before a tool call is not the reply), to a terminal it streams as
-it comes, since a person is reading. With ``--input-format stream-json`` each turn is announced on
+pipe or a file each step's text is written when the step's response is complete, to stdout when it
+ends the turn and to stderr when a tool call follows it (commentary, not the reply); to a terminal
+it streams as it comes, since a person is reading. With ``--input-format stream-json`` each turn is announced on
 stderr by a marker line naming it (``── turn 3 · <turn id> · <the user's line>``), so a log of
 stderr reads as the conversation it was.
 Ctrl-C interrupts the running turn (stored ``interrupted``, its result written, exit 130); while
@@ -98,9 +98,10 @@ async def run_headless(
     # the reply streams only to a terminal; json and a piped text get nothing from the renderer's stream
     live = text_out and sys.stdout.isatty()
     renderer = TerminalRenderer(
-        sys.stdout if live else cast(TextIO, _Null()),
+        sys.stdout if text_out else cast(TextIO, _Null()),
         verbose=verbose,
         activity=sys.stderr if text_out else cast(TextIO, _Null()),
+        reply_only=text_out and not live,
     )
     stream = JsonLines(sys.stdout) if fmt == "stream-json" else None
     markers = TurnMarkers() if text_out and prompt is None else None
@@ -135,9 +136,6 @@ async def run_headless(
 
         def report(result: TurnResult) -> None:
             if text_out:
-                if not live and result.reply:
-                    sys.stdout.write(result.reply if result.reply.endswith("\n") else result.reply + "\n")
-                    sys.stdout.flush()
                 if result.status == "error":
                     _stderr(f"reverie: error: {result.error}")
                 elif result.status == "max_steps":

@@ -75,7 +75,7 @@ async def _repl(
         tg.start_soon(interrupts.watch)
         warn_unused_model(session, model, _stderr)
         say = renderer.notice
-        slash = Slash(session, say)
+        slash = Slash(session, say, since=await session.runtime.store.last_event_id())
         print(
             f"reverie chat · agent {session.agent.agent_id} · conversation {session.conversation_id} "
             "(/help for commands, Ctrl-D to leave)",

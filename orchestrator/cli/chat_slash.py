@@ -16,10 +16,10 @@ from pathlib import Path
 
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
-from orchestrator.cli.compact import compaction_line
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
-from orchestrator.cli.render import one_line
+from orchestrator.cli.render import compaction_line, one_line
+from orchestrator.cli.usage import cost_of, priced, usage_split
 from orchestrator.memfs.history import recent_commits, tracked_files
 from orchestrator.memfs.worktrees import list_reflections
 
@@ -39,6 +39,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("help", "/help", "list these commands and the keys"),
     SlashCommand("status", "/status", "agent, conversation, model, context use, memory HEAD, subagents, kept branches"),
     SlashCommand("memory", "/memory", "the memory tree and the last memory commits with a short diff"),
+    SlashCommand("cost", "/cost", "model calls, tokens and cost: this session and this conversation, main agent and subagents apart"),
     SlashCommand("compact", "/compact", "compact the conversation now"),
     SlashCommand("reflect", "/reflect", "start a reflection now (it merges in the background)"),
     SlashCommand("reflections", "/reflections", "recent reflections and their outcomes"),
@@ -69,9 +70,11 @@ def is_slash(text: str) -> bool:
 class Slash:
     """Runs slash commands against a session, printing with ``say``."""
 
-    def __init__(self, session: ChatSession, say: Callable[[str], None]) -> None:
+    def __init__(self, session: ChatSession, say: Callable[[str], None], *, since: int = 0) -> None:
         self.session = session
         self.say = say
+        self.since = since
+        """The newest event id when the session opened: ``/cost``'s session totals count what came after."""
 
     async def run(self, text: str) -> bool:
         """Handle one command line; True when the REPL should leave."""
@@ -135,9 +138,33 @@ class Slash:
             result = await compact_now(self.session.conversation_id)
         self.say(compaction_line(result))
 
+    async def _cost(self, arg: str) -> None:
+        s = self.session
+        store, agent_id, settings = s.runtime.store, s.agent.agent_id, s.runtime.settings
+        splits = {
+            "this session": await usage_split(store, agent_id, after_id=self.since),
+            "this conversation": await usage_split(store, agent_id, conversation_id=s.conversation_id),
+        }
+        money = priced(settings)
+        header = f"{'':18}{'calls':>7}{'tokens in':>13}{'tokens out':>12}"
+        lines = [header + (f"{'cost':>11}" if money else "")]
+        for title, split in splits.items():
+            lines.append(title)
+            for label, tally in (("main agent", split.agent), ("subagents", split.subagents), ("total", split.total)):
+                cost = f"{'$' + format(cost_of(tally, settings), '.4f'):>11}" if money else ""
+                lines.append(
+                    f"  {label:16}{tally.calls:>7,}{tally.prompt_tokens:>13,}{tally.completion_tokens:>12,}{cost}"
+                )
+        if not money:
+            lines.append("no prices configured: set [model] price_in and price_out (USD per million tokens) to see cost")
+        self.say("\n".join(lines))
+
     async def _reflect(self, arg: str) -> None:
         reason = await self.session.reflect_now()
-        self.say(f"reflection: {reason} (its outcome is shown when it finishes)")
+        if self.session.reflection.active:
+            self.say("reflection started; a line with its outcome follows when it finishes")
+        else:
+            self.say(f"reflection not started: {reason}")
 
     async def _reflections(self, arg: str) -> None:
         records = await self.session.runtime.store.reflections(self.session.agent.agent_id)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
+from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.cli.render import TerminalRenderer
+from orchestrator.cli.usage import Tally, cost_of, priced
 
 __all__ = [
     "EXIT_CODES",
@@ -57,6 +59,8 @@ class TurnResult:
     warnings: tuple[str, ...] = ()
     """What reverie repaired or refused in the memory repository during the turn (one line each,
     already printed on stderr when found)."""
+    cost: dict[str, float] | None = None
+    """USD, ``{"total", "agent", "subagents"}``, when prices are configured."""
 
     @property
     def exit_code(self) -> int:
@@ -76,6 +80,7 @@ class TurnResult:
             "usage": {**self.usage, "subagents": self.subagent_usage},
             "memory": {"before": self.memory_before, "after": self.memory_after},
             "warnings": list(self.warnings),
+            **({"cost": self.cost} if self.cost is not None else {}),
         }
 
 
@@ -142,6 +147,25 @@ async def run_turn(
         await after_turn()
     after = await session.memory_head()
     extra = await subagent_usage(session, mark)
+    result = await _result(session, renderer, outcome, mark, before, after, extra)
+    settings = session.runtime.settings
+    if not priced(settings):
+        return result
+    agent = Tally(result.steps, result.usage["prompt_tokens"], result.usage["completion_tokens"])
+    subagents = Tally(extra["calls"], extra["prompt_tokens"], extra["completion_tokens"])
+    costs = {"agent": cost_of(agent, settings), "subagents": cost_of(subagents, settings)}
+    return replace(result, cost={"total": round(costs["agent"] + costs["subagents"], 6), **costs})
+
+
+async def _result(
+    session: ChatSession,
+    renderer: TerminalRenderer,
+    outcome: TurnOutcome | None,
+    mark: int,
+    before: str | None,
+    after: str | None,
+    extra: dict[str, int],
+) -> TurnResult:
     if outcome is not None:
         return TurnResult(
             agent_id=session.agent.agent_id,

@@ -138,6 +138,7 @@ def history(
             if conv is None:
                 return []
             in_context = {m.id for m in await rt.store.in_context(conv.id)}
+            status = {t.id: t.status for t in await rt.store.turns(conv.id)}
             return [
                 {
                     "id": m.id,
@@ -154,6 +155,8 @@ def history(
                     "name": m.message.name,
                     "created_at": m.created_at,
                     "in_context": m.id in in_context,
+                    "turn_id": m.turn_id,
+                    "turn_status": status.get(m.turn_id) if m.turn_id else None,
                     "metadata": dict(m.metadata),
                 }
                 for number, m in enumerate(await rt.store.transcript(conv.id), start=1)
@@ -169,13 +172,18 @@ def history(
     if not rows:
         what = "conversations" if list_conversations else "messages"
         print(f"agent {agent!r} has no {what} yet", file=sys.stderr)
-    for row in rows:
+    for index, row in enumerate(rows):
         marker = " " if row["in_context"] else "·"
         label = row["kind"] if row["kind"] != "message" else row["role"]
+        if row["metadata"].get("interrupted"):
+            label += " (interrupted)"
         text = row["content"]
         if row["tool_calls"]:
             text += " ".join(f"⚙ {c['name']}({c['arguments']})" for c in row["tool_calls"])
         print(f"{marker}[{row['number']}] {label}: {text}")
+        later = rows[index + 1]["turn_id"] if index + 1 < len(rows) else None
+        if row["turn_status"] == "interrupted" and later != row["turn_id"]:
+            print("  ⏹ turn interrupted (Ctrl-C): what was streamed is kept")
 
 
 def search(

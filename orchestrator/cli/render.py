@@ -14,7 +14,10 @@ included, so a reflection that ran is never invisible.
 Streamed text goes to ``out``; every other line (tools, memory, subagents) to ``activity``, which
 is ``out`` in the REPL and stderr in headless ``text`` output, so a script that reads stdout gets
 the reply alone. When the two are different streams but the same terminal, a line of activity
-first ends the reply's line on ``out`` so the two never glue together.
+first ends the reply's line on ``out`` so the two never glue together. With ``reply_only`` (headless
+``text`` to a pipe or a file) a step's text is held until its ``model.call`` says whether tool calls
+follow: text that ends the turn goes to ``out`` then, before the post-turn work; text said before a
+tool call is commentary and goes to ``activity``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from orchestrator.base import blocking
 from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
+    ModelCalled,
     ModelRetrying,
     ReminderQueued,
     TextDelta,
@@ -128,9 +132,12 @@ class TerminalRenderer:
         memory_dir: Path | None = None,
         above: Callable[[str], bool] | None = None,
         activity: TextIO | None = None,
+        reply_only: bool = False,
     ) -> None:
         self.out = out or sys.stdout
         self.activity = activity or self.out
+        self.reply_only = reply_only
+        self._held = ""
         self.verbose = verbose
         self.memory_dir = memory_dir
         self.above = above
@@ -152,7 +159,20 @@ class TerminalRenderer:
             return
         self._line(text)
 
+    def _release(self, to_out: bool) -> None:
+        """The held text of a step: the reply on ``out``, or commentary before a tool call on ``activity``."""
+        held, self._held = self._held, ""
+        if not held.strip():
+            return
+        if to_out:
+            self.out.write(held)
+            self._at_line_start = held.endswith("\n")
+            self.out.flush()
+        else:
+            self._line("  " + one_line(held, 400))
+
     def finish(self) -> None:
+        self._release(True)
         if not self._at_line_start:
             self.out.write("\n")
             self._at_line_start = True
@@ -160,11 +180,16 @@ class TerminalRenderer:
 
     async def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta):
-            if event.text:
+            if event.text and self.reply_only:
+                self.streamed += event.text
+                self._held += event.text
+            elif event.text:
                 self.streamed += event.text
                 self.out.write(event.text)
                 self._at_line_start = event.text.endswith("\n")
                 self.out.flush()
+        elif isinstance(event, ModelCalled) and event.purpose == "chat" and self.reply_only:
+            self._release(event.tool_calls == 0)
         elif isinstance(event, TurnStarted):
             self.turn_id = event.turn_id
             self.streamed = ""

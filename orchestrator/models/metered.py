@@ -42,6 +42,9 @@ class MeteredModel:
                 completion_tokens=response.usage.completion_tokens,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 purpose=request.purpose,
+                finish_reason=response.finish_reason,
+                tool_calls=len(response.message.tool_calls),
+                request_model=request.model,
             )
         )
         return response

@@ -56,6 +56,15 @@ def test_json_prints_one_result_object(tmp_path: Path, backend: str) -> None:
     assert result["turn_id"] == _db(tmp_path, "SELECT id FROM turns")[0][0]
     assert result["usage"]["prompt_tokens"] > 0 and result["usage"]["subagents"]["calls"] == 0
     assert result["memory"]["before"] == result["memory"]["after"] and len(result["memory"]["after"]) == 40
+    assert "cost" not in result, "no prices, no cost"
+
+
+def test_json_result_has_the_cost_when_prices_are_configured(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text("[model]\nprice_in = 3.0\nprice_out = 15.0\n", encoding="utf-8")
+    result = json.loads(reverie(tmp_path, "chat", "-p", "hello", "--output-format", "json").stdout)
+    usage = result["usage"]
+    agent = round((usage["prompt_tokens"] * 3.0 + usage["completion_tokens"] * 15.0) / 1e6, 6)
+    assert result["cost"] == {"total": agent, "agent": agent, "subagents": 0.0} and agent > 0
 
 
 def test_stream_json_is_events_then_the_result(tmp_path: Path, backend: str) -> None:
@@ -172,6 +181,11 @@ def test_sigint_interrupts_the_turn_keeps_the_streamed_text_and_exits_130(tmp_pa
     assert _db(tmp_path, "SELECT status FROM turns") == [("interrupted",)]
     kept = _db(tmp_path, "SELECT content, metadata FROM messages WHERE role = 'assistant'")
     assert len(kept) == 1 and kept[0][0] == result["reply"] and json.loads(str(kept[0][1]))["interrupted"] is True
+    shown = reverie(tmp_path, "history")
+    assert f"assistant (interrupted): {result['reply']}" in shown.stdout
+    assert shown.stdout.rstrip().endswith("⏹ turn interrupted (Ctrl-C): what was streamed is kept")
+    rows = json.loads(reverie(tmp_path, "history", "--json").stdout)
+    assert {r["turn_status"] for r in rows if r["turn_id"]} == {"interrupted"}
 
 
 def test_scripted_latency_is_checked(tmp_path: Path) -> None:

@@ -146,3 +146,85 @@ def test_tool_calls_are_one_line() -> None:
     assert tool_line("read_file", '{"path": "persona.md", "offset": 3}') == "⚙ read_file  persona.md  (+offset)"
     assert tool_line("bash", '{"command": "ls"}', verbose=True) == '⚙ bash  {"command":"ls"}'
     assert tool_line("bash", "{not json") == "⚙ bash  {not json"
+
+
+def _seen() -> tuple[list[str], TerminalRenderer]:
+    """What a REPL shows: the commands' lines and the renderer's notices, in one list."""
+    lines: list[str] = []
+    return lines, TerminalRenderer(above=lambda text: lines.append(text) is None)
+
+
+async def test_cost_counts_this_session_and_this_conversation_main_agent_and_subagents_apart(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as earlier:
+        await earlier.send("said before this session")
+        conversation = earlier.conversation_id
+    prices = {"price_in": 3.0, "price_out": 15.0}
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path, conversation_id=conversation, cli=prices) as session:
+        store = session.runtime.store
+        since = await store.last_event_id()
+        lines: list[str] = []
+        slash = Slash(session, lines.append, since=since)
+        await session.send("hello")
+        await slash.run("/reflect")
+        await session.supervisor.drain(30)
+        await slash.run("/cost")
+        calls = await store.events(kinds=["model.call"])
+    table = lines[-1].splitlines()
+    assert table[0].split() == ["calls", "tokens", "in", "tokens", "out", "cost"]
+
+    def row(title: str, label: str) -> list[str]:
+        start = table.index(title)
+        return next(line.split() for line in table[start + 1 : start + 4] if line.split()[0] == label.split()[0])
+
+    def expected(selected: list[object]) -> list[str]:
+        tin = sum(c.payload["prompt_tokens"] for c in selected)  # type: ignore[attr-defined]
+        tout = sum(c.payload["completion_tokens"] for c in selected)  # type: ignore[attr-defined]
+        return [f"{len(selected):,}", f"{tin:,}", f"{tout:,}", f"${(tin * 3.0 + tout * 15.0) / 1e6:.4f}"]
+
+    new = [c for c in calls if c.id > since]
+    main_new = [c for c in new if c.payload["purpose"] == "chat"]
+    sub_new = [c for c in new if c.payload["purpose"] != "chat"]
+    assert main_new and sub_new, "the session made chat calls and a reflection's calls"
+    assert row("this session", "main agent")[2:] == expected(main_new)
+    assert row("this session", "subagents")[1:] == expected(sub_new)
+    assert row("this conversation", "main agent")[2:] == expected([c for c in calls if c.payload["purpose"] == "chat"])
+    assert row("this conversation", "total")[1:] == expected(calls)
+
+
+async def test_cost_without_prices_shows_tokens_and_how_to_price(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path) as session:
+        await session.send("hello")
+        (table,) = await _said(session, "/cost")
+    assert "$" not in table and table.splitlines()[-1].startswith("no prices configured: set [model] price_in")
+
+
+async def test_reflect_ends_with_a_line_naming_its_outcome(tmp_path: Path) -> None:
+    lines, renderer = _seen()
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path, observer=renderer) as session:
+        await session.send("hello")
+        slash = Slash(session, lines.append)
+        await slash.run("/reflect")
+        await session.supervisor.drain(30)
+        await slash.run("/reflect")
+    assert lines[0] == "reflection started; a line with its outcome follows when it finishes"
+    assert lines[1] == "  ↻ reflection: no changes to memory"
+    assert lines[2].startswith("reflection not started: ")
+
+
+async def test_compact_prints_once_and_never_grows_the_context(tmp_path: Path) -> None:
+    lines, renderer = _seen()
+    async with ChatSession.open(agent_id="slash", workspace=tmp_path, observer=renderer) as session:
+        slash = Slash(session, lines.append)
+        await session.send("hi")
+        before = await session.context_use()
+        await slash.run("/compact")
+        assert lines[-1].startswith("nothing to compact: the summary (") and "is not smaller than the messages" in lines[-1]
+        assert (await session.context_use()).tokens == before.tokens
+        for number in range(20):
+            await session.send(f"message {number}: " + "words " * 60)
+        before = await session.context_use()
+        lines.clear()
+        await slash.run("/compact")
+        after = await session.context_use()
+    assert len(lines) == 1 and lines[0].startswith("↻ compacted "), lines
+    assert after.tokens < before.tokens
