@@ -8,17 +8,26 @@ Ctrl-C is a signal that the REPL turns into cancelling the running turn.
 
 Output from elsewhere while the prompt is up (a reflection that merged in the background) goes
 through ``run_in_terminal`` on the editor's loop: the prompt is erased, the notice printed, the
-prompt and what was typed redrawn below it, never over it. The status line is the bottom toolbar,
-shown only while the prompt waits.
+prompt and what was typed redrawn below it, never over it. The status line is the bottom toolbar.
+
+While a turn runs the prompt stays up (``busy``): what the user types ahead stays in the input line
+and is sent with Enter once the turn has ended (Enter does nothing before); the turn's output is
+printed above the prompt, a streamed line that is not finished yet shown just above the input
+until its newline comes; the toolbar shows ``busy_status`` (the REPL's spinner, elapsed time,
+tokens and cost) before the status line. Ctrl-C during a turn interrupts it: the key is turned
+into the SIGINT the REPL already answers by cancelling the turn, so a key and a signal mean the same.
 
 Keys: Enter sends; Alt-Enter, or Enter after a trailing ``\\``, inserts a newline; Ctrl-C clears
-the line; Ctrl-D on an empty line leaves. History is a file per agent.
+the line (interrupts a running turn); Ctrl-D on an empty line leaves. History is a file per agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +35,7 @@ from typing import Any, TextIO
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import set_app
+from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings
 
@@ -43,6 +53,11 @@ class LineEditor:
         self._thread = threading.Thread(target=self._serve, name="reverie-line-editor", daemon=True)
         self._session: Any = None
         self._reading = False
+        self.busy = False
+        """A turn (or a command) runs: Enter keeps the typed text, Ctrl-C interrupts."""
+        self.busy_status: Callable[[], str] = lambda: ""
+        self._partial = ""
+        self._message = ""
 
     # lifetime (called from the session's thread)
 
@@ -72,15 +87,35 @@ class LineEditor:
 
     async def read(self, message: str) -> str | None:
         """One entry (possibly several lines); None at end of input (Ctrl-D)."""
+        return await self.entry(self.show_prompt(message))
+
+    def show_prompt(self, message: str) -> Future[str | None]:
+        """Put the prompt up now (the REPL does so before a turn starts, so typing ahead goes into
+        the input line); ``entry`` waits for what is entered."""
         future: Future[str | None] = asyncio.run_coroutine_threadsafe(self._prompt(message), self._loop)
         self._reading = True
+        future.add_done_callback(lambda _: setattr(self, "_reading", False))
+        return future
+
+    async def entry(self, future: Future[str | None]) -> str | None:
         try:
             return await blocking.run_sync("wait", future.result)
         except BaseException:
             self._loop.call_soon_threadsafe(self._abort)
             raise
-        finally:
-            self._reading = False
+
+    def stream(self, text: str) -> None:
+        """Streamed output while the prompt is up: whole lines above it, an unfinished line just
+        above the input; written directly when no prompt is shown."""
+        if not self._reading:
+            self._write_raw(text)
+            return
+        self._loop.call_soon_threadsafe(self._stream, text)
+
+    def invalidate(self) -> None:
+        """Redraw the prompt (the toolbar's spinner moves)."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._invalidate)
 
     def notice(self, text: str) -> bool:
         """Print ``text`` above the prompt if one is being read (True); False: print it yourself."""
@@ -109,17 +144,21 @@ class LineEditor:
         self.history_path.parent.mkdir(parents=True, exist_ok=True)
         self._session = PromptSession(
             history=FileHistory(str(self.history_path)),
-            key_bindings=_bindings(),
+            key_bindings=_bindings(self),
             bottom_toolbar=self._toolbar,
             prompt_continuation=lambda width, line_number, wrap_count: "… ".rjust(width),
             enable_suspend=True,
         )
 
     async def _prompt(self, message: str) -> str | None:
+        self._message = message
         try:
-            return str(await self._session.prompt_async(message))
+            return str(await self._session.prompt_async(self._prompt_message))
         except EOFError:
             return None
+
+    def _prompt_message(self) -> str:
+        return f"{self._partial}\n{self._message}" if self._partial else self._message
 
     async def _shutdown(self) -> None:
         """End a prompt still shown and let its task finish, so nothing is left pending."""
@@ -129,7 +168,16 @@ class LineEditor:
             await asyncio.wait(others, timeout=2)
 
     def _toolbar(self) -> str:
-        return self.status
+        if not self.busy:
+            return self.status
+        return f" {self.busy_status()} ·{self.status}"
+
+    def _stream(self, text: str) -> None:
+        done, newline, rest = (self._partial + text).rpartition("\n")
+        self._partial = rest
+        if newline:
+            self._show(done + "\n")
+        self._invalidate()
 
     def _running_app(self) -> Any:
         app = self._session.app if self._session is not None else None
@@ -158,22 +206,38 @@ class LineEditor:
         self._loop.create_task(show())
 
     def _write(self, text: str) -> None:
-        self.out.write(text if text.endswith("\n") else text + "\n")
+        self._write_raw(text if text.endswith("\n") else text + "\n")
+
+    def _write_raw(self, text: str) -> None:
+        self.out.write(text)
         self.out.flush()
 
 
-def _bindings() -> Any:
+def _bindings(editor: LineEditor) -> Any:
     kb = KeyBindings()
+    busy = Condition(lambda: editor.busy)
 
-    @kb.add("c-c")
+    @kb.add("c-c", filter=busy)
+    def _interrupt(event: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    @kb.add("c-c", filter=~busy)
     def _clear(event: Any) -> None:
         event.current_buffer.reset()
+
+    @kb.add("c-d", filter=busy)
+    def _not_now(event: Any) -> None:
+        """Ctrl-D leaves only at an idle prompt, never in the middle of a turn."""
+
+    @kb.add("enter", filter=busy)
+    def _keep(event: Any) -> None:
+        """The typed-ahead text waits in the input line until the turn has ended."""
 
     @kb.add("escape", "enter")
     def _newline(event: Any) -> None:
         event.current_buffer.insert_text("\n")
 
-    @kb.add("enter")
+    @kb.add("enter", filter=~busy)
     def _enter(event: Any) -> None:
         buffer = event.current_buffer
         if buffer.document.text_before_cursor.endswith("\\") and buffer.document.is_cursor_at_the_end:

@@ -6,21 +6,23 @@ terminal restored on every way out. ``cli/chat_start.py`` dispatches here for a 
 from __future__ import annotations
 
 import sys
+import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import anyio
 
 from orchestrator.base import blocking
-from orchestrator.base.events import Event
+from orchestrator.base.events import Event, ModelCalled, TextDelta
 from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import TerminalRenderer
+from orchestrator.cli.usage import Tally, cost_of, priced
 
-__all__ = ["history_file", "interactive"]
+__all__ = ["TurnProgress", "history_file", "interactive"]
 
 
 def history_file(agent_id: str) -> Path:
@@ -48,8 +50,8 @@ async def _repl(
 ) -> int:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
-    from orchestrator.cli.chat_slash import Slash, is_slash
-    from orchestrator.cli.chat_turns import Interrupts, run_turn, warn_unused_model
+    from orchestrator.cli.chat_slash import Slash
+    from orchestrator.cli.chat_turns import Interrupts, warn_unused_model
 
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     editor = None
@@ -58,20 +60,25 @@ async def _repl(
         from orchestrator.cli.chat_editor import LineEditor
 
         editor = LineEditor(history_file(agent), sys.stdout)
-    renderer = TerminalRenderer(verbose=verbose, above=editor.notice if editor is not None else None)
+    out = cast(TextIO, _EditorStream(editor)) if editor is not None else None
+    renderer = TerminalRenderer(out, verbose=verbose, above=editor.notice if editor is not None else None)
+    progress = TurnProgress()
 
     async def observe(event: Event) -> None:
+        progress.see(event)
         await renderer(event)
 
     leave = anyio.Event()
-    # at the editor's prompt Ctrl-C is a key; a signal after Enter and before the turn starts
-    # cancels that turn, while without a terminal (piped input) it ends the session like a shell's
+    # at the editor's prompt Ctrl-C is a key (during a turn the editor sends the SIGINT itself); a
+    # signal after Enter and before the turn starts cancels that turn, while without a terminal
+    # (piped input) it ends the session like a shell's
     interrupts = Interrupts()
     interrupts.idle = leave.set if editor is None else partial(setattr, interrupts, "pending", True)
     async with ChatSession.open(
         agent_id=agent, conversation_id=conversation, new=new, cli=cli, observer=observe
     ) as session, anyio.create_task_group() as tg:
         renderer.memory_dir = session.agent.memory_dir
+        progress.settings = session.runtime.settings
         tg.start_soon(interrupts.watch)
         warn_unused_model(session, model, _stderr)
         say = renderer.notice
@@ -81,41 +88,16 @@ async def _repl(
             "(/help for commands, Ctrl-D to leave)",
             flush=True,
         )
+        loop = _Loop(session, renderer, interrupts, slash, say, progress)
         try:
-            if editor is not None:
+            if editor is None:
+                await loop.piped(leave, agent)
+            else:
                 await blocking.run_sync("files", editor.start)
-                status = _StatusLine(session, editor)
+                editor.busy_status = progress.line
+                status = _StatusLine(session, editor, progress)
                 tg.start_soon(status.follow)
-            while True:
-                if editor is not None:
-                    await status.refresh()
-                    interrupts.pending = False
-                    text = await editor.read("› ")
-                else:
-                    text = await _next_line(leave)
-                    if text is not None and text.strip():
-                        await blocking.run_sync("files", partial(_remember, history_file(agent), text))
-                if text is None:
-                    break
-                if not text.strip():
-                    continue
-                if is_slash(text):
-                    try:
-                        if await slash.run(text):
-                            break
-                    except Exception as exc:
-                        mistake = user_error_in(exc)
-                        if mistake is None:
-                            raise
-                        say(f"reverie: error: {describe(mistake)}")
-                    continue
-                result = await run_turn(session, text, renderer, interrupts)
-                if result.status == "interrupted":
-                    say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
-                elif result.status in {"error", "max_steps"}:
-                    _stderr(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
-                if result.memory_after and result.memory_after != result.memory_before:
-                    await _show_memory_change(session, renderer, result.memory_before, result.memory_after)
+                await loop.edited(editor, status)
         finally:
             if editor is not None:
                 await blocking.run_sync("files", editor.close)
@@ -124,6 +106,85 @@ async def _repl(
         print("reverie: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+class _Loop:
+    """The REPL's read-and-answer loop, for a terminal (the prompt stays up while a turn runs) and
+    for piped input."""
+
+    def __init__(
+        self, session: Any, renderer: TerminalRenderer, interrupts: Any, slash: Any, say: Any, progress: TurnProgress
+    ) -> None:
+        self.session = session
+        self.renderer = renderer
+        self.interrupts = interrupts
+        self.slash = slash
+        self.say = say
+        self.progress = progress
+
+    async def edited(self, editor: Any, status: _StatusLine) -> None:
+        await status.refresh()
+        text = await editor.read("› ")
+        while text is not None:
+            if not text.strip():
+                text = await editor.read("› ")
+                continue
+            if self._leaving(text):
+                return
+            # the next prompt is up while this entry is answered: typing ahead lands in it
+            editor.busy = True
+            upcoming = editor.show_prompt("› ")
+            try:
+                await self.answer(text, error=self.say)
+            finally:
+                editor.busy = False
+                self.interrupts.pending = False
+                self.progress.stop()
+                await status.refresh()
+            text = await editor.entry(upcoming)
+
+    async def piped(self, leave: anyio.Event, agent: str) -> None:
+        while True:
+            text = await _next_line(leave)
+            if text is not None and text.strip():
+                await blocking.run_sync("files", partial(_remember, history_file(agent), text))
+            if text is None:
+                return
+            if not text.strip():
+                continue
+            if self._leaving(text):
+                return
+            await self.answer(text, error=_stderr)
+
+    def _leaving(self, text: str) -> bool:
+        # lazy: `reverie --help` imports every command module (cli/app.py)
+        from orchestrator.cli.chat_slash import is_slash
+
+        return is_slash(text) and text.strip()[1:].split(maxsplit=1)[0].lower() in {"exit", "quit"}
+
+    async def answer(self, text: str, *, error: Any) -> None:
+        """One entry: a slash command, or a turn with its outcome and memory change shown."""
+        # lazy: `reverie --help` imports every command module (cli/app.py)
+        from orchestrator.cli.chat_slash import is_slash
+        from orchestrator.cli.chat_turns import run_turn
+
+        if is_slash(text):
+            try:
+                await self.slash.run(text)
+            except Exception as exc:
+                mistake = user_error_in(exc)
+                if mistake is None:
+                    raise
+                self.say(f"reverie: error: {describe(mistake)}")
+            return
+        self.progress.start()
+        result = await run_turn(self.session, text, self.renderer, self.interrupts)
+        if result.status == "interrupted":
+            self.say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
+        elif result.status in {"error", "max_steps"}:
+            error(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
+        if result.memory_after and result.memory_after != result.memory_before:
+            await _show_memory_change(self.session, self.renderer, result.memory_before, result.memory_after)
 
 
 async def _next_line(leave: anyio.Event) -> str | None:
@@ -145,11 +206,13 @@ def _remember(path: Path, text: str) -> None:
 
 class _StatusLine:
     """The prompt's bottom line: context use (computed once per prompt) and the subagents running
-    (followed while the prompt waits, so a reflection finishing in the background is seen)."""
+    (followed while the prompt waits, so a reflection finishing in the background is seen); while
+    a turn runs the spinner in front of it moves ten times a second."""
 
-    def __init__(self, session: Any, editor: Any) -> None:
+    def __init__(self, session: Any, editor: Any, progress: TurnProgress) -> None:
         self.session = session
         self.editor = editor
+        self.progress = progress
         self.context = ""
 
     async def refresh(self) -> None:
@@ -164,10 +227,75 @@ class _StatusLine:
         self.editor.set_status(f" {self.session.agent.agent_id} · {self.context}{subagents} · /help")
 
     async def follow(self) -> None:
+        ticks = 0
         while True:
-            await anyio.sleep(0.5)
-            if self.context:
+            await anyio.sleep(0.1)
+            ticks += 1
+            if self.progress.running:
+                self.editor.invalidate()
+            if self.context and ticks % 5 == 0:
                 self.show()
+
+
+class TurnProgress:
+    """What the toolbar shows while a turn runs: a spinner, the elapsed time, the tokens of the
+    model calls answered so far (the one streaming counted at chars/4) and their cost when priced."""
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self) -> None:
+        self.settings: Any = None
+        self.started: float | None = None
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.streaming = 0
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.tokens_in = self.tokens_out = self.streaming = 0
+
+    def stop(self) -> None:
+        self.started = None
+
+    def see(self, event: Event) -> None:
+        if self.started is None:
+            return
+        if isinstance(event, TextDelta):
+            self.streaming += len(event.text)
+        elif isinstance(event, ModelCalled):
+            self.tokens_in += event.prompt_tokens
+            self.tokens_out += event.completion_tokens
+            self.streaming = 0
+
+    def line(self) -> str:
+        if self.started is None:
+            return ""
+        elapsed = time.monotonic() - self.started
+        frame = self.FRAMES[int(elapsed * 10) % len(self.FRAMES)]
+        out = self.tokens_out + self.streaming // 4
+        text = f"{frame} {elapsed:.0f}s · ↑{self.tokens_in:,} ↓{out:,} tokens"
+        if self.settings is not None and priced(self.settings):
+            text += f" · ${cost_of(Tally(0, self.tokens_in, out), self.settings):.4f}"
+        return text + " · Ctrl-C interrupts"
+
+
+class _EditorStream:
+    """The renderer's ``out`` in a terminal: streamed text goes through the line editor, so it is
+    printed above the prompt that stays up while a turn runs."""
+
+    def __init__(self, editor: Any) -> None:
+        self.editor = editor
+
+    def write(self, text: str) -> int:
+        self.editor.stream(text)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
 
 
 async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:

@@ -230,6 +230,7 @@ def reflect(
     from orchestrator.app.session import ChatSession
 
     renderer = TerminalRenderer()
+    renderer.quiet_outcomes = True
 
     async def main() -> str:
         await require_agent_in_home(agent)

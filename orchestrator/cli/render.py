@@ -138,6 +138,8 @@ class TerminalRenderer:
         self.activity = activity or self.out
         self.reply_only = reply_only
         self._held = ""
+        self.quiet_outcomes = False
+        """``reverie reflect`` prints the outcome itself: no ``no_changes`` or ``pending`` line here."""
         self.verbose = verbose
         self.memory_dir = memory_dir
         self.above = above
@@ -237,6 +239,8 @@ class TerminalRenderer:
         elif isinstance(event, ReflectionKept):
             files = f" ({', '.join(event.files)})" if event.files else ""
             self.notice(f"  ⚠ reflection conflict: kept on {event.branch}{files}; `reverie reflections list`")
+        elif isinstance(event, ReflectionOutcome | ReflectionPending) and self.quiet_outcomes:
+            return
         elif isinstance(event, ReflectionOutcome) and event.outcome == "no_changes":
             self.notice("  ↻ reflection: no changes to memory")
         elif isinstance(event, ReflectionPending) and event.turns == 0:

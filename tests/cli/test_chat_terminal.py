@@ -87,7 +87,7 @@ def test_a_background_reflection_notice_lands_above_the_prompt(tmp_path: Path, b
         term.wait("I heard: I like green tea")
         term.wait(_prompt_back)
         term.line("/reflect")
-        term.wait("reflection: ")
+        term.wait("reflection started")
         term.wait(_prompt_back)
         term.send("half a thought")
         term.wait("reflection merged 1 commit")

@@ -118,7 +118,7 @@ def test_a_memory_repo_mid_rebase_is_named_and_left_alone(home: Path) -> None:
     one_line_error(merge, "rebase in progress", "the branch is kept")
     chat = reverie(home, "chat", "-p", "hello")
     assert chat.returncode == 0, chat.stderr
-    assert "⚠ memory repository has a rebase or merge stopped half-way (details: `reverie memory validate`)" in chat.stdout
+    assert "⚠ memory repository has a rebase or merge stopped half-way (details: `reverie memory validate`)" in chat.stderr, "activity goes to stderr"
     tree = reverie(home, "memory", "tree")
     assert tree.returncode == 0 and "reverie: warning:" in tree.stderr and "rebase in progress" in tree.stderr
 

@@ -1,0 +1,85 @@
+"""The REPL while a turn runs, driven in tmux (``send-keys`` in, ``capture-pane`` out): the spinner
+with elapsed time and tokens above the kept status line, text typed meanwhile staying in the input
+line (never echoed into the transcript) and sent once the turn has ended. Every wait is on what the
+screen shows, with a deadline that fails loudly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+
+SPINNER = re.compile(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] \d+s · ↑[\d,]+ ↓[\d,]+ tokens")
+
+
+class Tmux:
+    """One tmux server of the test's own (its socket named after the test), one window."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        return done.stdout
+
+    def lines(self) -> list[str]:
+        return [line.rstrip() for line in self.run("capture-pane", "-p", "-t", "chat").splitlines()]
+
+    def wait(self, test: Callable[[list[str]], bool], what: str, timeout: float = 60.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = self.lines()
+            if test(lines):
+                return lines
+            time.sleep(0.05)
+        raise AssertionError(f"the screen never showed {what}:\n" + "\n".join(self.lines()))
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "chat", *keys)
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    server = Tmux(f"reverie-test-{os.getpid()}-{tmp_path.name}")
+    yield server
+    server.run("kill-server")
+
+
+def _start_chat(tmux: Tmux, home: Path) -> None:
+    env = {"REVERIE_HOME": str(home), "REVERIE_SCRIPTED_LATENCY": "3", "TERM": "xterm-256color"}
+    command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = f"env {command} {shlex.quote(sys.executable)} -m orchestrator chat"
+    tmux.run("new-session", "-d", "-s", "chat", "-x", "140", "-y", "30", command)
+
+
+def test_a_running_turn_shows_a_spinner_keeps_the_status_line_and_the_typed_ahead_text(
+    tmux: Tmux, tmp_path: Path
+) -> None:
+    _start_chat(tmux, tmp_path / "home")
+    tmux.wait(lambda ls: any(line.startswith("›") for line in ls) and "context " in ls[-1], "the prompt")
+    tmux.keys("hello there", "Enter")
+    during = tmux.wait(lambda ls: bool(SPINNER.search(ls[-1])), "the spinner")
+    assert "context " in during[-1] and "agent-default" in during[-1], "the status line stays beside the spinner"
+    tmux.keys("typed ahead")
+    during = tmux.wait(lambda ls: "› typed ahead" in ls and bool(SPINNER.search(ls[-1])), "typed-ahead text while busy")
+    frames = {SPINNER.search(during[-1]).group(0)[0]}  # type: ignore[union-attr]
+    tmux.wait(lambda ls: (m := SPINNER.search(ls[-1])) is not None and m.group(0)[0] not in frames, "the spinner move")
+    after = tmux.wait(
+        lambda ls: "(mock) I heard: hello there" in ls and not SPINNER.search(ls[-1]), "the reply, then the spinner gone"
+    )
+    assert "context " in after[-1]
+    reply = after.index("(mock) I heard: hello there")
+    assert [line for line in after if "typed ahead" in line] == ["› typed ahead"], after
+    assert after.index("› typed ahead") > reply, "the typed text waits in the input line below the reply"
+    tmux.keys("Enter")
+    tmux.wait(lambda ls: "(mock) I heard: typed ahead" in ls, "the typed-ahead text sent after the turn")
