@@ -252,6 +252,7 @@ class ReflectionCoordinator:
 
     async def _run(self, worktree: Worktree, record: ReflectionRecord, slice_: list[StoredMessage], steps: int) -> None:
         # deferred: merge-back loads when a reflection runs, not before a chat's first request
+        from orchestrator.base.subagent_events import ReflectionMerging
         from orchestrator.memfs.merge import finalize_worktree
 
         conversation_id = cast(str, record.conversation_id)
@@ -267,6 +268,7 @@ class ReflectionCoordinator:
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             with anyio.CancelScope(shield=True):
+                await self._emit(ReflectionMerging(worktree.id), conversation_id)
                 outcome = await finalize_worktree(
                     self.agent.memory_dir, worktree, succeeded=error is None, resolver=self.resolver
                 )

@@ -17,8 +17,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.app.telemetry import Telemetry, open_telemetry
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
@@ -125,25 +128,33 @@ class ChatSession:
         ) as rt:
             agent, settings = await rt.agent_with_settings(agent_id, cli)
             conv = await rt.conversation(agent, conversation_id=conversation_id, new=new)
-            current = {"conversation": conv.id}
+            current = {"conversation": conv.id, "model": settings.model}
+            telemetry = open_telemetry(
+                agent.name,
+                provider="openai" if settings.uses_endpoint else "reverie.scripted",
+                request_model=lambda: current["model"],
+                conversation=lambda: current["conversation"],
+            )
+            model = telemetry.model(rt.model) if telemetry is not None else rt.model
+            shown = _observed(observer, telemetry)
 
             async def resolver_call(event: ModelCalled) -> None:
-                await Publisher(rt.store, agent.agent_id)(event, current["conversation"])
+                await Publisher(rt.store, agent.agent_id, shown)(event, current["conversation"])
 
-            async with Supervisor.open(rt.store, observer=observer) as supervisor:
+            async with Supervisor.open(rt.store, observer=shown) as supervisor:
                 reflection: ReflectionCoordinator | None = None
 
                 async def observe(event: Event) -> None:
-                    if observer is not None:
-                        await observer(event)
+                    if shown is not None:
+                        await shown(event)
                     if reflection is not None:
                         await reflection.on_event(event, current["conversation"])
 
-                context = SessionContext(store=rt.store, model=rt.model, settings=settings, agent=agent, observer=observe)
+                context = SessionContext(store=rt.store, model=model, settings=settings, agent=agent, observer=observe)
                 reflection = ReflectionCoordinator(
                     context=context,
                     supervisor=supervisor,
-                    resolver=merge_resolver(MeteredModel(rt.model, resolver_call), context),
+                    resolver=merge_resolver(MeteredModel(model, resolver_call), context),
                 )
                 supervisor.after_turn_hooks.append(reflection.after_turn)
                 if observer is not None and hasattr(rt.model, "on_retry"):
@@ -161,10 +172,12 @@ class ChatSession:
                 try:
                     yield session
                 finally:
-                    if isinstance(compactor, CompactionSubagent):
-                        # every compaction.start has its end, a summary prepared and never applied too
-                        with anyio.CancelScope(shield=True):
+                    with anyio.CancelScope(shield=True):
+                        if isinstance(compactor, CompactionSubagent):
+                            # every compaction.start has its end, a summary prepared and never applied too
                             await compactor.close()
+                        if telemetry is not None:
+                            await telemetry.close()
 
     _current: dict[str, str] | None = None
 
@@ -233,6 +246,8 @@ class ChatSession:
     async def set_model(self, name: str) -> None:
         """Use ``name`` from the next request on (the turn's, reflection's and compaction's), and
         remember it as the agent's setting."""
+        if self._current is not None:
+            self._current["model"] = name
         await self.runtime.store.update_agent(self.agent.agent_id, settings={"model": name})
         self.context.set_model(name)
 
@@ -269,3 +284,18 @@ def _compactor(rt: Runtime, context: SessionContext, supervisor: Supervisor) -> 
     if factory is None:
         return None
     return factory(context=context, supervisor=supervisor)
+
+
+def _observed(observer: Observer | None, telemetry: Telemetry | None) -> Observer | None:
+    """The caller's observer, with the session's telemetry seeing every event first."""
+    if telemetry is None:
+        return observer
+    if observer is None:
+        return telemetry
+    user = observer
+
+    async def both(event: Event) -> None:
+        await telemetry(event)
+        await user(event)
+
+    return both

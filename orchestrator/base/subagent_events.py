@@ -23,6 +23,7 @@ __all__ = [
     "ReflectionKept",
     "ReflectionLaunched",
     "ReflectionMerged",
+    "ReflectionMerging",
     "ReflectionOutcome",
     "ReflectionPending",
 ]
@@ -110,6 +111,16 @@ class ReflectionLaunched(Event):
     reflection_id: str
     branch: str
     trigger: str
+
+
+@dataclass(frozen=True)
+class ReflectionMerging(Event):
+    """A reflection's run ended and its branch is being merged back (its merge-back span starts);
+    shown, not stored: the merge's outcome is."""
+
+    kind: ClassVar[str] = "reflection.merging"
+    transient: ClassVar[bool] = True
+    reflection_id: str
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,208 @@
+"""GenAI spans and metrics of a real chat session (scripted model, real git and SQLite): the span tree
+of one turn with a tool call and a reflection through the SDK's in-memory exporter, content only
+when asked for, off when not configured, and an OTLP/HTTP export decoded by a receiver on
+127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.util.genai", reason="the reverie[otel] extra is not installed")
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orchestrator.app.session import ChatSession
+from orchestrator.app.telemetry import installed, open_telemetry, otel_configured
+
+pytestmark = pytest.mark.anyio
+
+
+class _Traced:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.metrics])
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def metric_names(self) -> set[str]:
+        data = self.metrics.get_metrics_data()
+        assert data is not None
+        return {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
+@pytest.fixture
+def traced() -> Iterator[_Traced]:
+    t = _Traced()
+    with installed(t.tracer_provider, t.meter_provider):
+        yield t
+
+
+def _one(spans: list[ReadableSpan], name: str) -> ReadableSpan:
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [s.name for s in spans])
+    return found[0]
+
+
+def _parent(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+async def test_one_turn_with_a_tool_call_and_a_reflection_is_one_span_tree(traced: _Traced, tmp_path: Path) -> None:
+    cli = {"reflection_trigger": "step-count:1"}
+    async with ChatSession.open(agent_id="traced", workspace=tmp_path, cli=cli) as session:
+        outcome = await session.send("remember that I like owls")
+        await session.supervisor.drain(30)
+        conversation = session.conversation_id
+        agent_name = session.agent.name
+    spans = traced.finished()
+    turn = _one(spans, f"invoke_agent {agent_name}")
+    assert turn.parent is None
+    attrs = dict(turn.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["reverie.turn.id"] == outcome.turn_id
+    assert attrs["gen_ai.usage.input_tokens"] == outcome.usage.prompt_tokens > 0
+    turn_id = turn.context.span_id
+
+    tool = _one(spans, "execute_tool bash")
+    assert _parent(tool) == turn_id and (tool.attributes or {})["gen_ai.tool.call.id"]
+    chats = [s for s in spans if s.name == "chat scripted" and _parent(s) == turn_id]
+    assert len(chats) == outcome.steps == 2, "one chat span per request of the turn"
+    first = dict(chats[0].attributes or {})
+    assert first["gen_ai.provider.name"] == "reverie.scripted" and first["gen_ai.request.model"] == "scripted"
+    assert first["gen_ai.response.model"] == "scripted" and first["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert first["gen_ai.usage.input_tokens"] > 0 and first["gen_ai.usage.output_tokens"] > 0
+    assert "gen_ai.input.messages" not in first, "no content unless OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+    reflection = _one(spans, "invoke_agent reflection")
+    assert _parent(reflection) == turn_id
+    assert (reflection.attributes or {})["reverie.reflection.outcome"] in ("merged", "no_changes")
+    reading = [s for s in spans if _parent(s) == reflection.context.span_id and s.name.startswith("chat ")]
+    assert reading and all((s.attributes or {})["reverie.purpose"] == "reflect" for s in reading)
+    merge = _one(spans, "invoke_workflow merge_back")
+    assert _parent(merge) == reflection.context.span_id
+
+    assert {(s.attributes or {}).get("gen_ai.conversation.id") for s in spans} == {conversation}
+    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= traced.metric_names()
+
+
+async def test_a_failed_model_call_is_a_chat_span_with_its_error_type(traced: _Traced, tmp_path: Path) -> None:
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import ModelError, ModelRequest, ModelResponse
+
+    def fail(request: ModelRequest) -> ModelResponse:
+        raise ModelError("model error: upstream said 503", status=503)
+
+    async with ChatSession.open(agent_id="traced", workspace=tmp_path, model=ScriptedModel(script=[fail])) as session:
+        outcome = await session.send("hi")
+    assert outcome.status == "error"
+    spans = traced.finished()
+    chat = _one(spans, "chat scripted")
+    assert (chat.attributes or {})["error.type"] == "503" and chat.status.status_code.name == "ERROR"
+    turn = next(s for s in spans if s.name.startswith("invoke_agent"))
+    assert (turn.attributes or {})["error.type"] == "error" and (turn.attributes or {})["reverie.turn.status"] == "error"
+
+
+async def test_message_content_only_when_asked_for(
+    traced: _Traced, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    async with ChatSession.open(agent_id="traced", workspace=tmp_path) as session:
+        await session.send("the word is heron")
+    chat = _one(traced.finished(), "chat scripted")
+    attrs = dict(chat.attributes or {})
+    assert "heron" in str(attrs["gen_ai.input.messages"]) and "I heard" in str(attrs["gen_ai.output.messages"])
+
+
+def test_telemetry_is_off_unless_otel_variables_ask_for_it() -> None:
+    def made(env: dict[str, str]) -> object:
+        return open_telemetry("a", provider="p", request_model=lambda: "m", conversation=lambda: "c", environ=env)
+
+    assert made({}) is None and not otel_configured({})
+    assert not otel_configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"})
+    assert not otel_configured({"OTEL_TRACES_EXPORTER": "none"})
+    assert otel_configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector: decodes each protobuf request body."""
+
+    got: dict[str, list[Any]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces":
+            message: Any = ExportTraceServiceRequest()
+        elif self.path == "/v1/metrics":
+            message = ExportMetricsServiceRequest()
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        message.ParseFromString(body)
+        self.got.setdefault(self.path, []).append(message)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def test_an_otlp_http_export_reaches_a_loopback_receiver(tmp_path: Path) -> None:
+    got: dict[str, list[Any]] = {}
+    handler = type("Receiver", (_Receiver,), {"got": got})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = dict(
+            os.environ,
+            REVERIE_HOME=str(tmp_path),
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}",
+            OTEL_SERVICE_NAME="reverie-under-test",
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "remember that I like owls"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    spans = [
+        (span.name, resource.resource)
+        for request in got["/v1/traces"]
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+    names = {name for name, _ in spans}
+    assert {"invoke_agent agent-default", "chat scripted", "execute_tool bash"} <= names, names
+    services = {a.value.string_value for _, r in spans for a in r.attributes if a.key == "service.name"}
+    assert services == {"reverie-under-test"}
+    metrics = {
+        metric.name
+        for request in got["/v1/metrics"]
+        for resource in request.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= metrics
