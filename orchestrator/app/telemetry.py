@@ -13,7 +13,9 @@ What a session emits:
 * ``invoke_agent compaction`` and ``invoke_agent reflection``, children of the turn that launched
   them (a turn already ended is still their parent: it is what caused them), with their summariser
   or reader calls as children; a reflection's merge-back is ``invoke_workflow merge_back`` under it
-  (the merge resolver's calls inside that).
+  (the merge resolver's calls inside that);
+* ``invoke_workflow`` around a batch run, a sweep and each batch task (``workflow``), the task's
+  turns its children.
 
 Every span carries ``gen_ai.conversation.id``. Message content (prompts, replies, tool arguments
 and results) is recorded only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for
@@ -43,8 +45,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -64,6 +67,7 @@ __all__ = [
     "installed",
     "open_telemetry",
     "otel_configured",
+    "workflow",
 ]
 
 SCOPE = "reverie"
@@ -163,19 +167,91 @@ def open_telemetry(
     environ: Mapping[str, str] | None = None,
 ) -> Telemetry | None:
     """The session's telemetry, or None when it is off (the common case costs one dict lookup)."""
-    env = os.environ if environ is None else environ
-    if _installed:
-        providers: Providers | None = _installed[-1]
-    elif otel_configured(env):
-        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("OTEL_")))
-        if key not in _from_env:
-            _from_env[key] = _providers_from_env(env)
-        providers = _from_env[key]
-    else:
-        return None
+    providers = _providers(os.environ if environ is None else environ)
     if providers is None:
         return None
     return Telemetry(providers, agent_name, provider, request_model, conversation)
+
+
+def _providers(env: Mapping[str, str]) -> Providers | None:
+    if _installed:
+        return _installed[-1]
+    if not otel_configured(env):
+        return None
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("OTEL_")))
+    if key not in _from_env:
+        _from_env[key] = _providers_from_env(env)
+    return _from_env[key]
+
+
+_parent: ContextVar[Any] = ContextVar("reverie_otel_parent", default=None)
+"""The context of the workflow span around what runs now (a batch task, a run, a sweep)."""
+
+
+@asynccontextmanager
+async def workflow(name: str, attributes: Mapping[str, Any] | None = None) -> AsyncIterator[None]:
+    """An ``invoke_workflow <name>`` span around the body when telemetry is on: sessions opened
+    inside make their turns its children, workflows inside nest. The outermost one flushes the
+    exporters at its end (bounded, off the loop). Parents do not cross processes: a batch task run
+    by a worker process is the root of its own trace."""
+    providers = _providers(os.environ)
+    if providers is None:
+        yield
+        return
+    # optional: the reverie[otel] extra (providers exist only when it is installed)
+    from opentelemetry.trace import set_span_in_context
+
+    outer = _parent.get()
+    invocation = _handler(providers).workflow(name, context=outer, _attach_to_context=False)
+    invocation.attributes.update(attributes or {})
+    token = _parent.set(set_span_in_context(invocation.span))
+    try:
+        yield
+    except BaseException as exc:
+        _fail_invocation(invocation, "cancelled" if _cancelled(exc) else type(exc).__name__, str(exc) or "cancelled")
+        raise
+    else:
+        invocation.stop()
+    finally:
+        _parent.reset(token)
+        if outer is None and providers.owned:
+            with anyio.CancelScope(shield=True):
+                await _flush(providers)
+
+
+_handlers: dict[int, Any] = {}
+
+
+def _handler(providers: Providers) -> Any:
+    """One ``TelemetryHandler`` per set of providers (it holds the instruments)."""
+    handler = _handlers.get(id(providers))
+    if handler is None:
+        # optional: the reverie[otel] extra
+        from opentelemetry.util.genai.handler import TelemetryHandler
+
+        handler = _handlers[id(providers)] = TelemetryHandler(
+            tracer_provider=providers.tracer_provider,
+            meter_provider=providers.meter_provider,
+            instrumentation_scope_name=SCOPE,
+        )
+    return handler
+
+
+async def _flush(providers: Providers) -> None:
+    """Export what is queued, waiting at most ``FLUSH_SECONDS`` (an abandoned flush thread is a daemon)."""
+    done = threading.Event()
+
+    def flush() -> None:
+        millis = int(FLUSH_SECONDS * 1000)
+        try:
+            providers.tracer_provider.force_flush(millis)
+            if providers.meter_provider is not None:
+                providers.meter_provider.force_flush(millis)
+        finally:
+            done.set()
+
+    threading.Thread(target=flush, name="reverie-otel-flush", daemon=True).start()
+    await blocking.run_sync("files", partial(done.wait, FLUSH_SECONDS))
 
 
 class _Span:
@@ -205,15 +281,10 @@ class Telemetry:
         request_model: Callable[[], str],
         conversation: Callable[[], str],
     ) -> None:
-        # optional: the reverie[otel] extra
-        from opentelemetry.util.genai.handler import TelemetryHandler
-
         self.providers = providers
-        self.handler = TelemetryHandler(
-            tracer_provider=providers.tracer_provider,
-            meter_provider=providers.meter_provider,
-            instrumentation_scope_name=SCOPE,
-        )
+        self.handler = _handler(providers)
+        self.root = _parent.get()
+        """The workflow the session runs in (a batch task's), parent of its turns; None for a chat."""
         self.agent_name = agent_name
         self.provider = provider
         self.request_model = request_model
@@ -238,6 +309,7 @@ class Telemetry:
             agent_name=self.agent_name,
             request_model=self.request_model(),
             conversation_id=event.conversation_id,
+            context=self.root,
             _attach_to_context=False,
         )
         invocation.attributes["reverie.turn.id"] = event.turn_id
@@ -289,7 +361,7 @@ class Telemetry:
             agent_name=name,
             request_model=self.request_model(),
             conversation_id=conversation_id,
-            context=parent.context() if parent is not None else None,
+            context=parent.context() if parent is not None else self.root,
             _attach_to_context=False,
         )
         invocation.attributes.update(attributes)
@@ -369,26 +441,19 @@ class Telemetry:
         if self._turn is not None:
             _fail(self._turn, "cancelled", "the session ended first")
             self._turn = None
-        if self.providers.owned:
-            done = threading.Event()
-            threading.Thread(target=self._flush, args=(done,), name="reverie-otel-flush", daemon=True).start()
-            await blocking.run_sync("files", partial(done.wait, FLUSH_SECONDS))
-
-    def _flush(self, done: threading.Event) -> None:
-        millis = int(FLUSH_SECONDS * 1000)
-        try:
-            self.providers.tracer_provider.force_flush(millis)
-            if self.providers.meter_provider is not None:
-                self.providers.meter_provider.force_flush(millis)
-        finally:
-            done.set()
+        if self.providers.owned and self.root is None:
+            await _flush(self.providers)
 
 
 def _fail(span: _Span, kind: str, message: str) -> None:
-    # optional: the reverie[otel] extra (a span exists only when it is installed)
+    _fail_invocation(span.invocation, kind, message)
+
+
+def _fail_invocation(invocation: Any, kind: str, message: str) -> None:
+    # optional: the reverie[otel] extra (an invocation exists only when it is installed)
     from opentelemetry.util.genai.types import Error
 
-    span.invocation.fail(Error(message=" ".join(message.split())[:300], type=kind))
+    invocation.fail(Error(message=" ".join(message.split())[:300], type=kind))
 
 
 _HANDLERS: dict[str, Callable[[Telemetry, Any], None]] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from orchestrator.app.telemetry import otel_configured, workflow
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.eventlog import read_events
@@ -167,7 +169,8 @@ def _elapsed_so_far(out_dir: Path) -> float:
 
 
 def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
-    if not otel_available() or not results:
+    """The after-the-fact file, only when no live telemetry is configured (live spans say more)."""
+    if not otel_available() or not results or otel_configured(os.environ):
         return
     emitter = SpanEmitter(out_dir)
     try:
@@ -219,7 +222,22 @@ async def _run_suite(
     ``retry`` (``--retry-failed``; implies ``resume``): these tasks run again from scratch even
     though they have a result, when that result failed or errored. The new result replaces the row
     (DECISIONS D15) with ``attempts`` one more than before; ``results.jsonl`` is rewritten with one
-    line per task at the end, and the summary is over every task of the run."""
+    line per task at the end, and the summary is over every task of the run. With OpenTelemetry on,
+    the run is one ``invoke_workflow`` span around its tasks'."""
+    async with workflow(f"run {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):
+        return await _run_tasks(tasks, options, executor, resume, retry, progress, on_result, suite_name)
+
+
+async def _run_tasks(
+    tasks: Sequence[Task],
+    options: RunOptions,
+    executor: Executor,
+    resume: bool,
+    retry: Sequence[str] | None,
+    progress: ProgressSink | None,
+    on_result: Callable[[TaskResult], Awaitable[None]] | None,
+    suite_name: str,
+) -> RunReport:
     out_dir = options.out_dir
     meta = {
         "suite": suite_name,

@@ -31,6 +31,7 @@ import anyio
 
 from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
+from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
 from orchestrator.base.paths import Home, using_home
@@ -395,7 +396,7 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
             workspace=paths.workspace,
             store_path=paths.store,
         )
-        async with session_cm as session:
+        async with workflow(f"task {task.id}", {"reverie.task.id": task.id}), session_cm as session:
             store = session.runtime.store
             stop_following = await pump.follow(store)
             head = await blocking.run_sync("git", partial(_head, paths.memory))

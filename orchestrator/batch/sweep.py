@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
@@ -178,7 +179,23 @@ async def _run_sweep(
     one or the same again: the command line gives one whose workers were forked for every setting
     up front; each run already uses the executor's concurrency and processes).
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
-    recognisable as one."""
+    recognisable as one. With OpenTelemetry on, the sweep is one ``invoke_workflow`` span around its runs'."""
+    async with workflow(f"sweep {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):
+        return await _run_settings(
+            tasks, settings, options, make_executor, resume, progress_for, on_setting_done, suite_name
+        )
+
+
+async def _run_settings(
+    tasks: Sequence[Task],
+    settings: Sequence[SweepSetting],
+    options: RunOptions,
+    make_executor: Callable[[], Executor],
+    resume: bool,
+    progress_for: Callable[[SweepSetting], ProgressSink | None],
+    on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None,
+    suite_name: str,
+) -> SweepReport:
     meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}
     await blocking.run_sync("files", partial(_write_meta, options.out_dir, meta))
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []

@@ -206,3 +206,25 @@ def test_an_otlp_http_export_reaches_a_loopback_receiver(tmp_path: Path) -> None
         for metric in scope.metrics
     }
     assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= metrics
+
+
+async def test_a_batch_run_and_its_tasks_are_workflows_around_the_turns(traced: _Traced, tmp_path: Path) -> None:
+    import anyio
+
+    from orchestrator.batch.executors import LocalExecutor
+    from orchestrator.batch.run import run_suite
+    from orchestrator.batch.runner import RunOptions
+    from orchestrator.batch.suite import load_suite
+    from tests.batch.helpers import write_suite
+
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl"))
+    await run_suite(tasks[:2], RunOptions(out_dir=tmp_path / "out"), LocalExecutor(1), suite_name="tiny")
+    spans = traced.finished()
+    run = _one(spans, "invoke_workflow run tiny")
+    assert run.parent is None
+    task_spans = [s for s in spans if s.name.startswith("invoke_workflow task ")]
+    assert {s.name for s in task_spans} == {f"invoke_workflow task {t.id}" for t in tasks[:2]}
+    assert all(_parent(s) == run.context.span_id for s in task_spans)
+    for task_span in task_spans:
+        turns = [s for s in spans if s.name.startswith("invoke_agent ") and _parent(s) == task_span.context.span_id]
+        assert turns, f"{task_span.name} has its turns as children"
