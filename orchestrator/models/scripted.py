@@ -392,7 +392,11 @@ class _Turn:
 
 
 class ScriptedModel(ModelClient):
-    """See the module docstring for the rules; ``requests`` records what it was asked (for tests)."""
+    """See the module docstring for the rules; ``requests`` records what it was asked (for tests):
+    the last ``REQUEST_LOG`` requests at least, never more than twice that, so a long session on the
+    embedded model does not keep every message it ever sent alive (bench/soak.py)."""
+
+    REQUEST_LOG = 1_000
 
     def __init__(
         self,
@@ -414,6 +418,8 @@ class ScriptedModel(ModelClient):
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
         self.requests.append(request)
+        if len(self.requests) > 2 * self.REQUEST_LOG:
+            del self.requests[: -self.REQUEST_LOG]
         if self.latency > 0:
             await anyio_sleep(self.latency)
         if self._script:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from orchestrator.store.records import utc_now
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "WAITING_STATUSES",
     "AfterTurnRead",
     "ReflectionRecord",
@@ -129,10 +130,18 @@ AfterTurnRead = tuple[list[ReflectionRecord], ReflectionState]
 """What ``reflections_and_state`` returns: the agent's records and the conversation's trigger state."""
 
 
+RETRYABLE_STATUSES = WAITING_STATUSES | {"kept_conflict"}
+"""The records a turn end may retry (D2): the only ones ``reflections_and_state`` returns, so its
+cost does not grow with every reflection the agent ever settled (bench/soak.py: 3,000 and more)."""
+_RETRYABLE_SQL = ", ".join(f"'{status}'" for status in sorted(RETRYABLE_STATUSES))
+
+
 def read_reflections_and_state(conn: sqlite3.Connection, agent_id: str, conversation_id: str) -> AfterTurnRead:
     """``reflections_and_state``'s two reads, for a job that already holds the connection."""
     rows = conn.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? ORDER BY created_at, id", (agent_id,)
+        f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? AND status IN ({_RETRYABLE_SQL}) "
+        "ORDER BY created_at, id",
+        (agent_id,),
     ).fetchall()
     return [_record(r) for r in rows], _read_state(conn, conversation_id, agent_id)
 
@@ -180,8 +189,9 @@ class ReflectionRecords:
     async def reflections_and_state(
         self, agent_id: str, conversation_id: str
     ) -> tuple[list[ReflectionRecord], ReflectionState]:
-        """The agent's reflection records and the conversation's trigger state in one job: what a
-        turn end reads when it has nothing to retry or launch (one store round trip, not two)."""
+        """The agent's retryable reflection records (``RETRYABLE_STATUSES``) and the conversation's
+        trigger state in one job: what a turn end reads when it has nothing to retry or launch (one
+        store round trip, not two)."""
         result: AfterTurnRead = await self._run(lambda conn: read_reflections_and_state(conn, agent_id, conversation_id))
         return result
 
