@@ -35,11 +35,10 @@ pair up one to one (:attr:`MergeOutcome.rewritten`). Branches are deleted only w
 are in ``HEAD`` (or on an explicit discard). Reminder texts are the caller's business (memfs is
 below the agent layer): this module returns outcomes only.
 
-Fault injection (DECISIONS S29): ``REVERIE_FAULT=<step>`` kills this process with ``SIGKILL`` when
-merge-back reaches ``<step>``; ``REVERIE_FAULT=pause:<step>`` sleeps there instead (for
-``REVERIE_FAULT_PAUSE_SECONDS``, default 3600; cancellable). Steps, in order: ``locked`` (lock
-held, nothing done), ``before-rebase`` (pre-rebase ref written), ``between-rebase-and-ff``
-(branch rebased, parent untouched), ``after-ff`` (parent fast-forwarded, refs not yet cleaned).
+Fault injection (DECISIONS S29) goes through :mod:`orchestrator.base.faults`; merge-back's steps,
+in order (:data:`FAULT_STEPS`): ``locked`` (lock held, nothing done), ``before-rebase`` (pre-rebase
+ref written), ``between-rebase-and-ff`` (branch rebased, parent untouched), ``after-ff`` (parent
+fast-forwarded, refs not yet cleaned).
 
 Why one module of ~600 lines: merge-back is one state machine under one lock; the in-memory rebase,
 the CLI fallback, the resolver's turn, the audit, the fast-forward and the pin refs share the
@@ -48,8 +47,6 @@ invariant "every commit stays reachable", which is only checkable when they are 
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -60,6 +57,7 @@ from anyio import CancelScope, sleep
 from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
+from orchestrator.base.faults import fault_point
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_repo
 from orchestrator.memfs.indexlock import harness_git as run_git
@@ -101,7 +99,6 @@ __all__ = [
     "default_audit",
     "delete_merged_branch",
     "discard_branch",
-    "fault_point",
     "finalize_worktree",
     "merge_back",
     "merge_branch",
@@ -120,6 +117,7 @@ REASON_FAILED = "the reflection failed before finishing"
 REASON_INVALID = "the merged memory fails validation"
 REASON_BUSY = "the memory repository kept changing during the merge"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
+"""merge-back's fault steps (:mod:`orchestrator.base.faults`), in the order a merge reaches them."""
 RACE_ATTEMPTS = 25
 RESOLVE_PHASES = 5
 _MAX_RESOLVE_ROUNDS = 50
@@ -177,15 +175,6 @@ async def default_audit(checkout: Path, revision: str, base: str | None) -> tupl
     """The MemFS validator's audit (frontmatter rules and tree constraints, S13) in a thread."""
     result = await blocking.run_sync("git", lambda: audit_head(checkout, revision=revision, base=base))
     return tuple(result.errors)
-
-
-async def fault_point(step: str) -> None:
-    """Die (``SIGKILL``) or pause here if ``REVERIE_FAULT`` names ``step`` (S29)."""
-    fault = os.environ.get("REVERIE_FAULT", "")
-    if fault == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if fault == f"pause:{step}":
-        await sleep(float(os.environ.get("REVERIE_FAULT_PAUSE_SECONDS", "3600")))
 
 
 def _state(untracked: str) -> Callable[[LocalRepo], tuple[str | None, frozenset[str]]]:

@@ -25,7 +25,6 @@ announcing each writer's own events would deliver a later id before an earlier o
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import uuid
 from collections import deque
@@ -34,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from orchestrator.base.faults import fault_point_sync
 from orchestrator.store.records import Event, PromptRecord, StoredMessage, StoreError, utc_now
 from orchestrator.store.worker import ConnectionWorker
 
@@ -170,9 +170,8 @@ def new_id(prefix: str) -> str:
 
 
 def fault(step: str) -> None:
-    """Crash-test hook (DECISIONS S29): ``REVERIE_FAULT=<step>`` kills the process at that step."""
-    if os.environ.get("REVERIE_FAULT") == step:
-        os._exit(91)
+    """The store's crash-test steps (:mod:`orchestrator.base.faults`, synchronous: worker thread)."""
+    fault_point_sync(step)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ commit point, crash and cancellation safety, sharing one file, closing."""
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -103,7 +104,7 @@ async def test_crash_mid_transaction_then_reopen(tmp_path: Path) -> None:
         cwd=Path(__file__).parents[2],
     )
     result = await anyio.to_thread.run_sync(run)
-    assert result.returncode == 91, result.stderr
+    assert result.returncode == -signal.SIGKILL, result.stderr
     turn_id = result.stdout.strip()
     async with Store.opened(path) as store:
         assert [m.id for m in await store.transcript(conv)] == [kept.id]
