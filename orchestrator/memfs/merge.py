@@ -17,7 +17,9 @@ agent's commit therefore waits for git work only, never for a model. The outcome
   (``"busy"``, only possible when a process outside reverie writes the repository). The caller
   retries later; never a reason to keep;
 * ``kept``: a real content conflict the policy did not resolve (``conflict``), an audit failure
-  (``invalid``), a failed run that left commits (``failed``);
+  of the branch (``invalid``) or of its combination with ``HEAD`` (``invalid-combined``: the
+  candidate ``HEAD`` is validated as a whole, :mod:`orchestrator.memfs.combined`), a failed run
+  that left commits (``failed``);
 * ``failed``: git itself failed (the error is in ``errors``); nothing was changed in ``HEAD``.
 
 The parent's branch moves by compare-and-swap (``LocalRepo.fast_forward``: the files and index are
@@ -58,6 +60,7 @@ from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
 from orchestrator.base.faults import fault_point
+from orchestrator.memfs.combined import REASON_INVALID, REASON_INVALID_COMBINED, judge_combination
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_repo
 from orchestrator.memfs.indexlock import harness_git as run_git
@@ -91,6 +94,7 @@ __all__ = [
     "REASON_DIRTY",
     "REASON_FAILED",
     "REASON_INVALID",
+    "REASON_INVALID_COMBINED",
     "AuditFn",
     "MergeOutcome",
     "MergeStatus",
@@ -107,14 +111,13 @@ __all__ = [
 ]
 
 MergeStatus = Literal["merged", "resolved", "no_changes", "pending", "kept", "failed"]
-ReasonCode = Literal["conflict", "invalid", "failed", "dirty", "busy"]
+ReasonCode = Literal["conflict", "invalid", "invalid-combined", "failed", "dirty", "busy"]
 AuditFn = Callable[[Path, str, str | None], Awaitable[tuple[str, ...]]]
 """``(checkout, revision, accepted_base) -> error lines`` (empty when valid)."""
 
 REASON_CONFLICT = "conflicts with newer memory changes"
 REASON_DIRTY = "the memory repository had uncommitted changes"
 REASON_FAILED = "the reflection failed before finishing"
-REASON_INVALID = "the merged memory fails validation"
 REASON_BUSY = "the memory repository kept changing during the merge"
 FAULT_STEPS = ("locked", "before-rebase", "between-rebase-and-ff", "after-ff")
 """merge-back's fault steps (:mod:`orchestrator.base.faults`), in the order a merge reaches them."""
@@ -395,10 +398,12 @@ class _Merge:
                 await self.unpin()
                 return self.outcome("no_changes", (), ())
             commits = rebased
-        errors = await self.audit(self.worktree, self.tip, head)
-        if errors:
+        verdict = await judge_combination(self.audit, self.worktree, head=head, tip=self.tip, own_tip=self.original_tip)
+        if not verdict.ok:
             files = await _changed_files(self.worktree, head, self.tip)
-            return self.outcome("kept", commits, files, reason=REASON_INVALID, reason_code="invalid", errors=tuple(errors))
+            return self.outcome(
+                "kept", commits, files, reason=verdict.reason, reason_code=verdict.reason_code, errors=verdict.errors
+            )
         moved, files = await blocking.run_sync("git", partial(_fast_forward, self.repo, self.worktree, head, self.tip))
         ff = GitResult(0, b"", b"") if moved == "done" else None
         if moved is None:
