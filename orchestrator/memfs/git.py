@@ -716,6 +716,16 @@ class LocalRepo:
             raise self._fail("for-each-ref", error) from error
         return tuple(sorted(out))
 
+    def reflog(self, name: str) -> tuple[str, ...]:
+        """``git log -g --format=%H <name>``: the commit of each reflog entry of the ref ``name``
+        (full name), newest first; empty when there is no such ref or no reflog."""
+        pygit2 = _pygit2()
+        try:
+            found = self._repo.references.get(name)
+            return () if found is None else tuple(str(entry.oid_new) for entry in found.log())
+        except (KeyError, ValueError, OSError, pygit2.GitError):
+            return ()
+
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         """``git merge-base --is-ancestor``: equal commits count."""
         pygit2 = _pygit2()

@@ -23,6 +23,8 @@ __all__ = [
     "EMPTY_TREE",
     "CommitLine",
     "FileChange",
+    "commit_identities",
+    "commit_message",
     "first_parents",
     "line_counts",
     "patch",
@@ -135,9 +137,58 @@ def line_counts(repo: Path, before: str, after: str) -> tuple[FileChange, ...]:
     return tuple(changes)
 
 
-def reachable_commits(repo: Path) -> frozenset[str]:
-    """Every commit some ref reaches (``git rev-list --all``). :class:`GitError` when git fails."""
-    return frozenset(run(repo, "rev-list", "--all").stdout.split())
+def reachable_commits(repo: Path, *, branches_only: bool = False) -> frozenset[str]:
+    """Every commit some ref reaches (``git rev-list --all``), or with ``branches_only`` some branch
+    (``--branches``: pins and tags do not count). :class:`GitError` when git fails."""
+    return frozenset(run(repo, "rev-list", "--branches" if branches_only else "--all").stdout.split())
+
+
+def commit_message(repo: Path, revision: str = "HEAD") -> tuple[str, str] | None:
+    """``(commit id, its message)`` for the commit ``revision`` names (``git log -1 --format=%H%x00%B``),
+    in-process; None when it names none."""
+    with open_repo(repo) as local:
+        if local is None or (resolved := local.resolve(revision)) is None:
+            return None
+        found = local.read(resolved[0])
+    if found is None:
+        return None
+    _, _, message = found[1].partition(b"\n\n")
+    return resolved[0], message.decode("utf-8", "replace")
+
+
+_IDENTITY_FORMAT: Final = "--format=%H%x00%an%x00%ae%x00%at%x00%B%x1e"
+
+
+def _identities(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for record in text.split("\x1e"):
+        record = record.strip("\n")
+        if record:
+            sha, _, rest = record.partition("\x00")
+            found[sha] = rest.strip()
+    return found
+
+
+def commit_identities(repo: Path, commits: Sequence[str] | None = None) -> dict[str, str]:
+    """commit -> what a rebase keeps of it (author name, e-mail and date, and the message, as one
+    string), for ``commits`` (each alone, not their history; ids that are no commit are left out)
+    or, when None, every commit some branch reaches. A copy made by ``git rebase`` has its
+    original's identity, so a caller whose messages are unique tells a carried commit from a lost
+    one without reverie's own records. :class:`GitError` when git fails."""
+    if commits is None:
+        return _identities(run(repo, "log", "--branches", _IDENTITY_FORMAT).stdout)
+    wanted = list(dict.fromkeys(commits))
+    if not wanted:
+        return {}
+    said = run(repo, "log", "--no-walk=unsorted", _IDENTITY_FORMAT, *wanted, check=False)
+    if said.ok:
+        return _identities(said.stdout)
+    # One id is not even an object: ask one by one so only the missing ones are left out.
+    found: dict[str, str] = {}
+    for sha in wanted:
+        one = run(repo, "log", "--no-walk", _IDENTITY_FORMAT, sha, check=False)
+        found.update(_identities(one.stdout) if one.ok else {})
+    return found
 
 
 def patch_ids(repo: Path, commits: Sequence[str] = ()) -> dict[str, str]:

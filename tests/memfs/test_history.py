@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.git import GitError, using_repo
 from orchestrator.memfs.history import (
+    commit_identities,
+    commit_message,
     first_parents,
     line_counts,
     patch,
@@ -79,3 +81,31 @@ def test_patch_ids_find_the_same_change_on_another_commit(tmp_path: Path) -> Non
     ids = patch_ids(repo, [made[1], copy])
     assert ids[made[1]] == ids[copy] and set(ids) == {made[1], copy}
     assert ids[copy] in patch_ids(repo).values()
+
+
+def test_a_rebased_copy_keeps_its_identity_and_only_branches_count(tmp_path: Path) -> None:
+    repo, made = _history(tmp_path)
+    git(repo, "checkout", "-q", "-b", "topic", made[0])
+    mine = commit_file(repo, "notes/topic.md", note("topic", "t"), "topic note")
+    git(repo, "rebase", "-q", "main")
+    copy = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "update-ref", "refs/reverie/pin", mine)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "branch", "-q", "-D", "topic")
+    assert mine in reachable_commits(repo) and mine not in reachable_commits(repo, branches_only=True)
+    git(repo, "branch", "-q", "topic", copy)
+    theirs = commit_identities(repo, [mine, "0" * 40])
+    assert set(theirs) == {mine} and theirs[mine] == commit_identities(repo)[copy] and copy != mine
+    assert commit_identities(repo, []) == {}
+
+
+def test_a_commit_message_and_a_reflog_as_the_cli_has_them(tmp_path: Path) -> None:
+    repo, _ = _history(tmp_path)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    found = commit_message(repo)
+    assert found is not None and found[0] == head
+    assert found[1] == git(repo, "cat-file", "commit", head).partition("\n\n")[2] == "merge side\n"
+    assert commit_message(repo, "no-such-branch") is None
+    reflog = using_repo(repo, lambda local: local.reflog("refs/heads/main"))
+    assert reflog == tuple(git(repo, "log", "-g", "--format=%H", "main").split())
+    assert using_repo(repo, lambda local: local.reflog("refs/heads/nothing")) == ()
