@@ -1,46 +1,43 @@
-"""The engine of ``reverie stress`` (DECISIONS S21): concurrent writers against one memory repo.
+"""The engine of ``reverie stress`` (DECISIONS S21, issue 28): concurrent writers against one memory repo.
 
 Each of ``writers`` writers is a reflection-like session in its own worktree making ``commits``
 commits, merged in batches of 5 through the same merge-back reflections use
 (:func:`orchestrator.memfs.merge.merge_back`). Meanwhile a main writer commits on the main
 checkout, as the primary agent does through the ``git`` wrapper: under the repository lock (D1).
 A commit edits the shared hot file ``notes/hot.md`` with probability ``conflict_rate`` (so
-concurrent sessions conflict), else the writer's own file.
+concurrent sessions conflict), else the writer's own file. With ``limit_pressure`` the repository
+gets a tight core-memory budget and writers grow root files that fit alone but not together, so
+merge-back meets combinations that break the limits (kept as ``invalid-combined``).
 
 Every commit is validated in-process before it is made (the whole tree, with the MemFS
-validator) and then committed with hooks bypassed (S21); its SHA is recorded at commit time.
-A ``pending`` batch (D2) is retried at once by its writer, and whatever is still pending when the
-writers stop is settled as an idle agent would (retried until it merges or is kept) before
-counting. A kept batch stays on its branch and the writer continues on a fresh worktree.
+validator) and committed with hooks bypassed (S21); its id is reported at commit time. A
+``pending`` batch (D2) waits and is settled at the end as an idle agent would (retried until it
+merges or is kept). A kept batch stays on its branch and the writer goes on in a fresh worktree.
 
-Merge policy (D3): ``keep`` (the default here, so the figures measure raw conflicts) or
-``resolve`` (the resolver callable given by the caller, e.g. the scripted resolver subagent).
+Merge policy (D3): ``resolve`` (the product's default ``[reflection] merge``; the caller's
+resolver, e.g. the scripted resolver subagent) or ``keep`` (raw conflict figures).
 
-Counting (the ``--json`` keys; ``merged + resolved + kept + pending`` covers every session commit
-unless a batch had nothing to merge):
+**Every commit is accounted for**: ``recorded = merged + resolved + kept + pending + unmerged +
+main``, where the first four are reverie's own outcomes (commits merged cleanly, reconciled by the
+resolver, left on kept branches, still pending), ``unmerged`` the commits on branches an interrupt
+or a crash left (named, counted by git) and ``main`` the main writer's commits. The equation is
+checked; ``lost``, ``unmerged`` and ``invalid`` come from git alone
+(:mod:`orchestrator.app.stress_audit`), ``invalid`` counting the ``HEAD``\\ s (every state ``main``
+had) that fail validation as a whole. The report ends in a verdict line.
 
-* ``merged``: commits that reached ``HEAD`` through a clean merge-back;
-* ``resolved``: commits that reached ``HEAD`` after the resolver reconciled a conflict;
-* ``kept``: commits left on kept branches (D2's kept only: a real conflict, or invalid), named in
-  ``kept_branches``; ``pending``: commits still pending after settling (0 unless git is stuck);
-* ``retried``: how many times a merge started over because ``HEAD`` moved under it;
-* ``lost``: recorded commits no ref reaches, neither themselves nor a copy. A rebase replaces
-  commits by copies; merge-back reports each old → new pair and the recorded SHA is followed
-  through them. A merge cancelled between rewriting and reporting (Ctrl-C) leaves pairs unreported:
-  such a commit counts as carried when a reachable commit has its ``git patch-id --stable``;
-* ``invalid``: recorded commits (after the same mapping) whose tree fails the audit
-  (frontmatter rules and tree constraints, S13), each checked in-process;
-* merge latency: wall time of each ``merge_back`` call, lock wait included.
+Interrupted (``interrupt`` set, e.g. Ctrl-C in the CLI), the writers stop at once; nothing is
+settled (the branches are left, named, for ``reverie reflections merge --all``) and the work
+directory is kept. Faults (``faults``) are :mod:`orchestrator.app.stress_faults`'s.
 
-Interrupted (``interrupt`` set, e.g. Ctrl-C in the CLI), the writers stop, pending work is
-settled and the partial report says ``interrupted``.
-
-Why one module of ~530 lines: it is one command's harness (writers, the main writer, settling, and the
-counting sweep), and the counting rules above are only trustworthy read next to the code that counts.
+Why one module of ~800 lines, in sections (the repository, bookkeeping, a session writer, the main
+writer, the run): it is one command's harness, and the booking rules the equation checks are only
+trustworthy read next to the writer code that books; what is checkable from git alone lives apart
+(:mod:`orchestrator.app.stress_audit`), as do the faults and the child processes.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import random
@@ -48,23 +45,45 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack, nullcontext
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
-import anyio.to_thread
+import anyio
 from anyio import CancelScope, create_task_group, sleep
 from anyio import Path as AsyncPath
 
+from orchestrator.app.stress_audit import count_invalid_heads, count_lost, unmerged_branches
+from orchestrator.app.stress_faults import (
+    FaultPlan,
+    FaultTally,
+    child_commit,
+    child_merge,
+    fill_disk,
+    inject_stale_lock,
+    parse_faults,
+    plan_faults,
+    recover_except,
+    small_disk,
+)
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.git import GitError, LocalRepo, ask, open_repo
-from orchestrator.memfs.history import patch_ids, reachable_commits
+from orchestrator.memfs.constraints import APPROVAL_ENV, CONFIG_PATH
+from orchestrator.memfs.git import GitError, LocalRepo, ask
+from orchestrator.memfs.history import commit_message
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.locks import merge_lock
-from orchestrator.memfs.merge import AuditFn, MergeOutcome, default_audit, delete_merged_branch, merge_back
+from orchestrator.memfs.merge import (
+    AuditFn,
+    MergeOutcome,
+    ReflectionBranchError,
+    default_audit,
+    delete_merged_branch,
+    merge_back,
+    merge_branch,
+)
 from orchestrator.memfs.policy import ROOT_MARKER
 from orchestrator.memfs.repo import (
     DEFAULT_MEMORY_FILES,
@@ -73,14 +92,15 @@ from orchestrator.memfs.repo import (
     harness_init,
 )
 from orchestrator.memfs.resolution import Resolver
-from orchestrator.memfs.snapshot import Entry, Snapshot, build_snapshot, diff_status, path_order_key
-from orchestrator.memfs.validator import audit_snapshot, validate_snapshot
+from orchestrator.memfs.snapshot import build_snapshot
+from orchestrator.memfs.validator import validate_snapshot
 from orchestrator.memfs.worktrees import Worktree, create_worktree, remove_worktree
 
 __all__ = [
     "BATCH_SIZE",
     "HOT_FILE",
     "MERGE_POLICIES",
+    "VERDICT_OK",
     "ProgressFn",
     "StressConfig",
     "StressReport",
@@ -90,40 +110,47 @@ __all__ = [
 
 BATCH_SIZE = 5
 HOT_FILE = "notes/hot.md"
+MERGE_POLICIES = ("resolve", "keep")
+VERDICT_OK: Final = "OK: nothing lost, memory valid"
 ProgressFn = Callable[[int, int], None]
 """Called with ``(commits made by the session writers, their total)``."""
 
 _AGENT = "stress"
 _PENDING_RETRIES = 50
-_COMMIT_RETRIES = 50
-MERGE_POLICIES = ("keep", "resolve")
+_COMMIT_RETRIES = 200
+_PRESSURE_STEP = 400
+_PRESSURE_BUDGET = 1000
+_PRESSURE_CHANCE = 0.5
 
 
 @dataclass(frozen=True)
 class StressConfig:
-    """The shape of a stress run: writers, commits each, how often they conflict, the merge policy."""
+    """The shape of a stress run: writers, commits each, conflicts, policy, limits and faults."""
 
     writers: int
     commits: int
     conflict_rate: float = 0.1
     seed: int = 0
     main_interval: float = 0.25
-    merge_policy: str = "keep"
+    merge_policy: str = "resolve"
+    limit_pressure: bool = False
+    faults: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.merge_policy not in MERGE_POLICIES:
-            raise UsageError(f"--merge-policy must be keep or resolve, got {self.merge_policy!r}")
+            raise UsageError(f"--merge-policy must be resolve or keep, got {self.merge_policy!r}")
         if self.writers < 1:
             raise UsageError(f"--writers must be at least 1, got {self.writers}")
         if self.commits < 1:
             raise UsageError(f"--commits must be at least 1, got {self.commits}")
         if not 0.0 <= self.conflict_rate <= 1.0:
             raise UsageError(f"--conflict-rate must be between 0 and 1, got {self.conflict_rate}")
+        parse_faults(",".join(self.faults))
 
 
 @dataclass(frozen=True)
 class StressReport:
-    """What a stress run measured; ``lost`` must be 0."""
+    """What a stress run measured, the accounting equation and the verdict (see the module doc)."""
 
     merged: int
     kept: int
@@ -140,21 +167,92 @@ class StressReport:
     retried: int = 0
     kept_branches: tuple[str, ...] = ()
     interrupted: bool = False
+    unmerged_branches: tuple[tuple[str, int], ...] = ()
+    invalid_combined: int = 0
+    writer_commits: tuple[str, ...] = ()
+    lost_commits: tuple[str, ...] = ()
+    faults_injected: tuple[tuple[str, int], ...] = ()
+    faults_recovered: tuple[tuple[str, int], ...] = ()
+    faults_unrecovered: tuple[str, ...] = ()
+    faults_interrupted: int = 0
+    faults_skipped: tuple[tuple[str, str], ...] = ()
+    merge_policy: str = "resolve"
+    workdir: str | None = None
+
+    @property
+    def unmerged(self) -> int:
+        return sum(count for _, count in self.unmerged_branches)
+
+    @property
+    def accounted(self) -> int:
+        """The right-hand side of the equation."""
+        return self.merged + self.resolved + self.kept + self.pending + self.unmerged + self.main_commits
+
+    @property
+    def equation(self) -> str:
+        sign = "=" if self.accounted == self.recorded else "!="
+        return (
+            f"recorded {self.recorded} {sign} merged {self.merged} + resolved {self.resolved} + kept {self.kept}"
+            f" + pending {self.pending} + unmerged {self.unmerged} + main {self.main_commits}"
+        )
+
+    @property
+    def verdict(self) -> str:
+        """``OK: nothing lost, memory valid`` or each thing that is wrong."""
+        wrong = []
+        if self.lost:
+            wrong.append(f"{self.lost} commit(s) lost")
+        if self.invalid:
+            wrong.append(f"{self.invalid} HEAD(s) fail validation")
+        if self.accounted != self.recorded:
+            wrong.append(f"accounting does not add up ({self.equation})")
+        if self.faults_unrecovered:
+            wrong.append(f"{len(self.faults_unrecovered)} fault(s) not recovered ({self.faults_unrecovered[0]})")
+        if self.faults_interrupted and not self.interrupted:
+            wrong.append(f"{self.faults_interrupted} fault(s) never settled")
+        return VERDICT_OK if not wrong else "FAIL: " + "; ".join(wrong)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == VERDICT_OK
 
     def to_json(self) -> dict[str, Any]:
-        """Exactly the keys the CLI's ``--json`` promises (and its table shows)."""
+        """Every figure the table shows, in one naming style, plus the lists behind them."""
+        injected, recovered = dict(self.faults_injected), dict(self.faults_recovered)
         return {
+            "recorded": self.recorded,
             "merged": self.merged,
+            "resolved": self.resolved,
             "kept": self.kept,
+            "pending": self.pending,
+            "unmerged": self.unmerged,
+            "main": self.main_commits,
+            "accounted": self.accounted == self.recorded,
             "lost": self.lost,
             "invalid": self.invalid,
+            "invalid_combined": self.invalid_combined,
+            "retried": self.retried,
+            "merge_calls": self.merges,
             "merge_p50_ms": self.merge_p50_ms,
             "merge_p99_ms": self.merge_p99_ms,
-            "resolved": self.resolved,
-            "pending": self.pending,
-            "retried": self.retried,
-            "kept_branches": list(self.kept_branches),
+            "elapsed_s": self.elapsed_s,
+            "merge_policy": self.merge_policy,
+            "faults_injected": sum(injected.values()),
+            "faults_recovered": sum(recovered.values()),
+            "faults": {
+                kind: {"injected": injected.get(kind, 0), "recovered": recovered.get(kind, 0)}
+                for kind in dict.fromkeys([*injected, *recovered])
+            },
+            "faults_unrecovered": list(self.faults_unrecovered),
+            "faults_interrupted": self.faults_interrupted,
+            "faults_skipped": dict(self.faults_skipped),
             "interrupted": self.interrupted,
+            "workdir": self.workdir,
+            "kept_branches": list(self.kept_branches),
+            "unmerged_branches": dict(self.unmerged_branches),
+            "lost_commits": list(self.lost_commits),
+            "writer_commits": list(self.writer_commits),
+            "verdict": self.verdict,
         }
 
 
@@ -167,17 +265,25 @@ def percentile(values: Iterable[float], pct: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+# -- the repository -----------------------------------------------------------------------------
+
+
 def _note(name: str, body: str) -> str:
     return f"---\nname: {name}\ndescription: stress test file {name}\n---\n{body}\n"
 
 
-def _initial_files(writers: int) -> dict[str, str]:
+def _initial_files(writers: int, limit_pressure: bool) -> dict[str, str]:
     files = dict(DEFAULT_MEMORY_FILES)
     files["notes/MEMORY.md"] = "# Notes\n\nFiles written by `reverie stress`.\n"
     files[HOT_FILE] = _note("hot", "initial")
     files["notes/main.md"] = _note("main", "initial")
     for i in range(writers):
         files[f"notes/writer-{i:02d}.md"] = _note(f"writer-{i:02d}", "initial")
+    if limit_pressure:
+        for i in range(writers):
+            files[f"pressure-{i:02d}.md"] = _note(f"pressure-{i:02d}", "")
+        core = sum(len(text) for rel, text in files.items() if "/" not in rel and rel.endswith(".md"))
+        files[CONFIG_PATH] = f'{{"version": 1, "maxCoreMemoryCharacters": {core + _PRESSURE_BUDGET}}}\n'
     return files
 
 
@@ -194,60 +300,13 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     """
     await AsyncPath(repo).mkdir(parents=True)
     await harness_init(repo)
-    await blocking.run_sync("git", lambda: install_hook(repo, ROOT_MARKER))
+    await blocking.run_sync("files", partial(install_hook, repo, ROOT_MARKER))
     await blocking.run_sync("files", partial(_write_files, repo, files))
     snapshot = await blocking.run_sync("files", lambda: build_snapshot(_read_tree_files(repo)))
-    errors = validate_snapshot(snapshot, ROOT_MARKER).errors
+    errors = validate_snapshot(snapshot, ROOT_MARKER, {APPROVAL_ENV: "1"}).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
     await harness_commit_all(repo, "chore: initialize local memory")
-
-
-@dataclass
-class _State:
-    """Mutable bookkeeping shared by the writers (one event loop, no threads touch it)."""
-
-    total: int
-    progress: ProgressFn | None
-    recorded: list[str] = field(default_factory=list)
-    mapping: dict[str, str] = field(default_factory=dict)
-    kept: set[str] = field(default_factory=set)
-    kept_branches: list[str] = field(default_factory=list)
-    waiting: list[Worktree] = field(default_factory=list)
-    merged: int = 0
-    resolved: int = 0
-    retried: int = 0
-    latencies: list[float] = field(default_factory=list)
-    done: int = 0
-    main_commits: int = 0
-
-    def record(self, sha: str) -> None:
-        self.recorded.append(sha)
-
-    def absorb(self, outcome: MergeOutcome, latency: float) -> None:
-        self.latencies.append(latency)
-        self.retried += outcome.retried
-        for old, new in outcome.rewritten:
-            self.mapping[old] = new
-
-    def count(self, outcome: MergeOutcome) -> None:
-        """Book a settled batch."""
-        if outcome.status == "merged":
-            self.merged += len(outcome.commits)
-        elif outcome.status == "resolved":
-            self.resolved += len(outcome.commits)
-        elif outcome.status == "kept":
-            self.kept.update(outcome.commits)
-            self.kept_branches.append(outcome.branch)
-
-    def final(self, sha: str) -> str:
-        seen = {sha}
-        while sha in self.mapping:
-            sha = self.mapping[sha]
-            if sha in seen:
-                break
-            seen.add(sha)
-        return sha
 
 
 def _read_tree_files(checkout: Path) -> dict[str, bytes]:
@@ -263,77 +322,355 @@ def _read_tree_files(checkout: Path) -> dict[str, bytes]:
     return files
 
 
-def _write_and_validate(checkout: Path, rel: str, text: str) -> tuple[str, ...]:
-    """Write one file, then validate the whole working tree in-process (blocking)."""
-    (checkout / rel).write_text(text, encoding="utf-8")
-    snapshot = build_snapshot(_read_tree_files(checkout))
-    return validate_snapshot(snapshot, ROOT_MARKER).errors
+def _would_be_valid(checkout: Path, rel: str, text: str) -> tuple[str, ...]:
+    """Validate the whole tree with ``rel`` replaced by ``text``, before writing anything (blocking)."""
+    before = _read_tree_files(checkout)
+    after = {**before, rel: text.encode()}
+    return validate_snapshot(build_snapshot(after, before), ROOT_MARKER).errors
 
 
-async def _commit(checkout: Path, rel: str, text: str, message: str) -> str:
-    """Validate in-process, commit with hooks bypassed (one git process), return the full SHA."""
-    errors = await blocking.run_sync("files", partial(_write_and_validate, checkout, rel, text))
-    if errors:
-        raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
+async def _commit(checkout: Path, rel: str, text: str, message: str, *, lock: Path | None = None) -> str:
+    """Write and commit with hooks bypassed (one git process), return the full id.
+
+    Retried (backing off to 0.1 s) while git or the disk refuses: a full disk (``enospc``) is
+    waited out. With ``lock`` each attempt holds that repository's lock and the wait between
+    attempts does not, so a writer waiting for disk space never blocks the merge that frees it.
+    """
+    said = ""
     for attempt in range(_COMMIT_RETRIES):
-        try:
-            return await harness_commit_tracked(checkout, message)
-        except GitError as error:
-            said = error.stderr.strip() or str(error)
-        await sleep(0.005 * (attempt + 1))
+        async with merge_lock(lock) if lock is not None else nullcontext():
+            sha, said = await _commit_once(checkout, rel, text, message)
+        if sha is not None:
+            return sha
+        await sleep(min(0.005 * (attempt + 1), 0.1))
     raise RuntimeError(f"stress commit {message!r} failed: {said}")
 
 
-async def _writer(
-    index: int,
-    repo: Path,
-    root: Path,
-    config: StressConfig,
-    state: _State,
-    audit: AuditFn,
-    resolver: Resolver | None,
-) -> None:
-    rng = random.Random(config.seed * 1_000_003 + index)
-    own = f"notes/writer-{index:02d}.md"
-    wt: Worktree | None = await create_worktree(repo, agent_id=_AGENT, root=root)
+async def _commit_once(checkout: Path, rel: str, text: str, message: str) -> tuple[str | None, str]:
     try:
-        for start in range(0, config.commits, BATCH_SIZE):
-            assert wt is not None
-            for k in range(start, min(start + BATCH_SIZE, config.commits)):
-                message = f"writer {index} commit {k}"
-                if rng.random() < config.conflict_rate:
-                    sha = await _commit(wt.path, HOT_FILE, _note("hot", message), message)
-                else:
-                    sha = await _commit(wt.path, own, _note(f"writer-{index:02d}", message), message)
-                state.record(sha)
-                state.done += 1
-                if state.progress is not None:
-                    state.progress(state.done, state.total)
-            outcome = await _merge_batch(repo, wt, state, audit, resolver)
-            if outcome.status == "pending":
-                # Left for the idle-agent settling pass; the writer goes on on a fresh branch.
-                state.waiting.append(wt)
-                wt = await create_worktree(repo, agent_id=_AGENT, root=root)
-                continue
-            state.count(outcome)
-            if outcome.status == "kept":
-                await remove_worktree(repo, wt)
-                wt = await create_worktree(repo, agent_id=_AGENT, root=root)
-            elif outcome.status == "no_changes":
-                continue
-    finally:
-        if wt is not None:
+        await AsyncPath(checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        await AsyncPath(checkout / rel).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return None, str(exc)
+    try:
+        return await harness_commit_tracked(checkout, message), ""
+    except GitError as error:
+        return None, error.stderr.strip() or str(error)
+
+
+# -- bookkeeping --------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """Mutable bookkeeping shared by the writers (one event loop, no threads touch it)."""
+
+    config: StressConfig
+    repo: Path
+    root: Path
+    audit: AuditFn
+    resolver: Resolver | None
+    plan: FaultPlan
+    progress: ProgressFn | None
+    disk: Path | None = None
+    faults: FaultTally = field(default_factory=FaultTally)
+    fault_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    recorded: list[str] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)
+    kept: int = 0
+    kept_branches: list[str] = field(default_factory=list)
+    waiting: list[tuple[Worktree, list[str]]] = field(default_factory=list)
+    merged: int = 0
+    resolved: int = 0
+    retried: int = 0
+    invalid_combined: int = 0
+    latencies: list[float] = field(default_factory=list)
+    done: int = 0
+    main_commits: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.config.writers * self.config.commits
+
+    def record(self, sha: str) -> None:
+        self.recorded.append(sha)
+
+    def absorb(self, outcome: MergeOutcome, latency: float) -> None:
+        self.latencies.append(latency)
+        self.retried += outcome.retried
+
+    def book(self, outcome: MergeOutcome) -> None:
+        """Book a settled batch by reverie's own outcome (what the equation checks)."""
+        if outcome.status in {"merged", "resolved"} and outcome.new_head:
+            self.heads.append(outcome.new_head)
+        if outcome.status == "merged":
+            self.merged += len(outcome.commits)
+        elif outcome.status == "resolved":
+            self.resolved += len(outcome.commits)
+        elif outcome.status == "kept":
+            self.kept += len(outcome.commits)
+            self.kept_branches.append(outcome.branch)
+            if outcome.reason_code == "invalid-combined":
+                self.invalid_combined += 1
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+# -- a session writer ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Writer:
+    """One reflection-like session: commits in batches, merges, survives the faults aimed at it."""
+
+    index: int
+    state: _State
+    wt: Worktree | None = None
+    batch: list[str] = field(default_factory=list)
+    pressure: int = 0
+
+    async def run(self) -> None:
+        config = self.state.config
+        rng = random.Random(config.seed * 1_000_003 + self.index)
+        self.wt = await self._fresh()
+        try:
+            for k in range(config.commits):
+                await self._one_commit(k, rng)
+                if (k + 1) % BATCH_SIZE == 0 or k == config.commits - 1:
+                    await self._end_batch(k // BATCH_SIZE)
+        finally:
             with CancelScope(shield=True):
-                await remove_worktree(repo, wt)
-                await delete_merged_branch(repo, wt.branch)
+                await self._leave()
+
+    async def _fresh(self) -> Worktree:
+        """A new worktree; retried while the disk is full (``enospc``) as a commit is."""
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                return await create_worktree(self.state.repo, agent_id=_AGENT, root=self.state.root)
+            except GitError:
+                if self.state.disk is None or attempt == _COMMIT_RETRIES - 1:
+                    raise
+                await sleep(0.005 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _edit(self, k: int, rng: random.Random) -> tuple[str, str, str]:
+        message = f"writer {self.index} commit {k}"
+        assert self.wt is not None
+        if self.state.config.limit_pressure and rng.random() < _PRESSURE_CHANCE:
+            name = f"pressure-{self.index:02d}"
+            text = _note(name, "p" * (self.pressure + _PRESSURE_STEP))
+            errors = await blocking.run_sync("files", partial(_would_be_valid, self.wt.path, f"{name}.md", text))
+            if not errors:
+                self.pressure += _PRESSURE_STEP
+                return f"{name}.md", text, message
+        if rng.random() < self.state.config.conflict_rate:
+            rel, text = HOT_FILE, _note("hot", message)
+        else:
+            rel, text = f"notes/writer-{self.index:02d}.md", _note(f"writer-{self.index:02d}", message)
+        errors = await blocking.run_sync("files", partial(_would_be_valid, self.wt.path, rel, text))
+        if errors:
+            raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
+        return rel, text, message
+
+    async def _one_commit(self, k: int, rng: random.Random) -> None:
+        rel, text, message = await self._edit(k, rng)
+        assert self.wt is not None
+        step = self.state.plan.commits.get((self.index, k))
+        if step is not None:
+            async with self.state.fault_lock:
+                sha = await child_commit(self.wt.path, rel, message, text, step)
+                made = sha is None and await self._restart_after_commit_kill(message)
+            if made:
+                self.state.tick()
+                return
+            if sha is None:
+                rel, text, message = await self._edit(k, rng)
+                assert self.wt is not None
+                sha = await _commit(self.wt.path, rel, text, message)
+        else:
+            sha = await _commit(self.wt.path, rel, text, message)
+        self.state.record(sha)
+        self.batch.append(sha)
+        self.state.tick()
+
+    async def _restart_after_commit_kill(self, message: str) -> bool:
+        """The killed writer restarts: reports its commit if git has it, recovery clears the dead
+        worktree, its branch is re-queued, and it goes on in a fresh worktree. Whether the commit
+        had been made (then it is reported and re-queued with its branch)."""
+        state, wt = self.state, self.wt
+        assert wt is not None
+        state.faults.hit("kill-writer")
+        found = await blocking.run_sync("git", partial(commit_message, wt.path))
+        sha, body = found or ("", "")
+        made = body.strip() == message
+        if made:
+            state.record(sha)
+            self.batch.append(sha)
+        state.faults.settle("kill-writer", await self._recover_and_requeue())
+        return made
+
+    async def _recover_and_requeue(self) -> str | None:
+        """Start-up recovery for this writer's dead run, then its branch merged as start-up would."""
+        state, wt = self.state, self.wt
+        assert wt is not None
+        report = await recover_except(state.repo, wt.id)
+        problem = None
+        if await AsyncPath(wt.path).exists():
+            problem = f"worktree {wt.path} survived recovery"
+        pending = {b.branch for b in report.pending}
+        if wt.branch in pending:
+            outcome = await _merge_named(state, wt.branch)
+            if not outcome.settled or outcome.status == "failed":
+                problem = problem or f"re-queued {wt.branch} ended {outcome.status}"
+            if outcome.status == "pending":
+                state.waiting.append((_gone(wt), list(self.batch)))
+            else:
+                state.book(outcome)
+        elif self.batch:
+            # The dead merge had fast-forwarded (recovery deleted the merged branch): booked as merged.
+            state.book(MergeOutcome("merged", None, wt.branch, tuple(self.batch), (), None))
+        self.batch = []
+        self.wt = await self._fresh()
+        return problem or await _dangling_pin(state.repo, wt)
+
+    async def _end_batch(self, batch_no: int) -> None:
+        """A lock holder may die here (``stale-lock``); then the batch is merged, if a restart
+        after a kill has not already re-queued it."""
+        state = self.state
+        if (self.index, batch_no) in state.plan.locks:
+            async with state.fault_lock:
+                state.faults.hit("stale-lock")
+                state.faults.settle("stale-lock", await inject_stale_lock(state.repo))
+        if self.batch:
+            await self._merge(batch_no)
+
+    async def _merge(self, batch_no: int) -> None:
+        state, wt = self.state, self.wt
+        assert wt is not None
+        step = state.plan.merges.get((self.index, batch_no))
+        if (self.index, batch_no) in state.plan.disk_full and state.disk is not None:
+            async with state.fault_lock:
+                await self._merge_on_full_disk(state.disk)
+            return
+        if step is not None:
+            async with state.fault_lock:
+                started = time.perf_counter()
+                policy = "resolve" if state.resolver is not None else "keep"
+                killed = await child_merge(state.repo, wt.path, wt.branch, policy, step)
+                if killed is None:
+                    state.faults.hit("kill-merger")
+                    state.faults.settle("kill-merger", await self._recover_and_requeue())
+                    return
+            state.absorb(killed, (time.perf_counter() - started) * 1000)
+            outcome = killed
+        else:
+            outcome = await _merge_batch(state, wt)
+        await self._take(outcome)
+
+    async def _merge_on_full_disk(self, disk: Path) -> None:
+        """``enospc``: the batch's merge meets a full disk; the disk is freed, recovery runs, and the
+        batch is merged again. Recovered when that second merge settles and the checkout holds no
+        half-done merge."""
+        state, wt = self.state, self.wt
+        assert wt is not None
+        state.faults.hit("enospc")
+        filler = await blocking.run_sync("files", partial(fill_disk, disk))
+        try:
+            full = await merge_back(state.repo, wt.path, wt.branch, audit=state.audit, resolver=state.resolver)
+        finally:
+            with CancelScope(shield=True):
+                await AsyncPath(filler).unlink()
+        await recover_except(state.repo, None)
+        outcome = full if full.status != "failed" else await _merge_batch(state, wt)
+        problem = None
+        if outcome.status == "failed":
+            problem = f"the merge after freeing the disk failed: {'; '.join(outcome.errors)}"
+        async with merge_lock(state.repo):
+            # Edits a writer is still retrying are fine; a half-done merge (unmerged entries) is not.
+            status = await ask(state.repo, lambda local: local.status())
+        unmerged = [f"{code} {path}" for code, path in status if code == "UU"]
+        if unmerged:
+            problem = problem or f"the checkout is left mid-merge: {unmerged[0]}"
+        state.faults.settle("enospc", problem)
+        await self._take(outcome)
+
+    async def _take(self, outcome: MergeOutcome) -> None:
+        """Book a batch's outcome; a pending or failed batch waits for the settling pass."""
+        state, wt = self.state, self.wt
+        assert wt is not None
+        if outcome.status in {"pending", "failed"}:
+            state.waiting.append((wt, self.batch))
+            self.batch, self.wt = [], await self._fresh()
+            return
+        state.book(outcome)
+        self.batch = []
+        if outcome.status == "kept":
+            await remove_worktree(state.repo, wt)
+            self.wt = await self._fresh()
+
+    async def _leave(self) -> None:
+        """On the way out (done or cancelled): remove the worktree; a branch whose commits are all
+        in ``HEAD`` (a merge cancelled after its fast-forward) is booked as merged and deleted, any
+        other stays for the unmerged count."""
+        state, wt = self.state, self.wt
+        if wt is None:
+            return
+        await remove_worktree(state.repo, wt)
+        if self.batch:
+            if await ask(state.repo, partial(_in_head, f"refs/heads/{wt.branch}")):
+                state.book(MergeOutcome("merged", None, wt.branch, tuple(self.batch), (), None))
+                self.batch = []
+        if not self.batch:
+            await delete_merged_branch(state.repo, wt.branch)
+        self.wt = None
 
 
-async def _merge_batch(
-    repo: Path, wt: Worktree, state: _State, audit: AuditFn, resolver: Resolver | None, retries: int = _PENDING_RETRIES
-) -> MergeOutcome:
+async def _dangling_pin(repo: Path, wt: Worktree) -> str | None:
+    """A pre-rebase pin of ``wt`` left with no branch to protect (a pin beside its branch is kept
+    on purpose while the branch holds rebased copies)."""
+    pin_name = f"refs/reverie/pre-rebase/{wt.id}"
+
+    def pins_and_branch(local: LocalRepo) -> tuple[list[str], str | None]:
+        pins = [name for name, _ in local.refs(pin_name) if name == pin_name or name.startswith(pin_name + "/")]
+        return pins, local.ref(f"refs/heads/{wt.branch}")
+
+    pins, branch = await ask(repo, pins_and_branch)
+    if pins and branch is None:
+        return f"pin {' '.join(pins)} survived recovery without its branch"
+    return None
+
+
+def _in_head(ref: str, local: LocalRepo) -> bool:
+    """Whether the ref exists and all its commits are in ``HEAD`` (``git merge-base --is-ancestor``)."""
+    tip, head = local.ref(ref), local.head()
+    return tip is not None and head is not None and local.is_ancestor(tip, head)
+
+
+def _gone(wt: Worktree) -> Worktree:
+    """A waiting entry whose worktree recovery removed (the settle pass merges the branch alone)."""
+    return Worktree(Path(""), wt.branch, wt.base_revision, wt.id)
+
+
+async def _merge_named(state: _State, branch: str) -> MergeOutcome:
+    """``reverie reflections merge``'s path: a branch without a live worktree, as start-up re-queues it."""
+    started = time.perf_counter()
+    try:
+        outcome = await merge_branch(state.repo, branch, audit=state.audit, resolver=state.resolver)
+    except ReflectionBranchError:
+        return MergeOutcome("no_changes", None, branch, (), (), None)
+    state.absorb(outcome, (time.perf_counter() - started) * 1000)
+    return outcome
+
+
+async def _merge_batch(state: _State, wt: Worktree, retries: int = _PENDING_RETRIES) -> MergeOutcome:
     for attempt in range(retries):
         started = time.perf_counter()
-        outcome = await merge_back(repo, wt.path, wt.branch, audit=audit, resolver=resolver)
+        outcome = await merge_back(state.repo, wt.path, wt.branch, audit=state.audit, resolver=state.resolver)
         state.absorb(outcome, (time.perf_counter() - started) * 1000)
         if outcome.status != "pending":
             return outcome
@@ -341,116 +678,50 @@ async def _merge_batch(
     return outcome
 
 
-async def _settle(repo: Path, state: _State, audit: AuditFn, resolver: Resolver | None) -> int:
-    """Retry every pending batch as an idle agent would (nothing else writes now); the commits
-    still pending afterwards."""
-    still = 0
-    for wt in state.waiting:
-        outcome = await _merge_batch(repo, wt, state, audit, resolver)
-        if outcome.status == "pending":
-            still += len(outcome.commits)
+async def _settle(state: _State) -> tuple[int, list[str]]:
+    """Retry every pending batch as an idle agent would (nothing else writes now): the commits still
+    pending afterwards and their branches."""
+    still, branches = 0, []
+    for wt, batch in state.waiting:
+        if wt.path == Path(""):
+            outcome = await _merge_named(state, wt.branch)
         else:
-            state.count(outcome)
-            if outcome.status == "kept":
-                continue
-        await remove_worktree(repo, wt)
-        await delete_merged_branch(repo, wt.branch)
-    return still
+            outcome = await _merge_batch(state, wt)
+        if outcome.status == "pending":
+            still += len(batch)
+            branches.append(wt.branch)
+            continue
+        state.book(outcome)
+        if wt.path != Path(""):
+            await remove_worktree(state.repo, wt)
+        if outcome.in_head:
+            await delete_merged_branch(state.repo, wt.branch)
+    return still, branches
 
 
-async def _main_writer(repo: Path, config: StressConfig, state: _State, stop: list[bool]) -> None:
+# -- the main writer ----------------------------------------------------------------------------
+
+
+async def _main_writer(state: _State, stop: list[bool]) -> None:
+    config, repo = state.config, state.repo
     rng = random.Random(config.seed * 1_000_003 - 1)
     n = 0
     while not stop[0]:
         message = f"main commit {n}"
         rel, name = (HOT_FILE, "hot") if rng.random() < config.conflict_rate else ("notes/main.md", "main")
-        async with merge_lock(repo):
-            state.record(await _commit(repo, rel, _note(name, message), message))
+        text = _note(name, message)
+        errors = await blocking.run_sync("files", partial(_would_be_valid, repo, rel, text))
+        if errors:
+            raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
+        sha = await _commit(repo, rel, text, message, lock=repo)
+        state.record(sha)
+        state.heads.append(sha)
         state.main_commits += 1
         n += 1
         await sleep(config.main_interval)
 
 
-def _read_object(local: LocalRepo, oid: str) -> tuple[str, bytes]:
-    found = local.read(oid)
-    if found is None:
-        raise GitError(("cat-file",), 128, f"fatal: object {oid} is missing", local.top_level)
-    return found
-
-
-def _sweep_invalid(repo: Path, commits: list[str]) -> int:
-    """Audit every commit's tree in-process, objects read through the git seam (blocking)."""
-    with open_repo(repo) as local:
-        if local is None:
-            raise GitError(("cat-file",), 128, "fatal: not the top level of a git repository", repo)
-        return _sweep_with(local, commits)
-
-
-def _sweep_with(local: LocalRepo, commits: list[str]) -> int:
-    trees: dict[str, dict[str, Entry]] = {}
-    blobs: dict[str, bytes] = {}
-
-    def tree(oid: str, prefix: str = "") -> dict[str, Entry]:
-        key = prefix + "\0" + oid
-        if key not in trees:
-            _, data = _read_object(local, oid)
-            entries: dict[str, Entry] = {}
-            pos = 0
-            while pos < len(data):
-                space = data.index(b" ", pos)
-                nul = data.index(b"\0", space)
-                mode = data[pos:space].decode()
-                name = data[space + 1 : nul].decode("utf-8", "surrogateescape")
-                sha = data[nul + 1 : nul + 21].hex()
-                pos = nul + 21
-                if mode == "40000":
-                    entries.update(tree(sha, f"{prefix}{name}/"))
-                else:
-                    entries[prefix + name] = Entry(mode.zfill(6), sha)
-            trees[key] = entries
-        return trees[key]
-
-    def commit_tree(oid: str) -> tuple[dict[str, Entry], dict[str, Entry]]:
-        _, data = _read_object(local, oid)
-        lines = data.split(b"\n\n", 1)[0].decode().splitlines()
-        own = tree(lines[0].split()[1])
-        parents = [line.split()[1] for line in lines if line.startswith("parent ")]
-        parent = commit_tree_only(parents[0]) if parents else {}
-        return own, parent
-
-    def commit_tree_only(oid: str) -> dict[str, Entry]:
-        _, data = _read_object(local, oid)
-        return tree(data.split(b"\n", 1)[0].decode().split()[1])
-
-    invalid = 0
-    for sha in commits:
-        index, head = commit_tree(sha)
-        for entry in [*index.values(), *head.values()]:
-            if entry.oid not in blobs and entry.mode.startswith("100"):
-                blobs[entry.oid] = _read_object(local, entry.oid)[1]
-        ordered = {p: index[p] for p in sorted(index, key=path_order_key)}
-        snapshot = Snapshot(
-            index=MappingProxyType(ordered),
-            head=MappingProxyType(head),
-            blobs=MappingProxyType(blobs),
-            changes=MappingProxyType(diff_status(ordered, head)),
-        )
-        if not audit_snapshot(snapshot, ROOT_MARKER).ok:
-            invalid += 1
-    return invalid
-
-
-async def _count_lost(repo: Path, unreached: list[str]) -> int:
-    """How many of the recorded commits no ref reaches have no reachable copy either."""
-    if not unreached:
-        return 0
-    carried = set((await blocking.run_sync("git", lambda: patch_ids(repo))).values())
-    theirs = await blocking.run_sync("git", lambda: patch_ids(repo, unreached))
-    return sum(1 for sha in unreached if theirs.get(sha) not in carried)
-
-
-async def _pins_left(repo: Path) -> list[str]:
-    return [name for name, _ in await ask(repo, lambda local: local.refs("refs/reverie/"))]
+# -- the run ------------------------------------------------------------------------------------
 
 
 async def run_stress(
@@ -461,67 +732,120 @@ async def run_stress(
     audit: AuditFn = default_audit,
     resolver: Resolver | None = None,
     interrupt: anyio.Event | None = None,
+    plan: FaultPlan | None = None,
 ) -> StressReport:
     """Run the stress test in a fresh repository under ``workdir`` (a temporary dir when None).
 
-    ``resolver`` is used only with ``merge_policy="resolve"``. Setting ``interrupt`` stops the
-    writers early; the report then covers what was done (``interrupted``).
+    ``resolver`` is used only with ``merge_policy="resolve"``. ``plan`` pins the faults (a test
+    aiming at one step); by default they are drawn from ``config.seed``. Setting ``interrupt`` stops the
+    writers at once; the report then covers what was done (``interrupted``). A temporary work
+    directory is removed only after a clean, complete run with an OK verdict; otherwise (interrupt,
+    failed verdict, an exception) it is kept for inspection, its path in ``workdir``.
     """
     started = time.perf_counter()
     owned = workdir is None
     base = Path(await blocking.run_sync("files", partial(tempfile.mkdtemp, "", "reverie-stress-"))) if owned else workdir
     assert base is not None
-    repo, root = base / "memory", base / "worktrees"
+    plan = plan or plan_faults(config.faults, config.seed, config.writers, config.commits, BATCH_SIZE)
     policy_resolver = resolver if config.merge_policy == "resolve" else None
-    try:
-        await _init_repo(repo, _initial_files(config.writers))
-        state = _State(total=config.writers * config.commits, progress=progress)
-        stop = [False]
-        interrupted = False
-        async with create_task_group() as outer:
-            outer.start_soon(_main_writer, repo, config, state, stop)
-            async with create_task_group() as watch:
-                with CancelScope() as writers_scope:
-                    if interrupt is not None:
-                        watch.start_soon(_cancel_on, interrupt, writers_scope)
-                    async with create_task_group() as tg:
-                        for i in range(config.writers):
-                            tg.start_soon(_writer, i, repo, root, config, state, audit, policy_resolver)
-                watch.cancel_scope.cancel()
-            interrupted = writers_scope.cancelled_caught or (interrupt is not None and interrupt.is_set())
-            # The main writer finishes the commit it is making (never leaves the checkout dirty).
-            stop[0] = True
+    async with AsyncExitStack() as stack:
+        home: Path = base
+        disk: Path | None = None
+        skipped: tuple[tuple[str, str], ...] = ()
+        if "enospc" in config.faults:
+            why = await stack.enter_async_context(small_disk(base / "disk"))
+            if why is None:
+                home = disk = base / "disk"
+            else:
+                skipped = (("enospc", why),)
+        state = _State(config, home / "memory", home / "worktrees", audit, policy_resolver, plan, progress, disk)
+        await _init_repo(state.repo, _initial_files(config.writers, config.limit_pressure))
+        state.heads.append(await _head(state.repo))
+        interrupted = await _run_writers(state, interrupt)
         with CancelScope(shield=True):
-            pending = await _settle(repo, state, audit, policy_resolver)
-            finals = [state.final(sha) for sha in state.recorded]
-            reachable = await blocking.run_sync("git", lambda: reachable_commits(repo))
-            lost = await _count_lost(repo, [sha for sha in finals if sha not in reachable])
-            present = [sha for sha in dict.fromkeys(finals) if sha in reachable]
-            invalid = await blocking.run_sync("git", partial(_sweep_invalid, repo, present))
-            pins = await _pins_left(repo)
-        if pins and not interrupted:
-            raise RuntimeError(f"stress left {len(pins)} pre-rebase ref(s) behind, e.g. {pins[0]}")
-        return StressReport(
-            merged=state.merged,
-            kept=len(state.kept),
-            lost=lost,
-            invalid=invalid,
-            merge_p50_ms=round(percentile(state.latencies, 50), 1),
-            merge_p99_ms=round(percentile(state.latencies, 99), 1),
-            recorded=len(state.recorded),
-            main_commits=state.main_commits,
-            merges=len(state.latencies),
-            elapsed_s=round(time.perf_counter() - started, 2),
-            resolved=state.resolved,
-            pending=pending,
-            retried=state.retried,
-            kept_branches=tuple(sorted(set(state.kept_branches))),
-            interrupted=interrupted,
-        )
-    finally:
-        if owned:
-            with CancelScope(shield=True):
-                await blocking.run_sync("files", lambda: shutil.rmtree(base, ignore_errors=True))
+            report = replace(await _count(state, interrupted, started, base), faults_skipped=skipped)
+            if disk is not None:
+                await _copy_out(state.repo, base / "memory")
+    with CancelScope(shield=True):
+        if owned and report.ok and not report.interrupted:
+            await blocking.run_sync("files", partial(shutil.rmtree, base, ignore_errors=True))
+            report = replace(report, workdir=None)
+    return report
+
+
+async def _copy_out(repo: Path, to: Path) -> None:
+    """The repository off the run's tmpfs before it is unmounted (its worktrees are gone by now)."""
+    await blocking.run_sync("files", partial(shutil.copytree, repo, to, symlinks=True))
+    await ask(to, lambda local: local.prune_worktrees())
+
+
+async def _head(repo: Path) -> str:
+    """The commit ``HEAD`` names; :class:`GitError` when it names none."""
+    head = await ask(repo, lambda local: local.head())
+    if head is None:
+        raise GitError(("rev-parse", "HEAD"), 128, "fatal: HEAD names no commit", repo)
+    return head
+
+
+async def _run_writers(state: _State, interrupt: anyio.Event | None) -> bool:
+    """Run the writers and the main writer; whether an interrupt stopped them."""
+    stop = [False]
+    async with create_task_group() as outer:
+        outer.start_soon(_main_writer, state, stop)
+        async with create_task_group() as watch:
+            with CancelScope() as writers_scope:
+                if interrupt is not None:
+                    watch.start_soon(_cancel_on, interrupt, writers_scope)
+                async with create_task_group() as tg:
+                    for i in range(state.config.writers):
+                        tg.start_soon(_Writer(i, state).run)
+            watch.cancel_scope.cancel()
+        # The main writer finishes the commit it is making (never leaves the checkout dirty).
+        stop[0] = True
+    return writers_scope.cancelled_caught or (interrupt is not None and interrupt.is_set())
+
+
+async def _count(state: _State, interrupted: bool, started: float, base: Path) -> StressReport:
+    repo = state.repo
+    pending, pending_branches = 0, list[str]()
+    if interrupted:
+        for wt, _ in state.waiting:
+            if wt.path != Path(""):
+                await remove_worktree(repo, wt)
+    else:
+        pending, pending_branches = await _settle(state)
+    unmerged = await unmerged_branches(repo, {*state.kept_branches, *pending_branches})
+    lost, lost_ids = await count_lost(repo, state.recorded)
+    reflog = await ask(repo, lambda local: local.reflog("refs/heads/main"))
+    heads = [*state.heads, *reflog, await _head(repo)]
+    invalid = await blocking.run_sync("git", partial(count_invalid_heads, repo, heads))
+    return StressReport(
+        merged=state.merged,
+        kept=state.kept,
+        lost=lost,
+        invalid=len(invalid),
+        merge_p50_ms=round(percentile(state.latencies, 50), 1),
+        merge_p99_ms=round(percentile(state.latencies, 99), 1),
+        recorded=len(state.recorded),
+        main_commits=state.main_commits,
+        merges=len(state.latencies),
+        elapsed_s=round(time.perf_counter() - started, 2),
+        resolved=state.resolved,
+        pending=pending,
+        retried=state.retried,
+        kept_branches=tuple(sorted(set(state.kept_branches))),
+        interrupted=interrupted,
+        unmerged_branches=tuple(sorted(unmerged.items())),
+        invalid_combined=state.invalid_combined,
+        writer_commits=tuple(state.recorded),
+        lost_commits=lost_ids,
+        faults_injected=tuple(sorted(state.faults.injected.items())),
+        faults_recovered=tuple(sorted(state.faults.recovered.items())),
+        faults_unrecovered=tuple(state.faults.unrecovered),
+        faults_interrupted=state.faults.open,
+        merge_policy=state.config.merge_policy,
+        workdir=str(base),
+    )
 
 
 async def _cancel_on(event: anyio.Event, scope: CancelScope) -> None:

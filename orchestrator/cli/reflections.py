@@ -7,6 +7,7 @@ when the user merges or discards one.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -14,11 +15,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.base.paths import DEFAULT_AGENT_ID, store_path
+from orchestrator.base.config import load_settings
+from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, store_path
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
-from orchestrator.memfs.merge import discard_branch, merge_branch
+from orchestrator.memfs.merge import MergeOutcome, discard_branch, merge_branch
+from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import list_reflections
 from orchestrator.store import ReflectionRecord, Store
 
@@ -37,11 +40,15 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
     """Show every reflection: its outcome, why, commits not in HEAD, and any worktree left.
 
     Branches come from git (the truth about commits); launches whose branch is gone (merged, no
-    changes, failed) come from the store, so a failed run is listed as failed, not as merged.
+    changes, failed) come from the store, so a failed run is listed as failed, not as merged. The
+    store's records are the agent's: with ``--memory-dir`` naming another repository they are not
+    that repository's, so only its branches are listed.
     """
     repo = resolve_memory_dir(memory_dir, agent)
     branches = run_async(lambda: list_reflections(repo, kind=None))
-    records = {r.branch: r for r in run_async(lambda: _records(agent))} if store_path().exists() else {}
+    records: dict[str, ReflectionRecord] = {}
+    if _is_agents_repo(repo, agent) and store_path().exists():
+        records = {r.branch: r for r in run_async(lambda: _records(agent))}
     rows: list[tuple[str, str, str, str, str, str]] = []
     for b in branches:
         record = records.pop(b.branch, None)
@@ -62,10 +69,17 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
     _out.print(table)
 
 
+def _is_agents_repo(repo: Path, agent: str) -> bool:
+    """Whether ``repo`` is ``agent``'s own memory repository (whose reflections the store records)."""
+    return repo.resolve() == agent_memory_dir(agent).resolve()
+
+
 def _state(record: ReflectionRecord | None, *, merged_in_git: bool) -> str:
-    """The outcome to show: the store's (D2), corrected by git when the branch is in HEAD by now."""
+    """The outcome to show (one of the README's): the store's (D2), corrected by git when the branch is
+    in HEAD by now. A branch with no record (left by an interrupted or crashed run, or another tool)
+    is ``pending``, as start-up recovery re-queues it."""
     if record is None:
-        return "merged" if merged_in_git else "unmerged"
+        return "merged" if merged_in_git else "pending"
     if merged_in_git and (record.kept or record.waiting):
         return "merged"
     if record.kept:
@@ -75,33 +89,82 @@ def _state(record: ReflectionRecord | None, *, merged_in_git: bool) -> str:
 
 def _why(record: ReflectionRecord | None) -> str:
     if record is None:
-        return "-"
+        return "no record: an interrupted or crashed run left it (merge --all)"
     return record.error or record.reason or "-"
 
 
 @app.command("merge")
 def merge(
-    id: Annotated[str, typer.Argument(help="Reflection id or branch name.")],
+    id: Annotated[str | None, typer.Argument(help="Reflection id or branch name (or --all).")] = None,
     agent: AgentOption = DEFAULT_AGENT_ID,
     memory_dir: MemoryDirOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="Merge every reflection branch not in HEAD, oldest first.")] = False,
+    resolve: Annotated[
+        bool, typer.Option("--resolve", help="Hand a conflict to the resolver subagent (D3) instead of keeping the branch.")
+    ] = False,
 ) -> None:
-    """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict."""
+    """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict (or resolve it)."""
+    if (id is None) == (not all_):
+        raise UserError("name one reflection to merge, or pass --all (not both)")
     repo = resolve_memory_dir(memory_dir, agent)
     trouble = repo_in_trouble(repo)
     if trouble is not None:
         raise UserError(f"{trouble}; then retry the merge (the branch is kept)")
-    outcome = run_async(lambda: merge_branch(repo, id))
-    if outcome.in_head:
+    resolver = _resolver(agent) if resolve else None
+    if id is not None:
+        outcome = run_async(lambda: merge_branch(repo, id, resolver=resolver))
+        _report_one(agent, repo, outcome, strict=True)
+        return
+    names = [b.branch for b in run_async(lambda: list_reflections(repo, kind=None)) if not b.merged]
+    if not names:
+        _out.print("No reflection branches to merge.")
+        return
+    settled = 0
+    for name in names:
+        outcome = run_async(partial(merge_branch, repo, name, resolver=resolver))
+        settled += _report_one(agent, repo, outcome, strict=False)
+    if settled == len(names):
+        _out.print(f"All {settled} branch(es) merged.")
+        return
+    _out.print(f"{settled} of {len(names)} branch(es) merged; the rest are kept (nothing was lost).")
+    raise typer.Exit(1)
+
+
+def _report_one(agent: str, repo: Path, outcome: MergeOutcome, *, strict: bool) -> bool:
+    """Print one merge's outcome (a one-line error when ``strict``); whether it is in HEAD."""
+    if outcome.in_head and _is_agents_repo(repo, agent):
         _mark_if_stored(agent, outcome.branch, outcome.status)
-    if outcome.status in {"kept", "pending"}:
-        files = ", ".join(outcome.files) or "-"
-        raise UserError(f"{outcome.branch} {outcome.status} ({outcome.reason}); files: {files}; nothing was lost")
-    if outcome.status == "failed":
-        raise UserError(f"{outcome.branch}: merge failed: {'; '.join(outcome.errors) or 'git failed'}; nothing was lost")
+    if outcome.status in {"kept", "pending", "failed"}:
+        detail = (
+            f"{outcome.status} ({outcome.reason}); files: {', '.join(outcome.files) or '-'}"
+            if outcome.status != "failed"
+            else f"merge failed: {'; '.join(outcome.errors) or 'git failed'}"
+        )
+        if strict:
+            raise UserError(f"{outcome.branch} {detail}; nothing was lost")
+        _out.print(f"{outcome.branch}: {detail}")
+        return False
     if outcome.status == "no_changes":
         _out.print(f"{outcome.branch}: nothing to merge; branch removed.")
     else:
         _out.print(f"Merged {outcome.commit_count} commit(s) from {outcome.branch}; HEAD is {outcome.new_head}.")
+    return True
+
+
+def _resolver(agent: str) -> Resolver:
+    """D3's resolver subagent on the configured model (the scripted one offline)."""
+    # lazy: `reverie --help` imports every command module; only --resolve needs the model and subagent
+    from orchestrator.runtime.runtime import build_model
+    from subagents.resolver import make_resolver
+
+    settings = load_settings()
+    return make_resolver(
+        build_model(settings),
+        agent_id=agent,
+        model_name=settings.model,
+        instructions=settings.reflection_merge_instructions,
+        bash_timeout=settings.bash_timeout,
+    )
 
 
 @app.command("discard")
@@ -116,7 +179,8 @@ def discard(
     if not yes and not typer.confirm(f"Discard reflection {id} and its unmerged commits?"):
         raise typer.Exit(1)
     dropped = run_async(lambda: discard_branch(repo, id))
-    _mark_if_stored(agent, id, "discarded")
+    if _is_agents_repo(repo, agent):
+        _mark_if_stored(agent, id, "discarded")
     _out.print(f"Discarded {id}: {len(dropped)} unmerged commit(s) dropped.")
 
 

@@ -1,9 +1,14 @@
-"""``reverie stress``: concurrent reflection-like writers against one fresh memory repo (S21)."""
+"""``reverie stress``: concurrent reflection-like writers against one fresh memory repo (S21, issue 28).
+
+The table shows every figure of ``--json`` (same names), the kept branches summarised (count and the
+first few), every unmerged branch by name, the accounting equation and, last, the verdict.
+"""
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
+from orchestrator.app.stress_faults import parse_faults
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.models.scripted import ScriptedModel
@@ -32,8 +38,8 @@ def stress(
     conflict_rate: Annotated[
         float, typer.Option("--conflict-rate", "-r", help="Chance (0-1) that a commit edits the shared hot file.")
     ] = 0.1,
-    seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed for the writers' choices.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed for the writers' choices and the faults.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON result (progress lines go to stderr).")] = False,
     workdir: Annotated[
         Path | None,
         typer.Option("--workdir", help="Keep the repository (and its kept branches) here instead of a temporary directory."),
@@ -42,17 +48,32 @@ def stress(
         str,
         typer.Option(
             "--merge-policy",
-            help="keep: a conflict keeps the branch (raw conflict figures); resolve: the scripted resolver subagent reconciles it.",
+            help="resolve (the product's default): the scripted resolver subagent reconciles a conflict; keep: a conflict keeps the branch (raw conflict figures).",
         ),
-    ] = "keep",
+    ] = "resolve",
+    limit_pressure: Annotated[
+        bool,
+        typer.Option(
+            "--limit-pressure",
+            help="Give the repository a tight core-memory budget and let writers grow root files that fit alone but not together.",
+        ),
+    ] = False,
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            "--faults",
+            help="Comma-separated faults injected at seeded moments: kill-merger, kill-writer, stale-lock, enospc (a full disk: the run lives on a small tmpfs, root only; else skipped with the reason).",
+        ),
+    ] = None,
 ) -> None:
     """Stress merge-back: N writers in their own worktrees commit M times each, merged in batches through the reflection merge-back while a main writer commits on the main checkout.
 
-    Reports commits merged, resolved (by the resolver), kept on branches after real conflicts (with the branch names), pending (still waiting after settling), merges retried because HEAD moved, lost (recorded but unreachable from any ref), invalid (failing the MemFS audit), and merge latency p50/p99 in milliseconds. Ctrl-C stops the writers and prints the partial summary. Exits 1 when a commit was lost or invalid, 130 when interrupted.
+    Accounts for every commit: recorded = merged + resolved + kept + pending + unmerged + main, checked; lost (a reported commit no branch carries, checked with git alone) and invalid (HEADs failing validation as a whole) must be 0; invalid_combined counts combinations kept because together they break the limits. Ends with a verdict line. Ctrl-C stops the writers, keeps the work directory and prints how to finish. Exits 1 when the verdict is not OK, 130 when interrupted.
     """
     try:
         config = StressConfig(
-            writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy
+            writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy,
+            limit_pressure=limit_pressure, faults=parse_faults(faults),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -61,7 +82,7 @@ def stress(
     if workdir is not None and workdir.exists() and any(workdir.iterdir()):
         raise UserError(f"--workdir {workdir}: directory is not empty")
     if as_json:
-        report = run_async(lambda: _run(config, workdir, None))
+        report = run_async(lambda: _run(config, workdir, _progress_lines(config.writers * config.commits)))
         _out.print(json.dumps(report.to_json()))
     else:
         with Progress(
@@ -73,12 +94,24 @@ def stress(
                 bar.update(task, completed=done, total=total)
 
             report = run_async(lambda: _run(config, workdir, progress))
-        _out.print(_table(report))
+        _print_summary(report)
+    if report.interrupted or not report.ok:
+        _print_leftovers(report)
     if report.interrupted:
-        _err.print("interrupted: the summary covers the commits made so far")
         raise typer.Exit(130)
-    if report.lost or report.invalid:
+    if not report.ok:
         raise typer.Exit(1)
+
+
+def _progress_lines(total: int) -> ProgressFn:
+    """``progress: done/total`` on stderr at every 5 % (a readiness signal for scripts and tests)."""
+    step = max(1, total // 20)
+
+    def progress(done: int, _total: int) -> None:
+        if done % step == 0 or done == total:
+            print(f"progress: {done}/{total}", file=sys.stderr, flush=True)
+
+    return progress
 
 
 async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn | None) -> StressReport:
@@ -101,18 +134,54 @@ async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn 
     return report
 
 
-def _table(report: StressReport) -> Table:
+_SHOWN_BRANCHES = 3
+
+
+def _branches(names: list[str] | tuple[str, ...]) -> str:
+    if not names:
+        return "-"
+    head = ", ".join(names[:_SHOWN_BRANCHES])
+    more = len(names) - _SHOWN_BRANCHES
+    return f"{len(names)}: {head}" + (f" and {more} more (all in --json)" if more > 0 else "")
+
+
+def _print_summary(report: StressReport) -> None:
+    data = report.to_json()
     table = Table(title="reverie stress", show_header=True)
-    table.add_column("metric")
+    table.add_column("figure")
     table.add_column("value", justify="right")
-    for key, value in report.to_json().items():
-        shown = ", ".join(value) or "-" if isinstance(value, list) else str(value)
-        table.add_row(key, shown)
-    table.add_row("commits recorded", str(report.recorded))
-    table.add_row("main writer commits", str(report.main_commits))
-    table.add_row("merge-back calls", str(report.merges))
-    table.add_row("elapsed (s)", str(report.elapsed_s))
-    return table
+    for key, value in data.items():
+        if key in {"kept_branches", "unmerged_branches", "writer_commits", "lost_commits", "verdict", "faults"}:
+            continue
+        if isinstance(value, dict | list):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else "; ".join(value)
+        table.add_row(key, "-" if value in ("", None) else str(value))
+    table.add_row("kept_branches", _branches(report.kept_branches))
+    for kind, counts in data["faults"].items():
+        table.add_row(f"faults: {kind}", f"{counts['recovered']}/{counts['injected']} recovered")
+    _out.print(table)
+    for branch, count in report.unmerged_branches:
+        _out.print(f"unmerged: {branch} ({count} commit(s))")
+    if report.lost_commits:
+        _out.print(f"lost: {', '.join(report.lost_commits)}")
+    _out.print(report.equation)
+    _out.print(report.verdict)
+
+
+def _print_leftovers(report: StressReport) -> None:
+    """Where the work is and how to finish or inspect it (stderr, so ``--json`` stays parseable)."""
+    if report.workdir is None:
+        return
+    memory = Path(report.workdir) / "memory"
+    lines = [
+        f"work directory kept: {report.workdir}",
+        f"  inspect: reverie reflections list --memory-dir {memory}",
+        f"  finish:  reverie reflections merge --all --resolve --memory-dir {memory}",
+    ]
+    if report.interrupted:
+        lines.append("interrupted: the summary covers the commits made so far")
+    # plain lines, never wrapped: they are commands to copy
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -877,12 +877,17 @@ class LocalRepo:
         pygit2 = _pygit2()
         try:
             ref = self._repo.branches.local.create(branch, self._repo[commit])
-        except (KeyError, ValueError, pygit2.GitError) as error:
+        except (KeyError, ValueError, OSError, pygit2.GitError) as error:
             raise GitError(("worktree", "add"), 128, f"fatal: cannot create branch {branch!r}: {error}", self.top_level) from error
         try:
             self._repo.add_worktree(path.name, str(path), ref)
         except (KeyError, ValueError, OSError, pygit2.GitError) as error:
-            ref.delete()
+            # A half-made worktree (a full disk mid-checkout) holds the branch: drop its record first.
+            # If the disk refuses even that, start-up recovery removes the leftovers later.
+            with contextlib.suppress(KeyError, ValueError, OSError, pygit2.GitError):
+                self._repo.lookup_worktree(path.name).prune(True)
+            with contextlib.suppress(pygit2.GitError):
+                ref.delete()
             raise GitError(("worktree", "add"), 128, f"fatal: {error}", self.top_level) from error
 
     def fast_forward(self, tip: str, *, expected: str | None = None) -> str | None:

@@ -55,7 +55,7 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from anyio import CancelScope, sleep
+from anyio import CancelScope
 from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
@@ -524,7 +524,8 @@ async def _merge(
     merge = _Merge(repo, worktree, branch, audit, resolver, keep_checkout)
     try:
         return await merge.run()
-    except GitError as exc:
+    except (GitError, OSError) as exc:
+        # OSError: libgit2 reports a full disk or an unwritable file as one (ENOSPC, EACCES).
         with CancelScope(shield=True):
             if await (AsyncPath(worktree)).exists():
                 await run_git(worktree, "rebase", "--abort", check=False)

@@ -1,0 +1,296 @@
+"""Faults on purpose for ``reverie stress --faults`` (issue 28.3): kill, recover, go on.
+
+The kills are real: the merger, a writer's commit or a lock holder runs as a child process
+(:mod:`orchestrator.app.stress_child`) with ``REVERIE_FAULT`` naming the step it dies at
+(:mod:`orchestrator.base.faults`), so the ``SIGKILL`` lands in the code path the product runs, at
+a seeded moment. Recovery is the product's start-up recovery
+(:func:`orchestrator.memfs.recovery.recover`), told that every other worktree belongs to a live
+writer (only the killed process is dead). The kinds:
+
+* ``kill-merger``: a batch's merge-back dies at ``locked``, ``before-rebase``,
+  ``between-rebase-and-ff`` (mid-rebase) or ``after-ff`` (between the ref update and the cleanup);
+  recovery aborts the half-done rebase, removes the worktree, restores or deletes branches; the
+  restarted writer re-queues its branch (``merge_branch``) and goes on in a fresh worktree;
+* ``kill-writer``: a writer's commit dies at ``stress.commit.staged`` (edit on disk, no commit) or
+  ``stress.commit.made`` (commit made, id not reported); the restarted writer finds its commit in
+  git if it was made (and reports it), recovery removes the dead worktree (an edit never committed
+  is discarded, turn-loop 5.15), the branch is re-queued and the commit made again if it was not;
+* ``stale-lock``: a lock holder dies holding the repository lock and git's ``index.lock``;
+  recovery releases the dead owner's record and removes the stale lock file (D1, R6);
+* ``enospc``: the run's repository and worktrees live on a small tmpfs mounted for the run (root
+  only; otherwise the kind is skipped with the reason); before a seeded batch's merge a filler
+  file takes every free byte, the merge runs on the full disk (merge-back reports ``failed`` and
+  changes nothing), every other writer meets the full disk too (commits retry, merges wait), then
+  the filler goes, recovery runs and the batch is merged again.
+
+One fault at a time: each holds the harness's fault lock while it is injected and recovered, so
+one recovery never mistakes another fault's leftovers for its own; ordinary writing goes on
+around it. A fault counts as *injected* when its child really died by ``SIGKILL`` (a step the run never
+reached, e.g. ``before-rebase`` for a branch already on ``HEAD``, is not a fault) and as
+*recovered* when, after recovery, the repository is back to a state the run can go on from: no
+pin ref or worktree of the dead run left, the lock files gone, and the re-queued branch settled.
+A recovery that an interrupt (Ctrl-C) cuts short is counted apart (``faults_interrupted``): the
+accounting and the lost check still cover its commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Final
+
+import anyio
+from anyio import Path as AsyncPath
+
+from orchestrator.app.stress_child import STALE_LOCK_TEXT
+from orchestrator.base import blocking
+from orchestrator.base.errors import UsageError
+from orchestrator.base.faults import kill_env
+from orchestrator.base.processes import pid_alive
+from orchestrator.memfs.locks import common_dir_sync
+from orchestrator.memfs.merge import FAULT_STEPS, MergeOutcome
+from orchestrator.memfs.names import OWNER_FILE_NAME
+from orchestrator.memfs.recovery import RecoveryReport, recover
+
+__all__ = [
+    "DISK_BYTES",
+    "FAULT_KINDS",
+    "FaultPlan",
+    "FaultTally",
+    "child_commit",
+    "child_merge",
+    "fill_disk",
+    "inject_stale_lock",
+    "parse_faults",
+    "plan_faults",
+    "recover_except",
+    "small_disk",
+]
+
+FAULT_KINDS: Final = ("kill-merger", "kill-writer", "stale-lock", "enospc")
+_WRITER_STEPS: Final = ("stress.commit.staged", "stress.commit.made")
+DISK_BYTES: Final = 64 * 1024 * 1024
+_MERGER_SHARE: Final = 0.2
+_WRITER_SHARE: Final = 0.02
+_LOCK_FAULTS: Final = 3
+_DISK_FAULTS: Final = 3
+
+
+def parse_faults(text: str | None) -> tuple[str, ...]:
+    """``kill-merger,stale-lock`` -> the kinds, in :data:`FAULT_KINDS` order; one-line error if unknown."""
+    if not text:
+        return ()
+    kinds = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
+    if unknown:
+        raise UsageError(f"--faults: unknown fault {unknown[0]!r}; choose from {', '.join(FAULT_KINDS)}")
+    return tuple(kind for kind in FAULT_KINDS if kind in kinds)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Where each fault is armed: ``(writer, batch) -> step``, ``(writer, commit) -> step``, and the
+    batches before whose merge a lock holder dies. Drawn from the seed alone."""
+
+    kinds: tuple[str, ...] = ()
+    merges: dict[tuple[int, int], str] = field(default_factory=dict)
+    commits: dict[tuple[int, int], str] = field(default_factory=dict)
+    locks: frozenset[tuple[int, int]] = frozenset()
+    disk_full: frozenset[tuple[int, int]] = frozenset()
+
+
+def plan_faults(kinds: tuple[str, ...], seed: int, writers: int, commits: int, batch: int) -> FaultPlan:
+    """A seeded plan: about a fifth of the merges, one commit in fifty, three lock holders and three
+    full disks."""
+    rng = random.Random(seed * 7_919 + 17)
+    batches = [(w, b) for w in range(writers) for b in range(-(-commits // batch))]
+    every = [(w, c) for w in range(writers) for c in range(commits)]
+    merges: dict[tuple[int, int], str] = {}
+    if "kill-merger" in kinds:
+        chosen = rng.sample(batches, max(1, round(_MERGER_SHARE * len(batches))))
+        merges = {key: FAULT_STEPS[n % len(FAULT_STEPS)] for n, key in enumerate(chosen)}
+    planned: dict[tuple[int, int], str] = {}
+    if "kill-writer" in kinds:
+        chosen = rng.sample(every, max(1, round(_WRITER_SHARE * len(every))))
+        planned = {key: _WRITER_STEPS[n % len(_WRITER_STEPS)] for n, key in enumerate(chosen)}
+    locks: frozenset[tuple[int, int]] = frozenset()
+    if "stale-lock" in kinds:
+        locks = frozenset(rng.sample(batches, min(len(batches), _LOCK_FAULTS)))
+    full: frozenset[tuple[int, int]] = frozenset()
+    if "enospc" in kinds:
+        free = [key for key in batches if key not in merges and key not in locks]
+        full = frozenset(rng.sample(free, min(len(free), _DISK_FAULTS)))
+    return FaultPlan(kinds, merges, planned, locks, full)
+
+
+@dataclass
+class FaultTally:
+    """Faults injected and recovered, by kind (one event loop: no lock needed)."""
+
+    injected: dict[str, int] = field(default_factory=dict)
+    recovered: dict[str, int] = field(default_factory=dict)
+    unrecovered: list[str] = field(default_factory=list)
+
+    def hit(self, kind: str) -> None:
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+
+    @property
+    def open(self) -> int:
+        """Faults injected whose recovery never finished (an interrupt cut it short)."""
+        return sum(self.injected.values()) - sum(self.recovered.values()) - len(self.unrecovered)
+
+    def settle(self, kind: str, problem: str | None) -> None:
+        if problem is None:
+            self.recovered[kind] = self.recovered.get(kind, 0) + 1
+        else:
+            self.unrecovered.append(f"{kind}: {problem}")
+
+
+class _AllBut:
+    """``active`` for recovery: every worktree id is a live run's except the dead one."""
+
+    def __init__(self, dead: str | None) -> None:
+        self.dead = dead
+
+    def __contains__(self, item: object) -> bool:
+        return item != self.dead
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+async def recover_except(repo: Path, dead: str | None) -> RecoveryReport:
+    """Start-up recovery with only ``dead``'s worktree (or none) treated as a dead run's."""
+    return await recover(repo, active=_AllBut(dead))
+
+
+def _killed(proc: CompletedProcess[bytes]) -> bool:
+    return proc.returncode == -signal.SIGKILL
+
+
+async def _child(args: list[str], step: str | None, stdin: bytes | None = None) -> CompletedProcess[bytes]:
+    env = kill_env(step) if step is not None else None
+    command = [sys.executable, "-m", "orchestrator.app.stress_child", *args]
+    # Its own session: a terminal's Ctrl-C is the harness's to handle (it stops the run and cancels
+    # this call, which kills the child), not a second, unplanned fault in the child.
+    return await anyio.run_process(command, input=stdin, env=env, check=False, start_new_session=True)
+
+
+def _failed(what: str, proc: CompletedProcess[bytes]) -> RuntimeError:
+    said = proc.stderr.decode(errors="replace").strip().splitlines()
+    return RuntimeError(f"stress {what} child failed (exit {proc.returncode}): {said[-1] if said else 'no output'}")
+
+
+async def child_merge(repo: Path, worktree: Path, branch: str, policy: str, step: str) -> MergeOutcome | None:
+    """merge-back in a child armed to die at ``step``; its outcome, or None when it was killed."""
+    proc = await _child(["merge", str(repo), str(worktree), branch, policy], step)
+    if _killed(proc):
+        return None
+    if proc.returncode != 0:
+        raise _failed("merge", proc)
+    data = json.loads(proc.stdout)
+    return MergeOutcome(
+        data["status"], data["reason"], branch, tuple(data["commits"]), tuple(data["files"]), data["new_head"],
+        tuple((old, new) for old, new in data["rewritten"]), reason_code=data["reason_code"], retried=data["retried"],
+    )
+
+
+async def child_commit(checkout: Path, rel: str, message: str, text: str, step: str) -> str | None:
+    """A writer's commit in a child armed to die at ``step``; the commit id, or None when killed."""
+    proc = await _child(["commit", str(checkout), rel, message], step, text.encode())
+    if _killed(proc):
+        return None
+    if proc.returncode != 0:
+        raise _failed("commit", proc)
+    return proc.stdout.decode().strip()
+
+
+async def inject_stale_lock(repo: Path) -> str | None:
+    """A lock holder killed with the locks held, then recovery; None when recovered, else why not."""
+    proc = await _child(["hold-lock", str(repo)], "stress.lock.held")
+    if not _killed(proc):
+        raise _failed("hold-lock", proc)
+    common = await blocking.run_sync("git", partial(common_dir_sync, repo))
+    await recover_except(repo, None)
+    lock = AsyncPath(common / "index.lock")
+    with contextlib.suppress(FileNotFoundError):
+        # A live git's own lock may be there by now; only the dead holder's counts.
+        if await lock.read_bytes() == STALE_LOCK_TEXT:
+            return "the stale index.lock is still there after recovery"
+    owner = AsyncPath(common / OWNER_FILE_NAME)
+    if await owner.exists():
+        try:
+            pid = int(json.loads(await owner.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "an unreadable lock owner record is left"
+        if not pid_alive(pid):
+            return f"the dead holder's owner record (pid {pid}) is still there"
+    return None
+
+
+# -- a small disk ---------------------------------------------------------------------------------
+
+
+def _mount(path: Path) -> str | None:
+    """Mount a :data:`DISK_BYTES` tmpfs at ``path``; None, or why not (blocking)."""
+    if os.geteuid() != 0:
+        return "skipped: a full disk needs a small tmpfs, and mounting one needs root"
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        return f"skipped: mounting a tmpfs failed ({said[0] if said else f'exit {done.returncode}'})"
+    return None
+
+
+def _unmount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True, check=False)
+
+
+@asynccontextmanager
+async def small_disk(path: Path) -> AsyncIterator[str | None]:
+    """A tmpfs at ``path`` for the run's lifetime (unmounted on any exit); yields None when mounted,
+    else why not (the ``enospc`` kind is then skipped with that reason)."""
+    why = await blocking.run_sync("files", partial(_mount, path))
+    try:
+        yield why
+    finally:
+        if why is None:
+            with anyio.CancelScope(shield=True):
+                await blocking.run_sync("files", partial(_unmount, path))
+
+
+def fill_disk(root: Path) -> Path:
+    """Take every free byte of ``root``'s file system with one file; its path (blocking)."""
+    filler = root / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 1 << 14, 1 << 8, 1):
+            chunk = b"\0" * size
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+    return filler
