@@ -66,12 +66,20 @@ class ReflectionError(ReverieError, RuntimeError):
 
 
 def render_transcript(messages: Sequence[StoredMessage]) -> str:
-    """One block per message, ``[role] text``; tool calls and results are shown by name."""
+    """One block per message, ``[role] text``; tool calls and results are shown by name. A message
+    dated otherwise than by when it was stored (replayed history: ``created_at`` in its metadata)
+    is preceded by ``[date] <when>`` each time that date changes, so a reflection can tell when
+    things were said."""
     lines: list[str] = []
+    dated: object = None
     for stored in messages:
         m = stored.message
         if m.kind in {"reminder", "memory_update"}:
             continue
+        when = stored.metadata.get("created_at")
+        if isinstance(when, str) and when != dated:
+            lines.append(f"[date] {when}")
+            dated = when
         if m.role == "tool":
             lines.append(f"[tool {m.name or ''}] {m.content[:2000]}")
             continue

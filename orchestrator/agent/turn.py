@@ -43,6 +43,7 @@ import anyio
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
+from orchestrator.agent.replay import RecordedReply
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
@@ -168,7 +169,13 @@ class TurnRunner:
             )
         await self.observer(event)
 
-    async def run_turn(self, conversation_id: str, user_text: str) -> TurnOutcome:
+    async def run_turn(
+        self, conversation_id: str, user_text: str, *, at: str | None = None, recorded: str | None = None
+    ) -> TurnOutcome:
+        """One turn. ``at``: the time the turn's messages are dated with for search (their
+        ``created_at`` metadata), when it is not now: a replayed recorded session's date.
+        ``recorded``: the assistant's recorded reply, given instead of a model call
+        (``orchestrator.agent.replay``); everything else runs as in a live turn."""
         store, agent = self.store, self.agent
         turn_id = new_turn_id()
         started = TurnStarted(turn_id, conversation_id)
@@ -181,8 +188,9 @@ class TurnRunner:
             agent_info_key=AGENT_INFO_KEY,
             settle=_dangling_answers,
             events=[(started.kind, started.payload())],
+            user_metadata={"created_at": at} if at else None,
         )
-        state = _TurnState()
+        state = _TurnState(at=at, model=None if recorded is None else RecordedReply(self.model, recorded))
         status: TurnStatus = "error"
         error: str | None = None
         sync: SyncResult | None = None
@@ -267,7 +275,7 @@ class TurnRunner:
             started = time.perf_counter()
             await self.store.mark_prompt_sent(conversation_id)
             try:
-                response = await self.model.complete(request, on_text=self._text_sink(state))
+                response = await (state.model or self.model).complete(request, on_text=self._text_sink(state))
             except ModelError as exc:
                 if exc.context_overflow and self.compactor and overflow_retries < _OVERFLOW_RETRIES:
                     overflow_retries += 1
@@ -294,17 +302,18 @@ class TurnRunner:
                     finish_reason=response.finish_reason,
                     tool_calls=len(response.message.tool_calls),
                     request_model=self.settings.model,
+                    purpose="replay" if response.replayed else "chat",
                 ),
                 conversation_id,
             )
             message, refused = _without_oversized_writes(response.message)
             state.streamed = ""
-            await self.store.append_message(
-                conversation_id,
-                message,
-                turn_id=turn_id,
-                metadata={"usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}},
-            )
+            metadata: dict[str, object] = {
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+            }
+            if state.at:
+                metadata["created_at"] = state.at
+            await self.store.append_message(conversation_id, message, turn_id=turn_id, metadata=metadata)
             if message.content.strip():
                 state.text = message.content
                 state.assistant_steps += 1
@@ -472,6 +481,10 @@ class _TurnState:
 
     head: HeadRead | None = None
     """HEAD read with the skills at the turn's start, for its first request only."""
+    at: str | None = None
+    """``run_turn``'s ``at``: the date the turn's messages carry (a replayed session's)."""
+    model: ModelClient | None = None
+    """The model of this turn: the runner's, or a recorded reply in front of it."""
     steps: int = 0
     assistant_steps: int = 0
     text: str = ""

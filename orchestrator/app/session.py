@@ -190,6 +190,12 @@ class ChatSession:
         """Run one turn (serialized per conversation) and let the supervisor react to it."""
         return await self.supervisor.run_turn(self.runner, self.conversation_id, text)
 
+    async def replay(self, user: str, assistant: str, *, at: str | None = None) -> TurnOutcome:
+        """One recorded exchange as a turn of this conversation: the assistant's line is given back
+        instead of a model call, everything else (steps, context, compaction, the post-turn sync,
+        reflection triggers) runs as live (``orchestrator.agent.replay``). ``at`` dates both messages."""
+        return await self.supervisor.run_turn(self.runner, self.conversation_id, user, at=at, recorded=assistant)
+
     async def reflect_now(self) -> str:
         """A manual reflection (``reverie reflect``): ignores the trigger and any failure pause."""
         return await self.reflection.maybe_launch(self.conversation_id, manual=True)

@@ -12,8 +12,8 @@ Blocking (reads files): call it off the event loop.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from orchestrator.batch.results import RESULTS_FILE, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
-from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting
+from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, split_pinned
 from orchestrator.batch.template_check import check_templates
 
 __all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", "plan_sweep", "recorded_run", "run_options"]
@@ -56,7 +56,10 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A sweep as it will start: its settings (given, else what ``sweep.json`` recorded)."""
+    """A sweep as it will start: its settings, ``epochs`` and ``override_pinned`` (given, else what
+    ``sweep.json`` recorded). ``tasks`` is the selection (``run_sweep`` leaves the pinned ones out
+    itself); ``pinned`` names those (id -> their trigger) and ``per_setting`` counts the task runs
+    each setting makes (compared tasks x epochs), for progress."""
 
     suite: Path
     out_dir: Path
@@ -69,6 +72,26 @@ class SweepPlan:
     processes_given: str | None
     resume: bool
     notes: tuple[str, ...] = ()
+    epochs: int = 1
+    override_pinned: bool = False
+    pinned: Mapping[str, str] = field(default_factory=dict)
+    per_setting: int = 0
+
+    def pinned_line(self) -> str | None:
+        """What happens to the pinned tasks, for the user; None when no task pins its trigger."""
+        if not self.pinned:
+            return None
+        verb = "compared under each setting (--override-pinned)" if self.override_pinned else "left out (--override-pinned compares them)"
+        return (f"pinned: {len(self.pinned)} task(s) set their own reflection trigger, {verb}: "
+                + ", ".join(f"{k} ({v})" for k, v in self.pinned.items()))
+
+    def check_compared(self) -> None:
+        """Refuse a sweep with nothing to compare (every selected task pinned). Separate from
+        ``plan_sweep`` so the command line names a bad executor choice first, as it always has."""
+        if not self.per_setting:
+            raise UsageError(
+                "every task pins its own reflection trigger: nothing to compare; give --override-pinned (nothing was run)"
+            )
 
 
 def load_tasks(suite: Path) -> list[Task]:
@@ -93,15 +116,22 @@ def _select(tasks: list[Task], ids: Sequence[str] | None, limit: int | None) -> 
 
 def run_options(
     out: Path, model: str | None, window: int | None, price_in: float | None, price_out: float | None,
-    latency: float = 0.0, config_file: Path | None = None,
+    latency: float = 0.0, config_file: Path | None = None, judge_model: str | None = None,
+    judge_base_url: str | None = None,
 ) -> RunOptions:
-    """The options every task gets; a broken config file stops the run here (D15), in chat's one line."""
+    """The options every task gets; a broken config file stops the run here (D15), in chat's one line,
+    and so does a judge without an endpoint (before any task pays for an answer it cannot grade)."""
     overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
     config = config_file or config_path()
-    load_settings(cli=overrides, path=config)
+    settings = load_settings(cli=overrides, path=config)
+    if judge_model and not (judge_base_url or settings.base_url):
+        raise UsageError(
+            f"--judge-model {judge_model}: no endpoint for the judge: give --judge-base-url or configure REVERIE_BASE_URL"
+        )
     return RunOptions(
         out_dir=out, overrides=overrides, latency=latency, price_in=price_in, price_out=price_out,
         config_file=str(config.resolve()) if config.is_file() else None,
+        judge_model=judge_model, judge_base_url=judge_base_url,
     )
 
 
@@ -167,15 +197,20 @@ class _Reused:
     latency: float
     jobs: int
     kind: str
+    judge_model: str | None = None
+    judge_base_url: str | None = None
 
     @classmethod
     def of(
         cls, meta: dict[str, Any], model: str | None, context_window: int | None, price_in: float | None,
         price_out: float | None, latency: float | None, concurrency: int | None, executor: str | None,
+        judge_model: str | None = None, judge_base_url: str | None = None,
     ) -> _Reused:
         was = meta.get("options") or {}
         overrides = was.get("overrides") or {}
         return cls(
+            judge_model=judge_model or was.get("judge_model"),
+            judge_base_url=judge_base_url or was.get("judge_base_url"),
             model=model if model is not None else overrides.get("model"),
             context_window=context_window if context_window is not None else overrides.get("context_window"),
             price_in=price_in if price_in is not None else was.get("price_in"),
@@ -203,6 +238,8 @@ def plan_run(
     price_out: float | None = None,
     latency: float | None = None,
     config_file: Path | None = None,
+    judge_model: str | None = None,
+    judge_base_url: str | None = None,
 ) -> RunPlan:
     """Decide a run (see the module docstring). ``retry_failed`` is the run directory whose failed and
     errored tasks rerun in place; ``suite`` may then be None (the run's own)."""
@@ -219,9 +256,10 @@ def plan_run(
     if out_dir is None:
         out_dir = Path("runs") / suite.stem
         meta = recorded_run(out_dir, required=False) if resume else {}
-    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor)
+    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
+                        judge_model, judge_base_url)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
-                          reused.latency, config_file)
+                          reused.latency, config_file, reused.judge_model, reused.judge_base_url)
     given, blame, note = _resumed_processes(
         None if processes is None else str(processes), meta, out_dir / "run.json", reused.kind,
         "retrying" if retry_failed else "resuming",
@@ -245,22 +283,23 @@ def plan_run(
     )
 
 
-def _recorded_sweep(out_dir: Path) -> tuple[list[SweepSetting], dict[str, Any], Path]:
-    """An earlier sweep's settings (``sweep.json``, in order) and the run.json of its first setting
-    that has one, with that file's path; empty when there is no earlier sweep in ``out_dir``."""
+def _recorded_sweep(out_dir: Path) -> tuple[list[SweepSetting], dict[str, Any], Path, dict[str, Any]]:
+    """An earlier sweep's settings (``sweep.json``, in order), the run.json of its first setting
+    that has one, with that file's path, and ``sweep.json`` itself (its epochs, override_pinned);
+    empty when there is no earlier sweep in ``out_dir``."""
     path = out_dir / SWEEP_FILE
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         settings = [SweepSetting(str(s["label"]), dict(s.get("overrides") or {})) for s in raw["settings"]]
     except FileNotFoundError:
-        return [], {}, out_dir
+        return [], {}, out_dir, {}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: cannot read the sweep's settings: {exc}") from None
     for setting in settings:
         meta = recorded_run(out_dir / setting.label, required=False)
         if meta:
-            return settings, meta, out_dir / setting.label / "run.json"
-    return settings, {}, out_dir
+            return settings, meta, out_dir / setting.label / "run.json", raw
+    return settings, {}, out_dir, raw
 
 
 def plan_sweep(
@@ -272,15 +311,26 @@ def plan_sweep(
     executor: str | None = None,
     processes: str | int | None = None,
     resume: bool = False,
+    tasks: Sequence[str] | None = None,
+    limit: int | None = None,
+    epochs: int | None = None,
+    override_pinned: bool = False,
     model: str | None = None,
     context_window: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
     latency: float | None = None,
     config_file: Path | None = None,
+    judge_model: str | None = None,
+    judge_base_url: str | None = None,
 ) -> SweepPlan:
-    """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded."""
-    tasks = load_tasks(suite)
+    """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded; so too
+    ``epochs`` and ``override_pinned`` (``sweep.json``) and the prices and judge (a setting's
+    run.json). ``tasks``/``limit`` select as ``plan_run``'s do. A sweep whose every selected task
+    pins its own trigger is refused unless ``override_pinned``."""
+    selected = _select(load_tasks(suite), tasks, limit)
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
-    recorded, meta, run_file = _recorded_sweep(out_dir) if resume else ([], {}, out_dir)
+    recorded, meta, run_file, sweep_meta = _recorded_sweep(out_dir) if resume else ([], {}, out_dir, {})
     notes: list[str] = []
     if settings:
         chosen = list(settings)
@@ -291,8 +341,15 @@ def plan_sweep(
         raise UsageError(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
     else:
         raise UsageError("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
-    reused = _Reused.of(meta, model, context_window, None, None, latency, concurrency, executor)
-    options = run_options(out_dir, reused.model, reused.context_window, None, None, reused.latency, config_file)
+    if epochs is not None and epochs < 1:
+        raise UsageError(f"--epochs {epochs}: run every task at least once per setting")
+    rounds = epochs or int(sweep_meta.get("epochs") or 1)
+    override = override_pinned or bool(sweep_meta.get("override_pinned"))
+    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
+                        judge_model, judge_base_url)
+    options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
+                          reused.latency, config_file, reused.judge_model, reused.judge_base_url)
+    compared, pinned = split_pinned(selected, override)
     given, blame, note = _resumed_processes(
         None if processes is None else str(processes), meta, run_file, reused.kind, "resuming"
     )
@@ -304,7 +361,7 @@ def plan_sweep(
             if (out_dir / setting.label / RESULTS_FILE).exists():
                 raise UsageError(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
     return SweepPlan(
-        suite=suite, out_dir=out_dir, tasks=tuple(tasks), settings=tuple(chosen), options=options,
+        suite=suite, out_dir=out_dir, tasks=tuple(selected), settings=tuple(chosen), options=options,
         executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given, resume=resume,
-        notes=tuple(notes),
+        notes=tuple(notes), epochs=rounds, override_pinned=override, pinned=pinned, per_setting=len(compared) * rounds,
     )

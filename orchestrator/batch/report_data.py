@@ -23,13 +23,14 @@ from typing import Any
 
 from orchestrator.base.errors import ReverieError
 from orchestrator.batch.eventlog import EventRecord, event_log_path
-from orchestrator.batch.report_svg import sweep_charts
+from orchestrator.batch.report_svg import pareto_chart, sweep_charts
 from orchestrator.batch.report_task import task_detail
 from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
 from orchestrator.batch.runner import task_paths
 
 __all__ = [
     "COMPARISON_FILE",
+    "DECISION_FILE",
     "ReportData",
     "ReportError",
     "SWEEP_FILE",
@@ -43,6 +44,8 @@ __all__ = [
 
 COMPARISON_FILE = "comparison.json"
 SWEEP_FILE = "sweep.json"
+DECISION_FILE = "summary.json"
+"""A sweep's decision (``orchestrator.batch.sweep.SUMMARY_FILE``)."""
 _RUN_FILE = "run.json"
 _REFLECTION_OUTCOMES = ("launch", "merged", "resolved", "kept", "failed")
 
@@ -84,7 +87,7 @@ def _events(run_dir: Path, task_id: str) -> list[EventRecord]:
 
 def token_split(events: Sequence[EventRecord]) -> dict[str, Any]:
     """Pure: prompt/completion tokens of the main agent (``chat``) and of subagents, by purpose."""
-    main_in = main_out = sub_in = sub_out = 0
+    main_in = main_out = sub_in = sub_out = replayed = 0
     by_purpose: Counter[str] = Counter()
     for record in events:
         if record.kind != "model.call":
@@ -92,13 +95,16 @@ def token_split(events: Sequence[EventRecord]) -> dict[str, Any]:
         p = record.payload
         tin, tout = int(p.get("prompt_tokens") or 0), int(p.get("completion_tokens") or 0)
         purpose = str(p.get("purpose") or "chat")
+        if purpose == "replay":  # a recorded reply given back: no call was made, nobody paid
+            replayed += tin + tout
+            continue
         by_purpose[purpose] += tin + tout
         if purpose == "chat":
             main_in, main_out = main_in + tin, main_out + tout
         else:
             sub_in, sub_out = sub_in + tin, sub_out + tout
     return {"main_in": main_in, "main_out": main_out, "sub_in": sub_in, "sub_out": sub_out,
-            "by_purpose": dict(by_purpose)}
+            "by_purpose": dict(by_purpose), "replayed": replayed}
 
 
 def _kind_counts(events: Sequence[EventRecord]) -> dict[str, int]:
@@ -133,6 +139,9 @@ def task_row(result: Mapping[str, Any], events: Sequence[EventRecord], setting: 
         "attempts": result.get("attempts", 1),
         "error": result.get("error"),
         "head": result.get("memory_head"),
+        "quality": result.get("quality"),
+        "ability": (result.get("grade") or {}).get("ability", ""),
+        "outcomes": dict(result.get("reflection_outcomes") or {}),
         **counts,
     }
 
@@ -163,6 +172,11 @@ def _run_summary(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) 
     for r in rows:
         purposes.update(r["tokens"]["by_purpose"])
     out["tokens_by_purpose"] = dict(purposes)
+    outcomes: Counter[str] = Counter()
+    for r in rows:
+        outcomes.update(r.get("outcomes") or {})
+    out["outcomes"] = dict(outcomes) if outcomes or any("outcomes" in r for r in rows) else None
+    out["replayed_tokens"] = sum(r["tokens"].get("replayed", 0) for r in rows)
     out["reported"] = {k: v for k, v in summary.items() if "subagent" in k and isinstance(v, int | float)}
     return out
 
@@ -234,6 +248,16 @@ def _matrix(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"tasks": ids, "settings": [run["label"] for run in runs], "cells": cells}
 
 
+def _decision(sweep_dir: Path) -> dict[str, Any] | None:
+    """The sweep's decision (``summary.json``: quality, outcomes, front, recommendation) with its
+    Pareto chart; None for a sweep written before sweeps decided."""
+    summary = _read_json(sweep_dir / DECISION_FILE)
+    if not isinstance(summary, Mapping) or not isinstance(summary.get("settings"), list):
+        return None
+    cost_key = "cost" if summary.get("cost_unit") == "cost" else "tokens"
+    return {**summary, "pareto_svg": pareto_chart(summary["settings"], summary.get("front", []), cost_key=cost_key)}
+
+
 def gather_sweep(sweep_dir: Path, *, workers: int = 4) -> ReportData:
     """A sweep directory's report: every setting's run, the task x setting matrix, the charts."""
     dirs = _setting_dirs(sweep_dir)
@@ -246,7 +270,8 @@ def gather_sweep(sweep_dir: Path, *, workers: int = 4) -> ReportData:
         runs.append(run)
         details.extend(more)
     index = {"kind": "sweep", "title": f"reverie sweep · {runs[0]['suite'] or sweep_dir.name}", "dir": str(sweep_dir),
-             "runs": runs, "matrix": _matrix(runs), "charts": sweep_charts([(r["label"], r["summary"]) for r in runs])}
+             "runs": runs, "matrix": _matrix(runs), "charts": sweep_charts([(r["label"], r["summary"]) for r in runs]),
+             "decision": _decision(sweep_dir)}
     return ReportData(index, tuple(details))
 
 

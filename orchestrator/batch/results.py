@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "OUTCOMES",
     "RESULTS_FILE",
     "SUMMARY_FILE",
     "CheckResult",
@@ -22,9 +23,50 @@ __all__ = [
     "append_results",
     "compact_results",
     "read_results",
+    "reflection_outcomes",
     "summarize",
+    "task_quality",
     "write_summary",
 ]
+
+OUTCOMES = ("merged", "resolved", "no_changes", "pending", "kept", "failed")
+"""Where every reflection launch ends, as a batch result counts it (they add up to the launches)."""
+
+_OUTCOME_OF = {
+    "merged": "merged",
+    "resolved": "resolved",
+    "no_changes": "no_changes",
+    "pending": "pending",
+    "kept_recovered": "pending",
+    "kept_dirty": "pending",
+    "running": "pending",
+    "kept_conflict": "kept",
+    "kept_invalid": "kept",
+    "kept_failed": "kept",
+    "failed": "failed",
+    "discarded": "failed",
+}
+
+
+def reflection_outcomes(statuses: Iterable[str]) -> dict[str, int]:
+    """Pure: the store's reflection statuses (``ReflectionRecord.status``) counted by ``OUTCOMES``.
+    A record still ``running`` when the task ended (its 30 s wait ran out) counts as ``pending``,
+    and a status this version does not know as ``failed``, so the counts always add up to the
+    number of records, i.e. of launches."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for status in statuses:
+        counts[_OUTCOME_OF.get(status, "failed")] += 1
+    return counts
+
+
+def task_quality(status: str, grade: Mapping[str, Any] | None) -> float:
+    """Pure: a task's quality score in [0, 1]: its grade when it has an answer key, else whether
+    it passed (an errored task scores 0: a setting that breaks tasks is worse, not absent)."""
+    if status == "error":
+        return 0.0
+    if grade is not None:
+        return 1.0 if grade.get("passed") else 0.0
+    return 1.0 if status == "passed" else 0.0
 
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -71,11 +113,19 @@ class TaskResult:
     worker_pid: int = 0
     settings: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = 1
+    replayed_turns: int = 0
+    replayed_tokens: int = 0
+    reflection_outcomes: Mapping[str, int] = field(default_factory=dict)
+    memory_bytes: int | None = None
+    grade: Mapping[str, Any] | None = None
+    quality: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["checks"] = [asdict(c) for c in self.checks]
         out["settings"] = dict(self.settings)
+        out["reflection_outcomes"] = dict(self.reflection_outcomes)
+        out["grade"] = None if self.grade is None else dict(self.grade)
         return out
 
     @classmethod
@@ -149,6 +199,8 @@ _SUMS = (
     "reflections_conflicted",
     "compactions",
     "wall_time",
+    "replayed_turns",
+    "replayed_tokens",
 )
 
 
@@ -168,6 +220,15 @@ def summarize(results: Iterable[TaskResult], *, elapsed: float | None = None) ->
     summary["cost"] = round(sum(costs), 6) if costs else None
     subagent_costs = [r.subagent_cost for r in items if r.subagent_cost is not None]
     summary["subagent_cost"] = round(sum(subagent_costs), 6) if subagent_costs else None
+    outcomes = dict.fromkeys(OUTCOMES, 0)
+    for r in items:
+        for name, count in r.reflection_outcomes.items():
+            outcomes[name] = outcomes.get(name, 0) + int(count)
+    summary["reflection_outcomes"] = outcomes
+    scores = [r.quality for r in items if r.quality is not None]
+    summary["quality"] = round(sum(scores) / len(scores), 4) if scores else None
+    sizes = [r.memory_bytes for r in items if r.memory_bytes is not None]
+    summary["memory_bytes"] = sum(sizes) if sizes else None
     summary["elapsed"] = None if elapsed is None else round(elapsed, 3)
     summary["statuses"] = {r.id: r.status for r in items}
     return summary

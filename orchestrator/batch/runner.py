@@ -36,11 +36,13 @@ from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
 from orchestrator.base.paths import Home, using_home
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
-from orchestrator.batch.results import CheckResult, TaskResult
+from orchestrator.batch.grading import grade_answer
+from orchestrator.batch.judge import Judge, build_judge
+from orchestrator.batch.results import CheckResult, TaskResult, reflection_outcomes, task_quality
 from orchestrator.batch.suite import Task
 from orchestrator.batch.templates import copy_template, template_repo
 from orchestrator.memfs.git import open_repo
-from orchestrator.memfs.history import read_committed
+from orchestrator.memfs.history import committed_bytes, read_committed
 from orchestrator.memfs.repo import head_revision
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
@@ -116,9 +118,13 @@ class RunOptions:
     price_in: float | None = None
     price_out: float | None = None
     config_file: str | None = None
+    judge_model: str | None = None
+    judge_base_url: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "judge_model": self.judge_model,
+            "judge_base_url": self.judge_base_url,
             "config_file": self.config_file,
             "out_dir": str(self.out_dir),
             "overrides": dict(self.overrides),
@@ -136,6 +142,8 @@ class RunOptions:
             price_in=raw.get("price_in"),
             price_out=raw.get("price_out"),
             config_file=raw.get("config_file"),
+            judge_model=raw.get("judge_model"),
+            judge_base_url=raw.get("judge_base_url"),
         )
 
 
@@ -272,15 +280,21 @@ class _EventPump:
         self._written_at = time.monotonic()
         self.subagent_in = 0
         self.subagent_out = 0
+        self.replayed_tokens = 0
         self._lock = anyio.Lock()
 
     def _count_call(self, payload: Mapping[str, Any]) -> None:
         """Every call counts in the totals; calls made for another purpose than the chat (summaries,
-        reflections, merge resolution) are also counted apart, so their cost shows."""
+        reflections, merge resolution) are also counted apart, so their cost shows. A replayed
+        recorded reply (purpose ``replay``) made no call: it is counted apart and costs nothing."""
         prompt, completion = int(payload.get("prompt_tokens", 0)), int(payload.get("completion_tokens", 0))
+        purpose = payload.get("purpose", "chat")
+        if purpose == "replay":
+            self.replayed_tokens += prompt + completion
+            return
         self.tokens_in += prompt
         self.tokens_out += completion
-        if payload.get("purpose", "chat") != "chat":
+        if purpose != "chat":
             self.subagent_in += prompt
             self.subagent_out += completion
 
@@ -350,6 +364,36 @@ class _EventPump:
                 await self.sink(self.task_id, record.kind, record.payload)
 
 
+def _judge(options: RunOptions, settings: Any) -> Judge | None:
+    if not options.judge_model:
+        return None
+    return build_judge(options.judge_model, options.judge_base_url or settings.base_url, settings.api_key)
+
+
+async def _grade(task: Task, answer: str, make_judge: Callable[[], Judge | None]) -> dict[str, Any] | None:
+    """The result's ``grade`` for a task with an answer key (None without one): the deterministic
+    grader's, or the verdict of the judge ``make_judge`` builds, if any (its client closed afterwards)."""
+    if task.grade is None:
+        return None
+    graded = grade_answer(answer, task.grade.answer, task.grade.accept)
+    grade: dict[str, Any] = {
+        "ability": task.grade.ability,
+        "answer": task.grade.answer,
+        "passed": graded.passed,
+        "matched": graded.matched,
+        "method": "deterministic",
+    }
+    judge = make_judge()
+    if judge is not None:
+        try:
+            grade["judge"] = await judge.verdict(question=task.turns[-1], key=task.grade.answer, reply=answer)
+        finally:
+            await judge.aclose()
+        grade["passed"] = bool(grade["judge"]["passed"])
+        grade["method"] = "judge"
+    return grade
+
+
 def _cost(tokens_in: int, tokens_out: int, options: RunOptions) -> float:
     return round(tokens_in * (options.price_in or 0.0) / 1e6 + tokens_out * (options.price_out or 0.0) / 1e6, 6)
 
@@ -360,6 +404,12 @@ def _now() -> str:
 
 async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | None = None) -> TaskResult:
     """Run one task in a fresh agent and memory repository and check the outcome.
+
+    A task with ``history`` first replays each recorded session into a new conversation of the
+    agent (``ChatSession.replay``), then sends its turns in one more new conversation, so only the
+    agent's memory and ``conversation_search`` carry the history to the question. A task with a
+    ``grade`` is graded deterministically (``orchestrator.batch.grading``), or by the judge
+    ``options.judge_model`` names (``orchestrator.batch.judge``).
 
     The task runs in the run's home (``run_home``), set for this call only: the caller's home, and
     the process environment, are left as they were. Never raises for a task's own failure (that is
@@ -375,7 +425,11 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
     flags = {k: v for k, v in options.overrides.items() if v is not None}
     settings = {**task.settings, **flags}
     pump = _EventPump(task.id, paths.events, progress)
-    turns = steps = 0
+    turns = steps = replayed = 0
+    memory_bytes: int | None = None
+    outcomes: dict[str, int] = {}
+    grade: dict[str, Any] | None = None
+    settings_used: Any = None
     answer = ""
     error: str | None = None
     head: str | None = None
@@ -400,11 +454,10 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
             store = session.runtime.store
             stop_following = await pump.follow(store)
             head = await blocking.run_sync("git", partial(_head, paths.memory))
-            for text in task.turns:
-                outcome = await session.send(text)
-                turns += 1
-                steps += outcome.steps
-                answer = outcome.text
+
+            async def after(outcome: TurnOutcome, label: str) -> str | None:
+                """Record a memory commit the turn made; the turn's error, if it ended in one."""
+                nonlocal head
                 new_head = await _head_after(outcome, paths.memory)
                 if new_head != head and new_head is not None:
                     commit = MemoryCommitted(new_head, head)
@@ -413,29 +466,57 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
                     )
                     head = new_head
                 await pump.flush()
-                if outcome.status == "error":
-                    error = f"turn {turns}: {outcome.error}"
+                return f"{label}: {outcome.error}" if outcome.status == "error" else None
+
+            for number, recorded in enumerate(task.history, start=1):
+                await session.new_conversation()
+                for user, assistant in recorded.exchanges:
+                    outcome = await session.replay(user, assistant, at=recorded.date)
+                    replayed += 1
+                    steps += outcome.steps
+                    error = await after(outcome, f"history session {number}")
+                    if error is not None:
+                        break
+                if error is not None:
                     break
+            if error is None:
+                if task.history:
+                    await session.new_conversation()  # only memory and search carry the history over
+                for text in task.turns:
+                    outcome = await session.send(text)
+                    turns += 1
+                    steps += outcome.steps
+                    answer = outcome.text
+                    error = await after(outcome, f"turn {turns}")
+                    if error is not None:
+                        break
             await session.finish_one_shot()
+            outcomes = reflection_outcomes([r.status for r in await store.reflections(task.id)])
+            settings_used = session.runtime.settings
             stop_following()  # what it took last is written with task.end
         head = await blocking.run_sync("git", partial(_head, paths.memory))
+        memory_bytes = await blocking.run_sync("git", partial(committed_bytes, paths.memory))
         for check in task.checks:
             if check.where == "answer":
                 text_or_none: str | None = answer
             else:
                 text_or_none = await blocking.run_sync("git", partial(_read_committed, paths.memory, check.file or ""))
             check_results.append(CheckResult(check.describe(), check.passes(text_or_none)))
+        if error is None:
+            grade = await _grade(task, answer, partial(_judge, options, settings_used))
     except anyio.get_cancelled_exc_class():
         raise
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     passed = sum(c.passed for c in check_results)
+    graded_ok = grade is None or bool(grade["passed"])
     if error is not None:
         status = "error"
-    elif passed == len(task.checks):
+    elif passed == len(task.checks) and graded_ok:
         status = "passed"
     else:
         status = "failed"
+    quality = task_quality(status, grade)
     cost = subagent_cost = None
     if options.price_in is not None or options.price_out is not None:
         cost = _cost(pump.tokens_in, pump.tokens_out, options)
@@ -461,10 +542,18 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         error=error,
         worker_pid=os.getpid(),
         settings=settings,
-        reflections_launched=pump.counts["reflections_launched"],
+        # the store's records are the launches, one each: counted so, the outcomes always add up (once, under
+        # load, the event log held one launch event fewer than the records; cause not found)
+        reflections_launched=sum(outcomes.values()) if outcomes else pump.counts["reflections_launched"],
         reflections_merged=pump.counts["reflections_merged"],
         reflections_conflicted=pump.counts["reflections_conflicted"],
         compactions=pump.counts["compactions"],
+        replayed_turns=replayed,
+        replayed_tokens=pump.replayed_tokens,
+        reflection_outcomes=outcomes,
+        memory_bytes=memory_bytes,
+        grade=grade,
+        quality=quality,
     )
     try:
         await pump.local("task.end", {"status": status, "checks_passed": passed, "error": error}, _now())

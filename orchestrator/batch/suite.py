@@ -11,14 +11,18 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.base.errors import ReverieError
 
 __all__ = [
+    "ABILITIES",
     "SETTING_KEYS",
     "Check",
+    "Grade",
+    "RecordedSession",
     "SuiteError",
     "Task",
     "load_suite",
@@ -33,7 +37,10 @@ __all__ = [
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TRIGGERS = ("off", "compaction-event", "step-count")
 _MODES = ("sliding_window", "all")
-_TASK_KEYS = ("id", "turns", "template", "settings", "checks", "description")
+_TASK_KEYS = ("id", "turns", "template", "settings", "checks", "description", "history", "grade")
+_GRADE_KEYS = ("answer", "accept", "ability")
+ABILITIES = ("extraction", "multi-session", "temporal", "knowledge-update", "abstention")
+"""LongMemEval's five memory abilities, as a graded task names them (``grade.ability``)."""
 _CHECK_KEYS = ("where", "file", "contains", "regex", "negate")
 
 SETTING_KEYS: Mapping[str, type] = {
@@ -81,6 +88,25 @@ class Check:
 
 
 @dataclass(frozen=True)
+class RecordedSession:
+    """One recorded conversation of a task's ``history``: ``(user, assistant)`` exchanges replayed in
+    order into a conversation of their own, dated ``date`` (ISO 8601, UTC when no offset is given)."""
+
+    date: str
+    exchanges: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The answer key of a graded task (``orchestrator.batch.grading``): ``answer`` as the key gives
+    it, ``accept`` further accepted answers, ``ability`` one of ``ABILITIES`` (or empty)."""
+
+    answer: str
+    accept: tuple[str, ...] = ()
+    ability: str = ""
+
+
+@dataclass(frozen=True)
 class Task:
     """One task of a suite, as validated; ``line`` is where it starts in the suite file."""
 
@@ -91,6 +117,18 @@ class Task:
     memory_files: Mapping[str, str] | None = None
     description: str = ""
     line: int = 0
+    history: tuple[RecordedSession, ...] = ()
+    grade: Grade | None = None
+
+    @property
+    def pinned_trigger(self) -> str | None:
+        """The reflection trigger the task sets itself (``step-count:2``), or None: a sweep over
+        triggers leaves such a task out unless told to override it."""
+        trigger = self.settings.get("reflection_trigger")
+        if trigger is None:
+            return None
+        count = self.settings.get("reflection_step_count")
+        return f"{trigger}:{count}" if trigger == "step-count" and count else str(trigger)
 
 
 def _fail(where: str, line: int, fieldname: str, message: str) -> SuiteError:
@@ -180,6 +218,68 @@ def _parse_check(raw: Any, name: str, fail_at: Any) -> Check:
     )
 
 
+def _parse_date(value: Any, name: str, fail_at: Any) -> str:
+    if not isinstance(value, str):
+        raise fail_at(name, f"expected an ISO 8601 date, got {value!r}")
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise fail_at(name, f"{value!r}: not an ISO 8601 date (e.g. 2023-05-20T02:21:00Z)") from None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _parse_history(raw: Any, fail_at: Any) -> tuple[RecordedSession, ...]:
+    """``history``: a list of ``{"date", "messages": [{"role", "content"}, ...]}``; messages
+    alternate user then assistant, so each exchange replays as one turn."""
+    if not isinstance(raw, list):
+        raise fail_at("history", "expected a list of recorded sessions")
+    sessions: list[RecordedSession] = []
+    for index, item in enumerate(raw):
+        name = f"history[{index}]"
+        if not isinstance(item, dict) or set(item) - {"date", "messages"}:
+            raise fail_at(name, "expected an object with 'date' and 'messages'")
+        date = _parse_date(item.get("date"), f"{name}.date", fail_at)
+        messages = item.get("messages")
+        if not isinstance(messages, list) or not messages or len(messages) % 2:
+            raise fail_at(f"{name}.messages", "expected a non-empty list of user/assistant pairs")
+        exchanges: list[tuple[str, str]] = []
+        for at in range(0, len(messages), 2):
+            pair = []
+            for offset, role in enumerate(("user", "assistant")):
+                message = messages[at + offset]
+                where = f"{name}.messages[{at + offset}]"
+                if not isinstance(message, dict) or set(message) - {"role", "content"}:
+                    raise fail_at(where, "expected an object with 'role' and 'content'")
+                if message.get("role") != role:
+                    raise fail_at(f"{where}.role", f"expected {role!r} (messages alternate user, assistant)")
+                content = message.get("content")
+                if not isinstance(content, str) or not content.strip():
+                    raise fail_at(f"{where}.content", "expected a non-empty string")
+                pair.append(content)
+            exchanges.append((pair[0], pair[1]))
+        sessions.append(RecordedSession(date, tuple(exchanges)))
+    return tuple(sessions)
+
+
+def _parse_grade(raw: Any, fail_at: Any) -> Grade:
+    if not isinstance(raw, dict):
+        raise fail_at("grade", "expected an object with 'answer' (and optional 'accept', 'ability')")
+    for key in raw:
+        if key not in _GRADE_KEYS:
+            raise fail_at(f"grade.{key}", f"unknown field (known: {', '.join(_GRADE_KEYS)})")
+    answer = raw.get("answer")
+    if not isinstance(answer, str) or not answer.strip():
+        raise fail_at("grade.answer", "expected the answer key, a non-empty string")
+    accept = raw.get("accept", [])
+    if not isinstance(accept, list) or not all(isinstance(a, str) and a.strip() for a in accept):
+        raise fail_at("grade.accept", "expected a list of accepted answers (non-empty strings)")
+    ability = raw.get("ability", "")
+    if ability and ability not in ABILITIES:
+        raise fail_at("grade.ability", f"{ability!r}: use one of {', '.join(ABILITIES)}")
+    return Grade(answer=answer, accept=tuple(accept), ability=ability)
+
+
 def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
     """Validate one decoded suite line."""
 
@@ -215,9 +315,11 @@ def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
                 raise fail_at(f"template.files.{path}", f"expected the file's text, got {type(text).__name__}")
         memory_files = dict(files)
     settings = parse_settings(raw.get("settings", {}), fail_at)
-    checks_raw = raw.get("checks")
-    if not isinstance(checks_raw, list) or not checks_raw:
-        raise fail_at("checks", "expected a non-empty list of checks")
+    grade = _parse_grade(raw["grade"], fail_at) if "grade" in raw else None
+    history = _parse_history(raw["history"], fail_at) if "history" in raw else ()
+    checks_raw = raw.get("checks", [] if grade is not None else None)
+    if not isinstance(checks_raw, list) or (not checks_raw and grade is None):
+        raise fail_at("checks", "expected a non-empty list of checks (or a 'grade')")
     checks = tuple(_parse_check(c, f"checks[{i}]", fail_at) for i, c in enumerate(checks_raw))
     description = raw.get("description", "")
     if not isinstance(description, str):
@@ -230,6 +332,8 @@ def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
         memory_files=memory_files,
         description=description,
         line=line,
+        history=history,
+        grade=grade,
     )
 
 
@@ -294,6 +398,20 @@ def task_to_json(task: Task) -> dict[str, Any]:
         out["template"] = {"files": dict(task.memory_files)}
     if task.description:
         out["description"] = task.description
+    if task.history:
+        out["history"] = [
+            {"date": s.date, "messages": [
+                {"role": role, "content": text} for pair in s.exchanges for role, text in zip(("user", "assistant"), pair, strict=True)
+            ]}
+            for s in task.history
+        ]
+    if task.grade is not None:
+        grade: dict[str, Any] = {"answer": task.grade.answer}
+        if task.grade.accept:
+            grade["accept"] = list(task.grade.accept)
+        if task.grade.ability:
+            grade["ability"] = task.grade.ability
+        out["grade"] = grade
     return out
 
 

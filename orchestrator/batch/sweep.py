@@ -1,8 +1,15 @@
-"""``reverie sweep``: the same suite under each reflection-trigger setting, compared.
+"""``reverie sweep``: the same suite under each reflection-trigger setting, compared and decided.
 
 Each setting runs into ``OUT/<label>/`` as an ordinary run (so ``--resume`` works per setting);
-the comparison is ``OUT/comparison.json``, ``OUT/comparison.md`` and one PNG per metric.
-A setting overrides every task's own trigger: the point is to compare triggers on equal tasks.
+the comparison is ``OUT/comparison.json``, ``OUT/comparison.md`` and one PNG per metric; the
+decision (``orchestrator.batch.sweep_stats``: quality with its interval, cost split main/subagents,
+every reflection outcome, the Pareto front and the recommended setting) is ``OUT/summary.json``
+and ``OUT/summary.md``. ``epochs`` > 1 runs every task that many times per setting, as
+``<id>.epoch-<k>`` in the same run (so the copies run concurrently).
+
+A task that pins its own reflection trigger (``settings.reflection_trigger``) would be compared
+under triggers it was not written for: it is left out and listed as pinned, unless
+``override_pinned``, when the setting overrides its trigger like every other task's.
 
 Each setting gets a fresh executor of the one choice ``reverie run`` would make (``--processes``
 included), so a setting's statuses equal a run's. Its worker processes are spawned rather than
@@ -23,24 +30,32 @@ from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
 from orchestrator.batch.protocol import Executor
+from orchestrator.batch.results import TaskResult
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
+from orchestrator.batch.sweep_stats import pareto_front, recommend, setting_stats
 
 __all__ = [
     "COMPARISON_FILE",
+    "SUMMARY_FILE",
     "SWEEP_FILE",
     "METRICS",
     "SweepReport",
     "SweepSetting",
     "comparison_markdown",
     "comparison_rows",
+    "decide",
+    "epoch_tasks",
     "expand_triggers",
     "run_sweep",
+    "split_pinned",
+    "summary_markdown",
 ]
 
 COMPARISON_FILE = "comparison.json"
+SUMMARY_FILE = "summary.json"
 SWEEP_FILE = "sweep.json"
 METRICS: Mapping[str, str] = {
     "checks_passed": "Checks passed",
@@ -89,6 +104,22 @@ def expand_triggers(specs: Sequence[str]) -> list[SweepSetting]:
     return settings
 
 
+def split_pinned(tasks: Sequence[Task], override: bool) -> tuple[list[Task], dict[str, str]]:
+    """Pure: the tasks a sweep compares, and the pinned ones left out (id -> their trigger); with
+    ``override`` every task is compared (and the pinned ones are still named)."""
+    pinned = {t.id: t.pinned_trigger for t in tasks if t.pinned_trigger is not None}
+    kept = list(tasks) if override else [t for t in tasks if t.id not in pinned]
+    return kept, {k: v for k, v in pinned.items() if v is not None}
+
+
+def epoch_tasks(tasks: Sequence[Task], epochs: int) -> list[Task]:
+    """Pure: each task ``epochs`` times, as ``<id>.epoch-<k>`` (the tasks unchanged for one epoch),
+    epoch by epoch so a ``--limit``-sized prefix of the run covers whole epochs."""
+    if epochs <= 1:
+        return list(tasks)
+    return [replace(t, id=f"{t.id}.epoch-{k}") for k in range(1, epochs + 1) for t in tasks]
+
+
 def comparison_rows(reports: Sequence[tuple[SweepSetting, Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Pure: one row per setting from its run summary."""
     rows = []
@@ -124,18 +155,80 @@ def comparison_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fmt_quality(row: Mapping[str, Any]) -> str:
+    q = row.get("quality")
+    return "-" if not q else f"{q['mean']:.3f} [{q['low']:.3f}, {q['high']:.3f}]"
+
+
+def summary_markdown(summary: Mapping[str, Any]) -> str:
+    """Pure: the decision as Markdown: the per-setting table, abilities, front and recommendation."""
+    rows = summary["settings"]
+    lines = [
+        "| setting | quality [95% interval] | n | main tokens | subagent tokens | cost | reflections | merged "
+        "| resolved | no_changes | pending | kept | failed | memory (bytes) | real time (s) |",
+        "|" + "---|" * 15,
+    ]
+    for r in rows:
+        o = r["outcomes"]
+        cost = "-" if r.get("cost") is None else f"${r['cost']:.4f}"
+        lines.append(
+            f"| {r['setting']}{' *' if r['setting'] in summary['front'] else ''} | {_fmt_quality(r)} | {r['samples']} "
+            f"| {r['main_tokens_in'] + r['main_tokens_out']:,} | {r['subagent_tokens_in'] + r['subagent_tokens_out']:,} "
+            f"| {cost} | {r['reflections']} | {o['merged']} | {o['resolved']} | {o['no_changes']} | {o['pending']} "
+            f"| {o['kept']} | {o['failed']} | {r['memory_bytes'] if r['memory_bytes'] is not None else '-'} "
+            f"| {r.get('elapsed') or 0:.2f} |"
+        )
+    abilities = sorted({a for r in rows for a in r["abilities"]})
+    if abilities:
+        lines += ["", "| setting | " + " | ".join(abilities) + " |", "|" + "---|" * (len(abilities) + 1)]
+        for r in rows:
+            cells = [
+                f"{r['abilities'][a]['mean']:.3f} (n={r['abilities'][a]['n']})" if a in r["abilities"] else "-"
+                for a in abilities
+            ]
+            lines.append(f"| {r['setting']} | " + " | ".join(cells) + " |")
+    lines += ["", f"Pareto front (quality against {summary['cost_unit']}; * above): {', '.join(summary['front'])}"]
+    rec = summary.get("recommendation")
+    if rec:
+        lines.append(f"Recommended: {rec['reason']}")
+    if summary.get("pinned"):
+        verb = "overridden and compared" if summary.get("override_pinned") else "left out (--override-pinned compares them)"
+        pins = ", ".join(f"{k} ({v})" for k, v in summary["pinned"].items())
+        lines.append(f"Pinned tasks ({verb}): {pins}")
+    return "\n".join(lines) + "\n"
+
+
+def decide(
+    rows: Sequence[Mapping[str, Any]], *, pinned: Mapping[str, str], override_pinned: bool, epochs: int
+) -> dict[str, Any]:
+    """Pure: the sweep's summary (``SUMMARY_FILE``): rows, front, recommendation, pinned tasks."""
+    recommendation = recommend(rows)
+    return {
+        "settings": [dict(r) for r in rows],
+        "cost_unit": "cost" if rows and all(r.get("cost") is not None for r in rows) else "tokens",
+        "front": pareto_front(rows),
+        "recommendation": None if recommendation is None else recommendation.to_json(),
+        "pinned": dict(pinned),
+        "override_pinned": override_pinned,
+        "epochs": epochs,
+    }
+
+
 @dataclass(frozen=True)
 class SweepReport:
-    """A finished sweep: the comparison rows, each setting's run, and the charts written."""
+    """A finished sweep: the comparison rows, each setting's run, the charts written, the decision."""
 
     rows: tuple[dict[str, Any], ...]
     runs: tuple[RunReport, ...]
     charts: tuple[Path, ...]
+    summary: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _save(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
+def _save(out_dir: Path, rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> list[Path]:
     (out_dir / COMPARISON_FILE).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     (out_dir / "comparison.md").write_text(comparison_markdown(rows), encoding="utf-8")
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
     return write_charts(rows, METRICS, out_dir / "charts")
 
 
@@ -152,15 +245,19 @@ async def run_sweep(
     *,
     resume: bool = False,
     progress_for: Callable[[SweepSetting], ProgressSink | None] = lambda _: None,
+    on_result_for: Callable[[SweepSetting], Callable[[TaskResult], Awaitable[None]] | None] = lambda _: None,
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
     suite_name: str = "",
+    epochs: int = 1,
+    override_pinned: bool = False,
 ) -> SweepReport:
     """Run every setting one after another, owning ``options.out_dir`` (``rundir``) throughout; see
     ``_run_sweep``. A directory another process runs into is refused with ``RunDirBusy``."""
     async with hold_run_dir(options.out_dir, "reverie sweep"):
         return await _run_sweep(
             tasks, settings, options, make_executor, resume=resume, progress_for=progress_for,
-            on_setting_done=on_setting_done, suite_name=suite_name,
+            on_result_for=on_result_for, on_setting_done=on_setting_done, suite_name=suite_name,
+            epochs=epochs, override_pinned=override_pinned,
         )
 
 
@@ -172,17 +269,23 @@ async def _run_sweep(
     *,
     resume: bool = False,
     progress_for: Callable[[SweepSetting], ProgressSink | None] = lambda _: None,
+    on_result_for: Callable[[SweepSetting], Callable[[TaskResult], Awaitable[None]] | None] = lambda _: None,
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None = None,
     suite_name: str = "",
+    epochs: int = 1,
+    override_pinned: bool = False,
 ) -> SweepReport:
     """Run every setting one after another, each with the executor ``make_executor`` gives (a new
     one or the same again: the command line gives one whose workers were forked for every setting
     up front; each run already uses the executor's concurrency and processes).
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
-    recognisable as one. With OpenTelemetry on, the sweep is one ``invoke_workflow`` span around its runs'."""
+    recognisable as one. ``on_result_for(setting)`` hears of each task as it finishes (progress).
+    Pinned tasks are left out unless ``override_pinned`` (module docstring). With OpenTelemetry on,
+    the sweep is one ``invoke_workflow`` span around its runs'."""
     async with workflow(f"sweep {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):
         return await _run_settings(
-            tasks, settings, options, make_executor, resume, progress_for, on_setting_done, suite_name
+            tasks, settings, options, make_executor, resume, progress_for, on_result_for, on_setting_done,
+            suite_name, epochs, override_pinned,
         )
 
 
@@ -193,29 +296,49 @@ async def _run_settings(
     make_executor: Callable[[], Executor],
     resume: bool,
     progress_for: Callable[[SweepSetting], ProgressSink | None],
+    on_result_for: Callable[[SweepSetting], Callable[[TaskResult], Awaitable[None]] | None],
     on_setting_done: Callable[[SweepSetting, RunReport], Awaitable[None]] | None,
     suite_name: str,
+    epochs: int,
+    override_pinned: bool,
 ) -> SweepReport:
-    meta = {"suite": suite_name, "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings]}
+    compared, pinned = split_pinned(tasks, override_pinned)
+    if not compared:
+        raise UsageError(
+            f"every task pins its own reflection trigger ({', '.join(pinned)}): nothing to compare; "
+            "give --override-pinned to run them under the sweep's settings"
+        )
+    runnable = epoch_tasks(compared, epochs)
+    meta = {
+        "suite": suite_name,
+        "settings": [{"label": s.label, "overrides": dict(s.overrides)} for s in settings],
+        "epochs": epochs,
+        "override_pinned": override_pinned,
+        "pinned": pinned,
+    }
     await blocking.run_sync("files", partial(_write_meta, options.out_dir, meta))
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
     runs: list[RunReport] = []
+    stats: list[dict[str, Any]] = []
     for setting in settings:
         run_options = replace(
             options, out_dir=options.out_dir / setting.label, overrides={**options.overrides, **setting.overrides}
         )
         report = await run_suite(
-            tasks,
+            runnable,
             run_options,
             make_executor(),
             resume=resume,
             progress=progress_for(setting),
+            on_result=on_result_for(setting),
             suite_name=suite_name,
         )
         runs.append(report)
         done.append((setting, report.summary))
+        stats.append(setting_stats(setting.label, report.results, elapsed=report.summary.get("elapsed_total")))
         if on_setting_done is not None:
             await on_setting_done(setting, report)
-    rows = comparison_rows(done)
-    charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows))
-    return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts))
+    rows = [{**row, **extra} for row, extra in zip(comparison_rows(done), stats, strict=True)]
+    summary = decide(rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs)
+    charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows, summary))
+    return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts), summary=summary)

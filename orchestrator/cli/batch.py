@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import DEFAULT_AGENT_ID
@@ -25,9 +24,12 @@ from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
     command_line,
+    decision_lines,
     failure_lines,
     progress_bar,
+    quality_line,
     results_table,
+    sweep_table,
 )
 from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
@@ -36,6 +38,8 @@ __all__ = [
     "MAX_CONCURRENCY",
     "ConcurrencyOption",
     "ExecutorOption",
+    "JudgeBaseUrlOption",
+    "JudgeModelOption",
     "ModelOption",
     "PriceInOption",
     "PriceOutOption",
@@ -79,6 +83,13 @@ ScriptedLatencyOption = Annotated[
     ),
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
+JudgeModelOption = Annotated[
+    str | None,
+    typer.Option("--judge-model", metavar="MODEL", help="Grade answer keys with this LLM judge (OpenAI-compatible) instead of the deterministic grader."),
+]
+JudgeBaseUrlOption = Annotated[
+    str | None, typer.Option("--judge-base-url", metavar="URL", help="The judge's endpoint (default: the configured base_url).")
+]
 _PROCESSES_HELP = (
     "Local executor: run the tasks in N processes, this one and N-1 worker processes, which split --concurrency "
     "between them. auto (default): one per core, but only as many as keep about 16 tasks in flight each, so "
@@ -155,6 +166,8 @@ def run(
     scripted_latency: ScriptedLatencyOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     write_report: ReportOption = False,
+    judge_model: JudgeModelOption = None,
+    judge_base_url: JudgeBaseUrlOption = None,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -169,7 +182,8 @@ def run(
         plan = plan_run(
             suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
-            price_in=price_in, price_out=price_out, latency=scripted_latency,
+            price_in=price_in, price_out=price_out, latency=scripted_latency, judge_model=judge_model,
+            judge_base_url=judge_base_url,
         )
         for note in plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
@@ -239,6 +253,9 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
                              width=_out.width))
     for line in failure_lines(report.results):
         _out.print(line)
+    quality = quality_line(report.results)
+    if quality is not None:
+        _out.print(quality, markup=False)
     if report.skipped:
         verb = "kept" if retry_failed else "already done"
         _out.print(f"{'retried' if retry_failed else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
@@ -271,13 +288,25 @@ def sweep(
     model: ModelOption = None,
     context_window: WindowOption = None,
     scripted_latency: ScriptedLatencyOption = None,
+    price_in: PriceInOption = None,
+    price_out: PriceOutOption = None,
+    task: Annotated[list[str] | None, typer.Option("--task", help="Sweep only this task (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Sweep only the first N tasks (after --task).")] = None,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", min=1, max=100, help="Run every task N times per setting (default 1; --resume: the sweep's own).")
+    ] = None,
+    override_pinned: Annotated[
+        bool, typer.Option("--override-pinned", help="Also compare tasks that pin their own reflection trigger (under each setting).")
+    ] = False,
+    judge_model: JudgeModelOption = None,
+    judge_base_url: JudgeBaseUrlOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
 ) -> None:
-    """Run the suite under each reflection-trigger setting and compare them (table and SVG charts).
+    """Run the suite under each reflection-trigger setting, compare them and recommend one.
 
-    --resume finishes an interrupted sweep with what it recorded (its settings, concurrency,
-    executor, processes, model, window and latency) unless an option is given again."""
+    --resume finishes an interrupted sweep with what it recorded (its settings, epochs,
+    concurrency, executor, processes, model, window, latency, prices and judge) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.plan import plan_sweep
     from orchestrator.batch.rundir import check_free, own_run_dir
@@ -292,48 +321,65 @@ def sweep(
             fail(str(exc))
         plan = plan_sweep(
             suite, given, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
-            model=model, context_window=context_window, latency=scripted_latency,
+            tasks=task, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
+            context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
+            judge_model=judge_model, judge_base_url=judge_base_url,
         )
         for note in plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
         chosen = _executor(plan.executor, plan.concurrency, ray_address, plan.processes)
+        pinned = plan.pinned_line()
+        if pinned is not None:
+            _err.print(pinned, soft_wrap=True, markup=False)
+        plan.check_compared()
         owned.enter_context(own_run_dir(plan.out_dir, "reverie sweep"))
     with owned:
-        _sweep_planned(plan, chosen, trigger, ray_address, quiet, write_report)
+        _sweep_planned(plan, chosen, trigger, ray_address, quiet, write_report, task, limit)
 
 
-def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_address: str | None, quiet: bool, write_report: bool) -> None:
+def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_address: str | None, quiet: bool,
+                   write_report: bool, task: list[str] | None, limit: int | None) -> None:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.runner import batch_process
-    from orchestrator.batch.sweep import COMPARISON_FILE, run_sweep
+    from orchestrator.batch.sweep import SUMMARY_FILE, run_sweep
 
     suite, out_dir, tasks, settings, options, resume = plan.suite, plan.out_dir, plan.tasks, plan.settings, plan.options, plan.resume
     kind, jobs, processes = plan.executor, plan.concurrency, plan.processes_given
     model, context_window, latency = options.overrides.get("model"), options.overrides.get("context_window"), options.latency
+    per_setting, epochs = plan.per_setting, plan.epochs
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.executors import ProcessExecutor
 
     if isinstance(chosen, ProcessExecutor):
         # every setting's workers, forked before the progress bar's thread and the event loop
-        chosen.prefork(len(tasks), runs=len(settings))
+        chosen.prefork(per_setting, runs=len(settings))
     with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
         if isinstance(chosen, ProcessExecutor):
             cleanup.callback(chosen.release)
-        cleanup.enter_context(batch_process(chosen.plan(len(tasks)) if isinstance(chosen, ProcessExecutor) else 1))
+        cleanup.enter_context(batch_process(chosen.plan(per_setting) if isinstance(chosen, ProcessExecutor) else 1))
         trackers: dict[str, RunProgress] = {}
+        overall = bar.add_task("all settings", total=per_setting * len(settings), stats="") if bar is not None else None
+
+        def tracker_for(setting: Any) -> RunProgress:
+            if setting.label not in trackers:
+                tracker = RunProgress(bar, per_setting)
+                if bar is not None and tracker.bar is not None:
+                    bar.update(tracker.bar, description=setting.label)
+                trackers[setting.label] = tracker
+            return trackers[setting.label]
 
         def progress_for(setting: Any) -> Any:
-            tracker = RunProgress(bar, len(tasks))
-            if bar is not None and tracker.bar is not None:
-                bar.update(tracker.bar, description=setting.label)
-            trackers[setting.label] = tracker
-            return tracker.on_event
+            return tracker_for(setting).on_event
 
-        async def on_setting_done(setting: Any, report: Any) -> None:
-            tracker = trackers[setting.label]
-            for result in report.results:
-                if result.id in report.ran:
-                    await tracker.on_result(result)
+        def on_result_for(setting: Any) -> Any:
+            tracker = tracker_for(setting)
+
+            async def on_result(result: Any) -> None:
+                await tracker.on_result(result)
+                if bar is not None and overall is not None:
+                    bar.advance(overall)
+
+            return on_result
 
         async def main() -> Any:
             async with AsyncExitStack() as stack:
@@ -344,7 +390,8 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
                     await stack.enter_async_context(ray_session(jobs, ray_address))
                 return await run_sweep(
                     list(tasks), list(settings), options, lambda: chosen, resume=resume,
-                    progress_for=progress_for, on_setting_done=on_setting_done, suite_name=str(suite),
+                    progress_for=progress_for, on_result_for=on_result_for, suite_name=str(suite),
+                    epochs=plan.epochs, override_pinned=plan.override_pinned,
                 )
 
         try:
@@ -357,21 +404,17 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
                 "--trigger": trigger or None, "--out": out_dir, "--resume": True, "--concurrency": jobs,
                 "--executor": None if kind == "local" else kind, "--ray-address": ray_address,
                 "--processes": processes, "--model": model, "--context-window": context_window,
-                "--scripted-latency": latency or None, "--quiet": quiet, "--report": write_report,
+                "--scripted-latency": latency or None, "--price-in": options.price_in, "--price-out": options.price_out,
+                "--task": task or None, "--limit": limit, "--epochs": epochs if epochs > 1 else None,
+                "--override-pinned": plan.override_pinned, "--judge-model": options.judge_model,
+                "--judge-base-url": options.judge_base_url,
+                "--quiet": quiet, "--report": write_report,
             }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
-    table = Table(title=f"sweep of {suite}", title_justify="left")
-    for name in ("setting", "tasks passed", "checks passed", "reflections", "merges", "conflicts", "tokens", "real s", "task s"):
-        table.add_column(name, justify="left" if name == "setting" else "right", no_wrap=name == "setting", overflow="fold")
-    for r in report.rows:
-        real = r.get("elapsed")
-        table.add_row(
-            r["setting"], f"{r['passed']}/{r['tasks']}", f"{r['checks_passed']}/{r['checks_total']}",
-            str(r["reflections"]), str(r["merges"]), str(r["conflicts"]), f"{r['tokens']:,}",
-            "" if real is None else f"{real:.2f}", f"{r['wall_time']:.2f}",
-        )
-    _out.print(table)
-    _out.print(f"comparison: {out_dir / COMPARISON_FILE}   charts: {', '.join(str(p) for p in report.charts)}")
+    _out.print(sweep_table(report.summary, f"sweep of {suite}"))
+    for line in decision_lines(report.summary):
+        _out.print(line, markup=False)
+    _out.print(f"summary: {out_dir / SUMMARY_FILE}   charts: {', '.join(str(p) for p in report.charts)}")
     after_run(out_dir, write=write_report)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -25,7 +26,17 @@ from rich.text import Text
 from orchestrator.cli.errors import program
 from orchestrator.cli.render import one_line
 
-__all__ = ["RunProgress", "command_line", "failure_lines", "program", "progress_bar", "results_table"]
+__all__ = [
+    "RunProgress",
+    "command_line",
+    "decision_lines",
+    "failure_lines",
+    "program",
+    "progress_bar",
+    "quality_line",
+    "results_table",
+    "sweep_table",
+]
 
 _COUNTS = ("turns", "tokens_in", "tokens_out", "reflections_launched", "reflections_merged", "reflections_conflicted", "compactions")
 _LIVE_KIND = {
@@ -73,7 +84,7 @@ class RunProgress:
             return
         if kind in _LIVE_KIND:
             counts[_LIVE_KIND[kind]] += 1
-        elif kind == "model.call":
+        elif kind == "model.call" and payload.get("purpose") != "replay":
             counts["tokens_in"] += int(payload.get("prompt_tokens", 0))
             counts["tokens_out"] += int(payload.get("completion_tokens", 0))
         else:
@@ -196,9 +207,25 @@ def failure_lines(results: Sequence[Any]) -> list[str]:
         if r.status == "error":
             lines.append(f"[bold red]error[/] {r.id}: {r.error}")
         elif r.status == "failed":
-            missed = "; ".join(c.check for c in r.checks if not c.passed)
-            lines.append(f"[red]failed[/] {r.id}: {missed} (answer: {r.final_answer[:120]!r})")
+            missed = [c.check for c in r.checks if not c.passed]
+            grade = getattr(r, "grade", None)
+            if grade is not None and not grade.get("passed"):
+                missed.append(f"answer key {str(grade.get('answer', ''))[:80]!r}")
+            lines.append(f"[red]failed[/] {r.id}: {'; '.join(missed)} (answer: {escape(repr(r.final_answer[:120]))})")
     return lines
+
+
+def quality_line(results: Sequence[Any]) -> str | None:
+    """The run's graded quality (mean, and per ability), or None when no task has an answer key."""
+    graded = [r for r in results if getattr(r, "grade", None) is not None or r.status == "error"]
+    if not any(getattr(r, "grade", None) is not None for r in graded):
+        return None
+    scores = [r.quality or 0.0 for r in graded]
+    by: dict[str, list[float]] = {}
+    for r, score in zip(graded, scores, strict=True):
+        by.setdefault(str((r.grade or {}).get("ability") or "other"), []).append(score)
+    parts = ", ".join(f"{a} {sum(v) / len(v):.2f} ({len(v)})" for a, v in sorted(by.items()))
+    return f"quality: {sum(scores) / len(scores):.3f} over {len(scores)} graded task(s) · {parts}"
 
 
 def command_line(words: Sequence[str | Path], options: Mapping[str, Any]) -> str:
@@ -216,3 +243,46 @@ def command_line(words: Sequence[str | Path], options: Mapping[str, Any]) -> str
         else:
             parts += [name, str(value)]
     return shlex.join(parts)
+
+
+def _quality_cell(row: Mapping[str, Any]) -> str:
+    q = row.get("quality")
+    return "-" if not q else f"{q['mean']:.3f} [{q['low']:.2f}, {q['high']:.2f}]"
+
+
+def sweep_table(summary: Mapping[str, Any], title: str) -> Table:
+    """The sweep's decision table: a row per setting (``*`` marks the Pareto front)."""
+    table = Table(title=title, title_justify="left")
+    names = ("setting", "quality [95%]", "n", "main tok", "sub tok", "cost", "refl", "merged", "resolved",
+             "no_changes", "pending", "kept", "failed", "memory B", "real s")
+    for name in names:
+        table.add_column(name, justify="left" if name == "setting" else "right", no_wrap=name == "setting", overflow="fold")
+    for r in summary["settings"]:
+        o = r["outcomes"]
+        table.add_row(
+            r["setting"] + (" *" if r["setting"] in summary["front"] else ""), _quality_cell(r), str(r["samples"]),
+            f"{r['main_tokens_in'] + r['main_tokens_out']:,}", f"{r['subagent_tokens_in'] + r['subagent_tokens_out']:,}",
+            "-" if r.get("cost") is None else f"${r['cost']:.4f}", str(r["reflections"]),
+            *(str(o[k]) for k in ("merged", "resolved", "no_changes", "pending", "kept", "failed")),
+            "-" if r.get("memory_bytes") is None else f"{r['memory_bytes']:,}",
+            "" if r.get("elapsed") is None else f"{r['elapsed']:.1f}",
+        )
+    return table
+
+
+def decision_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What the sweep decided, for stdout: per-ability quality, the front, the recommendation, pinned tasks."""
+    lines: list[str] = []
+    abilities = sorted({a for r in summary["settings"] for a in r["abilities"]})
+    for r in summary["settings"]:
+        if abilities:
+            cells = ", ".join(f"{a} {r['abilities'][a]['mean']:.2f}" for a in abilities if a in r["abilities"])
+            lines.append(f"abilities {r['setting']}: {cells}")
+    lines.append(f"Pareto front (quality vs {summary['cost_unit']}, * in the table): {', '.join(summary['front'])}")
+    rec = summary.get("recommendation")
+    if rec:
+        lines.append(f"recommended: {rec['reason']}")
+    if summary.get("pinned"):
+        verb = "compared (--override-pinned)" if summary.get("override_pinned") else "left out (--override-pinned compares them)"
+        lines.append(f"pinned, {verb}: " + ", ".join(f"{k} ({v})" for k, v in summary["pinned"].items()))
+    return lines

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, run
+from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, read_tree_files, run
 
 __all__ = [
     "EMPTY_TREE",
@@ -25,6 +25,7 @@ __all__ = [
     "FileChange",
     "commit_identities",
     "commit_message",
+    "committed_bytes",
     "first_parents",
     "line_counts",
     "patch",
@@ -70,6 +71,13 @@ def tracked_files(repo: Path, revision: str = "HEAD") -> tuple[str, ...] | None:
     when there is no such revision (no commits yet, not a repository)."""
     entries = list_tree_entries(repo, revision)
     return None if entries is None else tuple(display_path(entry.path) for entry in entries)
+
+
+def committed_bytes(repo: Path, revision: str = "HEAD") -> int | None:
+    """The size in bytes of every file ``revision`` holds (what the agent's memory weighs at the end
+    of a batch task), in-process; None when there is no such revision."""
+    files = read_tree_files(repo, revision)
+    return None if files is None else sum(len(data) for data in files.values())
 
 
 def read_committed(repo: Path, path: str, revision: str = "HEAD") -> bytes | None:

@@ -29,6 +29,9 @@ Chat (``purpose="chat"``), decided by the last message that is not a reminder:
   the request shows the v1 layout (``system/persona.md``), the files live under ``system/``.
 * a user message asking about the past (``what did I say/tell you about X``, ``do you remember
   X``, ``earlier ... X``, ``之前``/``刚才``/``还记得``) calls ``conversation_search`` when offered.
+* a question about the user's past that is not one of the above (a memory benchmark's question,
+  ``orchestrator.models.scripted_recall``): answered from a memory line that holds its keywords,
+  else by ``conversation_search`` calls, one keyword per step, then the best-matching sentence.
 * a tool result of its own bash call gets ``Noted — I saved that to memory.``
   (``好的，我已经把这件事记进记忆里了。`` for Chinese); a failed command (``fatal:``, ``error``,
   ``exit code`` with a non-zero value) gets a one-line failure note instead. A search result gets
@@ -82,6 +85,16 @@ from anyio import sleep as anyio_sleep
 from orchestrator.base.errors import UsageError
 from orchestrator.base.identifiers import extract_identifiers
 
+from .scripted_recall import (
+    answer_from_memory,
+    best_sentence,
+    current_date,
+    enough,
+    memory_question,
+    next_search,
+    quote,
+    searched_terms,
+)
 from .scripted_resolve import resolve_turn
 from .types import (
     Message,
@@ -102,6 +115,8 @@ __all__ = [
     "ScriptStep",
     "ScriptedModel",
     "answer_rules",
+    "estimated_usage",
+    "extract_identifiers",
     "latency_from_env",
     "remember_command",
 ]
@@ -447,17 +462,25 @@ class ScriptedModel(ModelClient):
             turn = _Turn(*resolve_turn(request, _rule_sources(request), _call_id))
         else:
             turn = _chat(request)
-        prompt = len(request.system) + sum(
-            len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages
-        )
-        prompt += sum(_spec_chars(t) for t in request.tools)
-        completion = turn.text + "".join(c.name + c.arguments for c in turn.tool_calls)
+        message = Message(role="assistant", content=turn.text, tool_calls=turn.tool_calls)
         return ModelResponse(
-            message=Message(role="assistant", content=turn.text, tool_calls=turn.tool_calls),
-            usage=Usage((prompt + 3) // 4, _estimate(completion)),
+            message=message,
+            usage=estimated_usage(request, message),
             finish_reason="tool_calls" if turn.tool_calls else "stop",
             model=request.model or self.model,
         )
+
+
+def estimated_usage(request: ModelRequest, reply: Message) -> Usage:
+    """The usage this model reports for ``reply`` to ``request``: a quarter of the characters of
+    the request (system, messages, tool calls, tool schemas) and of the reply. A replayed recorded
+    reply reports the same (``orchestrator.agent.replay``), so replay counts context as this model would."""
+    prompt = len(request.system) + sum(
+        len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages
+    )
+    prompt += sum(_spec_chars(t) for t in request.tools)
+    completion = reply.content + "".join(c.name + c.arguments for c in reply.tool_calls)
+    return Usage((prompt + 3) // 4, _estimate(completion))
 
 
 def _call_id(request: ModelRequest) -> str:
@@ -489,6 +512,29 @@ def _own_call(request: ModelRequest, call_id: str | None) -> ToolCall | None:
     return None
 
 
+def _since_question(request: ModelRequest) -> list[Message]:
+    """The messages after the last one the user wrote (this turn's steps)."""
+    found: list[Message] = []
+    for message in reversed(request.messages):
+        if message.role == "user" and not _is_reminder(message):
+            break
+        found.append(message)
+    return found[::-1]
+
+
+def _recall_step(request: ModelRequest, question: str, text: str) -> str | _Turn:
+    """After a search result of a memory question: answer, or search the next keyword
+    (``scripted_recall``'s module docstring)."""
+    steps = _since_question(request)
+    held, sentence = best_sentence(question, [m for m in steps if m.role == "tool"])
+    if not enough(question, held) and _offers(request, "conversation_search"):
+        searched = searched_terms([c for m in steps for c in m.tool_calls if c.name == "conversation_search"])
+        call = next_search(question, searched, current_date(text), _call_id(request))
+        if call is not None:
+            return _Turn("", (call,))
+    return quote(sentence)
+
+
 def _question_before(request: ModelRequest, tool_message: Message) -> str:
     seen = False
     for message in reversed(request.messages):
@@ -505,7 +551,8 @@ def _chat(request: ModelRequest) -> _Turn:
     if last is None or last.role == "assistant":
         return _Turn(_apply_rules("(mock) Nothing to answer.", rules))
     if last.role == "tool":
-        return _Turn(_apply_rules(_after_tool(request, last), rules))
+        after = _after_tool(request, last)
+        return after if isinstance(after, _Turn) else _Turn(_apply_rules(after, rules))
     text = _user_text(last)
     chinese = bool(_CJK.search(text))
     rule = _stated_rule(text)
@@ -521,10 +568,18 @@ def _chat(request: ModelRequest) -> _Turn:
     if query is not None and _offers(request, "conversation_search"):
         arguments = json.dumps({"query": query, "limit": 5}, ensure_ascii=False)
         return _Turn("", (ToolCall(_call_id(request), "conversation_search", arguments),))
+    question = memory_question(text)
+    if question is not None:
+        remembered = answer_from_memory(question, _memory_lines(request))
+        if remembered is not None:
+            return _Turn(_apply_rules(remembered, rules))
+        call = next_search(question, [], current_date(text), _call_id(request))
+        if call is not None and _offers(request, "conversation_search"):
+            return _Turn("", (call,))
     return _Turn(_apply_rules((_HEARD_ZH if chinese else _HEARD) + text, rules))
 
 
-def _after_tool(request: ModelRequest, result: Message) -> str:
+def _after_tool(request: ModelRequest, result: Message) -> str | _Turn:
     call = _own_call(request, result.tool_call_id)
     question = _question_before(request, result)
     chinese = bool(_CJK.search(question))
@@ -534,6 +589,9 @@ def _after_tool(request: ModelRequest, result: Message) -> str:
             return CONFIRMATION_ZH if chinese else CONFIRMATION
         return f"保存记忆失败：{first_line}" if chinese else f"I could not save that to memory: {first_line}"
     if call is not None and call.name == "conversation_search":
+        asked = memory_question(question) if _recall_query(question) is None else None
+        if asked is not None:
+            return _recall_step(request, asked, question)
         for hit in _hit_texts(result.content):
             if hit and hit != question and question not in hit:
                 return f"之前你说过：“{hit}”" if chinese else f'Earlier you said: "{hit}"'

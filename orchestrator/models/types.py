@@ -91,12 +91,15 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class ModelResponse:
-    """The assistant message of one call, its usage and why it stopped."""
+    """The assistant message of one call, its usage and why it stopped. ``replayed``: a recorded
+    reply given back without a provider call (``orchestrator.models.recorded``); its usage is the
+    estimate a live call would have reported, so context is counted as live, but no one paid it."""
 
     message: Message
     usage: Usage = Usage()
     finish_reason: str = "stop"
     model: str = ""
+    replayed: bool = False
 
 
 class ModelError(ReverieError):

@@ -86,15 +86,18 @@ class Supervisor:
     def conversation_lock(self, conversation_id: str) -> anyio.Lock:
         return self._locks[conversation_id]
 
-    async def run_turn(self, runner: TurnRunner, conversation_id: str, text: str) -> TurnOutcome:
-        """One turn under the conversation's lock, then the after-turn hooks (reflection triggers).
+    async def run_turn(
+        self, runner: TurnRunner, conversation_id: str, text: str, *, at: str | None = None, recorded: str | None = None
+    ) -> TurnOutcome:
+        """One turn under the conversation's lock, then the after-turn hooks (reflection triggers);
+        ``at`` and ``recorded`` as ``TurnRunner.run_turn`` takes them (a replayed exchange).
 
         A failing hook is recorded like a failed subagent (``failures`` and a ``subagent.failed`` event
         named ``after-turn:<hook>``) and never changes the turn's result (turn-loop.md 1.2 rule 6): the
         turn and its post-turn sync are already done.
         """
         async with self.conversation_lock(conversation_id), self._turn_flock(conversation_id):
-            outcome = await runner.run_turn(conversation_id, text)
+            outcome = await runner.run_turn(conversation_id, text, at=at, recorded=recorded)
         for hook in list(self.after_turn_hooks):
             try:
                 await hook(runner, outcome)

@@ -84,10 +84,12 @@ class TurnJobs(StoreJobs):
         agent_info_key: str = "agent-info",
         settle: Settle | None = None,
         events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        user_metadata: Mapping[str, Any] | None = None,
     ) -> OpenedTurn:
         """Start a turn in one transaction (module docstring) and open its ``TurnView``; ``events``
         (``turn.started``: kind and payload, recorded for the agent and conversation) are committed
-        with it, after those staged before. ``close_turn`` must follow, whatever happens."""
+        with it, after those staged before. ``user_metadata`` is stored with the user's message (a
+        replayed message's ``created_at``). ``close_turn`` must follow, whatever happens."""
         tid = turn_id or new_turn_id()
         host, pid = socket.gethostname(), os.getpid()
 
@@ -109,7 +111,7 @@ class TurnJobs(StoreJobs):
             )
             if info and agent_info is not None:
                 enqueue(conn, conversation_id, agent_info_key, agent_info(last), priority=0, once=True)
-            delivered = deliver(conn, conversation_id, [(user_message, {})], tid)
+            delivered = deliver(conn, conversation_id, [(user_message, dict(user_metadata or {}))], tid)
             view = TurnView([*history, *settled, *delivered], read_prompt(conn, conversation_id), True)
             return history, settled, delivered, view
 

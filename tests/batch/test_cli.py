@@ -69,7 +69,10 @@ def test_sweep_table_and_charts(cli: typer.Typer, tmp_path: Path) -> None:
         assert (out / label / "results.jsonl").exists()
     rows = json.loads((out / "comparison.json").read_text())
     assert [r["setting"] for r in rows] == ["off", "step-count-1", "step-count-2"]
-    assert all(r["checks_passed"] == 3 for r in rows)
+    # "chat" pins its own trigger (off): left out of the comparison, and said so
+    assert all(r["checks_passed"] == 2 and r["tasks"] == 1 for r in rows)
+    assert "pinned, left out" in result.output and "chat (off)" in result.output
+    assert json.loads((out / "summary.json").read_text())["pinned"] == {"chat": "off"}
     assert rows[0]["reflections"] == 0 and rows[1]["reflections"] >= 1
     for metric in ("checks_passed", "reflections", "merges", "conflicts", "tokens", "wall_time"):
         svg = (out / "charts" / f"{metric}.svg").read_text(encoding="utf-8")
@@ -92,3 +95,29 @@ def test_scripted_latency_slows_every_model_call_and_concurrency_reaches_4096(cl
     assert calls and all(c["latency_ms"] >= 50 for c in calls)
     too_many = CliRunner().invoke(cli, ["run", str(suite), "-j", "4097", "--out", str(tmp_path / "x"), "-q"])
     assert too_many.exit_code != 0 and not (tmp_path / "x").exists()
+
+
+def test_sweep_over_the_example_suite_flags_its_pinned_tasks(cli: typer.Typer, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "suite.jsonl"
+    picked = ["--task", "edit-suffix-rule", "--task", "reflect-step-count", "--task", "reflect-compaction-event"]
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(cli, ["sweep", str(example), "--trigger", "off", *picked, "--out", str(out), "-q", "-j", "2"])
+    assert result.exit_code == 0, result.output
+    assert "reflect-step-count (step-count:2)" in result.output and "reflect-compaction-event (compaction-event)" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pinned"] == {"reflect-step-count": "step-count:2", "reflect-compaction-event": "compaction-event"}
+    assert summary["override_pinned"] is False and summary["settings"][0]["tasks"] == 1
+    assert [json.loads(line)["id"] for line in (out / "off" / "results.jsonl").read_text().splitlines()] == ["edit-suffix-rule"]
+    override = tmp_path / "override"
+    both = CliRunner().invoke(
+        cli, ["sweep", str(example), "--trigger", "off", *picked, "--override-pinned", "--out", str(override), "-q", "-j", "3"]
+    )
+    assert both.exit_code == 0, both.output
+    overridden = json.loads((override / "summary.json").read_text())
+    assert overridden["override_pinned"] is True and overridden["settings"][0]["tasks"] == 3
+    ran = {json.loads(line)["id"]: json.loads(line)["settings"]["reflection_trigger"]
+           for line in (override / "off" / "results.jsonl").read_text().splitlines()}
+    assert ran == {"edit-suffix-rule": "off", "reflect-step-count": "off", "reflect-compaction-event": "off"}
+    only_pinned = CliRunner().invoke(cli, ["sweep", str(example), "--trigger", "off", "--task", "reflect-off",
+                                           "--out", str(tmp_path / "none")])
+    assert only_pinned.exit_code == 1 and "every task pins its own reflection trigger" in only_pinned.output

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from orchestrator.batch.eventlog import EventRecord
 from orchestrator.batch.report_data import gather, task_row, token_split
 from orchestrator.batch.report_html import render_report
+from orchestrator.batch.report_svg import pareto_chart
 from orchestrator.cli import report as report_cli
 from orchestrator.cli.batch import register
 from tests.batch.browser import open_report
@@ -134,7 +135,8 @@ def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path
         cells = page.eval_on_selector_all(
             "#matrix tbody tr", "trs => trs.map(tr => [...tr.children].map(td => td.textContent))"
         )
-        assert cells == [["rule", "✓ pass", "✓ pass"], ["chat", "✓ pass", "✓ pass"], ["wrong", "✗ fail", "✗ fail"]]
+        assert cells == [["rule", "✓ pass", "✓ pass"], ["wrong", "✗ fail", "✗ fail"]]
+        assert "chat (off)" in page.inner_text("#pinned")  # pins its trigger: left out, and named
         assert page.locator(".charts svg.chart").count() >= 5
         page.click("#matrix td.cell[title='wrong · step-count-2']")
         assert page.locator(".sections[data-task-id='wrong'] .transcript").is_visible()
@@ -176,3 +178,61 @@ def test_the_network_detector_sees_a_request(tmp_path: Path) -> None:
     with open_report(page, tmp_path / "profile") as loaded:
         loaded.page.wait_for_load_state("load")
         assert any(url.startswith("http://127.0.0.1:9/") for url in loaded.foreign)
+
+
+_OVERLAPS = """els => {
+  const boxes = els.map(e => { const b = e.getBoundingClientRect(); return [e.textContent, b.left, b.top, b.right, b.bottom]; });
+  const bad = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (a[1] < b[3] && b[1] < a[3] && a[2] < b[4] && b[2] < a[4]) bad.push([a[0], b[0]]);
+  }
+  return {count: boxes.length, bad: bad};
+}"""
+
+
+def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(cli: typer.Typer, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    swept = CliRunner().invoke(cli, [
+        "sweep", str(ROOT / "examples" / "longmemeval-s" / "suite.jsonl"), "--trigger", "off", "--trigger", "step-count:5,50",
+        "--trigger", "compaction-event", "--task", "lme-e47becba", "--task", "lme-6aeb4375", "--out", str(out), "-q", "-j", "4",
+        "--report",
+    ])
+    assert swept.exit_code == 0, swept.output
+    assert "recommended:" in swept.output and "Pareto front" in swept.output
+    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+        page = loaded.page
+        assert "Recommended:" in page.inner_text("#recommendation")
+        decided = page.eval_on_selector_all("#decision-table tbody td.id", "tds => tds.map(t => t.textContent)")
+        assert [d.rstrip(" *") for d in decided] == ["off", "step-count-5", "step-count-50", "compaction-event"]
+        heads = page.eval_on_selector_all("#abilities th", "ths => ths.map(t => t.textContent)")
+        assert heads == ["setting", "extraction", "knowledge-update"]
+        labels = page.eval_on_selector_all("#pareto text.point-label", _OVERLAPS)
+        assert labels == {"count": 4, "bad": []}
+        for chart in range(page.locator(".charts svg.chart:not(.pareto)").count()):  # the bar charts' labels too
+            bars = page.locator(".charts svg.chart:not(.pareto)").nth(chart)
+            assert bars.locator("text.label").evaluate_all(_OVERLAPS) == {"count": 4, "bad": []}
+        ids = page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId + '@' + r.children[1].textContent)")
+        assert sorted(ids) == sorted(f"{t}@{s}" for t in ("lme-e47becba", "lme-6aeb4375")
+                                     for s in ("off", "step-count-5", "step-count-50", "compaction-event"))
+        page.locator("#pareto").screenshot(path=str(tmp_path / "pareto.png"))
+        assert loaded.foreign == [] and loaded.errors == []
+
+
+def test_pareto_labels_of_crowded_settings_do_not_overlap_in_chromium(tmp_path: Path) -> None:
+    rows = [
+        {"setting": name, "tokens": tokens, "cost": None, "quality": {"mean": q, "low": max(0, q - 0.2), "high": min(1, q + 0.2)}}
+        for name, tokens, q in [
+            ("off", 1_000_000, 0.19), ("step-count-5", 1_010_000, 0.19), ("step-count-10", 1_020_000, 0.19),
+            ("compaction-event", 1_030_000, 0.2), ("step-count-2", 1_000_000, 0.21), ("step-count-25", 3_000_000, 0.9),
+        ]
+    ]
+    page_file = tmp_path / "chart.html"
+    page_file.write_text(f"<!doctype html><html><body data-ready='1'>{pareto_chart(rows, ['off', 'step-count-25'])}</body></html>")
+    with open_report(page_file, tmp_path / "profile") as loaded:
+        labels = loaded.page.eval_on_selector_all("text.point-label", _OVERLAPS)
+        assert labels == {"count": 6, "bad": []}
+        inside = loaded.page.eval_on_selector_all(
+            "text.point-label", "els => els.every(e => { const b = e.getBBox(); return b.x >= 0 && b.x + b.width <= 640; })"
+        )
+        assert inside

@@ -71,7 +71,8 @@ async def done(setting, report):
                 "statuses": report.summary["statuses"]})
 
 async def main():
-    await run_sweep(tasks, settings, RunOptions(out_dir=out, latency=0.2), lambda: executor, on_setting_done=done)
+    await run_sweep(tasks, settings, RunOptions(out_dir=out, latency=0.2), lambda: executor, on_setting_done=done,
+                    override_pinned=True)
 
 anyio.run(main, backend="trio")
 executor.release()

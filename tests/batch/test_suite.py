@@ -39,6 +39,21 @@ def _suite(*lines: object) -> str:
         ({**GOOD, "extra": 1}, ":2: extra: unknown field"),
         ({**GOOD, "id": "t0"}, ":2: id: duplicate id 't0' (first on line 1)"),
         ([1, 2], ":2: (line): expected a JSON object"),
+        ({**GOOD, "history": {}}, ":2: history: expected a list"),
+        ({**GOOD, "history": [{"date": "yesterday", "messages": []}]}, ":2: history[0].date: 'yesterday': not an ISO 8601"),
+        ({**GOOD, "history": [{"date": "2023-05-20", "messages": [{"role": "user", "content": "a"}]}]},
+         ":2: history[0].messages: expected a non-empty list of user/assistant pairs"),
+        ({**GOOD, "history": [{"date": "2023-05-20", "messages": [{"role": "assistant", "content": "a"},
+                                                                  {"role": "user", "content": "b"}]}]},
+         ":2: history[0].messages[0].role: expected 'user'"),
+        ({**GOOD, "history": [{"date": "2023-05-20", "messages": [{"role": "user", "content": "a"},
+                                                                  {"role": "assistant", "content": " "}]}]},
+         ":2: history[0].messages[1].content:"),
+        ({**GOOD, "grade": {"answer": ""}}, ":2: grade.answer:"),
+        ({**GOOD, "grade": {"answer": "x", "ability": "telepathy"}}, ":2: grade.ability: 'telepathy'"),
+        ({**GOOD, "grade": {"answer": "x", "accept": "y"}}, ":2: grade.accept:"),
+        ({**GOOD, "grade": {"answer": "x", "key": "y"}}, ":2: grade.key: unknown field"),
+        ({"id": "t2", "turns": ["hi"]}, ":2: checks: expected a non-empty list of checks (or a 'grade')"),
     ],
 )
 def test_errors_name_line_and_field(bad: object, where: str) -> None:
@@ -95,3 +110,20 @@ def test_example_suite_is_valid_and_covers_the_features() -> None:
 def test_load_suite_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="no such suite file"):
         load_suite(tmp_path / "nope.jsonl")
+
+
+def test_history_and_grade_round_trip_and_replace_checks() -> None:
+    raw = {
+        "id": "mem", "turns": ["Current date: 2023/05/30\n\nWhere did I go?"],
+        "history": [{"date": "2023-05-20T02:21:00+02:00", "messages": [
+            {"role": "user", "content": "I went to Target"}, {"role": "assistant", "content": "Nice."}]}],
+        "grade": {"answer": "Target", "accept": ["a Target store"], "ability": "extraction"},
+    }
+    (task,) = parse_suite(json.dumps(raw))
+    assert task.checks == () and task.grade is not None and task.grade.accept == ("a Target store",)
+    assert task.history[0].date == "2023-05-20T00:21:00.000Z"  # normalised to UTC
+    assert task.history[0].exchanges == (("I went to Target", "Nice."),)
+    assert task_from_json(task_to_json(task), line=1) == task
+    assert task.pinned_trigger is None
+    pinned = parse_suite(json.dumps({**GOOD, "settings": {"reflection_trigger": "step-count:2"}}))[0]
+    assert pinned.pinned_trigger == "step-count:2"

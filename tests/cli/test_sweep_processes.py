@@ -39,7 +39,7 @@ def test_a_sweep_over_two_processes_gives_the_statuses_of_one(cli: typer.Typer, 
         out = tmp_path / f"p{processes}"
         result = CliRunner().invoke(cli, [
             "sweep", str(suite), "--trigger", "off", "--trigger", "step-count:1", "--out", str(out), "-q", "-j", "4",
-            "--processes", processes, "--scripted-latency", "0.2",
+            "--processes", processes, "--scripted-latency", "0.2", "--override-pinned",
         ])
         assert result.exit_code == 0, result.output
         statuses[processes] = {}
@@ -72,7 +72,7 @@ def test_resume_finishes_a_sweep_with_what_it_recorded(cli: typer.Typer, tmp_pat
     out = tmp_path / "sweep"
     first = CliRunner().invoke(cli, [
         "sweep", str(suite), "-t", "off", "-t", "step-count:1", "--out", str(out), "-q", "-j", "2",
-        "--processes", "1", "--scripted-latency", "0.05",
+        "--processes", "1", "--scripted-latency", "0.05", "--override-pinned",
     ])
     assert first.exit_code == 0, first.output
     kept = (out / "off" / "results.jsonl").read_bytes()

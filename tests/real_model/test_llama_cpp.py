@@ -199,3 +199,28 @@ def test_reverie_chat_against_the_server(llama: LlamaServer, tmp_path: Path) -> 
             issued.add(call["id"])
         if message["role"] == "tool":
             assert message["tool_call_id"] in issued, "a tool result answers no earlier tool call"
+
+
+@pytest.mark.allow_blocking
+def test_memory_benchmark_smoke_run_on_the_tiny_model(llama: LlamaServer, tmp_path: Path) -> None:
+    """The shipped LongMemEval-S suite end to end on the 135M model: two questions, their history
+    replayed (its summaries and reflections by the model), the question answered and graded. The
+    score is printed, never asserted: a 135M model's words are not what this tier checks."""
+    home = tmp_path / "bench-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REVERIE_", "OPENAI_"))}
+    env.update(REVERIE_HOME=str(home), REVERIE_BASE_URL=llama.base_url, REVERIE_MODEL=llama.model_id,
+               OPENAI_API_KEY="sk-local", REVERIE_MAX_STEPS="4")
+    suite = Path(__file__).resolve().parents[2] / "examples" / "longmemeval-s" / "suite.jsonl"
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [*_reverie_command(), "run", str(suite), "--limit", "2", "--context-window", "2048", "--out", str(out), "-q"],
+        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800, check=False,
+    )
+    assert done.returncode in (0, 1), f"reverie run failed ({done.returncode}):\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 2 and all("quality" in r and "grade" in r for r in results)
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"\nLongMemEval-S smoke on {llama.model_id}: quality {summary['quality']} over {len(results)} questions; "
+          + "; ".join(f"{r['id']} {r['status']} {r['final_answer'][:60]!r}" for r in results))

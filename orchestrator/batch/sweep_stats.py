@@ -1,0 +1,211 @@
+"""What a sweep decides: per-setting quality with its interval, cost split main/subagents, every
+reflection outcome, the quality-cost Pareto front and one recommended setting (pure functions).
+
+Choices, written down because each is open:
+
+* **Quality** is the mean of the task scores (``TaskResult.quality``: the grade of a graded task,
+  else whether it passed) over tasks x epochs. Its 95% interval is Wilson's score interval when
+  every score is 0 or 1 (it stays inside [0, 1] and is not zero-wide at 0 or 1 as the normal
+  approximation is), else the normal approximation ``mean +- 1.96 sd / sqrt(n)`` clipped to
+  [0, 1]. Epochs of a deterministic model repeat the same scores, which narrows the interval
+  without adding information; the summary says how many samples it rests on (``n``).
+* **Cost** is the run's cost when priced (``--price-in/--price-out``), else its tokens (in + out).
+  Replayed history costs nothing (``replayed_tokens`` is reported apart).
+* **Cost tolerance**: costs within ``COST_TOLERANCE`` (5%) of each other count as equal. The same
+  sweep run twice moves token counts by about 1% (background compaction is timed by the clock), so
+  a smaller difference must not decide anything.
+* **Pareto front**: the settings no other setting beats: one beats another when its quality is at
+  least as high and its cost clearly lower (by more than the tolerance), or its quality higher and
+  its cost about the same or lower.
+* **Recommendation**: among the settings whose quality is within the best setting's interval
+  (mean at least the best's lower bound, so no better than noise can tell), the cheapest; settings
+  within the tolerance of that cost tie, and a tie goes to the higher quality, then to the order
+  the settings were given in (so list the simplest first: ``--trigger off`` first). It is always on
+  the front.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.batch.results import OUTCOMES, TaskResult
+
+__all__ = [
+    "COST_TOLERANCE",
+    "EPOCH_SUFFIX",
+    "Interval",
+    "Recommendation",
+    "base_task_id",
+    "mean_interval",
+    "pareto_front",
+    "recommend",
+    "setting_stats",
+]
+
+EPOCH_SUFFIX = re.compile(r"\.epoch-(\d+)$")
+"""A task repeated by ``--epochs N`` runs as ``<id>.epoch-<k>`` (k = 1..N)."""
+_Z = 1.959963984540054
+COST_TOLERANCE = 0.05
+
+
+def base_task_id(task_id: str) -> str:
+    """The suite's task id of an epoch's copy (``a.epoch-2`` -> ``a``)."""
+    return EPOCH_SUFFIX.sub("", task_id)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean and its 95% interval over ``n`` samples (``method``: ``wilson`` or ``normal``)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean": round(self.mean, 4), "low": round(self.low, 4), "high": round(self.high, 4), "n": self.n,
+                "method": self.method}
+
+
+def mean_interval(scores: Sequence[float]) -> Interval | None:
+    """The mean of ``scores`` and its 95% interval (module docstring), None without scores."""
+    n = len(scores)
+    if n == 0:
+        return None
+    mean = sum(scores) / n
+    if all(s in (0.0, 1.0) for s in scores):
+        centre = (mean + _Z**2 / (2 * n)) / (1 + _Z**2 / n)
+        half = _Z * math.sqrt(mean * (1 - mean) / n + _Z**2 / (4 * n * n)) / (1 + _Z**2 / n)
+        return Interval(mean, max(0.0, centre - half), min(1.0, centre + half), n, "wilson")
+    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1)) if n > 1 else 0.0
+    half = _Z * sd / math.sqrt(n)
+    return Interval(mean, max(0.0, mean - half), min(1.0, mean + half), n, "normal")
+
+
+def setting_stats(label: str, results: Sequence[TaskResult], *, elapsed: float | None = None) -> dict[str, Any]:
+    """Pure: one setting's row of the decision (quality, abilities, cost, outcomes, memory, time)."""
+    scores = [r.quality if r.quality is not None else (1.0 if r.status == "passed" else 0.0) for r in results]
+    quality = mean_interval(scores)
+    by_ability: dict[str, list[float]] = defaultdict(list)
+    for result, score in zip(results, scores, strict=True):
+        ability = (result.grade or {}).get("ability")
+        if ability:
+            by_ability[str(ability)].append(score)
+    outcomes = dict.fromkeys(OUTCOMES, 0)
+    for result in results:
+        for name, count in result.reflection_outcomes.items():
+            outcomes[name] = outcomes.get(name, 0) + int(count)
+    main_in = sum(r.tokens_in - r.subagent_tokens_in for r in results)
+    main_out = sum(r.tokens_out - r.subagent_tokens_out for r in results)
+    sub_in = sum(r.subagent_tokens_in for r in results)
+    sub_out = sum(r.subagent_tokens_out for r in results)
+    priced = [r for r in results if r.cost is not None]
+    cost = round(sum(r.cost or 0.0 for r in priced), 6) if priced else None
+    sub_cost = round(sum(r.subagent_cost or 0.0 for r in priced), 6) if priced else None
+    sizes = [r.memory_bytes for r in results if r.memory_bytes is not None]
+    epochs = {EPOCH_SUFFIX.search(r.id).group(1) for r in results if EPOCH_SUFFIX.search(r.id)}  # type: ignore[union-attr]
+    return {
+        "setting": label,
+        "tasks": len({base_task_id(r.id) for r in results}),
+        "epochs": max(1, len(epochs)),
+        "samples": len(results),
+        "passed": sum(r.status == "passed" for r in results),
+        "errors": sum(r.status == "error" for r in results),
+        "quality": None if quality is None else quality.to_json(),
+        "abilities": {
+            name: {"mean": round(sum(v) / len(v), 4), "n": len(v)} for name, v in sorted(by_ability.items())
+        },
+        "tokens": main_in + main_out + sub_in + sub_out,
+        "main_tokens_in": main_in,
+        "main_tokens_out": main_out,
+        "subagent_tokens_in": sub_in,
+        "subagent_tokens_out": sub_out,
+        "replayed_tokens": sum(r.replayed_tokens for r in results),
+        "cost": cost,
+        "main_cost": None if cost is None or sub_cost is None else round(cost - sub_cost, 6),
+        "subagent_cost": sub_cost,
+        "reflections": sum(r.reflections_launched for r in results),
+        "outcomes": outcomes,
+        "compactions": sum(r.compactions for r in results),
+        "memory_bytes": round(sum(sizes) / len(sizes)) if sizes else None,
+        "elapsed": elapsed,
+        "wall_time": round(sum(r.wall_time for r in results), 3),
+    }
+
+
+def _cost(row: Mapping[str, Any]) -> float:
+    return float(row["cost"]) if row.get("cost") is not None else float(row["tokens"])
+
+
+def _quality(row: Mapping[str, Any]) -> float:
+    return float(row["quality"]["mean"]) if row.get("quality") else 0.0
+
+
+def _clearly_cheaper(a: float, b: float) -> bool:
+    return a < b * (1 - COST_TOLERANCE)
+
+
+def _about_as_cheap(a: float, b: float) -> bool:
+    return a <= b * (1 + COST_TOLERANCE)
+
+
+def _beats(o: Mapping[str, Any], r: Mapping[str, Any]) -> bool:
+    qo, qr, co, cr = _quality(o), _quality(r), _cost(o), _cost(r)
+    return (qo >= qr and _clearly_cheaper(co, cr)) or (qo > qr and _about_as_cheap(co, cr))
+
+
+def pareto_front(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The labels of the settings on the quality-cost front, in the rows' order (module docstring)."""
+    return [str(r["setting"]) for r in rows if not any(_beats(o, r) for o in rows if o is not r)]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The recommended setting and the sentence (with its numbers) that says why."""
+
+    setting: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"setting": self.setting, "reason": self.reason}
+
+
+def _describe(row: Mapping[str, Any]) -> str:
+    q = row["quality"] or {"mean": 0.0, "low": 0.0, "high": 0.0}
+    spent = f"${row['cost']:.4f}" if row.get("cost") is not None else f"{row['tokens']:,} tokens"
+    return f"{row['setting']} (quality {q['mean']:.3f} [{q['low']:.3f}, {q['high']:.3f}], {spent})"
+
+
+def recommend(rows: Sequence[Mapping[str, Any]]) -> Recommendation | None:
+    """The module docstring's rule; None without rows."""
+    if not rows:
+        return None
+    best = max(rows, key=_quality)
+    floor = float(best["quality"]["low"]) if best.get("quality") else 0.0
+    close = [r for r in rows if _quality(r) >= floor]
+    cheapest = min(_cost(r) for r in close)
+    tied = [r for r in close if _about_as_cheap(_cost(r), cheapest)]
+    chosen = min(tied, key=lambda r: (-_quality(r), rows.index(r)))
+    unit = "cost" if chosen.get("cost") is not None else "tokens"
+    others = [r for r in tied if r is not chosen]
+    tie = f"; {', '.join(str(r['setting']) for r in others)} cost the same within {COST_TOLERANCE:.0%}" if others else ""
+    if _quality(chosen) == _quality(best):
+        reason = f"{_describe(chosen)}: the best quality"
+        cheaper = [r for r in rows if _clearly_cheaper(_cost(r), _cost(chosen))]
+        if cheaper:
+            reason += f"; every cheaper setting scores below its interval ({', '.join(_describe(r) for r in cheaper)})"
+        else:
+            reason += f" at the lowest {unit}"
+    else:
+        saved = 1 - _cost(chosen) / _cost(best) if _cost(best) else 0.0
+        reason = (
+            f"{_describe(chosen)}: quality within the interval of the best, {_describe(best)}, "
+            f"for {saved:.0%} less {unit}"
+        )
+    return Recommendation(str(chosen["setting"]), reason + tie)
