@@ -287,6 +287,8 @@ async def run_suite(
     scripted_latency: float | None = None,
     ray_address: str | None = None,
     progress: ProgressSink | None = None,
+    judge_model: str | None = None,
+    judge_base_url: str | None = None,
 ) -> RunReport:
     """``reverie run`` as a function: run ``suite``'s tasks into ``out`` and return the report.
 
@@ -294,6 +296,8 @@ async def run_suite(
     given again; ``retry_failed=True`` reruns the failed and errored tasks of the run in ``out`` (its
     own suite when ``suite`` is None). Cancelling leaves every finished task recorded. A second run
     into a directory in use is refused (``RunDirBusy``); other refusals are one-line ``ReverieError``s.
+    A task with an answer key is graded deterministically, or by ``judge_model`` (an
+    OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``).
     """
     if retry_failed and out is None:
         raise UsageError("retry_failed needs the run directory: give out")
@@ -301,7 +305,7 @@ async def run_suite(
         plan_run, suite, None if retry_failed else out, concurrency=concurrency, executor=executor,
         processes=processes, resume=resume, retry_failed=out if retry_failed else None, tasks=tasks, limit=limit,
         model=model, context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-        config_file=current_home().config_path,
+        config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
     ))
     chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
     return await _run_suite(
@@ -319,24 +323,39 @@ async def sweep(
     executor: str | None = None,
     processes: int | str | None = None,
     resume: bool = False,
+    tasks: Sequence[str] | None = None,
+    limit: int | None = None,
+    epochs: int | None = None,
+    override_pinned: bool = False,
     model: str | None = None,
     context_window: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
     scripted_latency: float | None = None,
     ray_address: str | None = None,
     progress_for: Callable[[Any], ProgressSink | None] | None = None,
+    judge_model: str | None = None,
+    judge_base_url: str | None = None,
 ) -> SweepReport:
     """``reverie sweep`` as a function: the suite under each reflection-trigger setting
-    (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``), one run each under ``out``, compared."""
+    (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``), one run each under ``out``, compared
+    and decided (``report.summary``: quality with its interval, cost, the Pareto front and the
+    recommended setting). ``epochs`` runs every task that many times per setting; tasks that pin
+    their own trigger are left out unless ``override_pinned``; ``resume=True`` reuses what the sweep
+    recorded (settings, epochs, prices, judge) unless given again."""
     settings = expand_triggers(list(triggers)) if triggers else None
     plan = await blocking.run_sync("files", partial(
         plan_sweep, suite, settings, out, concurrency=concurrency, executor=executor, processes=processes,
-        resume=resume, model=model, context_window=context_window, latency=scripted_latency,
-        config_file=current_home().config_path,
+        resume=resume, tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
+        context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
+        config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
     ))
+    plan.check_compared()
     chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
     return await run_sweep(
         list(plan.tasks), list(plan.settings), plan.options, lambda: chosen, resume=plan.resume,
         progress_for=progress_for or (lambda _: None), suite_name=str(plan.suite),
+        epochs=plan.epochs, override_pinned=plan.override_pinned,
     )
 
 

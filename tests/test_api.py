@@ -93,6 +93,23 @@ async def test_a_sweep_compares_its_settings(tmp_path: Path) -> None:
     assert all(row["tasks"] == len(TASKS) for row in result.rows)
 
 
+async def test_a_sweep_runs_epochs_leaves_pinned_tasks_out_and_resumes_with_what_it_recorded(tmp_path: Path) -> None:
+    suite = tmp_path / "suite.jsonl"
+    pinned = {"id": "pinned", "turns": ["hello"], "checks": [{"contains": "hello"}], "settings": {"reflection_trigger": "off"}}
+    suite.write_text("".join(json.dumps(t) + "\n" for t in [*TASKS[:2], pinned]), encoding="utf-8")
+    out = tmp_path / "sweep"
+    first = await sweep(suite, ["off"], out, processes=1, epochs=2, price_in=1.0, price_out=2.0)
+    assert first.summary["epochs"] == 2 and first.summary["pinned"] == {"pinned": "off"}
+    assert {r.id for r in first.runs[0].results} == {f"t{i}.epoch-{k}" for i in range(2) for k in (1, 2)}
+    assert first.summary["cost_unit"] == "cost" and first.summary["recommendation"]["setting"] == "off"
+    again = await sweep(suite, None, out, resume=True)  # settings, epochs and prices as recorded
+    assert again.summary["epochs"] == 2 and again.summary["cost_unit"] == "cost"
+    assert again.runs[0].skipped and not again.runs[0].ran
+    with pytest.raises(orchestrator.ReverieError, match="nothing to compare"):
+        await sweep(suite, ["off"], tmp_path / "none", tasks=["pinned"])
+    assert not (tmp_path / "none").exists()
+
+
 async def test_a_stress_run_loses_nothing(tmp_path: Path) -> None:
     result = await stress(2, 3, workdir=tmp_path / "stress")
     assert result.lost == 0 and result.merged + result.kept >= 1
