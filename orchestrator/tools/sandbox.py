@@ -282,12 +282,14 @@ def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str])
         argv += ["--ro-bind", str(top), str(top)]
     for path in sorted(mounts.writable, key=lambda p: len(p.parts)):
         argv += ["--bind", str(path), str(path)]
+    # "-try": a protected path that went away after it was looked up (git prunes an empty
+    # .git/worktrees while a background job ends) is skipped, not a failed command.
     for path in mounts.readonly:
-        argv += ["--ro-bind", str(path), str(path)]
+        argv += ["--ro-bind-try", str(path), str(path)]
     for path in mounts.reopened:
-        argv += ["--bind", str(path), str(path)]
+        argv += ["--bind-try", str(path), str(path)]
     for path in mounts.sealed:
-        argv += ["--ro-bind", str(path), str(path)]
+        argv += ["--ro-bind-try", str(path), str(path)]
     for path in mounts.hidden:
         argv += ["--ro-bind", os.devnull, str(path)]
     argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]

@@ -209,6 +209,20 @@ async def test_a_worktree_sandbox_cannot_repoint_its_own_record(tmp_path: Path) 
     assert (record / "commondir").read_text() == pointer
 
 
+async def test_a_protected_path_that_vanishes_after_planning_does_not_fail_the_command(tmp_path: Path) -> None:
+    """git prunes an empty ``.git/worktrees`` when a worktree goes, which can fall between the
+    sandbox's look-up of what to protect and bubblewrap's start."""
+    repo = await _memory(tmp_path)
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    ctx = _ctx(tmp_path, memory=repo)
+    argv, env = sandbox_module.plan_command(ctx, ["bash", "-c", "echo ran"])
+    assert str(repo / ".git" / "worktrees") in argv
+    shutil.rmtree(worktree.path)
+    shutil.rmtree(repo / ".git" / "worktrees")
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(argv, env=env, capture_output=True, text=True))
+    assert done.returncode == 0 and done.stdout == "ran\n", done.stderr
+
+
 @pytest.fixture
 def listener() -> Iterator[int]:
     server = socket.socket()
