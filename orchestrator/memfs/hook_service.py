@@ -66,13 +66,17 @@ class _Server(socketserver.ThreadingUnixStreamServer):
 class HookService:
     """One listening socket and the memory directories it answers for."""
 
-    def __init__(self) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="rvh-"))
+    def __init__(self, parent: str | None = None) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="rvh-", dir=parent))
         self.address = folder / "s"
         self._allowed: set[Path] = set()
         self._lock = threading.Lock()
         self.answered = 0
-        self._server = _Server(str(self.address), _Handler)
+        try:
+            self._server = _Server(str(self.address), _Handler)
+        except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         self._server.service = self
         threading.Thread(target=self._server.serve_forever, name="reverie-hook-service", daemon=True).start()
         self._finalizer = weakref.finalize(self, _close, self._server, folder)
@@ -143,13 +147,24 @@ _service: HookService | None = None
 _service_lock = threading.Lock()
 
 
-def hook_socket(memory_dir: Path) -> str:
+def hook_socket(memory_dir: Path) -> str | None:
     """The socket the hook of ``memory_dir``'s commits may ask, the service started on first use
-    (blocking: binds a socket and starts its thread)."""
+    (blocking: binds a socket and starts its thread); None when no socket can be made here, and
+    the hook then validates by itself as it does outside reverie.
+
+    The temporary directory is tried first, then ``/tmp``: a socket's path must fit in 107 bytes,
+    which a long ``TMPDIR`` (a Ray node's, a CI job's) does not leave room for."""
     global _service
     with _service_lock:
         if _service is None:
-            _service = HookService()
+            for parent in (None, "/tmp"):
+                try:
+                    _service = HookService(parent)
+                    break
+                except OSError:
+                    continue
+            else:
+                return None
         service = _service
     service.allow(memory_dir)
     return str(service.address)

@@ -110,7 +110,9 @@ def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None)
         # D1: the agent's own git commands take the memory repository's lock (memfs.gitwrap).
         env["PATH"] = wrapped_path(ctx.memory_dir, env["PATH"])
         # The pre-commit hook asks this process to validate (memfs.hook_service).
-        env[SOCKET_ENV] = hook_socket(ctx.memory_dir)
+        socket = hook_socket(ctx.memory_dir)
+        if socket is not None:
+            env[SOCKET_ENV] = socket
     env.update(ctx.extra_env)
     secrets = {source[name] for name in _KEY_VARIABLES if source.get(name)} | {v for v in ctx.secrets if v}
     return {name: value for name, value in env.items() if value not in secrets}

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.memfs import hook_service
 from orchestrator.memfs.git import open_repo
 from orchestrator.memfs.gitsnapshot import read_staged_snapshot, read_staged_snapshot_local
 from orchestrator.memfs.hook import SOCKET_ENV, install_hook
@@ -137,3 +139,19 @@ def test_libgit2_reads_the_staged_index_as_git_does(repo: Path, tmp_path: Path) 
         assert local is not None
         changes = dict(read_staged_snapshot_local(local).changes)
     assert changes == {"notes/renamed.md": "R", "gone.md": "D", "persona.md": "M", "new.md": "A", "MEMORY.md": "T"}
+
+
+def test_a_temporary_directory_too_long_for_a_socket_falls_back_to_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(hook_service, "_service", None)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(OSError):
+        HookService()
+    address = hook_service.hook_socket(tmp_path)
+    assert address is not None and address.startswith("/tmp/rvh-") and len(address) < 108
+    assert hook_service._service is not None
+    hook_service._service.close()
