@@ -1,13 +1,28 @@
 """The Ray executor (optional extra ``reverie[ray]``): each task is one Ray task running the same
 ``run_task`` as the local executor, in a worker process, on its own event loop.
 
-Without ``--ray-address`` a private Ray instance starts on loopback only (127.0.0.1, no dashboard,
-``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut down at the end; with it, the run joins that
-cluster untouched (DECISIONS S28) and the run directory must be on storage every node sees.
-"Private" is ``address="local"``: a bare ``ray.init()`` joins whatever cluster ``RAY_ADDRESS`` or
-``/tmp/ray`` names, another process's included, so joining is only ever what ``--ray-address`` asks.
-Results are awaited with ``blocking.run_sync("wait", ray.get)`` (abandoned on cancel). Ray is imported only here and
-only when a run uses it, so reverie works without the extra.
+Private or joined, on purpose. Without ``--ray-address`` a private Ray starts on loopback only
+(``address="local"``, 127.0.0.1, no dashboard, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut
+down at the end, whatever ``RAY_ADDRESS`` says (a bare ``ray.init()`` would join the cluster it or
+``/tmp/ray`` names, another process's included; one line on stderr says it was ignored). With
+``--ray-address auto|HOST:PORT`` the run joins that cluster untouched (DECISIONS S28): no
+``num_cpus`` (joining forbids it), and a loopback address keeps the driver on loopback (Ray would
+otherwise rewrite it to the machine's other interface). A cluster that cannot be reached, or whose
+workers cannot import reverie, is one ``UsageError`` line.
+
+No shared disk. A task runs in a scratch directory on its own node (a run directory of its own,
+removed afterwards) and returns its whole result through Ray: its result line and one archive of
+its files (``batch.task_archive`` says what is in it and why an archive rather than a git bundle).
+The driver unpacks that into the run directory and only then records the result, so the run
+directory exists only where the driver runs, and ``report``, ``--resume`` and ``--retry-failed``
+see what a local run leaves. The user's ``config.toml`` travels as text for the same reason.
+
+A lost node. A task is retried once by Ray (``max_retries=1``) when its worker or node dies: it
+starts from its template in a fresh scratch directory, so the rerun is clean. When the retry is
+lost too, the task's result is ``error`` naming the node, and the run goes on.
+
+Results are awaited with ``blocking.run_sync("wait", ray.get)`` (abandoned on cancel). Ray is imported only here and only when a
+run uses it, so reverie works without the extra.
 """
 
 from __future__ import annotations
@@ -15,11 +30,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,11 +48,17 @@ from orchestrator.batch.protocol import ResultSink
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.runner import ProgressSink, RunOptions, run_task
 from orchestrator.batch.suite import Task, task_from_json, task_to_json
+from orchestrator.batch.task_archive import pack_task, unpack_task
 
 __all__ = ["RayExecutor", "ray_available", "ray_session", "start_local_ray"]
 
 _FORWARDED = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
 _FORWARDED_LOCAL = ("HOME", "PATH")
+_NOT_FORWARDED = ("REVERIE_HOME", "REVERIE_WORKTREES")
+"""Paths on the driver's disk: a task's home is its scratch directory's."""
+_RETRIES = 1
+_PROBE_SECONDS = 60.0
+_LOOPBACK = ("127.0.0.1", "localhost")
 
 
 def ray_available() -> bool:
@@ -55,17 +79,87 @@ def _worker_env(environ: Mapping[str, str], *, local: bool) -> dict[str, str]:
     """What a worker needs from the driver's environment: reverie's, git's and the endpoint's
     variables; ``HOME`` and ``PATH`` too on a local Ray (another node has its own)."""
     names = _FORWARDED + (_FORWARDED_LOCAL if local else ())
-    return {k: v for k, v in environ.items() if k.startswith(("REVERIE_", "GIT_")) or k in names}
+    return {
+        k: v
+        for k, v in environ.items()
+        if (k.startswith(("REVERIE_", "GIT_")) or k in names) and k not in _NOT_FORWARDED
+    }
 
 
-def _ray_entry(task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """Runs inside a Ray worker: a fresh event loop for one task."""
+@dataclass(frozen=True)
+class _Shipped:
+    """What a Ray task sends back: its result line, its files, the node it ran on."""
+
+    result: dict[str, Any]
+    archive: bytes
+    node: str
+
+
+def _ray_entry(
+    task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str], config_text: str | None
+) -> _Shipped:
+    """Runs inside a Ray worker, on whichever node: the task in a scratch run directory of its own
+    on a fresh event loop, then its files packed for the driver."""
     os.environ.update(env)
     task = task_from_json(task_json)
-    options = RunOptions.from_json(options_json)
-    backend = env.get("REVERIE_BACKEND", "trio")
-    result: TaskResult = anyio.run(partial(run_task, task, options), backend=backend)
-    return result.to_json()
+    node = _node_id()
+    with tempfile.TemporaryDirectory(prefix="reverie-task-") as scratch:
+        out = Path(scratch).resolve() / "run"
+        out.mkdir()
+        config_file: str | None = None
+        if config_text is not None:
+            config_path = Path(scratch).resolve() / "config.toml"
+            config_path.write_text(config_text, encoding="utf-8")
+            config_file = str(config_path)
+        options = replace(RunOptions.from_json(options_json), out_dir=out, config_file=config_file)
+        backend = env.get("REVERIE_BACKEND", "trio")
+        result: TaskResult = anyio.run(partial(run_task, task, options), backend=backend)
+        archive = pack_task(out, task.id)
+    return _Shipped(result.to_json(), archive, node)
+
+
+def _node_id() -> str:
+    ray = importlib.import_module("ray")
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _probe() -> str | None:
+    """Runs on a cluster's worker: can it import reverie (the package, not just Ray)?"""
+    try:
+        importlib.import_module("orchestrator.batch.runner")
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _read_config(options: RunOptions) -> str | None:
+    if not options.config_file:
+        return None
+    try:
+        return Path(options.config_file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+_NODE_PATTERNS = (
+    re.compile(r"node ID:?\s*([0-9a-f]{8,})", re.IGNORECASE),
+    re.compile(r"node_id[=:]\s*([0-9a-f]{8,})", re.IGNORECASE),
+    re.compile(r"\bnode ([0-9a-f]{16,})", re.IGNORECASE),
+)
+_IP_PATTERN = re.compile(r"(?:node IP|IP)[:=]?\s*(\d+\.\d+\.\d+\.\d+)", re.IGNORECASE)
+
+
+def _lost_node_error(exc: BaseException) -> str:
+    """The ``error`` of a task whose retry was lost too: the node first (Ray names it in its
+    message), then Ray's own words, shortened."""
+    text = " ".join(str(exc).split())
+    node = next((m.group(1) for p in _NODE_PATTERNS if (m := p.search(text))), None)
+    ip = _IP_PATTERN.search(text)
+    where = " ".join(x for x in (f"node {node}" if node else "", f"at {ip.group(1)}" if ip else "") if x)
+    name = type(exc).__name__
+    if where:
+        return f"ray: {where} was lost while running this task (after {_RETRIES} retry): {name}: {text[:400]}"
+    return f"ray: {name}: {text[:500]}"
 
 
 def start_local_ray(num_cpus: int) -> None:
@@ -87,6 +181,10 @@ async def ray_session(concurrency: int, address: str | None = None) -> AsyncIter
                 await blocking.run_sync("files", importlib.import_module("ray").shutdown)
 
 
+def _note(text: str) -> None:
+    print(f"reverie: {text}", file=sys.stderr, flush=True)
+
+
 class RayExecutor:
     name = "ray"
 
@@ -94,7 +192,7 @@ class RayExecutor:
         if concurrency < 1:
             raise UsageError(f"concurrency {concurrency}: must be at least 1")
         self.concurrency = concurrency
-        self.address = address
+        self.address = address or None
 
     def _ensure_ray(self) -> bool:
         """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
@@ -106,8 +204,13 @@ class RayExecutor:
         if ray.is_initialized():
             return False
         if self.address:
-            ray.init(address=self.address, log_to_driver=False)
+            self._join(ray)
         else:
+            if os.environ.get("RAY_ADDRESS"):
+                _note(
+                    f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set; this run uses a private local Ray "
+                    "(join that cluster with --ray-address auto)"
+                )
             ray.init(
                 address="local",
                 include_dashboard=False,
@@ -116,6 +219,30 @@ class RayExecutor:
                 log_to_driver=False,
             )
         return True
+
+    def _join(self, ray: Any) -> None:
+        address = str(self.address)
+        extra: dict[str, Any] = {}
+        if address.rsplit(":", 1)[0] in _LOOPBACK:
+            extra["_node_ip_address"] = "127.0.0.1"
+        try:
+            ray.init(address=address, log_to_driver=False, **extra)
+        except Exception as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise UsageError(f"--ray-address {address}: cannot join that Ray cluster: {first.strip()}") from None
+        try:
+            probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
+            missing = ray.get(probe.remote(), timeout=_PROBE_SECONDS)
+        except Exception as exc:
+            ray.shutdown()
+            detail = " ".join(str(exc).split())[:200]
+            raise UsageError(f"--ray-address {address}: the cluster's workers cannot run reverie: {detail}") from None
+        if missing is not None:
+            ray.shutdown()
+            raise UsageError(
+                f"--ray-address {address}: the cluster's workers cannot import reverie ({missing}); "
+                "install reverie[ray] on every node"
+            )
 
     async def run(
         self,
@@ -128,28 +255,31 @@ class RayExecutor:
         started_here = await blocking.run_sync("files", self._ensure_ray)
         ray = importlib.import_module("ray")
         options = replace(options, out_dir=options.out_dir.resolve())
-        remote = ray.remote(num_cpus=1, max_retries=0)(_ray_entry)
+        config_text = await blocking.run_sync("files", partial(_read_config, options))
+        remote = ray.remote(num_cpus=1, max_retries=_RETRIES, retry_exceptions=False)(_ray_entry)
         limiter = anyio.CapacityLimiter(self.concurrency)
+        env = _worker_env(os.environ, local=not self.address)
 
         async def one(task: Task) -> None:
             async with limiter:
-                env = _worker_env(os.environ, local=not self.address)
-                ref = await blocking.run_sync("files", partial(remote.remote, task_to_json(task), options.to_json(), env))
+                ref = await blocking.run_sync(
+                    "files", partial(remote.remote, task_to_json(task), options.to_json(), env, config_text)
+                )
                 try:
-                    raw = await blocking.run_sync("wait", partial(ray.get, ref))
-                    result = TaskResult.from_json(raw)
+                    shipped: _Shipped = await blocking.run_sync("wait", partial(ray.get, ref))
+                    await blocking.run_sync("files", partial(unpack_task, options.out_dir, task.id, shipped.archive))
+                    result = TaskResult.from_json(shipped.result)
                 except anyio.get_cancelled_exc_class():
                     with anyio.CancelScope(shield=True):
                         await blocking.run_sync("files", partial(ray.cancel, ref, force=True))
                     raise
                 except Exception as exc:
-                    detail = " ".join(str(exc).split())[:500]
                     result = TaskResult(
                         id=task.id,
                         status="error",
                         checks_passed=0,
                         checks_total=len(task.checks),
-                        error=f"ray: {type(exc).__name__}: {detail}",
+                        error=_lost_node_error(exc),
                     )
                 with anyio.CancelScope(shield=True):
                     await on_result(result)
