@@ -19,7 +19,10 @@ see what a local run leaves. The user's ``config.toml`` travels as text for the 
 
 A lost node. A task is retried once by Ray (``max_retries=1``) when its worker or node dies: it
 starts from its template in a fresh scratch directory, so the rerun is clean. When the retry is
-lost too, the task's result is ``error`` naming the node, and the run goes on.
+lost too (or cannot be placed), the task's result is ``error`` naming the node its last attempt
+started on, and the run goes on. Ray's final error need not name that node (a retry pinned to a
+dead node fails as unschedulable), so each attempt writes where it started into the GCS's key-value
+store (namespace ``reverie``, one small key per task, deleted by the driver when the task ends).
 
 Results are awaited with ``blocking.run_sync("wait", ray.get)`` (abandoned on cancel). Ray is imported only here and only when a
 run uses it, so reverie works without the extra.
@@ -31,9 +34,11 @@ import importlib
 import importlib.util
 import os
 import re
+import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -50,7 +55,7 @@ from orchestrator.batch.runner import ProgressSink, RunOptions, run_task
 from orchestrator.batch.suite import Task, task_from_json, task_to_json
 from orchestrator.batch.task_archive import pack_task, unpack_task
 
-__all__ = ["RayExecutor", "ray_available", "ray_session", "start_local_ray"]
+__all__ = ["Placement", "RayExecutor", "ray_available", "ray_session", "start_local_ray"]
 
 _FORWARDED = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
 _FORWARDED_LOCAL = ("HOME", "PATH")
@@ -95,14 +100,18 @@ class _Shipped:
     node: str
 
 
+_KV_NAMESPACE = "reverie"
+
+
 def _ray_entry(
-    task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str], config_text: str | None
+    task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str], config_text: str | None, key: str
 ) -> _Shipped:
     """Runs inside a Ray worker, on whichever node: the task in a scratch run directory of its own
     on a fresh event loop, then its files packed for the driver."""
     os.environ.update(env)
     task = task_from_json(task_json)
     node = _node_id()
+    _kv().put(key, f"{node} {_node_ip()}", namespace=_KV_NAMESPACE)
     with tempfile.TemporaryDirectory(prefix="reverie-task-") as scratch:
         out = Path(scratch).resolve() / "run"
         out.mkdir()
@@ -121,6 +130,33 @@ def _ray_entry(
 def _node_id() -> str:
     ray = importlib.import_module("ray")
     return str(ray.get_runtime_context().get_node_id())
+
+
+def _node_ip() -> str:
+    return str(importlib.import_module("ray.util").get_node_ip_address())
+
+
+class _Kv:
+    """Ray's GCS key-value store (``ray.experimental.internal_kv``), named in one place."""
+
+    def __init__(self) -> None:
+        self._kv = importlib.import_module("ray.experimental.internal_kv")
+
+    def put(self, key: str, value: str, *, namespace: str) -> None:
+        self._kv._internal_kv_put(key, value, namespace=namespace)
+
+    def pop(self, key: str, *, namespace: str) -> str | None:
+        """The value (``None`` if none) and the key removed."""
+        try:
+            raw = self._kv._internal_kv_get(key, namespace=namespace)
+            self._kv._internal_kv_del(key, namespace=namespace)
+        except Exception:
+            return None
+        return raw.decode("utf-8", "replace") if raw else None
+
+
+def _kv() -> _Kv:
+    return _Kv()
 
 
 def _probe() -> str | None:
@@ -149,17 +185,25 @@ _NODE_PATTERNS = (
 _IP_PATTERN = re.compile(r"(?:node IP|IP)[:=]?\s*(\d+\.\d+\.\d+\.\d+)", re.IGNORECASE)
 
 
-def _lost_node_error(exc: BaseException) -> str:
-    """The ``error`` of a task whose retry was lost too: the node first (Ray names it in its
-    message), then Ray's own words, shortened."""
+_LOST = ("NodeDiedError", "WorkerCrashedError", "TaskUnschedulableError", "LocalRayletDiedError", "ObjectLostError")
+"""Ray's errors for a task whose worker or node went away (or whose retry could not be placed)."""
+
+
+def _task_error(exc: BaseException, started_on: str | None) -> str:
+    """The ``error`` of a task Ray could not finish: the node first (where its last attempt
+    started, else as Ray's message names it), then Ray's own words, shortened."""
     text = " ".join(str(exc).split())
     node = next((m.group(1) for p in _NODE_PATTERNS if (m := p.search(text))), None)
-    ip = _IP_PATTERN.search(text)
-    where = " ".join(x for x in (f"node {node}" if node else "", f"at {ip.group(1)}" if ip else "") if x)
+    found_ip = _IP_PATTERN.search(text)
+    ip = found_ip.group(1) if found_ip else None
+    if started_on:
+        node, _, ip = started_on.partition(" ")
+    where = " ".join(x for x in (f"node {node}" if node else "", f"at {ip}" if ip else "") if x)
     name = type(exc).__name__
-    if where:
-        return f"ray: {where} was lost while running this task (after {_RETRIES} retry): {name}: {text[:400]}"
-    return f"ray: {name}: {text[:500]}"
+    if name in _LOST:
+        lost = where or "the node"
+        return f"ray: {lost} was lost while running this task (tried {1 + _RETRIES} times): {name}: {text[:400]}"
+    return f"ray{f' ({where})' if where else ''}: {name}: {text[:500]}"
 
 
 def start_local_ray(num_cpus: int) -> None:
@@ -181,18 +225,47 @@ async def ray_session(concurrency: int, address: str | None = None) -> AsyncIter
                 await blocking.run_sync("files", importlib.import_module("ray").shutdown)
 
 
+_CONNECT_SECONDS = 10.0
+
+
+def _answers(address: str) -> None:
+    """A ``HOST:PORT`` that nothing answers is refused here: ``ray.init`` would retry it without
+    end (ten minutes measured, still waiting). ``auto`` and ``ray://`` are Ray's to resolve."""
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--ray-address {address}: use auto or HOST:PORT (the head node's GCS port, 6379 by default)")
+    try:
+        socket.create_connection((host, int(port)), timeout=_CONNECT_SECONDS).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--ray-address {address}: cannot join that Ray cluster: nothing answers there ({reason})") from None
+
+
 def _note(text: str) -> None:
     print(f"reverie: {text}", file=sys.stderr, flush=True)
 
 
+Placement = Callable[[Task], Mapping[str, Any]]
+"""A task's extra Ray options (``resources``, ``scheduling_strategy``, ...), for a library caller
+that places tasks itself: on a GPU node, or across nodes as the cluster tests do."""
+
+
 class RayExecutor:
+    """``placement`` (library only): each task's extra options for its Ray task; Ray places it
+    wherever a CPU is free otherwise."""
+
     name = "ray"
 
-    def __init__(self, concurrency: int = 1, *, address: str | None = None) -> None:
+    def __init__(
+        self, concurrency: int = 1, *, address: str | None = None, placement: Placement | None = None
+    ) -> None:
         if concurrency < 1:
             raise UsageError(f"concurrency {concurrency}: must be at least 1")
         self.concurrency = concurrency
         self.address = address or None
+        self.placement = placement
 
     def _ensure_ray(self) -> bool:
         """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
@@ -222,6 +295,7 @@ class RayExecutor:
 
     def _join(self, ray: Any) -> None:
         address = str(self.address)
+        _answers(address)
         extra: dict[str, Any] = {}
         if address.rsplit(":", 1)[0] in _LOOPBACK:
             extra["_node_ip_address"] = "127.0.0.1"
@@ -259,11 +333,15 @@ class RayExecutor:
         remote = ray.remote(num_cpus=1, max_retries=_RETRIES, retry_exceptions=False)(_ray_entry)
         limiter = anyio.CapacityLimiter(self.concurrency)
         env = _worker_env(os.environ, local=not self.address)
+        run_key = uuid.uuid4().hex
+        kv = _kv()
 
         async def one(task: Task) -> None:
+            key = f"task/{run_key}/{task.id}"
             async with limiter:
+                placed = remote.options(**self.placement(task)) if self.placement is not None else remote
                 ref = await blocking.run_sync(
-                    "files", partial(remote.remote, task_to_json(task), options.to_json(), env, config_text)
+                    "files", partial(placed.remote, task_to_json(task), options.to_json(), env, config_text, key)
                 )
                 try:
                     shipped: _Shipped = await blocking.run_sync("wait", partial(ray.get, ref))
@@ -274,13 +352,16 @@ class RayExecutor:
                         await blocking.run_sync("files", partial(ray.cancel, ref, force=True))
                     raise
                 except Exception as exc:
+                    started_on = await blocking.run_sync("files", partial(kv.pop, key, namespace=_KV_NAMESPACE))
                     result = TaskResult(
                         id=task.id,
                         status="error",
                         checks_passed=0,
                         checks_total=len(task.checks),
-                        error=_lost_node_error(exc),
+                        error=_task_error(exc, started_on),
                     )
+                else:
+                    await blocking.run_sync("files", partial(kv.pop, key, namespace=_KV_NAMESPACE))
                 with anyio.CancelScope(shield=True):
                     await on_result(result)
                 if progress is not None:

@@ -1,0 +1,307 @@
+"""The Ray executor on a real two-node cluster on loopback, inside a network namespace that has only
+``lo`` (``unshare -n``), so nothing can leave the machine and nothing but loopback can be reached.
+
+The test re-executes itself in a child ``unshare -n`` process (as root; skipped with the reason
+otherwise). In there: a head node (``ray.cluster_utils.Cluster``, 127.0.0.1) and a worker node
+started by ``ray start`` in a mount namespace of its own whose temporary directory is a private
+tmpfs, so the driver cannot see where the worker node's tasks run: what reaches the run directory
+came back through Ray. The driver joins by address (``--ray-address``'s path). Then the worker node
+is killed mid-run: the task it held with a soft pin is retried on the head node, the task pinned to
+it hard ends ``error`` naming it, the rest is untouched, and ``--retry-failed`` completes the run.
+Readiness is waited on, never timed: ``ray start`` says when it has joined, and the loopback model
+server says when a task has reached the worker node's model call (and holds it there)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator.batch.report_data import gather
+from orchestrator.batch.run import run_suite
+from orchestrator.batch.runner import RunOptions, task_paths
+from orchestrator.batch.suite import Task, load_suite
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned
+from tests.batch.helpers import EXPECTED, write_suite
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="ray is not installed (optional extra: pip install 'reverie[ray]')"
+)
+
+IN_NAMESPACE = "REVERIE_TEST_IN_NETNS"
+_CHILD_SECONDS = 240
+
+
+def _why_no_namespace() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to make a network namespace with only loopback (unshare -n)"
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "needs unshare and ip (util-linux, iproute2) for a loopback-only network namespace"
+    probe = subprocess.run(["unshare", "-n", "-m", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare -n -m is not permitted here: {probe.stderr.strip()}"
+    return None
+
+
+def _run_in_namespace(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """This same test again, in a child with its own network namespace (``lo`` up, nothing else)."""
+    why = _why_no_namespace()
+    if why is not None:
+        pytest.skip(why)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env[IN_NAMESPACE] = "1"
+    script = 'ip link set lo up && exec "$0" -m pytest -q -x -p no:cacheprovider --basetemp "$1" "$2"'
+    command = ["unshare", "-n", "sh", "-c", script, sys.executable, str(tmp_path / "inner"), request.node.nodeid]
+    child = subprocess.Popen(
+        command, cwd=request.config.rootpath, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = child.communicate(timeout=_CHILD_SECONDS)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    text = out.decode("utf-8", "replace")
+    assert child.returncode == 0, text[-6000:]
+    assert " passed" in text and " skipped" not in text, text[-2000:]
+
+
+class _WorkerNode:
+    """A second Ray node: ``ray start --block`` in a mount namespace whose ``TMPDIR`` is a private
+    tmpfs (the directory the driver sees there stays empty). Killing it kills every process in that
+    mount namespace, as a machine that dies takes all of its processes (a Ray worker is not in
+    ``ray start``'s process group, and one that outlived its raylet still answered its caller)."""
+
+    def __init__(self, head: str, hidden: Path) -> None:
+        ray_bin = Path(sys.executable).with_name("ray")
+        start = (
+            'mount -t tmpfs tmpfs "$1" && TMPDIR="$1" exec "$0" start --block --address "$2" '
+            "--node-ip-address 127.0.0.1 --num-cpus 2 --resources '{\"worker_node\": 8}' --disable-usage-stats"
+        )
+        self.process = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", start, str(ray_bin), str(hidden), head],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+        )
+        self.said: list[str] = []
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.said.append(line)
+            if "Ray runtime started" in line:
+                break
+        else:
+            raise AssertionError("the worker node did not start:\n" + "".join(self.said))
+        self.namespace = os.readlink(f"/proc/{self.process.pid}/ns/mnt")
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.said.append(line)
+
+    def _members(self) -> list[int]:
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/mnt") == self.namespace:
+                        pids.append(int(entry))
+                except OSError:
+                    continue
+        return pids
+
+    def kill(self) -> None:
+        for pid in self._members():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        self.process.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
+    if os.environ.get(IN_NAMESPACE) != "1":
+        yield None, None, tmp_path  # type: ignore[misc]
+        return
+    from ray.cluster_utils import Cluster
+
+    head = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "node_ip_address": "127.0.0.1",
+            "num_cpus": 2,
+            "resources": {"head_node": 8},
+            "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
+    )
+    # short: the memory hook's socket lives under TMPDIR, and a socket path has ~100 bytes at most
+    hidden = Path(tempfile.mkdtemp(prefix="rvw-", dir="/tmp"))
+    worker = None
+    try:
+        worker = _WorkerNode(head.address, hidden)
+        yield head, worker, hidden
+    finally:
+        import ray
+
+        ray.shutdown()
+        if worker is not None:
+            worker.kill()
+        head.shutdown()
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def _node_ids() -> dict[str, str]:
+    import ray
+
+    ids = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            for name in ("head_node", "worker_node"):
+                if name in node["Resources"]:
+                    ids[name] = node["NodeID"]
+    return ids
+
+
+def _hidden_marker() -> str:
+    """Runs on the worker node: a file in its temporary directory, for the driver to look for."""
+    fd, path = tempfile.mkstemp(prefix="only-on-the-worker-")
+    os.close(fd)
+    return path
+
+
+class _HoldingModel:
+    """The loopback model: the first call of each ``slow`` prompt is held until ``release``, and
+    ``arrived[prompt]`` says it came in (the task is on its node, mid-turn)."""
+
+    def __init__(self, prompts: list[str]) -> None:
+        self.arrived = {p: threading.Event() for p in prompts}
+        self.release = threading.Event()
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: Any) -> Planned:
+        text = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
+        with self._lock:
+            self.calls[text] = self.calls.get(text, 0) + 1
+            first = self.calls[text] == 1
+        if text in self.arrived and first:
+            self.arrived[text].set()
+            self.release.wait(_CHILD_SECONDS)
+        return Planned(text=f"(loopback) {text}")
+
+
+@pytest.mark.slow
+def test_two_nodes_no_shared_disk_then_a_lost_node(
+    request: pytest.FixtureRequest, cluster: tuple[Any, _WorkerNode, Path], tmp_path: Path
+) -> None:
+    if os.environ.get(IN_NAMESPACE) != "1":
+        _run_in_namespace(request, tmp_path)
+        return
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from orchestrator.batch.ray_exec import RayExecutor
+
+    head, worker, hidden = cluster
+    address = head.address
+    RayExecutor(4, address=address)._ensure_ray()  # joins, and checks the workers can import reverie
+    nodes = _node_ids()
+    assert set(nodes) == {"head_node", "worker_node"}, ray.nodes()
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+
+    marker = ray.get(ray.remote(resources={"worker_node": 1})(_hidden_marker).remote())
+    assert marker.startswith(str(hidden)) and not os.path.exists(marker), "the worker node's disk is its own"
+
+    # 1. the example suite across both nodes: everything comes back to the driver's run directory
+    suite = write_suite(tmp_path / "s.jsonl")
+    tasks = load_suite(suite)
+    side = {t.id: ("worker_node" if i % 2 == 0 else "head_node") for i, t in enumerate(tasks)}
+
+    def pinned(task: Task) -> dict[str, Any]:
+        return {"resources": {side[task.id]: 1}}
+
+    out = tmp_path / "run"
+    report = anyio.run(
+        lambda: run_suite(tasks, RunOptions(out_dir=out), RayExecutor(4, address=address, placement=pinned)),
+        backend="trio",
+    )
+    assert {r.id: r.status for r in report.results} == EXPECTED, [r for r in report.results if r.status != EXPECTED[r.id]]
+    assert set(side.values()) == {"head_node", "worker_node"}
+    assert os.listdir(hidden) == []
+    data = gather(out)
+    rows = {r["id"]: r for r in data.index["runs"][0]["rows"]}
+    for task_id, where in side.items():
+        detail = data.details[rows[task_id]["n"]]
+        assert detail["transcript"]["conversations"], (task_id, where)
+        assert detail["timeline"][0]["kind"] == "task.start" and detail["timeline"][-1]["kind"] == "task.end"
+    assert [f["path"] for f in data.details[rows["rule"]["n"]]["diff"]["files"]] == ["persona.md"]
+    assert side["rule"] == "worker_node"
+    assert "~fin" in (task_paths(out, "rule").memory / "persona.md").read_text()
+
+    # 2. the worker node dies mid-run
+    held = _HoldingModel(["slow moved", "slow lost"])
+    lost_run = tmp_path / "lost"
+    lost_suite = write_suite(tmp_path / "lost.jsonl", [
+        {"id": "moved", "turns": ["slow moved"], "checks": [{"contains": "slow moved"}]},
+        {"id": "lost", "turns": ["slow lost"], "checks": [{"contains": "slow lost"}]},
+        {"id": "stays", "turns": ["quick"], "checks": [{"contains": "quick"}]},
+    ])
+    lost_tasks = load_suite(lost_suite)
+    worker_id = nodes["worker_node"]
+    strategies = {
+        "moved": {"scheduling_strategy": NodeAffinitySchedulingStrategy(worker_id, soft=True)},
+        "lost": {"scheduling_strategy": NodeAffinitySchedulingStrategy(worker_id, soft=False)},
+        "stays": {"resources": {"head_node": 1}},
+    }
+
+    with LoopbackOpenAI(fallback=held) as server:
+        os.environ.update({"REVERIE_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test"})
+
+        async def kill_when_held() -> None:
+            for event in held.arrived.values():
+                await anyio.to_thread.run_sync(event.wait)
+            await anyio.to_thread.run_sync(worker.kill)
+            held.release.set()
+
+        async def go() -> Any:
+            executor = RayExecutor(4, address=address, placement=lambda t: strategies[t.id])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_when_held)
+                result = await run_suite(lost_tasks, RunOptions(out_dir=lost_run), executor)
+            return result
+
+        try:
+            lost_report = anyio.run(go, backend="trio")
+        finally:
+            held.release.set()
+        statuses = {r.id: r for r in lost_report.results}
+        assert statuses["stays"].status == "passed"
+        assert statuses["moved"].status == "passed" and held.calls["slow moved"] == 2, "retried on the head node"
+        assert statuses["lost"].status == "error", statuses["lost"]
+        assert f"node {worker_id} at 127.0.0.1 was lost" in (statuses["lost"].error or ""), statuses["lost"].error
+        assert (task_paths(lost_run, "moved").memory / ".git").is_dir()
+
+        # 3. --retry-failed finishes the run on what is left
+        retried = anyio.run(
+            lambda: run_suite(lost_tasks, RunOptions(out_dir=lost_run), RayExecutor(4, address=address),
+                              resume=True, retry=["lost"]),
+            backend="trio",
+        )
+    assert list(retried.ran) == ["lost"]
+    assert {r.id: r.status for r in retried.results} == dict.fromkeys(("moved", "lost", "stays"), "passed")
+    lines = (lost_run / "results.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == ["lost", "moved", "stays"]
