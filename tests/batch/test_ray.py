@@ -9,6 +9,9 @@ import contextlib
 import importlib.util
 import io
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +121,25 @@ def test_the_driver_writes_the_run_directory_that_report_resume_and_retry_use(lo
     texts = [m["content"] for c in rule["transcript"]["conversations"] for t in c["turns"] for m in t["messages"]]
     assert "remember: always end answers with ~fin" in texts
     assert [e["kind"] for e in rule["timeline"]][0] == "task.start" and rule["timeline"][-1]["kind"] == "task.end"
+
+
+@pytest.mark.parametrize("given, said", [
+    ("127.0.0.1:{port}", "--ray-address 127.0.0.1:{port}: cannot join that Ray cluster: nothing answers there (Connection refused)"),
+    ("no-port", "--ray-address no-port: use auto or HOST:PORT (the head node's GCS port, 6379 by default)"),
+])
+def test_a_cluster_that_cannot_be_joined_is_one_line(tmp_path: Path, given: str, said: str) -> None:
+    """No Ray starts: the address is refused before ``ray.init``, which retries an address nothing
+    answers without end."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    suite = write_suite(tmp_path / "s.jsonl")
+    address = given.format(port=port)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("reverie")), "run", str(suite), "--executor", "ray", "--ray-address", address,
+         "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "reverie: error: " + said.format(port=port)
