@@ -279,11 +279,9 @@ class RayExecutor:
         if self.address:
             self._join(ray)
         else:
-            if os.environ.get("RAY_ADDRESS"):
-                _note(
-                    f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set; this run uses a private local Ray "
-                    "(join that cluster with --ray-address auto)"
-                )
+            joining = os.environ.get("RAY_ADDRESS", "").strip()
+            if joining:
+                _note(f"RAY_ADDRESS={joining} is set; this run uses a private local Ray (--ray-address {joining} joins that cluster)")
             ray.init(
                 address="local",
                 include_dashboard=False,

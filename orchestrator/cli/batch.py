@@ -107,10 +107,6 @@ def _executor(kind: str, concurrency: int, ray_address: str | None, processes: i
 
     if kind == "ray" and not ray_available():
         fail("--executor ray needs Ray: pip install 'reverie[ray]'")
-    joining = os.environ.get("RAY_ADDRESS", "").strip()
-    if kind == "ray" and not ray_address and joining:
-        fail(f"RAY_ADDRESS is set ({joining}) but --executor ray starts a private Ray unless told to join one: "
-             f"pass --ray-address {joining} to use that cluster, or unset RAY_ADDRESS")
     try:
         return make_executor(kind, concurrency, ray_address=ray_address, processes=processes)
     except ValueError as exc:

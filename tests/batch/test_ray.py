@@ -62,7 +62,7 @@ def test_ray_address_in_the_environment_is_ignored_in_one_line(local_ray: str) -
     lines = [line for line in local_ray.splitlines() if line.startswith("reverie")]
     assert lines == [
         "reverie: RAY_ADDRESS=127.0.0.1:9 is set; this run uses a private local Ray "
-        "(join that cluster with --ray-address auto)"
+        "(--ray-address 127.0.0.1:9 joins that cluster)"
     ]
     assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
 
