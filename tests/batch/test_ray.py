@@ -143,3 +143,27 @@ def test_a_cluster_that_cannot_be_joined_is_one_line(tmp_path: Path, given: str,
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "reverie: error: " + said.format(port=port)
+
+
+def test_a_sweep_on_ray_equals_one_on_the_local_executor(local_ray: str, tmp_path: Path) -> None:
+    """Every setting runs on the one Ray into its own run directory the driver writes, with the
+    local executor's statuses and checks."""
+    from orchestrator.batch.ray_exec import RayExecutor
+    from orchestrator.batch.sweep import expand_triggers, run_sweep
+
+    suite = write_suite(tmp_path / "s.jsonl")
+    settings = expand_triggers(["off", "step-count:2"])
+
+    async def both() -> tuple[object, object]:
+        tasks = await anyio.to_thread.run_sync(load_suite, suite)
+        local = await run_sweep(tasks, settings, RunOptions(out_dir=tmp_path / "local"), lambda: LocalExecutor(2))
+        remote = await run_sweep(tasks, settings, RunOptions(out_dir=tmp_path / "ray"), lambda: RayExecutor(2))
+        return local, remote
+
+    local, remote = anyio.run(both, backend="trio")
+    for mine, theirs in zip(remote.runs, local.runs, strict=True):  # type: ignore[attr-defined]
+        assert {r.id: (r.status, r.checks) for r in mine.results} == {r.id: (r.status, r.checks) for r in theirs.results}
+        assert mine.summary["executor"] == "ray"
+    for setting in settings:
+        assert (task_paths(tmp_path / "ray" / setting.label, "rule").memory / ".git").is_dir()
+    assert (tmp_path / "ray" / "comparison.json").is_file()
