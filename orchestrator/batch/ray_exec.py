@@ -228,19 +228,38 @@ async def ray_session(concurrency: int, address: str | None = None) -> AsyncIter
 _CONNECT_SECONDS = 10.0
 
 
+def _resolve_auto() -> str | None:
+    """What ``auto`` names (``RAY_ADDRESS``, else ``/tmp/ray``'s latest cluster), as Ray resolves it;
+    ``None`` when it names nothing or Ray's resolver moved (then ``ray.init`` says)."""
+    try:
+        services = importlib.import_module("ray._private.services")
+        found = services.canonicalize_bootstrap_address("auto")
+    except Exception:
+        return None
+    return str(found) if found else None
+
+
 def _answers(address: str) -> None:
     """A ``HOST:PORT`` that nothing answers is refused here: ``ray.init`` would retry it without
-    end (ten minutes measured, still waiting). ``auto`` and ``ray://`` are Ray's to resolve."""
-    if address == "auto" or "://" in address:
+    end (ten minutes measured, still waiting); ``auto`` is checked as what it resolves to.
+    ``ray://`` (Ray Client) is Ray's to check."""
+    if "://" in address:
         return
+    given = address
+    if address == "auto":
+        resolved = _resolve_auto()
+        if resolved is None:
+            return
+        address = resolved
+        given = f"auto ({resolved})"
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise UsageError(f"--ray-address {address}: use auto or HOST:PORT (the head node's GCS port, 6379 by default)")
+        raise UsageError(f"--ray-address {given}: use auto or HOST:PORT (the head node's GCS port, 6379 by default)")
     try:
         socket.create_connection((host, int(port)), timeout=_CONNECT_SECONDS).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--ray-address {address}: cannot join that Ray cluster: nothing answers there ({reason})") from None
+        raise UsageError(f"--ray-address {given}: cannot join that Ray cluster: nothing answers there ({reason})") from None
 
 
 def _note(text: str) -> None:

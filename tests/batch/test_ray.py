@@ -126,6 +126,7 @@ def test_the_driver_writes_the_run_directory_that_report_resume_and_retry_use(lo
 @pytest.mark.parametrize("given, said", [
     ("127.0.0.1:{port}", "--ray-address 127.0.0.1:{port}: cannot join that Ray cluster: nothing answers there (Connection refused)"),
     ("no-port", "--ray-address no-port: use auto or HOST:PORT (the head node's GCS port, 6379 by default)"),
+    ("auto", "--ray-address auto (127.0.0.1:{port}): cannot join that Ray cluster: nothing answers there (Connection refused)"),
 ])
 def test_a_cluster_that_cannot_be_joined_is_one_line(tmp_path: Path, given: str, said: str) -> None:
     """No Ray starts: the address is refused before ``ray.init``, which retries an address nothing
@@ -138,7 +139,7 @@ def test_a_cluster_that_cannot_be_joined_is_one_line(tmp_path: Path, given: str,
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("reverie")), "run", str(suite), "--executor", "ray", "--ray-address", address,
          "--out", str(tmp_path / "out"), "--quiet"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"},
     )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
