@@ -13,7 +13,9 @@ existed keep that base as a mixin, so code written against the old base still ca
 
     ReverieError                          orchestrator/base/errors.py
     ├── UsageError (ValueError)           orchestrator/base/errors.py: arguments that contradict each
-    │                                     other or fall out of range (a flag, a constructor argument)
+    │   │                                 other or fall out of range (a flag, a constructor argument)
+    │   └── ArchiveError                  batch/task_archive.py: a Ray task's archive names a file outside
+    │                                     the task's paths, or cannot be read
     ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     │   └── StoreDamaged (sqlite3.DatabaseError)  store/records.py: SQLite refused mid-query (damaged file, full disk)
