@@ -10,6 +10,11 @@ if [ ! -x "$PY" ]; then
     echo "test-real-model: $PY not found; run 'make unit' (or create the venv) first" >&2
     exit 2
 fi
+# A portable build: with llama.cpp's default (-march=native plus every CPU variant the compiler
+# offers) the server died at its first completion with "invalid opcode" in libggml-cpu on this
+# machine's virtual CPU, which reports AVX-512 and AMX it does not run. AVX2/FMA/F16C are enough for
+# a 135M model. CMAKE_ARGS given by the caller win.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX_VNNI=OFF}"
 if ! "$PY" -c 'import llama_cpp, uvicorn, fastapi, sse_starlette, starlette_context, pydantic_settings' 2>/dev/null; then
     echo "test-real-model: installing llama-cpp-python[server] (builds from source, ~5 min the first time)"
     "$PY" -m pip install --quiet 'llama-cpp-python[server]'
