@@ -41,7 +41,7 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
 
     Branches come from git (the truth about commits); launches whose branch is gone (merged, no
     changes, failed) come from the store, so a failed run is listed as failed, not as merged. The
-    store's records are the agent's: with ``--memory-dir`` naming another repository they are not
+    store's records are the agent's: with --memory-dir naming another repository they are not
     that repository's, so only its branches are listed.
     """
     repo = resolve_memory_dir(memory_dir, agent)
@@ -100,7 +100,7 @@ def merge(
     memory_dir: MemoryDirOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Merge every reflection branch not in HEAD, oldest first.")] = False,
     resolve: Annotated[
-        bool, typer.Option("--resolve", help="Hand a conflict to the resolver subagent (D3) instead of keeping the branch.")
+        bool, typer.Option("--resolve", help="Hand a conflict to the resolver subagent instead of keeping the branch.")
     ] = False,
 ) -> None:
     """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict (or resolve it)."""
