@@ -75,9 +75,9 @@ def test_a_running_turn_shows_a_spinner_keeps_the_status_line_and_the_typed_ahea
     frames = {SPINNER.search(during[-1]).group(0)[0]}  # type: ignore[union-attr]
     tmux.wait(lambda ls: (m := SPINNER.search(ls[-1])) is not None and m.group(0)[0] not in frames, "the spinner move")
     after = tmux.wait(
-        lambda ls: "(mock) I heard: hello there" in ls and not SPINNER.search(ls[-1]), "the reply, then the spinner gone"
+        lambda ls: "(mock) I heard: hello there" in ls and not SPINNER.search(ls[-1]) and "context " in ls[-1],
+        "the reply, then the spinner gone and the status line back",
     )
-    assert "context " in after[-1]
     reply = after.index("(mock) I heard: hello there")
     assert [line for line in after if "typed ahead" in line] == ["› typed ahead"], after
     assert after.index("› typed ahead") > reply, "the typed text waits in the input line below the reply"
