@@ -3,7 +3,11 @@ reverie, and no reST markup (````--resume````, ``:func:``) shown raw."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -30,6 +34,12 @@ def test_help_has_no_internal_ids_or_markup(words: list[str]) -> None:
     assert not found, found
 
 
-def test_shell_completion_installs_with_typers_own_option() -> None:
-    result = CliRunner().invoke(build_app(None), ["--show-completion", "bash"])
-    assert result.exit_code == 0 and "_reverie_completion" in result.output
+def test_shell_completion_installs_with_typers_own_option(tmp_path: Path) -> None:
+    # a process of its own, as a user's shell runs it: typer reads the completion variables from
+    # the environment, which other tests in this process may have set
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "--show-completion", "bash"],
+        capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if "COMPLETE" not in k} | {"REVERIE_HOME": str(tmp_path)},
+    )
+    assert result.returncode == 0 and "_reverie_completion" in result.stdout, result.stderr
