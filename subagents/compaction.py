@@ -60,6 +60,7 @@ from uuid import uuid4
 
 import anyio
 
+from orchestrator.agent.context import ReadsSessionContext
 from orchestrator.agent.prompt_cache import record_from
 from orchestrator.base import blocking
 from orchestrator.base.errors import error_line
@@ -86,13 +87,12 @@ from orchestrator.compaction import (
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.runtime.plugins import Spawner
-from orchestrator.store import PromptRecord, Store, StoredMessage
+from orchestrator.store import PromptRecord, StoredMessage
 from orchestrator.tools import tool_specs
 
 if TYPE_CHECKING:
-    from orchestrator.agent.context import AgentProfile, SessionContext
+    from orchestrator.agent.context import SessionContext
     from orchestrator.base.config import Settings
-    from orchestrator.base.events import Observer
     from orchestrator.compaction import CompactionOutcome
 
 __all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
@@ -193,7 +193,7 @@ def _usage_anchor(history: Sequence[StoredMessage]) -> tuple[Usage | None, int |
     return None, None
 
 
-class CompactionSubagent:
+class CompactionSubagent(ReadsSessionContext):
     """The ``Compactor`` of a ``TurnRunner`` (see the module docstring), one per agent and session.
 
     ``sleep`` is the summarizer's backoff wait (injectable so tests never wait). Without a
@@ -216,26 +216,6 @@ class CompactionSubagent:
         self._tool_tokens = tool_schema_tokens(tool_specs())
         self._conversations: dict[str, _Conversation] = {}
         self._closed = False
-
-    @property
-    def store(self) -> Store:
-        return self.context.store
-
-    @property
-    def model(self) -> ModelClient:
-        return self.context.model
-
-    @property
-    def settings(self) -> Settings:
-        return self.context.settings
-
-    @property
-    def agent(self) -> AgentProfile:
-        return self.context.agent
-
-    @property
-    def observer(self) -> Observer:
-        return self.context.observer
 
     @property
     def compaction(self) -> CompactionSettings:

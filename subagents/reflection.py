@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from orchestrator.agent.context import AgentProfile, SessionContext
+from orchestrator.agent.context import ReadsSessionContext, SessionContext
 from orchestrator.agent.turn import TurnOutcome, TurnRunner
 from orchestrator.base import blocking
-from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError, error_line
 from orchestrator.base.events import Event, ModelCalled, Publisher
 from orchestrator.base.paths import reverie_home
@@ -42,7 +41,6 @@ from orchestrator.compaction import estimate_text, tool_schema_tokens
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.tidy import nothing_to_recover
 from orchestrator.models.metered import MeteredModel
-from orchestrator.models.types import ModelClient
 from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import ReflectionRecord, StoredMessage, utc_now
 from orchestrator.tools import ToolContext, tool_specs
@@ -94,7 +92,7 @@ def _steps(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for m in messages if m.message.role == "assistant" and m.message.content.strip())
 
 
-class ReflectionCoordinator:
+class ReflectionCoordinator(ReadsSessionContext):
     """Decides, launches and finishes reflections for one agent's conversations."""
 
     def __init__(
@@ -105,22 +103,6 @@ class ReflectionCoordinator:
         self.resolver = resolver
         self._active = False
         self._retrier: BranchRetrier | None = None
-
-    @property
-    def store(self) -> Store:
-        return self.context.store
-
-    @property
-    def model(self) -> ModelClient:
-        return self.context.model
-
-    @property
-    def settings(self) -> Settings:
-        return self.context.settings
-
-    @property
-    def agent(self) -> AgentProfile:
-        return self.context.agent
 
     @property
     def retrier(self) -> BranchRetrier:

@@ -23,7 +23,7 @@ from orchestrator.base.events import Event, Observer, Publisher, ignore_event
 from orchestrator.models.types import ModelClient
 from orchestrator.store import Store
 
-__all__ = ["AgentProfile", "SessionContext"]
+__all__ = ["AgentProfile", "ReadsSessionContext", "SessionContext"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,30 @@ class SessionContext:
             name=agent.name if name is None else name,
             description=agent.description if description is None else description,
         )
+
+
+class ReadsSessionContext:
+    """The session's live state read through ``self.context`` at every use, never copied: the turn
+    runner, reflection and compaction all see one ``set_model`` or rename at once."""
+
+    context: SessionContext
+
+    @property
+    def store(self) -> Store:
+        return self.context.store
+
+    @property
+    def model(self) -> ModelClient:
+        return self.context.model
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    @property
+    def agent(self) -> AgentProfile:
+        return self.context.agent
+
+    @property
+    def observer(self) -> Observer:
+        return self.context.observer

@@ -40,13 +40,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from orchestrator.agent.context import AgentProfile, SessionContext
+from orchestrator.agent.context import ReadsSessionContext, SessionContext
 from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.replay import RecordedReply
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
 from orchestrator.base import blocking
-from orchestrator.base.config import Settings
 from orchestrator.base.events import (
     Event,
     MemoryUpdateInjected,
@@ -62,7 +61,7 @@ from orchestrator.base.events import (
 )
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
-from orchestrator.store import Store, StoredMessage, SyncReminder, TurnStatus, new_turn_id
+from orchestrator.store import StoredMessage, SyncReminder, TurnStatus, new_turn_id
 from orchestrator.tools import (
     ToolContext,
     ToolResult,
@@ -125,7 +124,7 @@ def to_model_messages(stored: Sequence[StoredMessage]) -> tuple[Message, ...]:
     return tuple(s.message for s in stored)
 
 
-class TurnRunner:
+class TurnRunner(ReadsSessionContext):
     """Runs turns for one agent; one instance may serve many conversations (it holds no turn state).
 
     The agent, settings, model, store and observer are read from ``context`` at each use, so a
@@ -136,26 +135,6 @@ class TurnRunner:
         self.context = context
         self.workspace = workspace
         self.compactor = compactor
-
-    @property
-    def store(self) -> Store:
-        return self.context.store
-
-    @property
-    def model(self) -> ModelClient:
-        return self.context.model
-
-    @property
-    def settings(self) -> Settings:
-        return self.context.settings
-
-    @property
-    def agent(self) -> AgentProfile:
-        return self.context.agent
-
-    @property
-    def observer(self) -> Observer:
-        return self.context.observer
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
         """Record now, then show: for what precedes work that may take long (a tool run)."""
