@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +38,10 @@ def test_help_has_no_internal_ids_or_markup(words: list[str]) -> None:
 def test_shell_completion_installs_with_typers_own_option(tmp_path: Path) -> None:
     # a process of its own, as a user's shell runs it: typer reads the completion variables from
     # the environment, which other tests in this process may have set
+    # typer (with shellingham) detects the shell from the parent process: run reverie from bash, as a
+    # user's shell would (`; true` keeps bash from replacing itself with the command)
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "--show-completion", "bash"],
+        ["bash", "-c", f"{shlex.quote(sys.executable)} -m orchestrator --show-completion; true"],
         capture_output=True, text=True, timeout=120,
         env={k: v for k, v in os.environ.items() if "COMPLETE" not in k} | {"REVERIE_HOME": str(tmp_path)},
     )
