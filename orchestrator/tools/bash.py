@@ -105,7 +105,25 @@ def _feed(fd: int, script: bytes) -> None:
         os.close(fd)
 
 
+_SETUP_ATTEMPTS = 3
+
+
 def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
+    """Run the command; started again, planned anew, when bubblewrap itself could not set up the
+    sandbox (``bwrap: Can't …``, exit 1, before the command ran): a path it was to protect that git
+    removed between the look-up and the mount (an empty ``.git/worktrees`` pruned as a background
+    worktree goes) is not the command's failure."""
+    for _ in range(_SETUP_ATTEMPTS - 1):
+        outcome = _execute_once(command, ctx, timeout, run)
+        if not (outcome.returncode == 1 and outcome.output.startswith("bwrap: Can't") and not outcome.timed_out):
+            return outcome
+        with run.lock:
+            if run.cancelled:
+                return outcome
+    return _execute_once(command, ctx, timeout, run)
+
+
+def _execute_once(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
     # a batch task's workspace is made when its first command needs it (most tasks never run one)
     ctx.workspace.mkdir(parents=True, exist_ok=True)
     script = command.encode("utf-8", "surrogateescape")
