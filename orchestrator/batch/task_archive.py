@@ -86,6 +86,10 @@ def unpack_task(out_dir: Path, task_id: str, data: bytes) -> None:
                     os.unlink(out_dir / stale)
                 except FileNotFoundError:
                     pass
+            # tarfile makes a member's missing parents without exist_ok: two tasks unpacking at once
+            # raced on the shared ``home/agents`` ("File exists"), so the parents are made first
+            for parent in {os.path.dirname(member.name) for member in members} - {""}:
+                os.makedirs(out_dir / parent, exist_ok=True)
             archive.extractall(out_dir, members=members, filter="data")
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ArchiveError(f"task {task_id}: its archive cannot be unpacked into {out_dir}: {exc}") from exc
