@@ -7,8 +7,11 @@ down at the end, whatever ``RAY_ADDRESS`` says (a bare ``ray.init()`` would join
 ``/tmp/ray`` names, another process's included; one line on stderr says it was ignored). With
 ``--ray-address auto|HOST:PORT`` the run joins that cluster untouched (DECISIONS S28): no
 ``num_cpus`` (joining forbids it), and a loopback address keeps the driver on loopback (Ray would
-otherwise rewrite it to the machine's other interface). A cluster that cannot be reached, or whose
-workers cannot import reverie, is one ``UsageError`` line.
+otherwise rewrite it to the machine's other interface). A cluster that cannot be reached, or any
+node of which (that can run a task) cannot import reverie, is one ``UsageError`` line naming it,
+before the run directory holds anything but ``run.json``: every node is asked by a probe sent by
+value, which loads where reverie is missing (a node added later is not asked; its tasks end
+``error`` with Ray's words).
 
 No shared disk. A task runs in a scratch directory on its own node (a run directory of its own,
 removed afterwards) and returns its whole result through Ray: its result line and one archive of
@@ -30,16 +33,19 @@ run uses it, so reverie works without the extra.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import socket
 import sys
 import tempfile
+import types
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -64,6 +70,9 @@ _NOT_FORWARDED = ("REVERIE_HOME", "REVERIE_WORKTREES")
 _RETRIES = 1
 _PROBE_SECONDS = 60.0
 _LOOPBACK = ("127.0.0.1", "localhost")
+_RAY_LOG_LEVEL = logging.ERROR
+"""Ray's own driver-side lines (connecting, connected, the SIGTERM handler a thread cannot set) are
+not the user's: reverie says what matters in its own words, and Ray's errors still show."""
 
 
 def ray_available() -> bool:
@@ -160,12 +169,52 @@ def _kv() -> _Kv:
 
 
 def _probe() -> str | None:
-    """Runs on a cluster's worker: can it import reverie (the package, not just Ray)?"""
+    """Runs on one node's worker: can it import reverie (the package, not just Ray)? Self-contained
+    and sent by value (``_by_value``), so it loads where reverie is missing and says so."""
+    import importlib
+
     try:
         importlib.import_module("orchestrator.batch.runner")
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _by_value(function: Callable[[], str | None]) -> Callable[[], str | None]:
+    """A copy of ``function`` that Ray's pickler sends by value (a function of ``__main__``): by
+    reference, as it sends a module's functions, the worker would have to import reverie to load
+    it, and the probe would fail with Ray's own error instead of answering."""
+    copy = types.FunctionType(function.__code__, {"__builtins__": builtins}, function.__name__)
+    copy.__module__ = "__main__"
+    copy.__qualname__ = function.__name__
+    return copy
+
+
+def _task_nodes(ray: Any) -> list[tuple[str, str]]:
+    """``(node id, ip)`` of every live node a task can run on (one CPU or more): a head started
+    with ``--num-cpus 0`` never runs one, so whether it has reverie does not matter."""
+    return [
+        (str(n["NodeID"]), str(n.get("NodeManagerAddress", "")))
+        for n in ray.nodes()
+        if n.get("Alive") and float(n.get("Resources", {}).get("CPU", 0)) >= 1
+    ]
+
+
+def _missing_on(ray: Any, nodes: Sequence[tuple[str, str]]) -> list[str]:
+    """Ask every node whether its workers can import reverie (blocking); the nodes that cannot,
+    each as ``node <id> at <ip> (<why>)``. A probe Ray cannot run raises Ray's error."""
+    strategies = importlib.import_module("ray.util.scheduling_strategies")
+    probe = ray.remote(num_cpus=0, max_retries=0)(_by_value(_probe))
+    refs = [
+        probe.options(scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        for node, _ in nodes
+    ]
+    answers = ray.get(refs, timeout=_PROBE_SECONDS)
+    return [f"node {node} at {ip} ({why})" for (node, ip), why in zip(nodes, answers, strict=True) if why is not None]
+
+
+def _version() -> str:
+    return str(importlib.import_module("orchestrator").__version__)
 
 
 def _read_config(options: RunOptions) -> str | None:
@@ -286,6 +335,10 @@ class RayExecutor:
         self.address = address or None
         self.placement = placement
 
+    def hold(self) -> AbstractAsyncContextManager[None]:
+        """One Ray connection (or private Ray) for every run while held: a sweep's settings."""
+        return ray_session(self.concurrency, self.address)
+
     def _ensure_ray(self) -> bool:
         """Connect or start Ray (blocking); True when this call started it (and must stop it)."""
         if not ray_available():
@@ -307,6 +360,7 @@ class RayExecutor:
                 _node_ip_address="127.0.0.1",
                 num_cpus=self.concurrency,
                 log_to_driver=False,
+                logging_level=_RAY_LOG_LEVEL,
             )
         return True
 
@@ -317,22 +371,26 @@ class RayExecutor:
         if address.rsplit(":", 1)[0] in _LOOPBACK:
             extra["_node_ip_address"] = "127.0.0.1"
         try:
-            ray.init(address=address, log_to_driver=False, **extra)
+            ray.init(address=address, log_to_driver=False, logging_level=_RAY_LOG_LEVEL, **extra)
         except Exception as exc:
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise UsageError(f"--ray-address {address}: cannot join that Ray cluster: {first.strip()}") from None
         try:
-            probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
-            missing = ray.get(probe.remote(), timeout=_PROBE_SECONDS)
+            nodes = _task_nodes(ray)
+            missing = _missing_on(ray, nodes)
         except Exception as exc:
             ray.shutdown()
             detail = " ".join(str(exc).split())[:200]
             raise UsageError(f"--ray-address {address}: the cluster's workers cannot run reverie: {detail}") from None
-        if missing is not None:
+        if not nodes:
             ray.shutdown()
+            raise UsageError(f"--ray-address {address}: the cluster has no live node with a CPU to run a task on")
+        if missing:
+            ray.shutdown()
+            more = f" and {len(missing) - 2} more" if len(missing) > 2 else ""
             raise UsageError(
-                f"--ray-address {address}: the cluster's workers cannot import reverie ({missing}); "
-                "install reverie[ray] on every node"
+                f"--ray-address {address}: the cluster's workers cannot import reverie on "
+                f"{'; '.join(missing[:2])}{more}: install reverie[ray]=={_version()} (the driver's version) in the Python that runs Ray on every node"
             )
 
     async def run(

@@ -20,8 +20,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
+import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,14 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator import __version__
 from orchestrator.batch.report_data import gather
 from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import Task, load_suite
 from orchestrator.testing.openai_server import LoopbackOpenAI, Planned
 from tests.batch.helpers import EXPECTED, write_suite
+from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="ray is not installed (optional extra: pip install 'reverie[ray]')"
@@ -79,21 +83,24 @@ def _run_in_namespace(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     assert " passed" in text and " skipped" not in text, text[-2000:]
 
 
+_RAY_CLI = "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; sys.exit(main())"
+"""``ray`` as its console script runs it, by whichever Python starts it (a node's workers are that Python)."""
+
+
 class _WorkerNode:
     """A second Ray node: ``ray start --block`` in a mount namespace whose ``TMPDIR`` is a private
     tmpfs (the directory the driver sees there stays empty). Killing it kills every process in that
     mount namespace, as a machine that dies takes all of its processes (a Ray worker is not in
     ``ray start``'s process group, and one that outlived its raylet still answered its caller)."""
 
-    def __init__(self, head: str, hidden: Path) -> None:
-        ray_bin = Path(sys.executable).with_name("ray")
+    def __init__(self, head: str, hidden: Path, python: str = sys.executable, env: dict[str, str] | None = None) -> None:
         start = (
-            'mount -t tmpfs tmpfs "$1" && TMPDIR="$1" exec "$0" start --block --address "$2" '
+            'mount -t tmpfs tmpfs "$1" && TMPDIR="$1" exec "$0" -c "$3" start --block --address "$2" '
             "--node-ip-address 127.0.0.1 --num-cpus 2 --resources '{\"worker_node\": 8}' --disable-usage-stats"
         )
         self.process = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", start, str(ray_bin), str(hidden), head],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", start, python, str(hidden), head, _RAY_CLI],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True, env=env,
         )
         self.said: list[str] = []
         assert self.process.stdout is not None
@@ -131,14 +138,12 @@ class _WorkerNode:
         self.process.wait()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
-    if os.environ.get(IN_NAMESPACE) != "1":
-        yield None, None, tmp_path  # type: ignore[misc]
-        return
+def _head() -> Any:
+    """The head node, from this process's Python (reverie installed), on 127.0.0.1; a lost node is
+    noticed within about two seconds."""
     from ray.cluster_utils import Cluster
 
-    head = Cluster(
+    return Cluster(
         initialize_head=True,
         head_node_args={
             "node_ip_address": "127.0.0.1",
@@ -148,6 +153,14 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
+    if os.environ.get(IN_NAMESPACE) != "1":
+        yield None, None, tmp_path  # type: ignore[misc]
+        return
+    head = _head()
     # short: the memory hook's socket lives under TMPDIR, and a socket path has ~100 bytes at most
     hidden = Path(tempfile.mkdtemp(prefix="rvw-", dir="/tmp"))
     worker = None
@@ -305,3 +318,118 @@ def test_two_nodes_no_shared_disk_then_a_lost_node(
     assert {r.id: r.status for r in retried.results} == dict.fromkeys(("moved", "lost", "stays"), "passed")
     lines = (lost_run / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["id"] for line in lines) == ["lost", "moved", "stays"]
+
+
+_REVERIE_PARTS = ("orchestrator", "subagents", "prompts")
+
+
+def _python_without_reverie(where: Path) -> str:
+    """A Python that has Ray and every other dependency, but not reverie: a venv whose one ``.pth``
+    line names a folder of links to this environment's site-packages, all but reverie's packages
+    and its install records (lines of a ``.pth`` are not site directories, so reverie's editable
+    finder, itself a ``.pth``, is not run either)."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    shared = where / "shared-site-packages"
+    shared.mkdir(parents=True)
+    for entry in purelib.iterdir():
+        name = entry.name
+        if name in _REVERIE_PARTS or name.startswith(("__editable__", "reverie-", "_reverie")) or name.endswith(".pth"):
+            continue
+        (shared / name).symlink_to(entry)
+    venv.EnvBuilder(with_pip=False).create(where / "venv")
+    python = where / "venv" / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    (Path(site) / "shared.pth").write_text(f"{shared}\n", encoding="utf-8")
+    check = subprocess.run(
+        [str(python), "-c", "import ray, importlib.util as u; print(u.find_spec('orchestrator') is None)"],
+        capture_output=True, text=True, cwd=where, env=_without_reverie_env(),
+    )
+    assert check.stdout.strip() == "True", ("Ray but no reverie", check.stdout, check.stderr)
+    return str(python)
+
+
+def _without_reverie_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@pytest.fixture
+def head_and_bare_node(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode]]:
+    """A head node with reverie and a worker node whose Python has Ray but not reverie."""
+    if os.environ.get(IN_NAMESPACE) != "1":
+        yield None, None  # type: ignore[misc]
+        return
+    python = _python_without_reverie(tmp_path / "bare")
+    head = _head()
+    hidden = Path(tempfile.mkdtemp(prefix="rvb-", dir="/tmp"))
+    worker = None
+    try:
+        worker = _WorkerNode(head.address, hidden, python=python, env=_without_reverie_env())
+        yield head, worker
+    finally:
+        if worker is not None:
+            worker.kill()
+        head.shutdown()
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def _alive(head: Any) -> dict[str, str]:
+    """``{"head_node" | "worker_node": node id}`` of the live nodes, asked of the head's GCS (this
+    process is not a Ray driver here: the run under test is its own process)."""
+    found = {}
+    for node in head.global_state.node_table():
+        if node["Alive"]:
+            for name in ("head_node", "worker_node"):
+                if name in node["Resources"]:
+                    found[name] = node["NodeID"]
+    return found
+
+
+@pytest.mark.slow
+def test_a_node_without_reverie_is_refused_in_one_line_and_the_run_can_resume(
+    request: pytest.FixtureRequest, head_and_bare_node: tuple[Any, _WorkerNode], tmp_path: Path
+) -> None:
+    """``reverie run --ray-address`` against a cluster one of whose nodes runs Ray from a Python
+    without reverie: one line naming that node and what to install, rc 1, no traceback, no task
+    started, nothing in the run directory but ``run.json``; once that node is gone, ``--resume``
+    runs every task on the head."""
+    if os.environ.get(IN_NAMESPACE) != "1":
+        _run_in_namespace(request, tmp_path)
+        return
+    head, worker = head_and_bare_node
+    nodes = _alive(head)
+    assert set(nodes) == {"head_node", "worker_node"}
+    suite = write_suite(tmp_path / "s.jsonl", [
+        {"id": "one", "turns": ["hello"], "checks": [{"contains": "hello"}]},
+        {"id": "two", "turns": ["hi there"], "checks": [{"contains": "hi there"}]},
+    ])
+    out = tmp_path / "run"
+    reverie = str(Path(sys.executable).with_name("reverie"))
+    command = [reverie, "run", str(suite), "--executor", "ray", "--ray-address", head.address, "--out", str(out), "--quiet"]
+    # not from the repository: Ray puts the driver's working directory on every worker's sys.path
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=_CHILD_SECONDS)
+
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr, refused.stderr
+    said = [line for line in refused.stderr.splitlines() if line.startswith("reverie")]
+    assert said == [
+        f"reverie: error: --ray-address {head.address}: the cluster's workers cannot import reverie on node "
+        f"{nodes['worker_node']} at 127.0.0.1 (ModuleNotFoundError: No module named 'orchestrator'): install "
+        f"reverie[ray]=={__version__} (the driver's version) in the Python that runs Ray on every node"
+    ], refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == said[0]
+    assert refused.stdout == ""
+    left = sorted(p.name for p in out.iterdir())
+    assert left == [".reverie-run.lock", "run.json"], left
+    assert json.loads((out / "run.json").read_text())["tasks"] == ["one", "two"]
+
+    worker.kill()
+    wait_until(lambda: set(_alive(head)) == {"head_node"}, timeout=60, what="the worker node marked dead")
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, cwd=tmp_path, timeout=_CHILD_SECONDS)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["status"]) for r in results) == [("one", "passed"), ("two", "passed")]
+    assert all(r["worker_pid"] != os.getpid() for r in results)
+    assert gather(out).index["runs"][0]["rows"]
