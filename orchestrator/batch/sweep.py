@@ -12,7 +12,9 @@ under triggers it was not written for: it is left out and listed as pinned, unle
 ``override_pinned``, when the setting overrides its trigger like every other task's.
 
 Each setting gets a fresh executor of the one choice ``reverie run`` would make (``--processes``
-included), so a setting's statuses equal a run's. Its worker processes are spawned rather than
+included), so a setting's statuses equal a run's. An executor that can be held across runs (Ray:
+``protocol.HeldAcrossRuns``) is held around every setting, so a sweep on Ray has one driver and
+one cluster (a private Ray starts once), from the command line and the library alike. Its worker processes are spawned rather than
 forked: forking happens before an event loop starts (batch/spawn.py), and one loop spans a sweep.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -29,7 +32,7 @@ from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
-from orchestrator.batch.protocol import Executor
+from orchestrator.batch.protocol import Executor, HeldAcrossRuns
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
@@ -320,24 +323,26 @@ async def _run_settings(
     done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
     runs: list[RunReport] = []
     stats: list[dict[str, Any]] = []
-    for setting in settings:
-        run_options = replace(
-            options, out_dir=options.out_dir / setting.label, overrides={**options.overrides, **setting.overrides}
-        )
-        report = await run_suite(
-            runnable,
-            run_options,
-            make_executor(),
-            resume=resume,
-            progress=progress_for(setting),
-            on_result=on_result_for(setting),
-            suite_name=suite_name,
-        )
-        runs.append(report)
-        done.append((setting, report.summary))
-        stats.append(setting_stats(setting.label, report.results, elapsed=report.summary.get("elapsed_total")))
-        if on_setting_done is not None:
-            await on_setting_done(setting, report)
+    executor = make_executor()
+    async with executor.hold() if isinstance(executor, HeldAcrossRuns) else nullcontext():
+        for n, setting in enumerate(settings):
+            run_options = replace(
+                options, out_dir=options.out_dir / setting.label, overrides={**options.overrides, **setting.overrides}
+            )
+            report = await run_suite(
+                runnable,
+                run_options,
+                executor if n == 0 else make_executor(),
+                resume=resume,
+                progress=progress_for(setting),
+                on_result=on_result_for(setting),
+                suite_name=suite_name,
+            )
+            runs.append(report)
+            done.append((setting, report.summary))
+            stats.append(setting_stats(setting.label, report.results, elapsed=report.summary.get("elapsed_total")))
+            if on_setting_done is not None:
+                await on_setting_done(setting, report)
     rows = [{**row, **extra} for row, extra in zip(comparison_rows(done), stats, strict=True)]
     summary = decide(rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs)
     charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows, summary))

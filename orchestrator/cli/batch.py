@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import AsyncExitStack, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -378,17 +378,11 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
             return on_result
 
         async def main() -> Any:
-            async with AsyncExitStack() as stack:
-                if kind == "ray":
-                    # lazy: `reverie --help` imports every command module (cli/app.py)
-                    from orchestrator.batch.ray_exec import ray_session
-
-                    await stack.enter_async_context(ray_session(jobs, ray_address))
-                return await run_sweep(
-                    list(tasks), list(settings), options, lambda: chosen, resume=resume,
-                    progress_for=progress_for, on_result_for=on_result_for, suite_name=str(suite),
-                    epochs=plan.epochs, override_pinned=plan.override_pinned,
-                )
+            return await run_sweep(
+                list(tasks), list(settings), options, lambda: chosen, resume=resume,
+                progress_for=progress_for, on_result_for=on_result_for, suite_name=str(suite),
+                epochs=plan.epochs, override_pinned=plan.override_pinned,
+            )
 
         try:
             report = run_async(main)

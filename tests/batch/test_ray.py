@@ -8,18 +8,21 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from orchestrator.batch.executors import LocalExecutor
 from orchestrator.batch.report_data import gather
+from orchestrator.batch.results import read_results
 from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import load_suite
@@ -168,3 +171,58 @@ def test_a_sweep_on_ray_equals_one_on_the_local_executor(local_ray: str, tmp_pat
     for setting in settings:
         assert (task_paths(tmp_path / "ray" / setting.label, "rule").memory / ".git").is_dir()
     assert (tmp_path / "ray" / "comparison.json").is_file()
+
+
+_TIMES = ("elapsed", "wall_time")
+_TOKENS = ("tokens", "main_tokens_in", "main_tokens_out", "subagent_tokens_in", "subagent_tokens_out")
+"""The prompt names the memory folder by its path, so token counts follow that path's length: a
+scratch folder on a Ray node, ``OUT/<label>`` locally (they differ between local settings too)."""
+
+
+def _sweep(suite: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).with_name("reverie")), "sweep", str(suite), "-j", "2", "--epochs", "2",
+               "-t", "off", "-t", "step-count:2", "-t", "compaction-event", "--out", str(out), "--quiet", *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out.parent, env=env)
+
+
+@pytest.mark.slow
+def test_a_sweep_with_epochs_on_ray_is_one_driver_deciding_as_the_local_executor(tmp_path: Path) -> None:
+    """``reverie sweep --epochs 2`` with three settings on a private Ray and on the local executor:
+    every setting runs every task twice (``<id>.epoch-<k>``) with the same statuses and checks,
+    and the decision is the same (quality and its interval, tokens, reflection outcomes, memory
+    size, front, recommendation; only times differ). One Ray serves every setting: the same worker
+    processes ran each setting's tasks (a Ray per setting would have new ones)."""
+    suite = write_suite(tmp_path / "s.jsonl")
+    ray_run = _sweep(suite, tmp_path / "ray", "--executor", "ray")
+    assert ray_run.returncode == 0, ray_run.stderr
+    local_run = _sweep(suite, tmp_path / "local", "--executor", "local", "--processes", "1")
+    assert local_run.returncode == 0, local_run.stderr
+
+    def decision(out: Path) -> dict[str, Any]:
+        summary = json.loads((out / "summary.json").read_text())
+        summary["settings"] = [{k: v for k, v in row.items() if k not in _TIMES + _TOKENS} for row in summary["settings"]]
+        summary["recommendation"] = summary["recommendation"]["setting"]
+        return summary
+
+    assert decision(tmp_path / "ray") == decision(tmp_path / "local")
+    summary = decision(tmp_path / "ray")
+    assert summary["epochs"] == 2 and summary["pinned"] == {"chat": "off"}
+    assert [(r["setting"], r["tasks"], r["epochs"], r["samples"]) for r in summary["settings"]] == [
+        ("off", 4, 2, 8), ("step-count-2", 4, 2, 8), ("compaction-event", 4, 2, 8)
+    ]
+    assert summary["settings"][1]["reflections"] > 0, "step-count:2 reflects in this suite"
+    for mine, theirs in zip(*(json.loads((tmp_path / d / "summary.json").read_text())["settings"] for d in ("ray", "local")),
+                            strict=True):
+        assert abs(mine["main_tokens_in"] - theirs["main_tokens_in"]) < 0.02 * theirs["main_tokens_in"], (mine, theirs)
+    wanted = {f"{t}.epoch-{k}": status for t, status in EXPECTED.items() if t != "chat" for k in (1, 2)}
+    pids = []
+    for label in ("off", "step-count-2", "compaction-event"):
+        mine = {r.id: r for r in read_results(tmp_path / "ray" / label / "results.jsonl").values()}
+        theirs = {r.id: r for r in read_results(tmp_path / "local" / label / "results.jsonl").values()}
+        assert {i: r.status for i, r in mine.items()} == wanted
+        assert {i: r.checks for i, r in mine.items()} == {i: r.checks for i, r in theirs.items()}
+        assert json.loads((tmp_path / "ray" / label / "run.json").read_text())["executor"] == "ray"
+        pids.append({r.worker_pid for r in mine.values()})
+    assert os.getpid() not in set.union(*pids)
+    assert set.intersection(*pids), f"one Ray for every setting: worker pids per setting {pids}"
