@@ -9,6 +9,7 @@ through the observer are logged too. Lines are ``{"seq", "at", "task", "kind", "
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,10 +128,13 @@ def follow_events(
             if task is not None and path.stem != task:
                 continue
             with path.open("rb") as handle:
-                handle.seek(offsets.get(path, 0))
+                start = offsets.get(path, 0)
+                if os.fstat(handle.fileno()).st_size < start:
+                    start = 0  # written again from the start: a Ray task's retry (``batch.ray_exec``)
+                handle.seek(start)
                 chunk = handle.read()
             complete = chunk[: chunk.rfind(b"\n") + 1]
-            offsets[path] = offsets.get(path, 0) + len(complete)
+            offsets[path] = start + len(complete)
             fresh.extend(
                 r for r in _parse_lines(complete.decode("utf-8", "replace")) if not kinds or r.kind in kinds
             )

@@ -20,6 +20,16 @@ The driver unpacks that into the run directory and only then records the result,
 directory exists only where the driver runs, and ``report``, ``--resume`` and ``--retry-failed``
 see what a local run leaves. The user's ``config.toml`` travels as text for the same reason.
 
+Events while a task runs. The Ray task is a generator: the task runs in a thread of the worker,
+and the generator yields each batch of whole lines its event log gains (looked at every half
+second), then the result. The driver appends them to the task's log in the run directory and hands
+them to the progress sink, so ``reverie events RUN --follow`` and the progress bar follow a remote
+task as a local one; the archive's log then replaces that copy, of which it is a continuation.
+Why a Ray generator rather than an actor or queue the tasks push to: it needs no process besides
+the task's, its items arrive in order, and they end with the task (a lost node ends them too). A
+retry after a lost node resends only the items the driver had not taken yet, so the driver's copy
+starts again on a new attempt and waits for the archive where lines are missing (``_LiveLog``).
+
 A lost node. A task is retried once by Ray (``max_retries=1``) when its worker or node dies: it
 starts from its template in a fresh scratch directory, so the rerun is clean. When the retry is
 lost too (or cannot be placed), the task's result is ``error`` naming the node its last attempt
@@ -36,15 +46,17 @@ from __future__ import annotations
 import builtins
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
 import socket
 import sys
 import tempfile
+import threading
 import types
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -55,9 +67,10 @@ import anyio
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
+from orchestrator.batch.eventlog import EventRecord
 from orchestrator.batch.protocol import ResultSink
 from orchestrator.batch.results import TaskResult
-from orchestrator.batch.runner import ProgressSink, RunOptions, run_task
+from orchestrator.batch.runner import ProgressSink, RunOptions, run_task, task_paths
 from orchestrator.batch.suite import Task, task_from_json, task_to_json
 from orchestrator.batch.task_archive import pack_task, unpack_task
 
@@ -102,25 +115,51 @@ def _worker_env(environ: Mapping[str, str], *, local: bool) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _Shipped:
-    """What a Ray task sends back: its result line, its files, the node it ran on."""
+    """What a Ray task sends back last: its result line, its files, the node it ran on."""
 
     result: dict[str, Any]
     archive: bytes
     node: str
 
 
+@dataclass(frozen=True)
+class _Events:
+    """Lines a running task appended to its event log, from byte ``offset`` of the log its attempt
+    ``attempt`` writes (whole lines only)."""
+
+    attempt: str
+    offset: int
+    lines: bytes
+
+
 _KV_NAMESPACE = "reverie"
+_STREAM_SECONDS = 0.5
+"""How often a running task's event log is looked at for new lines (its runner appends them at
+most once a second, and after every turn that follows a quiet second)."""
+
+
+def _new_lines(path: Path, offset: int) -> bytes:
+    """The whole lines appended to ``path`` after ``offset`` (none yet: b"")."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return b""
+    return chunk[: chunk.rfind(b"\n") + 1]
 
 
 def _ray_entry(
     task_json: dict[str, Any], options_json: dict[str, Any], env: dict[str, str], config_text: str | None, key: str
-) -> _Shipped:
-    """Runs inside a Ray worker, on whichever node: the task in a scratch run directory of its own
-    on a fresh event loop, then its files packed for the driver."""
+) -> Iterator[_Events | _Shipped]:
+    """Runs inside a Ray worker, on whichever node (a Ray generator task): the task in a scratch run
+    directory of its own on a fresh event loop in a thread, while this yields each batch of lines
+    its event log gains (``_Events``); then its files packed for the driver (``_Shipped``)."""
     os.environ.update(env)
     task = task_from_json(task_json)
     node = _node_id()
     _kv().put(key, f"{node} {_node_ip()}", namespace=_KV_NAMESPACE)
+    attempt = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="reverie-task-") as scratch:
         out = Path(scratch).resolve() / "run"
         out.mkdir()
@@ -131,9 +170,60 @@ def _ray_entry(
             config_file = str(config_path)
         options = replace(RunOptions.from_json(options_json), out_dir=out, config_file=config_file)
         backend = env.get("REVERIE_BACKEND", "trio")
-        result: TaskResult = anyio.run(partial(run_task, task, options), backend=backend)
+        outcome: list[TaskResult | BaseException] = []
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome.append(anyio.run(partial(run_task, task, options), backend=backend))
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name=f"reverie task {task.id}", daemon=True).start()
+        log, offset = task_paths(out, task.id).events, 0
+        while True:
+            finished = done.wait(_STREAM_SECONDS)
+            lines = _new_lines(log, offset)
+            if lines:
+                yield _Events(attempt, offset, lines)
+                offset += len(lines)
+            if finished:
+                break
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
         archive = pack_task(out, task.id)
-    return _Shipped(result.to_json(), archive, node)
+    yield _Shipped(result.to_json(), archive, node)
+
+
+class _LiveLog:
+    """The driver's copy of a running task's event log in the run directory, appended as its lines
+    arrive, so ``reverie events --follow`` shows a remote task as it runs. Only lines that follow on
+    from what is written are taken: a new attempt (Ray retried the task) starts the file again, and
+    lines Ray does not resend after a retry leave a gap that the task's archive fills at its end
+    (it replaces the file with the whole log, of which what was written is the start)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.attempt: str | None = None
+        self.written = 0
+        self.gap = False
+
+    def take(self, events: _Events) -> list[EventRecord]:
+        """Write ``events`` if they follow on (blocking); the records written."""
+        if events.attempt != self.attempt:
+            self.attempt, self.written, self.gap = events.attempt, 0, False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(b"")
+        if self.gap or events.offset != self.written:
+            self.gap = True
+            return []
+        with self.path.open("ab") as handle:
+            handle.write(events.lines)
+        self.written += len(events.lines)
+        return [EventRecord.from_json(json.loads(line)) for line in events.lines.splitlines() if line.strip()]
 
 
 def _node_id() -> str:
@@ -320,6 +410,25 @@ Placement = Callable[[Task], Mapping[str, Any]]
 that places tasks itself: on a GPU node, or across nodes as the cluster tests do."""
 
 
+async def _follow(
+    ray: Any, stream: Any, live: _LiveLog, task_id: str, progress: ProgressSink | None
+) -> _Shipped:
+    """Take a Ray task's items as they come: its event lines into the run directory (and the
+    progress sink, ``task.end`` aside: the executor says that with the result), then its result."""
+    while True:
+        ref = await blocking.run_sync("wait", partial(next, stream, None))
+        if ref is None:
+            raise RuntimeError("the Ray task ended without its result")
+        item = await blocking.run_sync("wait", partial(ray.get, ref))
+        if isinstance(item, _Shipped):
+            return item
+        records = await blocking.run_sync("files", partial(live.take, item))
+        if progress is not None:
+            for record in records:
+                if record.kind != "task.end":
+                    await progress(task_id, record.kind, record.payload)
+
+
 class RayExecutor:
     """``placement`` (library only): each task's extra options for its Ray task; Ray places it
     wherever a CPU is free otherwise."""
@@ -413,18 +522,19 @@ class RayExecutor:
 
         async def one(task: Task) -> None:
             key = f"task/{run_key}/{task.id}"
+            live = _LiveLog(task_paths(options.out_dir, task.id).events)
             async with limiter:
                 placed = remote.options(**self.placement(task)) if self.placement is not None else remote
-                ref = await blocking.run_sync(
+                stream = await blocking.run_sync(
                     "files", partial(placed.remote, task_to_json(task), options.to_json(), env, config_text, key)
                 )
                 try:
-                    shipped: _Shipped = await blocking.run_sync("wait", partial(ray.get, ref))
+                    shipped = await _follow(ray, stream, live, task.id, progress)
                     await blocking.run_sync("files", partial(unpack_task, options.out_dir, task.id, shipped.archive))
                     result = TaskResult.from_json(shipped.result)
                 except anyio.get_cancelled_exc_class():
                     with anyio.CancelScope(shield=True):
-                        await blocking.run_sync("files", partial(ray.cancel, ref, force=True))
+                        await blocking.run_sync("files", partial(ray.cancel, stream, force=True))
                     raise
                 except Exception as exc:
                     started_on = await blocking.run_sync("files", partial(kv.pop, key, namespace=_KV_NAMESPACE))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
+
+from orchestrator.testing.openai_server import Planned
 
 TINY: list[dict[str, Any]] = [
     {"id": "rule", "turns": ["remember: always end answers with ~fin", "hello"],
@@ -38,3 +41,28 @@ app(sys.argv[1:])
 """
 """``python -c LAUNCH_CLI run ...``: the batch commands in a child that turns SIGINT into
 KeyboardInterrupt as a terminal's Ctrl-C does (a child started from Python may inherit it ignored)."""
+
+
+HOLD_SECONDS = 240
+"""A held call gives up waiting for its release after this long (a failed test must not hang)."""
+
+
+class HoldingModel:
+    """The loopback model: the first call of each ``slow`` prompt is held until ``release``, and
+    ``arrived[prompt]`` says it came in (the task is on its node, mid-turn)."""
+
+    def __init__(self, prompts: list[str]) -> None:
+        self.arrived = {p: threading.Event() for p in prompts}
+        self.release = threading.Event()
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: Any) -> Planned:
+        text = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
+        with self._lock:
+            self.calls[text] = self.calls.get(text, 0) + 1
+            first = self.calls[text] == 1
+        if text in self.arrived and first:
+            self.arrived[text].set()
+            self.release.wait(HOLD_SECONDS)
+        return Planned(text=f"(loopback) {text}")

@@ -20,13 +20,16 @@ from typing import Any
 import anyio
 import pytest
 
+from orchestrator.batch.eventlog import event_log_path, follow_events, read_events
 from orchestrator.batch.executors import LocalExecutor
 from orchestrator.batch.report_data import gather
 from orchestrator.batch.results import read_results
 from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import load_suite
-from tests.batch.helpers import EXPECTED, write_suite
+from orchestrator.testing.openai_server import LoopbackOpenAI
+from tests.batch.helpers import EXPECTED, HoldingModel, write_suite
+from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="ray is not installed (optional extra: pip install 'reverie[ray]')"
@@ -226,3 +229,64 @@ def test_a_sweep_with_epochs_on_ray_is_one_driver_deciding_as_the_local_executor
         pids.append({r.worker_pid for r in mine.values()})
     assert os.getpid() not in set.union(*pids)
     assert set.intersection(*pids), f"one Ray for every setting: worker pids per setting {pids}"
+
+
+def test_a_remote_task_s_events_reach_the_run_directory_while_it_runs(
+    local_ray: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a Ray task's model call is held, its ``task.start`` line (the worker's pid) is already
+    in the driver's run directory and the progress sink has heard it, with no result recorded yet;
+    a follower of the log (``reverie events --follow``'s) sees every line once, in order, the same
+    lines the task's archive leaves at its end."""
+    from orchestrator.batch.ray_exec import RayExecutor
+
+    held = HoldingModel(["slow"])
+    out = tmp_path / "run"
+    log = event_log_path(out, "live")
+    tasks = load_suite(write_suite(tmp_path / "s.jsonl", [
+        {"id": "live", "turns": ["slow", "after"], "checks": [{"contains": "after"}], "settings": {"reflection_trigger": "off"}},
+    ]))
+    heard: list[str] = []
+
+    async def sink(task_id: str, kind: str, payload: Any) -> None:
+        heard.append(kind)
+
+    def started_here() -> bool:
+        return log.is_file() and '"task.start"' in log.read_text()
+
+    with LoopbackOpenAI(fallback=held) as server:
+        monkeypatch.setenv("REVERIE_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+        async def go() -> tuple[Any, list[Any], list[str]]:
+            followed: list[Any] = []
+            during: list[str] = []
+
+            async def watch() -> None:
+                try:
+                    await anyio.to_thread.run_sync(held.arrived["slow"].wait)
+                    await anyio.to_thread.run_sync(
+                        lambda: wait_until(started_here, timeout=120, what="task.start in the driver's run directory")
+                    )
+                    during.extend([*heard, "results" if (out / "results.jsonl").exists() else "no results"])
+                    during.append(str(read_events(out, task="live")[0].payload["pid"]))
+                finally:
+                    held.release.set()
+
+            def follow() -> None:
+                followed.extend(follow_events(out, task="live", poll=0.1, stop=(out / "summary.json").exists))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                tg.start_soon(anyio.to_thread.run_sync, follow)
+                report = await run_suite(tasks, RunOptions(out_dir=out), RayExecutor(2), progress=sink)
+            return report, followed, during
+
+        report, followed, during = anyio.run(go, backend="trio")
+    assert [r.status for r in report.results] == ["passed"], report.results
+    assert during[:-1] == ["task.start", "no results"], during
+    assert int(during[-1]) not in (0, os.getpid()), "the line came from the Ray worker"
+    final = read_events(out, task="live")
+    assert [(r.seq, r.kind) for r in followed] == [(r.seq, r.kind) for r in final]
+    assert [r.seq for r in final] == list(range(1, len(final) + 1)) and final[-1].kind == "task.end"
+    assert heard.count("task.end") == 1 and {"turn.start", "model.call"} <= set(heard)

@@ -32,12 +32,13 @@ import anyio
 import pytest
 
 from orchestrator import __version__
+from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.report_data import gather
 from orchestrator.batch.run import run_suite
 from orchestrator.batch.runner import RunOptions, task_paths
 from orchestrator.batch.suite import Task, load_suite
-from orchestrator.testing.openai_server import LoopbackOpenAI, Planned
-from tests.batch.helpers import EXPECTED, write_suite
+from orchestrator.testing.openai_server import LoopbackOpenAI
+from tests.batch.helpers import EXPECTED, HoldingModel, write_suite
 from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -196,27 +197,6 @@ def _hidden_marker() -> str:
     return path
 
 
-class _HoldingModel:
-    """The loopback model: the first call of each ``slow`` prompt is held until ``release``, and
-    ``arrived[prompt]`` says it came in (the task is on its node, mid-turn)."""
-
-    def __init__(self, prompts: list[str]) -> None:
-        self.arrived = {p: threading.Event() for p in prompts}
-        self.release = threading.Event()
-        self.calls: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, body: Any) -> Planned:
-        text = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
-        with self._lock:
-            self.calls[text] = self.calls.get(text, 0) + 1
-            first = self.calls[text] == 1
-        if text in self.arrived and first:
-            self.arrived[text].set()
-            self.release.wait(_CHILD_SECONDS)
-        return Planned(text=f"(loopback) {text}")
-
-
 @pytest.mark.slow
 def test_two_nodes_no_shared_disk_then_a_lost_node(
     request: pytest.FixtureRequest, cluster: tuple[Any, _WorkerNode, Path], tmp_path: Path
@@ -266,7 +246,7 @@ def test_two_nodes_no_shared_disk_then_a_lost_node(
     assert "~fin" in (task_paths(out, "rule").memory / "persona.md").read_text()
 
     # 2. the worker node dies mid-run
-    held = _HoldingModel(["slow moved", "slow lost"])
+    held = HoldingModel(["slow moved", "slow lost"])
     lost_run = tmp_path / "lost"
     lost_suite = write_suite(tmp_path / "lost.jsonl", [
         {"id": "moved", "turns": ["slow moved"], "checks": [{"contains": "slow moved"}]},
@@ -307,6 +287,8 @@ def test_two_nodes_no_shared_disk_then_a_lost_node(
         assert statuses["lost"].status == "error", statuses["lost"]
         assert f"node {worker_id} at 127.0.0.1 was lost" in (statuses["lost"].error or ""), statuses["lost"].error
         assert (task_paths(lost_run, "moved").memory / ".git").is_dir()
+        moved = [r.kind for r in read_events(lost_run, task="moved")]
+        assert moved.count("task.start") == 1 and moved[-1] == "task.end", "the lost attempt's live lines were replaced"
 
         # 3. --retry-failed finishes the run on what is left
         retried = anyio.run(
