@@ -290,3 +290,24 @@ def test_a_remote_task_s_events_reach_the_run_directory_while_it_runs(
     assert [(r.seq, r.kind) for r in followed] == [(r.seq, r.kind) for r in final]
     assert [r.seq for r in final] == list(range(1, len(final) + 1)) and final[-1].kind == "task.end"
     assert heard.count("task.end") == 1 and {"turn.start", "model.call"} <= set(heard)
+
+
+def test_the_driver_s_copy_of_a_live_log_starts_again_on_a_retry_and_waits_out_a_gap(tmp_path: Path) -> None:
+    """A retry's first item after a lost node is the first one the driver had not taken (Ray does
+    not resend the rest), so the new attempt's copy starts empty and takes nothing until the
+    archive; lines that follow on are appended and returned as records."""
+    from orchestrator.batch.ray_exec import _Events, _LiveLog
+
+    def line(seq: int, kind: str) -> bytes:
+        return (json.dumps({"seq": seq, "at": "t", "task": "a", "kind": kind, "payload": {}}) + "\n").encode()
+
+    path = tmp_path / "events" / "a.jsonl"
+    live = _LiveLog(path)
+    first, second = line(1, "task.start"), line(2, "turn.start")
+    assert [r.kind for r in live.take(_Events("one", 0, first))] == ["task.start"]
+    assert [r.seq for r in live.take(_Events("one", len(first), second))] == [2]
+    assert path.read_bytes() == first + second
+    assert live.take(_Events("two", len(first), second)) == [] and path.read_bytes() == b""
+    assert live.take(_Events("two", len(first) + len(second), line(3, "model.call"))) == []
+    assert path.read_bytes() == b""
+    assert [r.kind for r in _LiveLog(path).take(_Events("three", 0, first))] == ["task.start"]
