@@ -119,10 +119,12 @@ def follow_events(
     stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[EventRecord]:
     """Yield logged events as they are written, like ``tail -f`` over every task's log (blocking;
-    for the command line). Ends when ``stop()`` is true after a quiet poll."""
+    for the command line). Ends after a quiet poll that began with ``stop()`` true: asked before
+    reading, so whatever was written before the run said it ended has been read."""
     folder = run_dir / EVENTS_DIR
     offsets: dict[Path, int] = {}
     while True:
+        ended = stop()
         fresh: list[EventRecord] = []
         for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
             if task is not None and path.stem != task:
@@ -141,7 +143,7 @@ def follow_events(
         fresh.sort(key=lambda r: (r.at, r.task, r.seq))
         yield from fresh
         if not fresh:
-            if stop():
+            if ended:
                 return
             time.sleep(poll)
 
