@@ -329,17 +329,26 @@ def _would_be_valid(checkout: Path, rel: str, text: str) -> tuple[str, ...]:
     return validate_snapshot(build_snapshot(after, before), ROOT_MARKER).errors
 
 
-async def _commit(checkout: Path, rel: str, text: str, message: str, *, lock: Path | None = None) -> str:
-    """Write and commit with hooks bypassed (one git process), return the full id.
+async def _commit(
+    checkout: Path, rel: str, text: str, message: str, made: Callable[[str], None], *, lock: Path | None = None
+) -> str:
+    """Write and commit with hooks bypassed (one git process), hand the full id to ``made`` and
+    return it.
 
-    Retried (backing off to 0.1 s) while git or the disk refuses: a full disk (``enospc``) is
-    waited out. With ``lock`` each attempt holds that repository's lock and the wait between
-    attempts does not, so a writer waiting for disk space never blocks the merge that frees it.
+    An attempt and ``made`` run shielded: a Ctrl-C that lands while git is committing would
+    otherwise leave a commit on the branch that no figure of the summary counts (the equation's
+    ``unmerged`` counts it from git, ``recorded`` never heard of it). Retried (backing off to 0.1 s)
+    while git or the disk refuses: a full disk (``enospc``) is waited out. With ``lock`` each
+    attempt holds that repository's lock and the wait between attempts does not, so a writer
+    waiting for disk space never blocks the merge that frees it.
     """
     said = ""
     for attempt in range(_COMMIT_RETRIES):
         async with merge_lock(lock) if lock is not None else nullcontext():
-            sha, said = await _commit_once(checkout, rel, text, message)
+            with CancelScope(shield=True):
+                sha, said = await _commit_once(checkout, rel, text, message)
+                if sha is not None:
+                    made(sha)
         if sha is not None:
             return sha
         await sleep(min(0.005 * (attempt + 1), 0.1))
@@ -396,6 +405,11 @@ class _State:
 
     def record(self, sha: str) -> None:
         self.recorded.append(sha)
+
+    def record_main(self, sha: str) -> None:
+        self.record(sha)
+        self.heads.append(sha)
+        self.main_commits += 1
 
     def absorb(self, outcome: MergeOutcome, latency: float) -> None:
         self.latencies.append(latency)
@@ -491,12 +505,16 @@ class _Writer:
             if sha is None:
                 rel, text, message = await self._edit(k, rng)
                 assert self.wt is not None
-                sha = await _commit(self.wt.path, rel, text, message)
+                await _commit(self.wt.path, rel, text, message, self._made)
+            else:
+                self._made(sha)
         else:
-            sha = await _commit(self.wt.path, rel, text, message)
+            await _commit(self.wt.path, rel, text, message, self._made)
+        self.state.tick()
+
+    def _made(self, sha: str) -> None:
         self.state.record(sha)
         self.batch.append(sha)
-        self.state.tick()
 
     async def _restart_after_commit_kill(self, message: str) -> bool:
         """The killed writer restarts: reports its commit if git has it, recovery clears the dead
@@ -713,10 +731,7 @@ async def _main_writer(state: _State, stop: list[bool]) -> None:
         errors = await blocking.run_sync("files", partial(_would_be_valid, repo, rel, text))
         if errors:
             raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
-        sha = await _commit(repo, rel, text, message, lock=repo)
-        state.record(sha)
-        state.heads.append(sha)
-        state.main_commits += 1
+        await _commit(repo, rel, text, message, state.record_main, lock=repo)
         n += 1
         await sleep(config.main_interval)
 

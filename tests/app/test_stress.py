@@ -15,7 +15,7 @@ from orchestrator.memfs.merge import FAULT_STEPS, merge_branch
 from orchestrator.memfs.validator import validate_head
 from orchestrator.models.scripted import ScriptedModel
 from subagents.resolver import make_resolver
-from tests.memfs.reflection_helpers import git
+from tests.memfs.reflection_helpers import git, make_repo
 
 
 async def _git(cwd: Path, *args: str) -> str:
@@ -203,3 +203,18 @@ async def test_a_writer_killed_mid_commit_reports_or_redoes_it(tmp_path: Path, s
     repo = tmp_path / "w" / "memory"
     subjects = (await _git(repo, "log", "--format=%s", "main")).splitlines()
     assert sorted(s for s in subjects if s.startswith("writer 0 ")) == sorted(f"writer 0 commit {k}" for k in range(10))
+
+
+@pytest.mark.anyio
+async def test_a_commit_cancelled_while_git_commits_is_still_reported(tmp_path: Path) -> None:
+    """A Ctrl-C that lands mid-commit: git's commit and the summary's record of it go together (a
+    commit only git knows of broke the accounting equation by one under load)."""
+    from orchestrator.app.stress import HOT_FILE, _commit, _note
+
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
+    reported: list[str] = []
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await _commit(repo, HOT_FILE, _note("hot", "cancelled"), "cancelled commit", reported.append)
+    assert reported == [(await _git(repo, "rev-parse", "HEAD")).strip()]
+    assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "cancelled commit"
