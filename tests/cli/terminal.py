@@ -46,7 +46,7 @@ class Terminal:
             if time.monotonic() >= end:
                 return
 
-    def wait(self, what: str | Callable[[str], bool], timeout: float = 30.0) -> str:
+    def wait(self, what: str | Callable[[str], bool], timeout: float = 120.0) -> str:
         test = (lambda text: what in text) if isinstance(what, str) else what
         end = time.monotonic() + timeout
         while time.monotonic() < end:
