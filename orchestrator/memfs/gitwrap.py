@@ -2,7 +2,7 @@
 
 An agent's own ``git commit`` in its memory repository must take the same per-repository lock
 as reverie's merge-back and post-turn sync, or a merge could be starved by a busy agent (or
-refuse it). The wrapper is a small stdlib-only Python script: for a command that may write the
+refuse it). For a command that may write the
 index or refs (anything not in its read-only list) in a repository whose git common directory
 holds reverie's lock file, it takes that ``flock`` (bounded wait), runs the real git (the next
 ``git`` on ``PATH``) with ``REVERIE_GIT_LOCK_HELD`` set so nested git calls (hooks, aliases) do
@@ -13,19 +13,24 @@ A commit (``commit``, ``merge``, ``rebase``, ...) that fails leaves a record bes
 the post-turn check turns into a warning and a reminder (issue 23 item 2); one that succeeds
 removes it.
 
-Where it lives: ``<git common dir>/reverie/bin/git``, written on first use with the running
-interpreter as its ``#!`` line, started isolated and without ``site`` (``-IS``): the script needs
-the standard library only, and processing the environment's ``site-packages`` (``.pth`` files, the
-editable install's finder) was three quarters of its start, about 35 ms of every agent ``git``
-call (``bench/commit.py``). A read-only command imports nothing beyond ``os`` and ``sys`` before it
-becomes git. Inside a bubblewrap sandbox it therefore needs nothing but the
-memory repository (mounted for the agent anyway) and the interpreter (the venv, mounted
-read-only): no reverie package, no ``$REVERIE_HOME``.
+Where it lives: ``<git common dir>/reverie/bin/git``, a ``/bin/sh`` script (:data:`SHELL_SOURCE`)
+that settles the common cases itself (a read-only command becomes git at once; a write in a
+repository's top level takes the lock with ``flock(1)`` and becomes git, which inherits the locked
+descriptor), and beside it ``git-wrapper.py`` (:data:`WRAPPER_SOURCE`), the stdlib-only Python
+wrapper, started isolated and without ``site`` (``-IS``, the interpreter reverie runs in) for the
+rest: global options before a write, a repository found above the working directory or named by
+``GIT_DIR``, no ``flock``, and writing a failed commit's record. The shell starts in about a
+millisecond; the interpreter took ~12 ms of CPU and its ``subprocess`` import twice that, at every
+agent ``git`` call, three of them in an edit-and-commit step (``bench/commit.py``). Inside a
+bubblewrap sandbox it needs nothing but the memory repository (mounted for the agent anyway), the
+system's ``sh``/``flock`` and the interpreter (the venv, mounted read-only): no reverie package,
+no ``$REVERIE_HOME``.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 import threading
@@ -34,7 +39,7 @@ from pathlib import Path
 from orchestrator.memfs.locks import LOCK_FILE_NAME, common_dir_sync
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 
-__all__ = ["LOCK_HELD_ENV", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
+__all__ = ["LOCK_HELD_ENV", "SHELL_SOURCE", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
 
 LOCK_HELD_ENV = "REVERIE_GIT_LOCK_HELD"
 
@@ -47,8 +52,7 @@ def lock_held_value(common_dir: Path) -> str:
     return f"held:{common_dir}"
 
 
-WRAPPER_SOURCE = r'''#!{python} -IS
-"""reverie's git wrapper (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit."""
+WRAPPER_SOURCE = r'''"""reverie's git wrapper, the slow path (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit."""
 import os
 import sys
 
@@ -56,14 +60,10 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 HELD = "{held}"
 LOCK = "{lock}"
 FAILED = "{failed}"
-COMMITS = frozenset(("commit", "merge", "cherry-pick", "revert", "am", "rebase"))
+RECORD = "--reverie-record-failure"
+COMMITS = frozenset({commits})
 WAIT = float(os.environ.get("REVERIE_GIT_LOCK_WAIT", "300"))
-READS = frozenset((
-    "status log show diff rev-parse rev-list ls-files ls-tree cat-file blame grep describe shortlog "
-    "show-ref for-each-ref merge-base name-rev whatchanged help version var check-ignore check-attr "
-    "count-objects cherry diff-tree diff-files diff-index range-diff show-branch ls-remote config "
-    "verify-commit verify-tag archive bugreport"
-).split())
+READS = frozenset({reads})
 VALUED = frozenset(("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"))
 
 
@@ -150,8 +150,22 @@ def record(common, command, code, said):
         pass
 
 
+def record_failure(common, command, code, path):
+    """The shell wrapper's commit failed: record it from git's stderr saved in ``path``."""
+    try:
+        with open(path, "rb") as saved:
+            said = saved.read()[-8192:].decode("utf-8", "replace")
+        os.unlink(path)
+    except OSError:
+        said = ""
+    record(common, command, int(code), said)
+    sys.exit(int(code))
+
+
 def main():
     argv = sys.argv[1:]
+    if argv[:1] == [RECORD]:
+        record_failure(*argv[1:5])
     git = real_git()
     options, command = split(argv)
     env = dict(os.environ)
@@ -195,34 +209,156 @@ def main():
 main()
 '''
 
+SHELL_SOURCE = r"""#!/bin/sh
+# reverie's git wrapper (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit.
+# The fast path: what it cannot settle exactly goes to the Python wrapper beside it.
+set -f
+PY={python}
+SLOW=${0%/*}/{slow}
+git=
+IFS=:
+for dir in ${PATH-}; do
+    [ -n "$dir" ] || continue
+    [ "$dir/git" -ef "$0" ] && continue
+    if [ -f "$dir/git" ] && [ -x "$dir/git" ]; then git=$dir/git; break; fi
+done
+unset IFS
+if [ -z "$git" ]; then
+    for dir in /usr/bin /usr/local/bin /bin; do
+        if [ -x "$dir/git" ]; then git=$dir/git; break; fi
+    done
+    [ -n "$git" ] || { echo "reverie git wrapper: no git found on PATH" >&2; exit 127; }
+fi
+command=
+skip=
+for arg do
+    if [ -n "$skip" ]; then skip=; continue; fi
+    case $arg in
+        -C|-c|--git-dir|--work-tree|--namespace|--config-env|--super-prefix) skip=1 ;;
+        -*) ;;
+        *) command=$arg; break ;;
+    esac
+done
+case $command in
+    ''|{reads})
+        GIT_OPTIONAL_LOCKS=${GIT_OPTIONAL_LOCKS-0}
+        export GIT_OPTIONAL_LOCKS
+        exec "$git" "$@" ;;
+esac
+common=
+if [ "$1" = "$command" ] && [ -z "${GIT_DIR+x}${GIT_COMMON_DIR+x}${GIT_WORK_TREE+x}" ]; then
+    if [ -d .git ]; then
+        [ -f .git/HEAD ] && [ ! -e .git/commondir ] && common=.git
+    elif [ -f .git ]; then
+        line=
+        read -r line < .git || :
+        case $line in
+            "gitdir: "*)
+                gitdir=${line#gitdir: }
+                if [ -f "$gitdir/HEAD" ]; then
+                    if [ -f "$gitdir/commondir" ]; then
+                        read -r shared < "$gitdir/commondir" || :
+                        case $shared in
+                            /*) common=$shared ;;
+                            ?*) common=$gitdir/$shared ;;
+                        esac
+                    else
+                        common=$gitdir
+                    fi
+                fi ;;
+        esac
+    fi
+fi
+[ -n "$common" ] && common=$(cd -P -- "$common" 2>/dev/null && pwd)
+[ -n "$common" ] && command -v flock >/dev/null 2>&1 || exec "$PY" -I -S "$SLOW" "$@"
+[ "${{held}-}" = "held:$common" ] && exec "$git" "$@"
+[ -e "$common/{lock}" ] || exec "$git" "$@"
+[ -r "$common/{lock}" ] && command exec 9<"$common/{lock}" || exec "$PY" -I -S "$SLOW" "$@"
+WAIT=${REVERIE_GIT_LOCK_WAIT-300}
+if ! flock -w "$WAIT" 9; then
+    echo "reverie: the memory repository stayed locked for $WAIT s (a merge is running); try again" >&2
+    exit 75
+fi
+{held}=held:$common
+export {held}
+case $command in
+    {commits}) ;;
+    *) exec "$git" "$@" ;;
+esac
+said=$common/reverie-git.$$.stderr
+"$git" "$@" 2>"$said"
+code=$?
+[ -s "$said" ] && cat -- "$said" >&2
+[ "$code" = 0 ] || exec "$PY" -I -S "$SLOW" --reverie-record-failure "$common" "$command" "$code" "$said"
+exec rm -f -- "$said" "$common/{failed}"
+"""
+"""The wrapper itself: ``/bin/sh`` starts in about a millisecond where the interpreter took ~12 ms
+of CPU and importing ``subprocess`` twice that, at every agent ``git`` call (``bench/commit.py``).
+It settles what is common exactly as the Python wrapper does: a read-only command (found past
+git's global options) becomes git at once; a write run in a repository's top level (``.git``
+there, no ``-C``/``--git-dir``/``GIT_DIR``-like variables) finds the common directory as git
+would, from ``.git`` itself (no ``rev-parse`` process), takes the lock with ``flock(1)`` and
+becomes git, which inherits the locked descriptor: the lock is held for as long as git runs,
+whatever happens to the wrapper. A commit's stderr is kept in a file beside the lock (shown when
+git ends) for the failure record, which the Python wrapper writes. Anything else (global options
+before a write, a repository found by searching up, no ``flock``) runs the Python wrapper."""
+
+_SLOW_NAME = "git-wrapper.py"
+_COMMITS = ("commit", "merge", "cherry-pick", "revert", "am", "rebase")
+_READS = (
+    "status log show diff rev-parse rev-list ls-files ls-tree cat-file blame grep describe shortlog "
+    "show-ref for-each-ref merge-base name-rev whatchanged help version var check-ignore check-attr "
+    "count-objects cherry diff-tree diff-files diff-index range-diff show-branch ls-remote config "
+    "verify-commit verify-tag archive bugreport"
+).split()
+
 _cache: dict[str, Path] = {}
 _cache_lock = threading.Lock()
 
 
 def _source() -> str:
     return (
-        WRAPPER_SOURCE.replace("{python}", sys.executable)
+        WRAPPER_SOURCE.replace("{commits}", repr(_COMMITS))
+        .replace("{reads}", repr(_READS))
         .replace("{held}", LOCK_HELD_ENV)
         .replace("{lock}", LOCK_FILE_NAME)
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
     )
 
 
-def ensure_wrapper(common_dir: Path) -> Path:
-    """Write the wrapper (and the lock file it looks for) into ``common_dir``; its directory (blocking)."""
-    folder = common_dir / "reverie" / "bin"
-    target = folder / "git"
-    text = _source()
+def _shell_source() -> str:
+    return (
+        SHELL_SOURCE.replace("{python}", shlex.quote(sys.executable))
+        .replace("{slow}", _SLOW_NAME)
+        .replace("{reads}", "|".join(_READS))
+        .replace("{commits}", "|".join(_COMMITS))
+        .replace("{held}", LOCK_HELD_ENV)
+        .replace("{lock}", LOCK_FILE_NAME)
+        .replace("{failed}", COMMIT_FAILED_FILE_NAME)
+    )
+
+
+def _write(target: Path, text: str, mode: int) -> None:
+    """Replace ``target`` atomically unless it already holds ``text``."""
     try:
-        current = target.read_text(encoding="utf-8")
+        if target.read_text(encoding="utf-8") == text:
+            return
     except (FileNotFoundError, UnicodeDecodeError):
-        current = None
-    if current != text:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".git.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-        os.replace(tmp, target)
+        pass
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(mode)
+    os.replace(tmp, target)
+
+
+def ensure_wrapper(common_dir: Path) -> Path:
+    """Write the wrapper (the shell script ``git`` and the Python wrapper it hands the rest to) and
+    the lock file it looks for into ``common_dir``; the wrapper's directory (blocking)."""
+    folder = common_dir / "reverie" / "bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    readable = stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH
+    _write(folder / _SLOW_NAME, _source(), readable)
+    _write(folder / "git", _shell_source(), readable | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     lock = common_dir / LOCK_FILE_NAME
     if not lock.exists():
         lock.touch()

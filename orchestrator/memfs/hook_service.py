@@ -53,7 +53,7 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         try:
             reply = self.server.service.answer(self.rfile.readline(_REQUEST_LIMIT))
-            self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+            self.wfile.write(_wire(reply))
         except OSError:
             pass  # the hook went away (killed with its commit); it has nothing left to hear
 
@@ -117,6 +117,14 @@ class HookService:
         with self._lock:
             self.answered += 1
         return {"code": 0 if result.ok else 1, "report": format_report(result)}
+
+
+def _wire(reply: dict[str, Any]) -> bytes:
+    """The reply as the hook reads it with no ``json`` import: the exit code (or ``fallback``) on the
+    first line, the report after it as it goes to stderr."""
+    if reply.get("fallback"):
+        return b"fallback\n"
+    return f"{reply['code']}\n".encode() + str(reply.get("report") or "").encode("utf-8", "surrogateescape")
 
 
 def _inside_git_dir(top: Path, index: Path) -> bool:
