@@ -36,7 +36,7 @@ import anyio
 from orchestrator.base import blocking
 from orchestrator.tools.context import ToolContext, ToolResult
 from orchestrator.tools.overflow import write_overflow
-from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command
+from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command, sandbox_refusal
 from orchestrator.tools.truncation import truncate_by_chars
 
 __all__ = ["ARGV_COMMAND_BYTES", "run_bash"]
@@ -113,15 +113,21 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
     """Run the command; started again, planned anew, when bubblewrap itself could not set up the
     sandbox (``bwrap: Can't …``, exit 1, before the command ran): a path it was to protect that git
     removed between the look-up and the mount (an empty ``.git/worktrees`` pruned as a background
-    worktree goes) is not the command's failure."""
-    for _ in range(_SETUP_ATTEMPTS - 1):
+    worktree goes) is not the command's failure. Bubblewrap that cannot run here at all is the
+    one-line refusal (``sandbox_refusal``)."""
+    attempt = 1
+    while True:
         outcome = _execute_once(command, ctx, timeout, run)
-        if not (outcome.returncode == 1 and outcome.output.startswith("bwrap: Can't") and not outcome.timed_out):
+        refusal = sandbox_refusal(ctx, outcome.returncode, outcome.output)
+        if refusal is not None:
+            raise refusal
+        setup_failed = outcome.returncode == 1 and outcome.output.startswith("bwrap: Can't") and not outcome.timed_out
+        if not setup_failed or attempt == _SETUP_ATTEMPTS:
             return outcome
         with run.lock:
             if run.cancelled:
                 return outcome
-    return _execute_once(command, ctx, timeout, run)
+        attempt += 1
 
 
 def _execute_once(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:

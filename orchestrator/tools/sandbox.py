@@ -61,6 +61,7 @@ __all__ = [
     "bwrap_problem",
     "git_dirs",
     "plan_command",
+    "sandbox_refusal",
     "tool_environment",
 ]
 
@@ -305,22 +306,45 @@ def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str])
 
 def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The argv and environment for one call under ``ctx.sandbox``; ``SandboxUnavailable`` when the
-    sandbox is required and cannot run."""
+    sandbox is required and is known not to run.
+
+    Not probed first when bubblewrap is installed: the probe was a second bubblewrap start (its
+    namespaces, 10-70 ms on a loaded machine) before the first command of every process, a one-shot
+    chat's edit-and-commit step included. A command bubblewrap could not start is told apart
+    afterwards (:func:`sandbox_refusal`), which probes then."""
     env = tool_environment(ctx)
     if ctx.sandbox == "off":
         _warn_unconfined()
         return list(command), env
-    problem = bwrap_problem()
-    if problem is None:
+    with _probe_lock:
+        known = _probe_result[0] if _probe_result else None
+        probed = bool(_probe_result)
+    if not probed and shutil.which("bwrap") is None:
+        known = bwrap_problem()
+    if known is None:
         return bwrap_argv(ctx, env, command), env
+    raise _refusal(ctx, known)
+
+
+def _refusal(ctx: ToolContext, problem: str) -> SandboxUnavailable:
     if ctx.sandbox == "bwrap":
-        raise SandboxUnavailable(
+        return SandboxUnavailable(
             f"the bash sandbox is required ([tools] sandbox = bwrap) but {problem}; command not run"
         )
-    raise SandboxUnavailable(
+    return SandboxUnavailable(
         f"bash is refused: the sandbox cannot run ({problem}); install bubblewrap, or set [tools] sandbox = "
         '"off" (REVERIE_SANDBOX=off) to run commands unconfined; command not run'
     )
+
+
+def sandbox_refusal(ctx: ToolContext, returncode: int, output: str) -> SandboxUnavailable | None:
+    """The one-line refusal when a command planned by :func:`plan_command` ended as bubblewrap does
+    when it cannot set up here (exit 1, ``bwrap: ...``) and the probe confirms bubblewrap cannot
+    run; None otherwise (the command's own outcome, or a transient set-up failure). Blocking."""
+    if ctx.sandbox == "off" or returncode != 1 or not output.startswith("bwrap: "):
+        return None
+    problem = bwrap_problem()
+    return None if problem is None else _refusal(ctx, problem)
 
 
 def after_command(ctx: ToolContext) -> None:

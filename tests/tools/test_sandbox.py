@@ -291,6 +291,41 @@ async def test_auto_without_bubblewrap_refuses_in_one_line_naming_both_ways_on(t
     assert not (tmp_path / "project" / "ws" / "ran.txt").exists()
 
 
+@pytest.fixture
+def broken_bwrap(no_bwrap: None, tmp_path: Path) -> None:
+    """A bubblewrap that is installed but cannot set up here (no user namespaces, as in some
+    containers): it fails the way bwrap does, before running anything."""
+    fake = tmp_path / "bin-without-bwrap" / "bwrap"
+    fake.write_text('#!/bin/sh\necho "bwrap: No permissions to create new namespace" >&2\nexit 1\n')
+    fake.chmod(0o755)
+
+
+async def test_a_bubblewrap_that_cannot_run_refuses_in_one_line_without_a_probe_first(
+    tmp_path: Path, broken_bwrap: None
+) -> None:
+    """The probe runs only once a command failed as bubblewrap fails (not before every first command)."""
+    assert not sandbox_module._probe_result
+    result = await run_tool("bash", '{"command": "echo ran > ran.txt"}', _ctx(tmp_path, sandbox="auto"))
+    assert not result.ok and "\n" not in result.output
+    assert "bwrap fails here: bwrap: No permissions to create new namespace" in result.output
+    assert 'sandbox = "off"' in result.output
+    assert not (tmp_path / "project" / "ws" / "ran.txt").exists()
+    again = await run_tool("bash", '{"command": "echo ran > ran.txt"}', _ctx(tmp_path, sandbox="bwrap"))
+    assert not again.ok and "sandbox = bwrap" in again.output and "No permissions" in again.output
+
+
+async def test_the_first_command_starts_bubblewrap_once(tmp_path: Path, no_bwrap: None) -> None:
+    real = shutil.which("bwrap", path=os.defpath + ":/usr/bin:/bin")
+    assert real is not None, "this test needs bubblewrap (make test installs it)"
+    log = tmp_path / "bwrap.log"
+    fake = tmp_path / "bin-without-bwrap" / "bwrap"
+    fake.write_text(f'#!/bin/sh\necho start >> {log}\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    result = await run_bash("echo ran", _ctx(tmp_path))
+    assert result.ok and result.output == "ran"
+    assert log.read_text().splitlines() == ["start"]
+
+
 async def test_off_runs_unconfined_with_one_warning_naming_what_is_not_protected(
     tmp_path: Path, no_bwrap: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
