@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.collation import collation_key
+from orchestrator.memfs.collation import sorted_by_collation
 from orchestrator.memfs.frontmatter import js_trim, parse_frontmatter
 from orchestrator.memfs.git import open_repo
 from orchestrator.memfs.markup import neutralise
@@ -78,7 +78,7 @@ def render_available_skills(skills: Sequence[Skill]) -> str:
     if not roots:
         return ""
     lines = ["<available_skills>"]
-    for i, root in enumerate(sorted(roots, key=collation_key)):
+    for i, root in enumerate(sorted_by_collation(roots, key=str)):
         if i:
             lines.append("")
         lines.append(root)
@@ -114,7 +114,7 @@ class _Node:
 
 def _render_tree(entries: list[tuple[str, str]]) -> list[str]:
     root = _Node({}, [])
-    for relative, description in sorted(entries, key=lambda e: collation_key(e[0])):
+    for relative, description in sorted_by_collation(entries, key=lambda e: e[0]):
         segments = [s for s in relative.split("/") if s]
         if not segments:
             continue
@@ -129,9 +129,9 @@ def _render_tree(entries: list[tuple[str, str]]) -> list[str]:
 
 def _render_node(node: _Node, prefix: str, lines: list[str]) -> None:
     children: list[tuple[str, _Node | str]] = [
-        (name, node.dirs[name]) for name in sorted(node.dirs, key=collation_key)
+        (name, node.dirs[name]) for name in sorted_by_collation(node.dirs, key=str)
     ]
-    children += [(name, desc) for name, desc in sorted(node.files, key=lambda f: collation_key(f[0]))]
+    children += [(name, desc) for name, desc in sorted_by_collation(node.files, key=lambda f: f[0])]
     for i, (name, child) in enumerate(children):
         last = i == len(children) - 1
         connector = "└── " if last else "├── "

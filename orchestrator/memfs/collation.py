@@ -1,15 +1,18 @@
 """Label ordering as JavaScript ``localeCompare`` orders it under Bun: ICU ``en-US`` (DECISIONS M4).
 
-memfs.md 3.9 describes a pure-Python ASCII key as an optional fast path. Measured on 1,000 labels
-ICU's ``getSortKey`` is about twice as fast as the pure-Python key, so only ICU is used; the ASCII
-key survives in the tests as an independent oracle for ICU's order.
+memfs.md 3.9 gives a pure-Python key that reproduces that order exactly for ASCII strings (R3.5's
+fast path). :func:`sorted_by_collation` uses it when every string it sorts is ASCII, as labels and
+skill paths almost always are, and ICU otherwise. Not for speed (ICU's ``getSortKey`` is about twice
+as fast on 1,000 labels) but for memory: loading ICU maps its data and libraries, about 20 MB of a
+chat session's resident memory (issue 29), for a sort of a few dozen names. ``collation_key`` and
+``compare_labels`` are ICU's, which the tests hold against the ASCII key.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 if TYPE_CHECKING:
     import icu
@@ -40,6 +43,20 @@ def compare_labels(a: str, b: str) -> int:
     return result
 
 
+_PRIMARY: Final = "\t\n\x0b\x0c\r _-,;:!?.'\"()[]{}@*/\\&#%`^+<=>|~$0123456789abcdefghijklmnopqrstuvwxyz"
+_RANK: Final = {ch: i for i, ch in enumerate(_PRIMARY)} | {ch.upper(): _PRIMARY.index(ch) for ch in "abcdefghijklmnopqrstuvwxyz"}
+
+
+def _ascii_key(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """memfs.md 3.9's key for an ASCII string: primary ranks, then upper case after lower case;
+    the other control characters are ignored."""
+    kept = [ch for ch in text if ch in _RANK]
+    return tuple(_RANK[ch] for ch in kept), tuple(1 if "A" <= ch <= "Z" else 0 for ch in kept)
+
+
 def sorted_by_collation(items: Iterable[_T], key: Callable[[_T], str]) -> list[_T]:
-    """Stable sort of ``items`` by the collation of ``key(item)``."""
-    return sorted(items, key=lambda item: collation_key(key(item)))
+    """Stable sort of ``items`` by the collation of ``key(item)`` (the ASCII key when all are ASCII)."""
+    pairs = [(key(item), item) for item in items]
+    if all(text.isascii() for text, _ in pairs):
+        return [item for _, item in sorted(pairs, key=lambda pair: _ascii_key(pair[0]))]
+    return [item for _, item in sorted(pairs, key=lambda pair: collation_key(pair[0]))]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -64,4 +66,19 @@ _ASCII = st.text(alphabet=st.sampled_from([chr(i) for i in range(0x20, 0x7F)] + 
 @settings(max_examples=300)
 @given(st.lists(_ASCII, min_size=2, max_size=12))
 def test_icu_matches_the_spec_ascii_key(words: list[str]) -> None:
-    assert _sort(words) == sorted(words, key=_ascii_oracle)
+    """ICU's order (``collation_key``), the sort that skips ICU for ASCII strings, and the key of the
+    spec agree."""
+    assert sorted(words, key=collation_key) == sorted(words, key=_ascii_oracle) == _sort(words)
+
+
+def test_a_sort_of_ascii_strings_does_not_load_icu() -> None:
+    """ICU is about 20 MB of resident memory; a chat whose labels are ASCII never maps it."""
+    code = (
+        "import sys\n"
+        "from orchestrator.memfs.collation import sorted_by_collation\n"
+        "assert sorted_by_collation(['b', 'A', 'a', '_x'], key=str) == ['_x', 'a', 'A', 'b']\n"
+        "assert 'icu' not in sys.modules\n"
+        "assert sorted_by_collation(['Über', 'cafe', 'café'], key=str) == ['cafe', 'café', 'Über']\n"
+        "assert 'icu' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
