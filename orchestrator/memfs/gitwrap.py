@@ -299,7 +299,8 @@ git's global options) becomes git at once; a write run in a repository's top lev
 there, no ``-C``/``--git-dir``/``GIT_DIR``-like variables) finds the common directory as git
 would, from ``.git`` itself (no ``rev-parse`` process), takes the lock with ``flock(1)`` and
 becomes git, which inherits the locked descriptor: the lock is held for as long as git runs,
-whatever happens to the wrapper. A commit's stderr is kept in a file beside the lock (shown when
+whatever happens to the wrapper (and by what git leaves running in the background, such as a
+detached ``git maintenance``, until it ends). A commit's stderr is kept in a file beside the lock (shown when
 git ends) for the failure record, which the Python wrapper writes. Anything else (global options
 before a write, a repository found by searching up, no ``flock``) runs the Python wrapper."""
 
