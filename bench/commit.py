@@ -9,7 +9,8 @@ pre-commit hook (validation of the whole staged tree), then reverie notices the 
 prints the whole step (through the real path: ``reverie chat -p`` against the loopback OpenAI
 server) and each part on its own, as the median wall time and the CPU of the processes involved:
 
-* interpreter start, with and without ``site`` (the wrapper and the hook are Python programs);
+* interpreter start, with and without ``site`` (the hook is a Python program; the wrapper is a
+  ``/bin/sh`` script that starts Python only for uncommon commands);
 * bubblewrap's start (the sandbox's namespaces) against a bare ``true``;
 * the git wrapper against the real git, on a read-only command;
 * the pre-commit hook on its own, on a staged change;
