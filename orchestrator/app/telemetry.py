@@ -38,6 +38,14 @@ OTLP exporter (HTTP/protobuf) reads its own variables (headers, timeout, ``OTEL_
 periodic reader: both export from their own threads, so a slow or absent collector never blocks a
 turn; at the session's end they are flushed off the event loop, for at most ``FLUSH_SECONDS``.
 Without the extra, nothing is imported and a configured ``OTEL_*`` gets one line on stderr.
+
+These live spans are the only ones: batch runs used to write ``otel-spans.jsonl`` after the fact,
+rebuilt from the event log whenever the SDK happened to be installed, and no longer do. A user who
+configured nothing expects telemetry off (installing the extra for another reason should not change
+what a run writes or costs), and one trace shape per run, not a thinner second one (no provider,
+finish reasons, ``error.type``, subagents or workflows) depending on whether a collector was set.
+Offline, the run's event log (``reverie events RUN_DIR --json``) holds everything those spans did;
+spans without a collector are one variable away (``OTEL_TRACES_EXPORTER=console``, on stderr).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,10 +18,9 @@ from typing import Any
 
 import anyio
 
-from orchestrator.app.telemetry import otel_configured, workflow
+from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.protocol import Executor
 from orchestrator.batch.report_html import write_report
 from orchestrator.batch.results import (
@@ -38,7 +36,6 @@ from orchestrator.batch.results import (
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
-from orchestrator.batch.telemetry import SpanEmitter, otel_available
 from orchestrator.store.records import utc_now
 
 __all__ = [
@@ -168,22 +165,6 @@ def _elapsed_so_far(out_dir: Path) -> float:
         return 0.0
 
 
-def _spans(out_dir: Path, results: Sequence[TaskResult]) -> None:
-    """The after-the-fact file, only when no live telemetry is configured (live spans say more)."""
-    if not otel_available() or not results or otel_configured(os.environ):
-        return
-    emitter = SpanEmitter(out_dir)
-    try:
-        for result in results:
-            try:
-                records = read_events(out_dir, task=result.id)
-            except FileNotFoundError:
-                continue
-            emitter.emit_task(result.id, records, status=result.status)
-    finally:
-        emitter.close()
-
-
 async def run_suite(
     tasks: Sequence[Task],
     options: RunOptions,
@@ -283,7 +264,6 @@ async def _run_tasks(
     await blocking.run_sync("files", partial(write_summary, out_dir / SUMMARY_FILE, summary))
     if again:
         await blocking.run_sync("files", partial(compact_results, results_path))
-    await blocking.run_sync("files", partial(_spans, out_dir, fresh))
     if stale:
         await blocking.run_sync("files", partial(write_report, out_dir))  # the old one was marked stale: rewrite it
     return RunReport(

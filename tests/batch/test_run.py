@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -14,7 +17,7 @@ from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, TaskResult, r
 from orchestrator.batch.run import _Journal, run_suite
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import load_suite
-from tests.batch.helpers import EXPECTED, write_suite
+from tests.batch.helpers import EXPECTED, TINY, write_suite
 
 pytestmark = pytest.mark.anyio
 
@@ -113,19 +116,19 @@ async def test_invalid_template_is_an_error_result(tmp_path: Path) -> None:
     assert result.error is not None and "persona.md" in result.error
 
 
-async def test_spans_follow_genai_conventions(tmp_path: Path) -> None:
-    pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is an optional extra and not installed")
-    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl"))
+def test_a_run_without_otel_variables_imports_no_telemetry_and_writes_no_span_file(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk.trace", reason="without the SDK there is nothing that could be imported")
+    suite = write_suite(tmp_path / "s.jsonl", TINY[:2])  # a model call and a tool call: what spans were made of
     out = tmp_path / "out"
-    await run_suite(tasks[:1], RunOptions(out_dir=out), LocalExecutor(1))
-    spans = [json.loads(line) for line in (out / "otel-spans.jsonl").read_text().splitlines()]
-    names = [s["name"] for s in spans]
-    assert "invoke_agent rule" in names and "chat scripted" in names and "execute_tool bash" in names
-    chat = next(s for s in spans if s["name"] == "chat scripted")
-    assert chat["attributes"]["gen_ai.operation.name"] == "chat"
-    assert chat["attributes"]["gen_ai.usage.input_tokens"] > 0
-    root = next(s for s in spans if s["name"] == "invoke_agent rule")
-    assert chat["parent_id"] == root["context"]["span_id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["REVERIE_HOME"] = str(tmp_path / "home")
+    command = [sys.executable, "-X", "importtime", "-m", "orchestrator", "run", str(suite), "--out", str(out)]
+    proc = subprocess.run([*command, "-j", "1", "--processes", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / SUMMARY_FILE).exists()
+    assert not (out / "otel-spans.jsonl").exists()
+    imported = [line for line in proc.stderr.splitlines() if line.startswith("import time:") and "opentelemetry" in line]
+    assert not imported, imported[:3]
 
 
 async def test_results_journal_writes_every_line_once_and_returns_only_after_it(tmp_path: Path) -> None:
