@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from orchestrator.store.records import utc_now
 
 __all__ = [
+    "RETRYABLE_QUERY",
     "RETRYABLE_STATUSES",
     "WAITING_STATUSES",
     "AfterTurnRead",
@@ -134,15 +135,16 @@ RETRYABLE_STATUSES = WAITING_STATUSES | {"kept_conflict"}
 """The records a turn end may retry (D2): the only ones ``reflections_and_state`` returns, so its
 cost does not grow with every reflection the agent ever settled (bench/soak.py: 3,000 and more)."""
 _RETRYABLE_SQL = ", ".join(f"'{status}'" for status in sorted(RETRYABLE_STATUSES))
+RETRYABLE_QUERY = (
+    f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? AND status IN ({_RETRYABLE_SQL}) "
+    "ORDER BY created_at, id"
+)
+"""One agent's retryable records, through the partial index ``reflections_retryable`` (schema V4)."""
 
 
 def read_reflections_and_state(conn: sqlite3.Connection, agent_id: str, conversation_id: str) -> AfterTurnRead:
     """``reflections_and_state``'s two reads, for a job that already holds the connection."""
-    rows = conn.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? AND status IN ({_RETRYABLE_SQL}) "
-        "ORDER BY created_at, id",
-        (agent_id,),
-    ).fetchall()
+    rows = conn.execute(RETRYABLE_QUERY, (agent_id,)).fetchall()
     return [_record(r) for r in rows], _read_state(conn, conversation_id, agent_id)
 
 

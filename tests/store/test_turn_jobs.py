@@ -252,6 +252,34 @@ async def test_a_turn_ends_reflection_read_gives_the_same_answers_as_the_two_rea
     await store.close()
 
 
+async def test_a_turn_ends_reflection_read_returns_every_retryable_status_through_its_index(tmp_path: Path) -> None:
+    import sqlite3
+
+    from orchestrator.store import ReflectionRecord, utc_now
+    from orchestrator.store.reflections import RETRYABLE_QUERY, RETRYABLE_STATUSES
+
+    store, conv = await open_with_conversation(tmp_path)
+    statuses = sorted(RETRYABLE_STATUSES | {"merged", "no_changes", "failed", "running", "discarded"})
+    for n, status in enumerate(statuses):
+        await store.save_reflection(
+            ReflectionRecord(
+                id=f"r{n:02d}", agent_id="a1", conversation_id=conv, branch=f"b{n}", trigger="manual", status=status,
+                reason=None, base_revision=None, through_seq=0, commits=(), files=(),
+                created_at=utc_now(), updated_at=utc_now(),
+            )
+        )
+    records, _ = await store.reflections_and_state("a1", conv)
+    assert sorted(r.status for r in records) == sorted(RETRYABLE_STATUSES)
+    await store.close()
+
+    def explain() -> str:
+        with sqlite3.connect(tmp_path / "s.sqlite3") as conn:
+            return " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + RETRYABLE_QUERY, ("a1",)))
+
+    plan = await anyio.to_thread.run_sync(explain)
+    assert "USING INDEX reflections_retryable" in plan, f"the turn end's read scans every reflection: {plan}"
+
+
 async def test_concurrent_state_changes_are_all_kept(tmp_path: Path) -> None:
     """A compaction's event and a reflection's finish change the trigger state at once: each change
     reads and writes in one transaction, so none is lost (a read in one job and a write in another
