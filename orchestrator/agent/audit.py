@@ -43,12 +43,20 @@ def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
     # deferred: the validator loads with the first audit, after a chat's first request (issue 14.4)
     from orchestrator.memfs.validator import audit_head
 
-    key = (str(memory_dir), revision)
+    key = (_repository(memory_dir), revision)
     if key not in _AUDITED:
         if len(_AUDITED) >= _CACHE_SIZE:
             _AUDITED.pop(next(iter(_AUDITED)))
         _AUDITED[key] = tuple(audit_head(memory_dir, revision=revision).errors)
     return _AUDITED[key]
+
+
+def _repository(memory_dir: Path) -> str:
+    """What an audit is cached under with the commit: the common git directory, so a linked worktree
+    at a commit already audited (compaction's, C9, on most turns of a long session) is not audited
+    again; the layout policy the audit reads lives there too."""
+    with open_repo(memory_dir) as reader:
+        return str(reader.common_dir) if reader is not None else str(memory_dir)
 
 
 def _head(memory_dir: Path) -> str | None:

@@ -301,7 +301,9 @@ def _collect_v1(reader: LocalRepo, revision: Revision) -> list[MemoryRecord]:
 
 class _RenderCache:
     """Rendered memory by (repository, root tree id): the rendering is a pure function of the
-    tree's content, so a hit is identical to a fresh compile (memfs.md R3.9)."""
+    tree's content, so a hit is identical to a fresh compile (memfs.md R3.9). The repository is its
+    common git directory, so a linked worktree (compaction reads core memory in one, C9, on most
+    turns of a long session) shares the main checkout's entries instead of rendering again."""
 
     def __init__(self, max_entries: int = 128) -> None:
         self._max_entries = max_entries
@@ -354,7 +356,7 @@ def _collect(
             if resolved is None:
                 return None, MEMFS_V1, ""
             commit = resolved.commit
-            key = (str(reader.git_dir), resolved.tree)
+            key = (str(reader.common_dir), resolved.tree)  # one object store for a checkout and its worktrees
             rendered = _RENDER_CACHE.get(key)
             if rendered is None:
                 rendered = _render_tree(reader, resolved)

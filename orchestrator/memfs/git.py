@@ -486,9 +486,10 @@ class LocalRepo:
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._cached_blob_bytes = 0
 
-    @property
+    @functools.cached_property
     def common_dir(self) -> Path:
-        """The git directory shared by the main checkout and all linked worktrees."""
+        """The git directory shared by the main checkout and all linked worktrees (a git directory's
+        ``commondir`` never changes: read once per handle)."""
         pointer = self.git_dir / "commondir"
         try:
             return (self.git_dir / pointer.read_text(encoding="utf-8").strip()).resolve()

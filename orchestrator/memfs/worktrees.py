@@ -165,9 +165,7 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path, *, drop_bra
     branch = worktree.branch if drop_branch and isinstance(worktree, Worktree) else None
     with CancelScope(shield=True):
         async with worktree_admin_lock(repo_dir):
-            await blocking.run_sync("git", partial(_remove_sync, Path(repo_dir), path))
-            if branch is not None:
-                await blocking.run_sync("git", partial(run, repo_dir, "branch", "-D", branch, check=False, harness=True))
+            await blocking.run_sync("git", partial(_remove_sync, Path(repo_dir), path, branch))
 
 
 def _commit_of(repo_dir: Path, revision: str) -> str:
@@ -178,9 +176,12 @@ def _commit_of(repo_dir: Path, revision: str) -> str:
     return found[0]
 
 
-def _remove_sync(repo_dir: Path, path: Path) -> None:
+def _remove_sync(repo_dir: Path, path: Path, branch: str | None = None) -> None:
     """Delete one of the repository's linked worktrees and prune its record, in-process; anything
-    else (not a linked worktree of this repository) is left to ``git worktree remove`` to refuse."""
+    else (not a linked worktree of this repository) is left to ``git worktree remove`` to refuse.
+    Then ``branch``, if given, is deleted as ``git branch -D`` would, in-process too (a git process
+    for every compaction, which runs on most turns of a long session, was about 3 ms of CPU): its
+    worktree is gone, so no checkout holds it; one still checked out elsewhere is left alone."""
     with open_repo(repo_dir) as local:
         if local is not None:
             linked = {record.resolve() for record, _ in local.worktrees()[1:]}
@@ -189,10 +190,16 @@ def _remove_sync(repo_dir: Path, path: Path) -> None:
             elif path.exists():
                 run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
             local.prune_worktrees()
+            if branch is not None:
+                name = branch.removeprefix("refs/heads/")
+                if name not in {held for _, held in local.worktrees()}:
+                    local.delete_ref(f"refs/heads/{name}")
             return
     if path.exists():
         run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
     run(repo_dir, "worktree", "prune", check=False, harness=True)
+    if branch is not None:
+        run(repo_dir, "branch", "-D", branch, check=False, harness=True)
 
 
 async def worktree_records(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:

@@ -95,3 +95,20 @@ async def test_remove_survives_cancellation(repo: Path) -> None:
         scope.cancel()
         await remove_worktree(repo, wt)
     assert not await AsyncPath(wt.path).exists()
+
+
+@pytest.mark.anyio
+async def test_remove_with_drop_branch_deletes_the_branch_and_its_reflog_not_others(repo: Path) -> None:
+    kept = await create_worktree(repo, agent_id="a", kind="compaction")
+    dropped = await create_worktree(repo, agent_id="a", kind="compaction")
+    sha = await anyio.to_thread.run_sync(commit_file, dropped.path, "notes/a.md", note("a", "x"), "add a")
+    await remove_worktree(repo, dropped, drop_branch=True)
+    refs = await anyio.to_thread.run_sync(git, repo, "for-each-ref", "--format=%(refname)")
+    assert f"refs/heads/{dropped.branch}" not in refs.split()
+    assert f"refs/heads/{kept.branch}" in refs.split()
+    assert not await AsyncPath(repo / ".git" / "logs" / "refs" / "heads" / dropped.branch).exists()
+    assert (await anyio.to_thread.run_sync(git, repo, "cat-file", "-t", sha)).strip() == "commit"  # only the ref goes
+    listed = await anyio.to_thread.run_sync(git, repo, "worktree", "list", "--porcelain")
+    assert str(dropped.path) not in listed and str(kept.path) in listed
+    await remove_worktree(repo, kept, drop_branch=True)
+    assert (await anyio.to_thread.run_sync(git, repo, "for-each-ref", "refs/heads/reverie/")).strip() == ""
