@@ -31,7 +31,7 @@ from orchestrator.base import blocking
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
-from orchestrator.memfs.git import GitError, open_repo, run
+from orchestrator.memfs.git import REPOS, GitError, open_repo, run
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 from orchestrator.memfs.names import BRANCH_PREFIX
 
@@ -186,6 +186,7 @@ def _remove_sync(repo_dir: Path, path: Path, branch: str | None = None) -> None:
         if local is not None:
             linked = {record.resolve() for record, _ in local.worktrees()[1:]}
             if path.exists() and path.resolve() in linked:
+                REPOS.discard(path)
                 shutil.rmtree(path)
             elif path.exists():
                 run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)

@@ -112,3 +112,21 @@ async def test_remove_with_drop_branch_deletes_the_branch_and_its_reflog_not_oth
     assert str(dropped.path) not in listed and str(kept.path) in listed
     await remove_worktree(repo, kept, drop_branch=True)
     assert (await anyio.to_thread.run_sync(git, repo, "for-each-ref", "refs/heads/reverie/")).strip() == ""
+
+
+@pytest.mark.anyio
+async def test_a_removed_worktree_is_not_left_open_in_the_repository_pool(repo: Path) -> None:
+    from orchestrator.memfs.git import REPOS, open_repo
+
+    def opened(path: Path) -> bool:
+        with open_repo(path) as local:
+            return local is not None
+
+    REPOS.close_all()  # a pool other tests filled to its size would push a handle out and hide one kept
+    wt = await create_worktree(repo, agent_id="a", kind="compaction")
+    before = len(REPOS)
+    assert await anyio.to_thread.run_sync(opened, wt.path)
+    assert len(REPOS) == before + 1
+    await remove_worktree(repo, wt, drop_branch=True)
+    assert len(REPOS) == before, "the deleted worktree's libgit2 handle is still held"
+    assert await anyio.to_thread.run_sync(opened, repo)  # the main checkout's handle still works
