@@ -202,3 +202,20 @@ async def test_a_resolved_conflict_counts_the_resolver_calls(tmp_path: Path) -> 
         resolve = [c for c in calls if c.payload["purpose"] == "resolve"]
         assert [r.status for r in records] == ["resolved"], records
         assert resolve and all(c.agent_id == "r9" and c.conversation_id == session.conversation_id for c in resolve)
+
+
+def test_the_reflection_transcript_holds_the_turns_not_what_the_harness_added() -> None:
+    from orchestrator.models.types import Message
+    from orchestrator.store.records import StoredMessage
+    from subagents.reflection import render_transcript
+
+    def stored(n: int, message: Message) -> StoredMessage:
+        return StoredMessage(f"m{n}", n, "c", message, {}, "2026-01-01T00:00:00Z", None)
+
+    text = render_transcript([
+        stored(1, Message("user", "Note: 4 messages were hidden.\nThe following is a summary: the user likes owls", kind="summary")),
+        stored(2, Message("user", "<system-reminder>agent info</system-reminder>", kind="reminder")),
+        stored(3, Message("user", "I moved to Porto")),
+        stored(4, Message("assistant", "Noted.")),
+    ])  # fmt: skip
+    assert text == "[user] I moved to Porto\n[assistant] Noted.\n"
