@@ -73,9 +73,18 @@ def _status(pid: int, key: str) -> int:
 
 
 def _size_mb(path: Path) -> float:
+    """Bytes under ``path`` in MB; what the running session removes meanwhile (a worktree's record,
+    a lock) is skipped, not an error."""
     if path.is_file():
         return path.stat().st_size / 1e6
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total / 1e6
 
 
 def _git(repo: Path, *args: str) -> list[str]:
