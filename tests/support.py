@@ -74,7 +74,7 @@ def wait_until(ready: Callable[[], bool], *, timeout: float, what: str) -> None:
     while not ready():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not reached within {timeout:g} s")
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS)  # the poll of a readiness wait: it ends on the state, not on the clock
 
 
 def none_left_within(marker: str, seconds: float) -> bool:

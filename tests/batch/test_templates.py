@@ -161,14 +161,17 @@ def test_copy_falls_back_when_objects_cannot_be_linked(tmp_path: Path) -> None:
         assert os.access(target / ".git" / "hooks" / "pre-commit", os.X_OK)
 
 
-async def test_a_template_made_again_in_the_same_process_is_read_again(tmp_path: Path) -> None:
+async def test_a_template_made_again_in_the_same_process_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The template is read once per process; a run in an out directory removed since (a new
     template, another first commit) copies the new one, not what was read of the old."""
     suite = load_suite(write_suite(tmp_path / "s.jsonl", [TINY[2]]))
     out = tmp_path / "out"
     first = await run_suite(suite, RunOptions(out_dir=out), LocalExecutor(1))
     await anyio.to_thread.run_sync(shutil.rmtree, out)
-    await anyio.sleep(1.1)  # a commit made in another second has another id
+    # another first commit: the same files committed at another date (git reads these), as a
+    # template built a second later would be, without waiting for the clock
+    for variable in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+        monkeypatch.setenv(variable, "2001-02-03T04:05:06+00:00")
     second = await run_suite(suite, RunOptions(out_dir=out), LocalExecutor(1))
     assert first.summary["passed"] == second.summary["passed"] == 1
     assert first.results[0].memory_base != second.results[0].memory_base

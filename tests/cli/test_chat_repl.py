@@ -11,11 +11,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 
@@ -36,13 +37,17 @@ class Tmux:
         return [line.rstrip() for line in self.run("capture-pane", "-p", "-t", "chat").splitlines()]
 
     def wait(self, test: Callable[[list[str]], bool], what: str, timeout: float = 60.0) -> list[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            lines = self.lines()
-            if test(lines):
-                return lines
-            time.sleep(0.05)
-        raise AssertionError(f"the screen never showed {what}:\n" + "\n".join(self.lines()))
+        seen: list[str] = []
+
+        def shown() -> bool:
+            seen[:] = self.lines()
+            return test(seen)
+
+        try:
+            wait_until(shown, timeout=timeout, what=f"the screen showing {what}")
+        except AssertionError as missed:
+            raise AssertionError(f"{missed}:\n" + "\n".join(seen)) from None
+        return seen
 
     def keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", "chat", *keys)
