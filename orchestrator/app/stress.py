@@ -70,7 +70,7 @@ from orchestrator.app.stress_faults import (
 )
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.memfs.constraints import APPROVAL_ENV, CONFIG_PATH
+from orchestrator.memfs.constraints import CONFIG_PATH
 from orchestrator.memfs.git import GitError, LocalRepo, ask
 from orchestrator.memfs.history import commit_message
 from orchestrator.memfs.hook import install_hook
@@ -84,7 +84,7 @@ from orchestrator.memfs.merge import (
     merge_back,
     merge_branch,
 )
-from orchestrator.memfs.policy import ROOT_MARKER
+from orchestrator.memfs.policy import APPROVAL_ENV, ROOT_MARKER
 from orchestrator.memfs.repo import (
     DEFAULT_MEMORY_FILES,
     harness_commit_all,

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from orchestrator.memfs.glob import compile_glob, pattern_error
-from orchestrator.memfs.policy import ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
+from orchestrator.memfs.policy import (
+    APPROVAL_ENV,
+    APPROVAL_ENV_ALIAS,
+    ROOT_MARKER,
+    SHARED_MEMORY,
+    LayoutPolicy,
+)
 from orchestrator.memfs.snapshot import Entry
 
 __all__ = [
-    "APPROVAL_ENV",
-    "APPROVAL_ENV_ALIAS",
     "CONFIG_PATH",
     "DEFAULT_CONFIG",
     "DEFAULT_CONFIG_JSON",
@@ -34,8 +38,6 @@ __all__ = [
 ]
 
 CONFIG_PATH: Final = ".memfs.config.json"
-APPROVAL_ENV: Final = "REVERIE_MEMORY_CONSTRAINTS_UPDATE"
-APPROVAL_ENV_ALIAS: Final = "LETTA_MEMORY_CONSTRAINTS_UPDATE"
 DEFAULT_CONFIG_JSON: Final = (
     '{\n  "version": 1,\n  "maxDepth": 2,\n  "maxFileCharacters": 20000,\n  "maxCoreMemoryCharacters": 65536\n}\n'
 )

@@ -15,11 +15,17 @@ import site
 import sys
 from pathlib import Path
 
-from orchestrator.memfs.constraints import APPROVAL_ENV, APPROVAL_ENV_ALIAS
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, open_repo, run
 from orchestrator.memfs.guard import report
-from orchestrator.memfs.policy import POLICY_FILE_NAME, ROOT_MARKER, LayoutPolicy, policy_file_text
+from orchestrator.memfs.policy import (
+    APPROVAL_ENV,
+    APPROVAL_ENV_ALIAS,
+    POLICY_FILE_NAME,
+    ROOT_MARKER,
+    LayoutPolicy,
+    policy_file_text,
+)
 
 __all__ = ["HOOK_MARKER", "SOCKET_ENV", "UNREADABLE", "HookPathRefused", "hook_script", "install_hook", "main"]
 

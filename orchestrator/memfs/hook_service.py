@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from orchestrator.memfs import gitsnapshot
-from orchestrator.memfs.constraints import APPROVAL_ENV, APPROVAL_ENV_ALIAS
 from orchestrator.memfs.git import GitError, open_repo
 from orchestrator.memfs.hook import UNREADABLE
+from orchestrator.memfs.policy import APPROVAL_ENV, APPROVAL_ENV_ALIAS
 
 __all__ = ["HookService", "hook_socket"]
 

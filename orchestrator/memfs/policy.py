@@ -11,6 +11,8 @@ from typing import Final, Literal, cast
 from orchestrator.base.errors import UsageError
 
 __all__ = [
+    "APPROVAL_ENV",
+    "APPROVAL_ENV_ALIAS",
     "LEGACY_ONLY",
     "POLICIES",
     "POLICY_FILE_NAME",
@@ -20,6 +22,11 @@ __all__ = [
     "parse_policy",
     "policy_file_text",
 ]
+
+# Set to 1, either approves a commit that changes the constraints file: read by the validator, and
+# passed on by the hook (which is written at every start, so they live here, not with the rules).
+APPROVAL_ENV: Final = "REVERIE_MEMORY_CONSTRAINTS_UPDATE"
+APPROVAL_ENV_ALIAS: Final = "LETTA_MEMORY_CONSTRAINTS_UPDATE"
 
 LayoutPolicy = Literal["legacy-only", "root-marker", "shared-memory"]
 
