@@ -81,16 +81,18 @@ def _wall(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def _first_byte(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Seconds to the first byte on stdout, and to the exit."""
+def _first_byte(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Seconds to the first byte on stdout and to the exit, and the CPU seconds the whole run used."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     proc.stdout.read(1)
     first = time.perf_counter() - start
     proc.stdout.read()
-    proc.wait()
-    return first, time.perf_counter() - start
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, cmd
+    return first, time.perf_counter() - start, usage.ru_utime + usage.ru_stime
 
 
 def _cpu_wall(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -256,17 +258,28 @@ def main() -> None:
             "own vs SDK alone": [],
         }
         beyond_sdk: list[float] = []
+        # CPU of a probe over CPU of a fixed reference process run beside it (paired, then the
+        # median): what bench/check.py judges, since a busy or slowed machine scales both alike
+        ratios: dict[str, list[float]] = {
+            "--version CPU / python -c pass CPU": [],
+            "chat -p CPU / import openai CPU": [],
+            "own CPU before the request / import openai CPU": [],
+        }
         for _ in range(args.repeats):
-            samples["python -c pass"].append(_wall([_PY, "-c", "pass"], env))
+            bare_wall, bare_cpu = _cpu_wall([_PY, "-c", "pass"], env)
+            samples["python -c pass"].append(bare_wall)
             sdk_wall, sdk_cpu = _cpu_wall([_PY, "-c", "import openai"], env)
             samples['python -c "import openai"'].append(sdk_wall)
             cpu["import openai"].append(sdk_cpu)
             if not args.real_only:
-                samples["reverie --version"].append(_wall([*reverie, "--version"], env))
+                version_wall, version_cpu = _cpu_wall([*reverie, "--version"], env)
+                samples["reverie --version"].append(version_wall)
+                ratios["--version CPU / python -c pass CPU"].append(version_cpu / bare_cpu)
                 samples["reverie --help"].append(_wall([*reverie, "--help"], env))
-                first, done = _first_byte([*reverie, "chat", "-p", "hello"], env)
+                first, done, chat_cpu = _first_byte([*reverie, "chat", "-p", "hello"], env)
                 samples["chat -p: reply's first byte"].append(first)
                 samples["chat -p: exit"].append(done)
+                ratios["chat -p CPU / import openai CPU"].append(chat_cpu / sdk_cpu)
                 samples["chat -p on asyncio: first byte"].append(_first_byte([*reverie, "chat", "-p", "hello"], asyncio_env)[0])
             alone_wall, alone_cpu = _first_request([_PY, "-c", _SDK_REQUEST], real_env, arrivals, pid)
             samples["SDK alone: first request"].append(alone_wall)
@@ -277,6 +290,7 @@ def main() -> None:
             beyond_sdk.append(request_wall - alone_wall)
             cpu["chat -p (server) at the request"].append(request_cpu)
             cpu["own"].append(request_cpu - sdk_cpu)
+            ratios["own CPU before the request / import openai CPU"].append((request_cpu - sdk_cpu) / sdk_cpu)
             cpu["own vs SDK alone"].append(request_cpu - alone_cpu)
         top = [] if args.real_only else _top_level_imports(env, 12)
 
@@ -312,6 +326,10 @@ def main() -> None:
         f"CPU used by the first request {request_cpu:.3f} s, by the whole bare SDK import {sdk_cpu:.3f} s: "
         f"reverie's own CPU before the first request {own_cpu:.3f} s (median of paired differences)"
     )
+    print("CPU against a reference process run beside each probe (medians of paired ratios; bench/check.py's marks):")
+    for name, values in ratios.items():
+        if values:
+            print(f"  {name:48} {statistics.median(values):7.3f}")
     alone = statistics.median(samples["SDK alone: first request"])
     alone_cpu = statistics.median(cpu["SDK alone at the request"])
     print(
@@ -322,6 +340,7 @@ def main() -> None:
     if args.json is not None:
         medians = {name: statistics.median(values) for name, values in samples.items() if values}
         medians["own CPU before the request"] = own_cpu
+        medians.update({name: statistics.median(values) for name, values in ratios.items() if values})
         args.json.write_text(json.dumps(medians, indent=1))
     if top:
         print("\nheaviest imports of `chat -p` (python -X importtime, cumulative, top levels):")
