@@ -71,7 +71,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/compile.py
 
 # Speed is measured here, not in the unit suite: bench/scale.py (N = 64 and 1,000), bench/startup.py and
-# bench/turn.py against the marks in bench/thresholds.toml, and the bench tooling's own tests (bench/tests).
+# bench/turn.py against the marks in bench/thresholds.toml (CPU ratios against a reference process run
+# beside them, so they hold on a loaded machine), and the bench tooling's own tests (bench/tests).
 bench-check: $(STAMP)
 	$(BIN)/python bench/check.py
 
