@@ -71,6 +71,23 @@ def _figures(side: Path, args: argparse.Namespace, tmp: Path) -> dict[str, float
     return found
 
 
+def _table(seen: dict[str, dict[str, list[float]]], loads: list[float], reference: Path) -> str:
+    lines = [
+        f"\nload average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs; medians over "
+        f"{len(seen['this'].get('startup: chat -p: exit', []))} round(s); reference {reference}",
+        "| figure | reference | this | this/reference | per round |",
+        "|---|---|---|---|---|",
+    ]
+    for figure, new in seen["this"].items():
+        ref = seen["reference"].get(figure, [])
+        if not ref:
+            continue
+        a, b = statistics.median(ref), statistics.median(new)
+        rounds = ", ".join(f"{y / x:.2f}" if x else "-" for x, y in zip(ref, new, strict=False))
+        lines.append(f"| {figure} | {a:.4g} | {b:.4g} | {b / a if a else float('nan'):.2f}x | {rounds} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--reference", type=Path, required=True, help="the other checkout (with its .venv)")
@@ -91,18 +108,10 @@ def main() -> None:
                 print(f"round {round_ + 1}/{args.rounds}, {name} (load {loads[-1]:.1f})", flush=True)
                 for figure, value in _figures(sides[name], args, Path(tmp)).items():
                     seen[name][figure].append(value)
-    if args.json is not None:
-        args.json.write_text(json.dumps({k: dict(v) for k, v in seen.items()}, indent=1))
-    print(f"\n{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs; "
-          f"medians; reference {sides['reference']}")
-    print("| figure | reference | this | this/reference | per round |\n|---|---|---|---|---|")
-    for figure in seen["this"]:
-        ref, new = seen["reference"].get(figure, []), seen["this"][figure]
-        if not ref:
-            continue
-        a, b = statistics.median(ref), statistics.median(new)
-        rounds = ", ".join(f"{y / x:.2f}" if x else "-" for x, y in zip(ref, new, strict=True))
-        print(f"| {figure} | {a:.4g} | {b:.4g} | {b / a if a else float('nan'):.2f}x | {rounds} |")
+                if args.json is not None:
+                    args.json.write_text(json.dumps({"loads": loads, **{k: dict(v) for k, v in seen.items()}}, indent=1))
+            # the table so far after every round: a long comparison stopped early still says something
+            print(_table(seen, loads, sides["reference"]), flush=True)
 
 
 if __name__ == "__main__":
