@@ -900,8 +900,12 @@ class LocalRepo:
         ``"done"``; ``"dirty"`` when an uncommitted, staged or untracked file would be overwritten;
         ``"moved"`` when the branch is not ``expected`` (default: whatever it holds) or ``tip`` does
         not contain it; ``"busy"`` when another git holds ``index.lock``; None when libgit2 could
-        not tell, so the caller asks git. Every outcome but ``"done"`` leaves the checkout, the
-        index and the branch as they were.
+        not tell before touching a file, so the caller asks git. Every outcome but ``"done"``
+        leaves the checkout, the index and the branch as they were. Writing the files can fail
+        part-way (a full disk): they are put back as ``HEAD`` has them and :class:`GitError` is
+        raised, not None: git's own fast-forward would fail there the same way, and a checkout left
+        half-written holds the branch's changes as uncommitted edits that the next ``commit -a``
+        would take into someone else's commit.
 
         Why ``index.lock`` is held throughout: git's own fast-forward checks out, releases the index
         and only then moves the branch, and a ``git commit -a`` that slips in between (a git that
@@ -948,18 +952,20 @@ class LocalRepo:
             strategy = pygit2.enums.CheckoutStrategy
             try:
                 repo.checkout_tree(target.tree, strategy=strategy.SAFE | strategy.DONT_UPDATE_INDEX, paths=changed)
-            except pygit2.GitError as error:
-                if "conflict" in str(error).lower():
+                os.replace(staged, lock)
+            except (pygit2.GitError, OSError) as error:
+                if isinstance(error, pygit2.GitError) and "conflict" in str(error).lower():
                     return "dirty"
-                raise
-            os.replace(staged, lock)
+                raise self._undo_checkout(pygit2, start, changed, old, error) from error
         finally:
             with contextlib.suppress(FileNotFoundError):
                 staged.unlink()
         try:
             branch.set_target(target.id, f"merge {tip}: Fast-forward")
-        except (pygit2.GitError, OSError):
-            self._restore_files(pygit2, start, changed, old)
+        except (pygit2.GitError, OSError) as error:
+            failed = self._undo_checkout(pygit2, start, changed, old, error)
+            if self._ref_unwritable(branch.name, start):
+                raise failed from error
             return "moved"
         os.replace(lock, self.git_dir / "index")
         return "done"
@@ -992,17 +998,50 @@ class LocalRepo:
         index.write()
         return True
 
+    def _ref_unwritable(self, name: str, start: str) -> bool:
+        """After a failed swap of ``name`` from ``start``: whether git could not write it (a full
+        disk) rather than lost it to another writer, which moved it or holds its lock right now."""
+        if str(self._repo.references[name].target) != start:
+            return False
+        return not any((self.common_dir / lock).exists() for lock in (f"{name}.lock", "packed-refs.lock"))
+
     def _restore_files(self, pygit2: ModuleType, start: str, changed: list[str], old: dict[str, tuple[str, str]]) -> None:
-        """Put the working files of a lost fast-forward back as ``start`` has them (index untouched)."""
+        """Put the working files of a lost fast-forward back as ``start`` has them (index untouched).
+        Files ``start`` lacks go first, so a disk the checkout filled has room for the rest."""
         strategy = pygit2.enums.CheckoutStrategy
-        kept = [path for path in changed if path in old]
-        if kept:
-            commit = self._repo.revparse_single(start).peel(pygit2.Commit)
-            self._repo.checkout_tree(commit.tree, strategy=strategy.FORCE | strategy.DONT_UPDATE_INDEX, paths=kept)
         for path in changed:
             if path not in old:
                 with contextlib.suppress(FileNotFoundError):
                     (self.top_level / path).unlink()
+        kept = [path for path in changed if path in old]
+        if kept:
+            commit = self._repo.revparse_single(start).peel(pygit2.Commit)
+            self._repo.checkout_tree(commit.tree, strategy=strategy.FORCE | strategy.DONT_UPDATE_INDEX, paths=kept)
+
+    def _undo_checkout(
+        self, pygit2: ModuleType, start: str, changed: list[str], old: dict[str, tuple[str, str]], error: Exception
+    ) -> GitError:
+        """The error to raise for a fast-forward whose files were written part-way, once they are
+        back as ``start`` has them (or, if even that fails, saying which files to check)."""
+        try:
+            self._restore_files(pygit2, start, changed, old)
+        except (OSError, pygit2.GitError) as again:
+            paths = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
+            return self._fail("merge", OSError(f"{error}; putting back {paths} failed too: {again}"))
+        return self._fail("merge", error)
+
+    def restore_files(self, start: str, tip: str) -> None:
+        """Put back as ``start`` has them the working files that differ between ``start`` and
+        ``tip`` (index untouched): what git's own fast-forward from ``start`` may have written
+        before it failed part-way. Only for paths that were clean, which git checked before
+        writing any; :class:`GitError` when that fails too."""
+        pygit2 = _pygit2()
+        try:
+            old, new = self._file_map(start), self._file_map(tip)
+            changed = sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+            self._restore_files(pygit2, start, changed, old)
+        except (KeyError, ValueError, OSError, pygit2.GitError) as error:
+            raise self._fail("checkout", error) from error
 
     def rebase_onto(self, onto: str, *, checkout: bool = True) -> tuple[str, ...] | None:
         """``git rebase --empty=keep onto`` of this checkout's branch, in memory, when it is clean.
@@ -1023,7 +1062,13 @@ class LocalRepo:
                 return None
             tip = self._repo[replayed[-1]]
             if checkout:
-                self._repo.checkout_tree(tip.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+                try:
+                    self._repo.checkout_tree(tip.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+                except (OSError, pygit2.GitError):
+                    # Written part-way (a full disk): the branch has not moved, so its files go back.
+                    with contextlib.suppress(OSError, pygit2.GitError):
+                        self._repo.checkout_head(strategy=pygit2.enums.CheckoutStrategy.FORCE)
+                    raise
             branch = self._repo.references["HEAD"].resolve().name
             self._repo.references.create(branch, tip.id, force=True)
         except (KeyError, ValueError, pygit2.GitError) as error:

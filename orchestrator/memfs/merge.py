@@ -37,6 +37,13 @@ pair up one to one (:attr:`MergeOutcome.rewritten`). Branches are deleted only w
 are in ``HEAD`` (or on an explicit discard). Reminder texts are the caller's business (memfs is
 below the agent layer): this module returns outcomes only.
 
+A full disk (or any git that cannot write) can stop git anywhere: mid-pick, mid-abort, mid-checkout.
+Merge-back therefore starts from the branch as committed: a rebase an earlier merge could not abort
+is aborted first (or dropped and the branch checked out again), never continued or built on; a
+rebase that fails without a conflict is ``failed``, not ``kept``; and the parent's fast-forward puts
+back every file it wrote before failing, so no half-done checkout is left for a ``commit -a`` to
+sweep into someone else's commit (issue 28).
+
 Fault injection (DECISIONS S29) goes through :mod:`orchestrator.base.faults`; merge-back's steps,
 in order (:data:`FAULT_STEPS`): ``locked`` (lock held, nothing done), ``before-rebase`` (pre-rebase
 ref written), ``between-rebase-and-ff`` (branch rebased, parent untouched), ``after-ff`` (parent
@@ -49,6 +56,7 @@ invariant "every commit stays reachable", which is only checkable when they are 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -243,8 +251,48 @@ def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
     return False
 
 
-async def _clean_worktree(worktree: Path) -> str:
-    """Discard uncommitted edits in the worktree (never committed, turn-loop 5.15 step 2); its HEAD."""
+async def _rebasing(worktree: Path) -> bool:
+    return await ask(worktree, lambda repo: repo.operation()) == "rebase in progress"
+
+
+async def _abort_rebase(worktree: Path, branch: str) -> None:
+    """Abort a rebase in progress in ``worktree`` (none: nothing to do), back on ``branch`` as
+    committed; :class:`GitError` when that cannot be done (git still cannot write: a full disk),
+    so nobody builds on a half-done rebase.
+
+    What a full disk leaves is not always what ``rebase --abort`` expects. An abort that failed
+    part-way leaves files of the branch's commits untracked, and git then refuses to abort again
+    ("untracked working tree files would be overwritten"): the worktree's uncommitted files (never
+    committed, turn-loop 5.15) are discarded and it is tried once more. A rebase that could not
+    write its own state (no ``onto``) cannot be aborted at all ("invalid onto"): it is dropped with
+    ``--quit`` and ``branch`` checked out again. Either way the branch ref itself is untouched: git
+    moves it only when a rebase finishes."""
+    aborted = await run_git(worktree, "rebase", "--abort", check=False)
+    if await _rebasing(worktree):
+        await run_git(worktree, "reset", "-q", "--hard", check=False)
+        await run_git(worktree, "clean", "-q", "-fd", check=False)
+        aborted = await run_git(worktree, "rebase", "--abort", check=False)
+    if await _rebasing(worktree):
+        quit_ = await run_git(worktree, "rebase", "--quit", check=False)
+        if quit_.ok:
+            await run_git(worktree, "checkout", "-q", "-f", branch, "--")
+            await run_git(worktree, "clean", "-q", "-fd", check=False)
+    if await _rebasing(worktree):
+        said = aborted.stderr.strip() or "the rebase in progress is still there"
+        raise GitError(("rebase", "--abort"), aborted.returncode or 1, said, worktree)
+
+
+async def _clean_worktree(worktree: Path, branch: str) -> str:
+    """The branch as committed, in a clean worktree: its HEAD.
+
+    Uncommitted edits are discarded (never committed, turn-loop 5.15 step 2). A rebase an earlier
+    merge left in progress (its own abort failed: the disk was full) is aborted first, which puts
+    the branch and ``HEAD`` back on the commits as made: resetting the files alone would leave
+    ``HEAD`` on the rebase's detached, half-replayed copies, and a merge from there brings in only
+    the commits replayed so far while the sequencer, still armed, later amends the next commit's
+    change into the last replayed one (issue 28: a commit folded into its neighbour's copy)."""
+    if await _rebasing(worktree):
+        await _abort_rebase(worktree, branch)
     tip, dirty = await ask(worktree, _state("normal"))
     if dirty:
         await retrying_git(worktree, "reset", "-q", "--hard")
@@ -321,7 +369,7 @@ class _Merge:
             async with merge_lock(self.repo):
                 if phase == 0:
                     await fault_point("locked")
-                    self.tip = self.original_tip = await _clean_worktree(self.worktree)
+                    self.tip = self.original_tip = await _clean_worktree(self.worktree, self.branch)
                 result = await self._locked_phase()
             if isinstance(result, MergeOutcome):
                 return result
@@ -424,6 +472,9 @@ class _Merge:
         if "fast-forward" in message:
             raise _Raced
         line = next((x for x in message.splitlines() if x.strip()), f"exit {ff.returncode}")
+        # git checked the paths were clean before writing; what it wrote before failing goes.
+        tip = self.tip
+        await ask(self.repo, lambda repo: repo.restore_files(head, tip) if repo.head() == head else None)
         return self.outcome("failed", commits, files, errors=(f"git merge --ff-only: {line}",))
 
     async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome | _Stopped:
@@ -444,7 +495,11 @@ class _Merge:
             rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
-            if self.resolver is not None and conflicted:
+            if not conflicted:
+                # Not a conflict: git itself failed (a full disk among the causes), so ``failed``.
+                await _abort_rebase(self.worktree, self.branch)
+                raise GitError(("rebase",), rebase.returncode, rebase.stderr, self.worktree)
+            if self.resolver is not None:
                 return _Stopped(head, commits, conflicted, rebase.stderr)
             return await self._abort_kept(head, conflicted, rebase.stderr, None)
         new_commits = replayed if replayed is not None else await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
@@ -484,7 +539,7 @@ class _Merge:
         return None
 
     async def _abort_kept(self, head: str, conflicted: tuple[str, ...], stderr: str, why: str | None) -> MergeOutcome:
-        await run_git(self.worktree, "rebase", "--abort", check=False)
+        await _abort_rebase(self.worktree, self.branch)
         restored = await ask(self.worktree, _head)
         if restored != self.original_tip:
             # A resolver that finished the rebase wrongly: put the branch back where it was.
@@ -528,7 +583,9 @@ async def _merge(
         # OSError: libgit2 reports a full disk or an unwritable file as one (ENOSPC, EACCES).
         with CancelScope(shield=True):
             if await (AsyncPath(worktree)).exists():
-                await run_git(worktree, "rebase", "--abort", check=False)
+                # Still failing (the disk is still full): the next merge-back aborts it first.
+                with contextlib.suppress(GitError, OSError):
+                    await _abort_rebase(worktree, branch)
         return MergeOutcome("failed", None, branch, (), (), merge.head or None, merge.rewritten, errors=(str(exc),))
 
 
@@ -570,7 +627,7 @@ async def finalize_worktree(
             outcome = await _merge(repo, worktree.path, worktree.branch, audit, resolver, keep_checkout=False)
         else:
             async with merge_lock(repo):
-                tip = await _clean_worktree(worktree.path)
+                tip = await _clean_worktree(worktree.path, worktree.branch)
                 head, _ = await _parent_state(repo)
                 commits = await ask(repo, lambda local: local.commits(head, tip))
                 if commits:

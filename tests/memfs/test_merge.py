@@ -381,3 +381,65 @@ async def test_a_git_that_skips_the_wrapper_beside_a_stress_run_is_folded_in_nev
 async def _read_all(stream: anyio.abc.ByteReceiveStream) -> str:
     chunks = [chunk async for chunk in stream]
     return b"".join(chunks).decode()
+
+
+async def _stuck_rebase(repo: Path) -> tuple[Path, str, list[tuple[str, str]]]:
+    """A worktree whose branch (w0..w3, two of them on the hot file) is left mid-rebase onto a moved
+    ``HEAD``, as a merge leaves it when a full disk made ``rebase --abort`` fail too: w0's conflict
+    resolved and w0, w1 replayed onto ``HEAD`` (detached), stopped on w2's conflict. Returns the
+    worktree, its branch and the original ``(commit, message)`` pairs."""
+    wt = await create_worktree(repo, agent_id="a")
+    originals = []
+    for i in range(4):
+        rel, name = ("notes/hot.md", "hot") if i % 2 == 0 else (f"notes/w{i}.md", f"w{i}")
+        originals.append((await _commit(wt.path, rel, note(name, f"branch {i}"), f"w{i}"), f"w{i}"))
+    await _commit(repo, "notes/hot.md", note("hot", "main moved"), "main moves on")
+    head = (await _git(repo, "rev-parse", "HEAD")).strip()
+    stopped = await anyio.run_process(["git", "rebase", "-q", head], cwd=wt.path, check=False)
+    assert stopped.returncode != 0
+    await anyio.to_thread.run_sync(write, wt.path / "notes/hot.md", note("hot", "main moved, branch 0"))
+    await _git(wt.path, "add", "notes/hot.md")
+    again = await anyio.run_process(
+        ["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=wt.path, check=False
+    )
+    assert again.returncode != 0 and (wt.path / ".git").is_file()
+    assert "w1" in await _git(wt.path, "log", "-1", "--format=%s")
+    return wt.path, wt.branch, originals
+
+
+async def _by_message(repo: Path, rev: str) -> dict[str, list[str]]:
+    """``message -> [files the commit changes]`` for each commit of ``main..rev`` or ``rev``."""
+    found: dict[str, list[str]] = {}
+    for line in (await _git(repo, "log", "--format=%H %s", rev)).splitlines():
+        sha, subject = line.split(" ", 1)
+        files = (await _git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", sha)).split()
+        found.setdefault(subject, []).extend(files)
+    return found
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("policy", ["keep", "resolve"])
+async def test_a_rebase_left_in_progress_is_aborted_before_the_branch_merges_again(repo: Path, policy: str) -> None:
+    """Issue 28: a merge whose rebase (and its abort) failed on a full disk left the worktree mid-rebase.
+    The next merge-back must start from the branch as committed, not from the rebase's detached
+    ``HEAD``: every commit merged (or kept) once, each with its own change, none folded into another."""
+    worktree, branch, originals = await _stuck_rebase(repo)
+
+    async def resolver(conflict: Conflict) -> None:
+        for rel in conflict.files:
+            await anyio.to_thread.run_sync(write, conflict.worktree / rel, note("hot", f"resolved {conflict.subject}"))
+            await _git(conflict.worktree, "add", rel)
+
+    outcome = await merge_back(repo, worktree, branch, resolver=resolver if policy == "resolve" else None)
+    assert not (await _git(worktree, "status")).startswith("interactive rebase in progress")
+    expected = {"w0": ["notes/hot.md"], "w1": ["notes/w1.md"], "w2": ["notes/hot.md"], "w3": ["notes/w3.md"]}
+    if policy == "keep":
+        assert (outcome.status, outcome.reason_code) == ("kept", "conflict")
+        assert outcome.commits == tuple(sha for sha, _ in originals)
+        assert (await _git(repo, "rev-parse", branch)).strip() == originals[-1][0]
+        assert (await _git(repo, "log", "-1", "--format=%s", "main")).strip() == "main moves on"
+    else:
+        assert outcome.status == "resolved" and outcome.commit_count == 4
+        merged = await _by_message(repo, "main")
+        assert {m: merged.get(m) for m in expected} == expected
+    assert (await _git(repo, "status", "--porcelain")) == ""
