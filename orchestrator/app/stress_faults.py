@@ -232,14 +232,19 @@ async def inject_stale_lock(repo: Path) -> str | None:
         # A live git's own lock may be there by now; only the dead holder's counts.
         if await lock.read_bytes() == STALE_LOCK_TEXT:
             return "the stale index.lock is still there after recovery"
-    owner = AsyncPath(common / OWNER_FILE_NAME)
-    if await owner.exists():
-        try:
-            pid = int(json.loads(await owner.read_text())["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return "an unreadable lock owner record is left"
-        if not pid_alive(pid):
-            return f"the dead holder's owner record (pid {pid}) is still there"
+    try:
+        # A live holder writes and removes its record all the time: gone by now is fine.
+        record = await AsyncPath(common / OWNER_FILE_NAME).read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"the lock owner record cannot be read ({error.strerror})"
+    try:
+        pid = int(json.loads(record)["pid"])
+    except (ValueError, KeyError, TypeError):
+        return "an unreadable lock owner record is left"
+    if not pid_alive(pid):
+        return f"the dead holder's owner record (pid {pid}) is still there"
     return None
 
 

@@ -106,8 +106,13 @@ def common_dir_sync(repo_dir: Path) -> Path:
 def _write_owner(owner: Path, token: str) -> None:
     record = {"pid": os.getpid(), "started": time.time(), "token": token}
     tmp = owner.with_name(f"{owner.name}.{token}.tmp")
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, owner)
+    try:
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, owner)
+    except OSError:
+        # A full disk: the record is for diagnostics only, but no half-written file stays behind.
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _drop_owner(owner: Path, token: str) -> None:

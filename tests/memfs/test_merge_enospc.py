@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.app.stress_faults import fill_disk
 from orchestrator.memfs.git import GitError
+from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import merge_back
 from orchestrator.memfs.resolution import Conflict
 from orchestrator.memfs.worktrees import create_worktree
@@ -131,3 +132,15 @@ async def test_a_merge_cut_short_anywhere_by_a_full_disk_leaves_nothing_folded_o
         await anyio.to_thread.run_sync(shutil.rmtree, disk / f"m{n}")
         await anyio.to_thread.run_sync(shutil.rmtree, disk / f"w{n}")
     assert seen[0] == "failed" and seen[-1] in {"merged", "resolved"}, seen
+
+
+@pytest.mark.anyio
+async def test_the_lock_owner_record_leaves_no_half_written_file_on_a_full_disk(disk: Path) -> None:
+    """The owner record beside the repository lock is written to a temporary file and renamed; on a
+    full disk that write fails, and the empty temporary file must not pile up in ``.git``."""
+    repo = await anyio.to_thread.run_sync(make_repo, disk / "memory")
+    filler = await anyio.to_thread.run_sync(fill_disk, disk)
+    async with merge_lock(repo):
+        pass
+    await anyio.Path(filler).unlink()
+    assert [p.name async for p in anyio.Path(repo / ".git").glob("reverie-merge.owner.json*")] == []
