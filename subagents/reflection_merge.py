@@ -9,6 +9,8 @@ them into the store record, events and reminders:
   dirty-parent reminder;
 * a kept branch gets S12's reminder (reason text and files) once; a failed run also a
   ``reflection.failed`` event (the CLI shows ``⚠ reflection failed: …``);
+* commits a git outside reverie's wrapper made while the merge held the lock (folded in:
+  :attr:`MergeOutcome.bypassed`) get a ``reflection.bypassed`` event before the outcome's;
 * :class:`BranchRetrier` retries pending branches at every turn end and at start-up, and kept
   branches whose ``HEAD`` has moved since (a real conflict stays kept; a reverted edit merges).
 """
@@ -24,6 +26,7 @@ from orchestrator.agent.reminders import reflection_kept_reminder
 from orchestrator.base import blocking
 from orchestrator.base.events import Event
 from orchestrator.base.subagent_events import (
+    ReflectionBypassed,
     ReflectionFailed,
     ReflectionKept,
     ReflectionMerged,
@@ -105,6 +108,8 @@ async def settle(
         resolved_files=outcome.resolved_files or record.resolved_files,
     )
     await store.save_reflection(updated)
+    if outcome.bypassed:
+        await emit(ReflectionBypassed(record.id, record.branch, outcome.bypassed), conversation_id)
     if outcome.status in {"merged", "resolved"}:
         event: Event = ReflectionMerged(
             record.id, record.branch, outcome.commit_count, outcome.new_head or "", outcome=outcome.status

@@ -19,6 +19,7 @@ __all__ = [
     "CompactionProgress",
     "CompactionStarted",
     "CompactionSuperseded",
+    "ReflectionBypassed",
     "ReflectionFailed",
     "ReflectionKept",
     "ReflectionLaunched",
@@ -172,6 +173,19 @@ class ReflectionFailed(Event):
     error: str
     branch: str = ""
     commits: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionBypassed(Event):
+    """``HEAD`` moved while a reflection's merge-back held the repository lock, so ``commits`` were
+    made by a git that skipped reverie's wrapper (``/usr/bin/git`` called directly: no lock, no
+    hook). Nothing is lost: the branch was rebased onto them (folded in); the event says that
+    something outside reverie writes this memory, which is worth knowing."""
+
+    kind: ClassVar[str] = "reflection.bypassed"
+    reflection_id: str
+    branch: str
+    commits: tuple[str, ...]
 
 
 @dataclass(frozen=True)

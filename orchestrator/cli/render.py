@@ -217,6 +217,7 @@ class TerminalRenderer:
             CompactionDone,
             CompactionFailed,
             CompactionProgress,
+            ReflectionBypassed,
             ReflectionFailed,
             ReflectionKept,
             ReflectionMerged,
@@ -234,6 +235,12 @@ class TerminalRenderer:
             self.notice(f"  ⚠ compaction failed: {one_line(event.error)} (the turn goes on)")
         elif isinstance(event, ReflectionMerged):
             await self._merged(event)
+        elif isinstance(event, ReflectionBypassed):
+            n = len(event.commits)
+            self.notice(
+                f"  ⚠ memory: {n} commit{'s' if n != 1 else ''} made by a git outside reverie while a reflection "
+                f"merged (no lock, no hook): {' '.join(c[:7] for c in event.commits[:5])}; folded in, nothing lost"
+            )
         elif isinstance(event, ReflectionFailed):
             self.notice(f"  ⚠ reflection failed: {one_line(event.error, 160)}")
         elif isinstance(event, ReflectionKept):

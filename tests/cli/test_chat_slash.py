@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.app.session import ChatSession
 from orchestrator.base.events import Event
+from orchestrator.base.subagent_events import ReflectionBypassed
 from orchestrator.cli.chat_slash import COMMANDS, Slash, is_slash
 from orchestrator.cli.render import TerminalRenderer, tool_line
 from orchestrator.testing.openai_server import LoopbackOpenAI
@@ -136,7 +137,12 @@ async def test_reflection_outcomes_are_shown(tmp_path: Path) -> None:
     lines: list[str] = []
     renderer = TerminalRenderer(above=lambda text: lines.append(text) is None)
     await renderer(Failed("r1", "model error: HTTP 500\nmore"))
-    assert lines == ["  ⚠ reflection failed: model error: HTTP 500 more"]
+    await renderer(ReflectionBypassed("r2", "reverie/reflection/r2", ("a" * 40, "b" * 40)))
+    assert lines == [
+        "  ⚠ reflection failed: model error: HTTP 500 more",
+        "  ⚠ memory: 2 commits made by a git outside reverie while a reflection merged (no lock, no hook): "
+        "aaaaaaa bbbbbbb; folded in, nothing lost",
+    ]
 
 
 def test_tool_calls_are_one_line() -> None:

@@ -124,3 +124,35 @@ async def test_every_launch_of_a_sweep_has_exactly_one_outcome(tmp_path: Path) -
     settled = {r.id: r.status for r in records}
     assert all(settled[i] not in {"running", "pending"} for i in launched), settled
     assert {v[0] for v in by_id.values()} <= {"merged", "resolved", "no_changes"}
+
+
+async def test_commits_a_git_outside_the_wrapper_made_during_the_merge_are_an_event(tmp_path: Path) -> None:
+    """Issue 23: a commit that reaches HEAD while merge-back holds the lock (a git called without
+    reverie's wrapper) is folded in and named in a stored ``reflection.bypassed`` event."""
+    seen = Seen()
+    async with ChatSession.open(agent_id="b1", workspace=tmp_path, observer=seen) as s:
+        memory = s.agent.memory_dir
+        wt = await create_worktree(memory, agent_id="b1")
+        await anyio.to_thread.run_sync(commit_file, wt.path, "notes/r.md", _note("r", "learned"), "reflection")
+        await anyio.to_thread.run_sync(commit_file, memory, "notes/m.md", _note("m", "agent"), "agent")
+        bypass: list[str] = []
+
+        async def audit_beside_a_bypassing_git(checkout: Path, revision: str, base: str | None) -> tuple[str, ...]:
+            if not bypass:
+                # Plain git in the memory checkout while the merge holds the lock: no wrapper, no lock.
+                sha = await anyio.to_thread.run_sync(commit_file, memory, "notes/b.md", _note("b", "x"), "bypass")
+                bypass.append(sha)
+            return ()
+
+        outcome = await finalize_worktree(memory, wt, audit=audit_beside_a_bypassing_git)
+        assert (outcome.status, outcome.bypassed) == ("merged", tuple(bypass))
+        await settle(s.runtime.store, s.reflection._emit, _record(s, wt.id, wt.branch), outcome)
+        stored = await s.runtime.store.events(agent_id="b1", kinds=["reflection.bypassed"])
+        assert [(e.payload["branch"], e.payload["commits"]) for e in stored] == [(wt.branch, bypass)]
+        assert bypass[0] in await _git(memory, "rev-list", "HEAD")
+    kinds = [e.kind for e in seen.events]
+    assert kinds.index("reflection.bypassed") < kinds.index("reflection.outcome")
+
+
+def _note(name: str, body: str) -> str:
+    return f"---\nname: {name}\ndescription: a note\n---\n{body}\n"
