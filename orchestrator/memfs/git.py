@@ -50,6 +50,7 @@ in two sections.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import shutil
@@ -926,7 +927,10 @@ class LocalRepo:
             return None
         try:
             return self._fast_forward_locked(pygit2, tip, expected, lock)
-        except (KeyError, ValueError, OSError, UnicodeError, pygit2.GitError):
+        except (KeyError, ValueError, OSError, UnicodeError, pygit2.GitError) as error:
+            if _no_space(error):
+                # git's own fast-forward would write part of the files and fail the same way.
+                raise self._fail("merge", error) from error
             return None
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -945,6 +949,7 @@ class LocalRepo:
         old, new = self._file_map(start), self._file_map(tip)
         changed = sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
         staged = self.git_dir / f"index.reverie-{os.getpid()}-{threading.get_ident()}"
+        self._check_room(changed, new)
         try:
             if not self._stage_fast_forward(pygit2, staged, changed, old, new):
                 return "dirty"
@@ -997,6 +1002,22 @@ class LocalRepo:
                 index.remove(path)
         index.write()
         return True
+
+    def _check_room(self, changed: list[str], new: dict[str, tuple[str, str]]) -> None:
+        """``OSError(ENOSPC)`` before any file is written when the disk has clearly too little room
+        for the files ``tip`` brings (each rounded up to a block, plus the index and a margin): a
+        checkout that fails part-way must be undone, and undoing needs room too."""
+        block = 4096
+        need = 64 * 1024 + sum(
+            -(-self._repo[new[path][1]].size // block) * block + block for path in changed if path in new
+        )
+        try:
+            fs = os.statvfs(self.top_level)
+        except OSError:
+            return
+        free = fs.f_bavail * fs.f_frsize
+        if free < need:
+            raise OSError(errno.ENOSPC, f"No space left on device: the fast-forward needs {need} bytes, {free} free")
 
     def _ref_unwritable(self, name: str, start: str) -> bool:
         """After a failed swap of ``name`` from ``start``: whether git could not write it (a full
@@ -1134,6 +1155,13 @@ class LocalRepo:
         with contextlib.suppress(OSError):
             admin.rmdir()
         return tuple(pruned)
+
+
+def _no_space(error: BaseException) -> bool:
+    """Whether ``error`` says the disk (or quota) is full; libgit2 says so in its message only."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(error) or "Disk quota exceeded" in str(error)
 
 
 def _head_branch(head_file: Path) -> str | None:

@@ -178,8 +178,46 @@ def clear_stale_lock_files(
 def clear_stale_git_locks(common: Path, top: Path | None = None) -> list[Path]:
     """:func:`clear_stale_lock_files` on every lock file git may have left in the repository whose
     common directory is ``common`` (:func:`git_lock_files`); blocking, under reverie's lock."""
-    roots = (common,) if top is None else (common, top)
-    return clear_stale_lock_files(git_lock_files(common), roots=roots)
+    main = (common,) if top is None else (common, top)
+    linked = _checkouts(common)
+    everywhere = (*main, *linked.values())
+    groups: dict[tuple[Path, ...], list[Path]] = {}
+    for lock in git_lock_files(common):
+        groups.setdefault(_who_may_hold(lock, common, main, linked, everywhere), []).append(lock)
+    removed: list[Path] = []
+    for roots, locks in groups.items():
+        removed.extend(clear_stale_lock_files(locks, roots=roots))
+    return removed
+
+
+def _who_may_hold(
+    lock: Path, common: Path, main: tuple[Path, ...], linked: dict[str, Path], everywhere: tuple[Path, ...]
+) -> tuple[Path, ...]:
+    """Where a git holding ``lock`` runs. git may close a lock file before renaming it into place
+    (``commit -a`` closes ``index.lock``, then commits), so a live git working in the right
+    checkout keeps it: a linked worktree's ``index.lock`` or ``HEAD.lock`` belongs to a git in that
+    worktree (issue 28: recovery took a writer's for stale mid-commit; the commit was made but
+    reported failed), the main checkout's to a git in the main checkout, a ref's to a git anywhere.
+    Asking only where it matters keeps a busy worktree from pinning every stale lock."""
+    relative = lock.relative_to(common)
+    if relative.parts[0] == "worktrees" and len(relative.parts) == 3:
+        own = linked.get(relative.parts[1])
+        return (common,) if own is None else (common, own)
+    if len(relative.parts) == 1 and relative.name in ("index.lock", "HEAD.lock"):
+        return main
+    return everywhere
+
+
+def _checkouts(common: Path) -> dict[str, Path]:
+    """Each linked worktree's record name and folder (from its ``gitdir`` pointer)."""
+    found: dict[str, Path] = {}
+    for record in _listing(common / "worktrees"):
+        try:
+            pointer = (common / "worktrees" / record / "gitdir").read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            continue
+        found[record] = Path(pointer.strip()).parent
+    return found
 
 
 def _locked(result: GitResult) -> bool:

@@ -15,7 +15,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.base.flock import FlockWaiter
-from orchestrator.memfs.indexlock import clear_stale_lock_files, retrying_git
+from orchestrator.memfs.indexlock import clear_stale_git_locks, clear_stale_lock_files, retrying_git
 from orchestrator.memfs.locks import LOCK_FILE_NAME, OWNER_FILE_NAME, call_if_free, merge_lock
 from orchestrator.memfs.recovery import recover
 from orchestrator.tools.bash import run_bash
@@ -160,6 +160,26 @@ def test_a_git_working_in_the_repository_keeps_every_lock(repo: Path) -> None:
         finally:
             live.communicate(b"")
     assert clear_stale_lock_files([lock], roots=(repo,), notify=lambda _: None) == [lock]
+
+
+def test_a_git_working_in_a_linked_worktree_keeps_its_index_lock(repo: Path, tmp_path: Path) -> None:
+    """Issue 28 (``--faults enospc``): ``commit -a`` in a linked worktree closes its ``index.lock``
+    (under the common directory) before it commits and renames it; recovery run meanwhile for
+    another reason took it for stale, and the commit was made but reported failed (its retry:
+    "nothing to commit"). A git working in that worktree keeps its locks; it does not keep the
+    main checkout's ``index.lock``, which only a git in the main checkout can hold."""
+    checkout = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(checkout))
+    lock = repo / ".git" / "worktrees" / "linked" / "index.lock"
+    main_lock = repo / ".git" / "index.lock"
+    lock.write_text("", encoding="utf-8")
+    main_lock.write_text("", encoding="utf-8")
+    with subprocess.Popen(["git", "cat-file", "--batch"], cwd=checkout, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as live:
+        try:
+            assert clear_stale_git_locks(repo / ".git", repo) == [main_lock]
+        finally:
+            live.communicate(b"")
+    assert clear_stale_git_locks(repo / ".git", repo) == [lock]
 
 
 @pytest.mark.anyio
