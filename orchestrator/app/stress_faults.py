@@ -16,7 +16,9 @@ writer (only the killed process is dead). The kinds:
   git if it was made (and reports it), recovery removes the dead worktree (an edit never committed
   is discarded, turn-loop 5.15), the branch is re-queued and the commit made again if it was not;
 * ``stale-lock``: a lock holder dies holding the repository lock and git's ``index.lock``;
-  recovery releases the dead owner's record and removes the stale lock file (D1, R6);
+  recovery releases the dead owner's record and removes the stale lock file (D1, R6); while a
+  live git works in the checkout (a detached ``git gc --auto``) recovery keeps every lock, so it
+  is run again, as the next start-up would, until that git is gone (bounded);
 * ``enospc``: the run's repository and worktrees live on a small tmpfs mounted for the run (root
   only; otherwise the kind is skipped with the reason); before a seeded batch's merge a filler
   file takes every free byte, the merge runs on the full disk (merge-back reports ``failed`` and
@@ -86,6 +88,7 @@ _MERGER_SHARE: Final = 0.2
 _WRITER_SHARE: Final = 0.02
 _LOCK_FAULTS: Final = 3
 _DISK_FAULTS: Final = 3
+_RECOVERY_ROUNDS: Final = 40
 
 
 def parse_faults(text: str | None) -> tuple[str, ...]:
@@ -226,12 +229,19 @@ async def inject_stale_lock(repo: Path) -> str | None:
     if not _killed(proc):
         raise _failed("hold-lock", proc)
     common = await blocking.run_sync("git", partial(common_dir_sync, repo))
-    await recover_except(repo, None)
     lock = AsyncPath(common / "index.lock")
-    with contextlib.suppress(FileNotFoundError):
-        # A live git's own lock may be there by now; only the dead holder's counts.
-        if await lock.read_bytes() == STALE_LOCK_TEXT:
-            return "the stale index.lock is still there after recovery"
+    for attempt in range(_RECOVERY_ROUNDS):
+        await recover_except(repo, None)
+        with contextlib.suppress(FileNotFoundError):
+            # A live git's own lock may be there by now; only the dead holder's counts.
+            if await lock.read_bytes() == STALE_LOCK_TEXT:
+                # Recovery keeps every lock while a git works in the checkout (a detached
+                # `git gc --auto` among them): the next start-up's recovery removes it.
+                if attempt < _RECOVERY_ROUNDS - 1:
+                    await anyio.sleep(0.05 * (attempt + 1))
+                    continue
+                return f"the stale index.lock is still there after {_RECOVERY_ROUNDS} recoveries"
+        break
     try:
         # A live holder writes and removes its record all the time: gone by now is fine.
         record = await AsyncPath(common / OWNER_FILE_NAME).read_text()
@@ -266,7 +276,10 @@ def _mount(path: Path) -> str | None:
 
 
 def _unmount(path: Path) -> None:
-    subprocess.run(["umount", str(path)], capture_output=True, check=False)
+    """Unmount; while a process still works there (a detached ``git gc --auto`` the run's commits
+    started), lazily: the mount goes at once, its memory when that process ends."""
+    if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 @asynccontextmanager
