@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -115,10 +116,13 @@ async def test_limit_pressure_keeps_breaking_combinations_and_no_head_is_invalid
 @pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_faults_are_injected_recovered_and_nothing_is_lost(tmp_path: Path) -> None:
-    """Bounded: 4 writers x 10 commits, every fault kind; each kill is a real SIGKILL of a child."""
+@pytest.mark.parametrize(("conflict_rate", "seed"), [(0.5, 2), (0.9, 3)])
+async def test_faults_are_injected_recovered_and_nothing_is_lost(tmp_path: Path, conflict_rate: float, seed: int) -> None:
+    """Bounded: 4 writers x 10 commits, every fault kind; each kill is a real SIGKILL of a child.
+    With a hot file, full-disk merges are cut short mid-rebase and mid-resolve (issue 28)."""
     config = StressConfig(
-        writers=4, commits=10, conflict_rate=0.5, seed=2, faults=("kill-merger", "kill-writer", "stale-lock", "enospc")
+        writers=4, commits=10, conflict_rate=conflict_rate, seed=seed,
+        faults=("kill-merger", "kill-writer", "stale-lock", "enospc"),
     )
     resolver = make_resolver(ScriptedModel(), agent_id="stress", agent_name="stress")
     report = await run_stress(config, workdir=tmp_path / "f", resolver=resolver)
@@ -131,6 +135,7 @@ async def test_faults_are_injected_recovered_and_nothing_is_lost(tmp_path: Path)
         assert data["faults_skipped"]["enospc"].startswith("skipped: ")
     else:
         assert set(data["faults"]) == {"kill-merger", "kill-writer", "stale-lock", "enospc"}
+        assert not await anyio.to_thread.run_sync(os.path.ismount, tmp_path / "f" / "disk")
     repo = tmp_path / "f" / "memory"
     assert await _git(repo, "status", "--porcelain") == ""
     assert not (repo / ".git" / "index.lock").exists()
