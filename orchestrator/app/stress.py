@@ -728,7 +728,10 @@ async def _main_writer(state: _State, stop: list[bool]) -> None:
         message = f"main commit {n}"
         rel, name = (HOT_FILE, "hot") if rng.random() < config.conflict_rate else ("notes/main.md", "main")
         text = _note(name, message)
-        errors = await blocking.run_sync("files", partial(_would_be_valid, repo, rel, text))
+        async with merge_lock(repo):
+            # Under the lock: a merge's fast-forward writes the checkout's files in place, and a
+            # file read mid-write is torn (an empty notes/writer-NN.md, "missing frontmatter").
+            errors = await blocking.run_sync("files", partial(_would_be_valid, repo, rel, text))
         if errors:
             raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
         await _commit(repo, rel, text, message, state.record_main, lock=repo)

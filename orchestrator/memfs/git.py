@@ -752,7 +752,7 @@ class LocalRepo:
         """``(path, branch or None when detached)`` per worktree, the main checkout first, as
         ``git worktree list`` has them (records whose folder is gone included)."""
         common = self.common_dir
-        records = [(common.parent, _head_branch(common / "HEAD"))]
+        records = [(common.parent, _checked_out(common))]
         admin = common / "worktrees"
         try:
             names = sorted(os.listdir(admin))
@@ -763,7 +763,7 @@ class LocalRepo:
                 pointer = (admin / name / "gitdir").read_text(encoding="utf-8", errors="surrogateescape").strip()
             except OSError:
                 continue
-            records.append((Path(pointer).parent, _head_branch(admin / name / "HEAD")))
+            records.append((Path(pointer).parent, _checked_out(admin / name)))
         return tuple(records)
 
 
@@ -1162,6 +1162,22 @@ def _no_space(error: BaseException) -> bool:
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return "No space left on device" in str(error) or "Disk quota exceeded" in str(error)
+
+
+def _checked_out(git_dir: Path) -> str | None:
+    """The branch a checkout has: its ``HEAD``'s, or, mid-rebase (``HEAD`` detached), the branch
+    being rebased, which git counts as checked out there too (``worktree add`` refuses it)."""
+    branch = _head_branch(git_dir / "HEAD")
+    if branch is not None:
+        return branch
+    for state in ("rebase-merge", "rebase-apply"):
+        try:
+            name = (git_dir / state / "head-name").read_text(encoding="utf-8", errors="surrogateescape").strip()
+        except OSError:
+            continue
+        if name.startswith("refs/heads/"):
+            return name[len("refs/heads/") :]
+    return None
 
 
 def _head_branch(head_file: Path) -> str | None:

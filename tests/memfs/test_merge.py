@@ -443,3 +443,15 @@ async def test_a_rebase_left_in_progress_is_aborted_before_the_branch_merges_aga
         merged = await _by_message(repo, "main")
         assert {m: merged.get(m) for m in expected} == expected
     assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+@pytest.mark.anyio
+async def test_a_branch_whose_worktree_is_left_mid_rebase_merges_there(repo: Path) -> None:
+    """``reverie reflections merge`` (and the stress's re-queue) on a branch whose worktree a full
+    disk left mid-rebase: git counts the branch as checked out there, so a temporary worktree for it
+    is refused ("already checked out"); the branch's own worktree is used and its rebase aborted."""
+    worktree, branch, originals = await _stuck_rebase(repo)
+    outcome = await merge_branch(repo, branch)
+    assert (outcome.status, outcome.commits) == ("kept", tuple(sha for sha, _ in originals))
+    assert not (await _git(worktree, "status")).startswith("interactive rebase in progress")
+    assert (await _git(worktree, "rev-parse", "--abbrev-ref", "HEAD")).strip() == branch
