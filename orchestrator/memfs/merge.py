@@ -289,8 +289,8 @@ async def _clean_worktree(worktree: Path, branch: str) -> str:
     merge left in progress (its own abort failed: the disk was full) is aborted first, which puts
     the branch and ``HEAD`` back on the commits as made: resetting the files alone would leave
     ``HEAD`` on the rebase's detached, half-replayed copies, and a merge from there brings in only
-    the commits replayed so far while the sequencer, still armed, later amends the next commit's
-    change into the last replayed one (issue 28: a commit folded into its neighbour's copy)."""
+    the commits replayed so far and leaves the sequencer armed in a worktree still in use (issue 28:
+    the full-disk stress's commits dropped from, or folded into, the merged copies)."""
     if await _rebasing(worktree):
         await _abort_rebase(worktree, branch)
     tip, dirty = await ask(worktree, _state("normal"))
