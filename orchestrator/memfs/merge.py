@@ -251,6 +251,12 @@ def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
     return False
 
 
+def _on_branch(repo: LocalRepo) -> str | None:
+    """The branch the checkout's ``HEAD`` names (None when detached)."""
+    text = (repo.git_dir / "HEAD").read_text(encoding="utf-8", errors="surrogateescape").strip()
+    return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else None
+
+
 async def _rebasing(worktree: Path) -> bool:
     return await ask(worktree, lambda repo: repo.operation()) == "rebase in progress"
 
@@ -293,6 +299,9 @@ async def _clean_worktree(worktree: Path, branch: str) -> str:
     the full-disk stress's commits dropped from, or folded into, the merged copies)."""
     if await _rebasing(worktree):
         await _abort_rebase(worktree, branch)
+    if await ask(worktree, _on_branch) != branch:
+        # Detached (a rebase dropped with --quit whose checkout of the branch failed): back on it.
+        await run_git(worktree, "checkout", "-q", "-f", branch, "--")
     tip, dirty = await ask(worktree, _state("normal"))
     if dirty:
         await retrying_git(worktree, "reset", "-q", "--hard")

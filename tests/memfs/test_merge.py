@@ -455,3 +455,20 @@ async def test_a_branch_whose_worktree_is_left_mid_rebase_merges_there(repo: Pat
     assert (outcome.status, outcome.commits) == ("kept", tuple(sha for sha, _ in originals))
     assert not (await _git(worktree, "status")).startswith("interactive rebase in progress")
     assert (await _git(worktree, "rev-parse", "--abbrev-ref", "HEAD")).strip() == branch
+
+
+@pytest.mark.anyio
+async def test_a_worktree_left_detached_merges_the_branch_as_committed(repo: Path) -> None:
+    """A rebase dropped with ``--quit`` whose checkout of the branch then failed (a full disk) leaves
+    the worktree detached on the copies replayed so far: the next merge-back checks the branch out
+    again and merges all its commits, not the detached copy (issue 28: 1 of 5 merged)."""
+    wt = await create_worktree(repo, agent_id="a")
+    for i in range(3):
+        await _commit(wt.path, f"notes/w{i}.md", note(f"w{i}", "x"), f"w{i}")
+    await _commit(repo, "notes/m.md", note("m", "main"), "main moves on")
+    first = (await _git(wt.path, "rev-list", "--reverse", "HEAD~3..HEAD")).split()[0]
+    await _git(wt.path, "checkout", "-q", "--detach", "main")
+    await _git(wt.path, "cherry-pick", first)
+    outcome = await merge_back(repo, wt.path, wt.branch)
+    assert (outcome.status, outcome.commit_count) == ("merged", 3)
+    assert [s for s in (await _git(repo, "log", "-3", "--format=%s")).split()] == ["w2", "w1", "w0"]
