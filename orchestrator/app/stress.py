@@ -74,6 +74,7 @@ from orchestrator.memfs.constraints import CONFIG_PATH
 from orchestrator.memfs.git import GitError, LocalRepo, ask
 from orchestrator.memfs.history import commit_message
 from orchestrator.memfs.hook import install_hook
+from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import (
     AuditFn,
@@ -337,7 +338,10 @@ async def _commit(
 
     An attempt and ``made`` run shielded: a Ctrl-C that lands while git is committing would
     otherwise leave a commit on the branch that no figure of the summary counts (the equation's
-    ``unmerged`` counts it from git, ``recorded`` never heard of it). Retried (backing off to 0.1 s)
+    ``unmerged`` counts it from git, ``recorded`` never heard of it). A terminal's Ctrl-C reaches
+    git too, and git may die of it *after* it moved the branch (while it prints its summary): the
+    attempt then fails although the commit is made, so a failed attempt asks git whether ``HEAD``
+    is this commit (:func:`_made_anyway`) before it counts as not made. Retried (backing off to 0.1 s)
     while git or the disk refuses: a full disk (``enospc``) is waited out. With ``lock`` each
     attempt holds that repository's lock and the wait between attempts does not, so a writer
     waiting for disk space never blocks the merge that frees it.
@@ -366,7 +370,21 @@ async def _commit_once(checkout: Path, rel: str, text: str, message: str) -> tup
     try:
         return await harness_commit_tracked(checkout, message), ""
     except GitError as error:
-        return None, error.stderr.strip() or str(error)
+        return await _made_anyway(checkout, rel, message), error.stderr.strip() or str(error)
+
+
+async def _made_anyway(checkout: Path, rel: str, message: str) -> str | None:
+    """The commit a failed ``git commit`` made all the same (killed by a signal after it moved the
+    branch), else None. Its ``HEAD`` is this commit when ``HEAD``'s message is ``message``: every
+    stress commit's message is unique in its run, and nothing else moves this checkout's ``HEAD``
+    during an attempt (a worktree is its writer's alone; the main writer holds the lock). git may
+    have died before it wrote its index: ``rel``'s entry is reset to ``HEAD``'s, so the checkout is
+    not left with a staged undo of the commit."""
+    found = await blocking.run_sync("git", partial(commit_message, checkout))
+    if found is None or found[1].strip() != message:
+        return None
+    await retrying_git(checkout, "reset", "-q", "HEAD", "--", rel, check=False)
+    return found[0]
 
 
 # -- bookkeeping --------------------------------------------------------------------------------

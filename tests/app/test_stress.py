@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -223,3 +224,51 @@ async def test_a_commit_cancelled_while_git_commits_is_still_reported(tmp_path: 
         await _commit(repo, HOT_FILE, _note("hot", "cancelled"), "cancelled commit", reported.append)
     assert reported == [(await _git(repo, "rev-parse", "HEAD")).strip()]
     assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "cancelled commit"
+
+
+_DYING_GIT = """#!/bin/sh
+# git that a terminal's Ctrl-C kills {when} the commit it is asked for
+for arg in "$@"; do
+  if [ "$arg" = commit ]; then
+    {before}
+    "{real}" "$@"
+    kill -INT $$; kill -KILL $$
+  fi
+done
+exec "{real}" "$@"
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("when", ["after", "before"])
+async def test_a_commit_git_made_as_ctrl_c_killed_it_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Ctrl-C reaches git too: a git killed after it moved the branch failed, yet its commit is
+    made and must be reported (a commit only git knew of made the equation one short of its
+    ``unmerged`` count under load); one killed before committing made nothing and reports nothing."""
+    from orchestrator.app.stress import HOT_FILE, _commit, _note
+
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
+    before = (await _git(repo, "rev-parse", "HEAD")).strip()
+    real = shutil.which("git")
+    assert real is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    kill_first = "kill -INT $$; kill -KILL $$" if when == "before" else ":"
+    wrapper.write_text(_DYING_GIT.format(when=when, before=kill_first, real=real), encoding="utf-8")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    reported: list[str] = []
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # the writer is cancelled by the same Ctrl-C: no retry follows the failed attempt
+        await _commit(repo, HOT_FILE, _note("hot", "interrupted"), "interrupted", reported.append)
+    monkeypatch.undo()
+    head = (await _git(repo, "rev-parse", "HEAD")).strip()
+    if when == "after":
+        assert head != before and reported == [head]
+        assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "interrupted"
+        assert (await _git(repo, "status", "--porcelain", "--untracked-files=no")) == ""
+    else:
+        assert head == before and reported == []
