@@ -45,7 +45,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AsyncExitStack, nullcontext
+from contextlib import AsyncExitStack, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -74,7 +74,7 @@ from orchestrator.memfs.constraints import CONFIG_PATH
 from orchestrator.memfs.git import GitError, LocalRepo, ask
 from orchestrator.memfs.history import commit_message
 from orchestrator.memfs.hook import install_hook
-from orchestrator.memfs.indexlock import retrying_git
+from orchestrator.memfs.indexlock import clear_stale_git_locks, retrying_git
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import (
     AuditFn,
@@ -95,7 +95,7 @@ from orchestrator.memfs.repo import (
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.snapshot import build_snapshot
 from orchestrator.memfs.validator import validate_snapshot
-from orchestrator.memfs.worktrees import Worktree, create_worktree, remove_worktree
+from orchestrator.memfs.worktrees import Worktree, create_worktree, git_common_dir, remove_worktree
 
 __all__ = [
     "BATCH_SIZE",
@@ -662,8 +662,25 @@ class _Writer:
                 state.book(MergeOutcome("merged", None, wt.branch, tuple(self.batch), (), None))
                 self.batch = []
         if not self.batch:
-            await delete_merged_branch(state.repo, wt.branch)
+            await _delete_merged(state.repo, wt.branch)
         self.wt = None
+
+
+async def _delete_merged(repo: Path, branch: str) -> None:
+    """``delete_merged_branch`` that outlives a Ctrl-C's leftovers: a ref lock file the interrupt
+    left (libgit2 was creating the branch as SIGINT arrived; 1 run in 30) is cleared as start-up
+    recovery clears it, then the deletion is tried once more. A branch still not deletable stays:
+    its commits are all in ``HEAD``, so no figure counts it and nothing is lost."""
+    try:
+        await delete_merged_branch(repo, branch)
+        return
+    except (GitError, OSError):
+        pass
+    common = await git_common_dir(repo)
+    async with merge_lock(repo, common_dir=common):
+        await blocking.run_sync("files", partial(clear_stale_git_locks, common, repo))
+    with suppress(GitError, OSError):
+        await delete_merged_branch(repo, branch)
 
 
 async def _dangling_pin(repo: Path, wt: Worktree) -> str | None:

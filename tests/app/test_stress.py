@@ -272,3 +272,18 @@ async def test_a_commit_git_made_as_ctrl_c_killed_it_is_reported(
         assert (await _git(repo, "status", "--porcelain", "--untracked-files=no")) == ""
     else:
         assert head == before and reported == []
+
+
+@pytest.mark.anyio
+async def test_leaving_deletes_a_merged_branch_past_a_ref_lock_an_interrupt_left(tmp_path: Path) -> None:
+    """Ctrl-C as libgit2 created a branch left its ref's ``.lock`` (no process holds it); the
+    writer's way out clears it as start-up recovery would and deletes the merged branch."""
+    from orchestrator.app.stress import _delete_merged
+
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
+    await _git(repo, "branch", "reverie/reflection/left")
+    lock = repo / ".git" / "refs" / "heads" / "reverie" / "reflection" / "left.lock"
+    lock.write_bytes(b"")
+    await _delete_merged(repo, "reverie/reflection/left")
+    assert not lock.exists()
+    assert (await _git(repo, "branch", "--list", "reverie/*")).strip() == ""
