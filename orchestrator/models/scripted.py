@@ -787,9 +787,24 @@ _SLIDING_HEADINGS = (
 )
 
 
+_PINNED_BLOCK = re.compile(r"<(previous_summary|core_memory)>\n(.*?)\n</\1>", re.DOTALL)
+# How many identifiers of the previous summary a new one carries beyond those of the evicted messages.
+_CARRIED_IDENTIFIERS = 32
+
+
 def _summarize(request: ModelRequest) -> str:
-    source = "\n".join(m.content for m in request.messages if not _is_reminder(m))
-    source = source.replace(". Generate the summary.", "")
+    """A summary of the evicted messages that updates the pinned previous one.
+
+    Its size does not grow with the session: the core memory block is not summarised (C9: memory
+    already holds it), and of the previous summary's identifiers only the newest
+    ``_CARRIED_IDENTIFIERS`` are carried beyond every identifier of the evicted messages (what C6
+    checks; a summary lists those first, so the first of the previous one are its newest). Carrying them all made each summary longer than the last, so over a long session
+    compaction fired ever more often and each one cost more.
+    """
+    raw = "\n".join(m.content for m in request.messages if not _is_reminder(m))
+    blocks = {m.group(1): m.group(2) for m in _PINNED_BLOCK.finditer(raw)}
+    source = _PINNED_BLOCK.sub("", raw).replace(". Generate the summary.", "")
+    previous = blocks.get("previous_summary", "")
     budget = (request.max_tokens or _DEFAULT_SUMMARY_TOKENS) * 4
     lines = [line.strip() for line in source.splitlines() if line.strip()]
     tagged = [
@@ -801,6 +816,9 @@ def _summarize(request: ModelRequest) -> str:
     assistant = [text for role, text in tagged if role == "assistant"]
     tools = [text for role, text in tagged if role == "tool"]
     identifiers = list(extract_identifiers(source))
+    carried = [i for i in extract_identifiers(previous) if i not in identifiers]
+    identifiers += carried[:_CARRIED_IDENTIFIERS]
+    source = f"{previous}\n{source}" if previous else source
     errors = [line for line in lines if _ERROR_WORDS.search(line)]
     words = re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}|[\u4e00-\u9fff]{2,}", source)
     counts: dict[str, int] = {}

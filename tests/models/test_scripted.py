@@ -268,6 +268,38 @@ async def test_summary_is_bounded_and_keeps_identifiers_first() -> None:
     assert "module_0/file_0.py" in summary and "module_20/file_20.py" in summary
 
 
+@pytest.mark.anyio
+async def test_summary_chain_does_not_grow_with_the_session() -> None:
+    """A sliding session updates its previous summary at every compaction: the summary must stay the
+    same size however long the session (the 10,000-turn soak's compactions fired ever more often while
+    every commit hash ever seen piled up in it), while each evicted identifier is kept (C6) and the
+    previous summary's newest ones are carried."""
+    from orchestrator.compaction.transcript import render_transcript, summarizer_input
+
+    summary = previous_commit = ""
+    sizes: list[int] = []
+    memory = "<human>\n"
+    for n in range(1, 301):
+        commit = f"b{n:06d}"
+        memory += f"- I like soak-fact-{n}\n"
+        evicted = (
+            Message("user", f"message {n}: remember that I like soak-fact-{n}"),
+            Message("assistant", "Saving it."),
+            Message("tool", f"[main {commit}] remember soak-fact-{n}", tool_call_id=f"call-{n}"),
+        )
+        content = summarizer_input(
+            render_transcript(evicted), previous_summary=summary or None, core_memory=memory + "</human>"
+        )
+        request = ModelRequest(system="Summarize.", messages=(Message("user", content),), purpose="summarize")
+        summary = (await reply(request)).message.content
+        assert commit in summary, n
+        assert previous_commit in summary, n
+        previous_commit = commit
+        sizes.append(len(summary))
+    assert sizes[-1] <= sizes[49] + 40, sizes[49::50]
+    assert "soak-fact-1\n" not in summary, "core memory is not re-summarised (C9)"
+
+
 def test_identifier_extraction() -> None:
     found = extract_identifiers(TRANSCRIPT)
     assert "https://github.com/acme/app/issues/42?x=1" in found and "#123" in found and "ABC-12" in found
