@@ -10,8 +10,11 @@ Output from elsewhere while the prompt is up (a reflection that merged in the ba
 through ``run_in_terminal`` on the editor's loop: the prompt is erased, the notice printed, the
 prompt and what was typed redrawn below it, never over it. The status line is the bottom toolbar.
 
-While a turn runs the prompt stays up (``busy``): what the user types ahead stays in the input line
-and is sent with Enter once the turn has ended (Enter does nothing before); the turn's output is
+While a turn runs the prompt stays up (``busy``): what the user types ahead stays in the input line;
+Enter during the turn queues it (the toolbar says so) and it is sent the moment the turn ends, as
+if Enter were pressed then. Swallowing that Enter instead would leave a command typed just as a
+turn ends sitting unsent with nothing said; Ctrl-C (interrupting the turn) unqueues it, keeping the
+text in the line, since who stops a turn may not want what they queued sent. The turn's output is
 printed above the prompt, a streamed line that is not finished yet shown just above the input
 until its newline comes; the toolbar shows ``busy_status`` (the REPL's spinner, elapsed time,
 tokens and cost) before the status line. Ctrl-C during a turn interrupts it: the key is turned
@@ -53,11 +56,23 @@ class LineEditor:
         self._thread = threading.Thread(target=self._serve, name="reverie-line-editor", daemon=True)
         self._session: Any = None
         self._reading = False
-        self.busy = False
-        """A turn (or a command) runs: Enter keeps the typed text, Ctrl-C interrupts."""
+        self._busy = False
+        self._queued = False
+        """Enter was pressed during a turn: send the line when it ends (read and set on the editor's loop)."""
         self.busy_status: Callable[[], str] = lambda: ""
         self._partial = ""
         self._message = ""
+
+    @property
+    def busy(self) -> bool:
+        """A turn (or a command) runs: Enter queues the typed text, Ctrl-C interrupts."""
+        return self._busy
+
+    @busy.setter
+    def busy(self, value: bool) -> None:
+        self._busy = value
+        if not value and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._send_queued)
 
     # lifetime (called from the session's thread)
 
@@ -170,7 +185,21 @@ class LineEditor:
     def _toolbar(self) -> str:
         if not self.busy:
             return self.status
-        return f" {self.busy_status()} ·{self.status}"
+        queued = " ⏎ queued ·" if self._queued else ""
+        return f" {self.busy_status()} ·{queued}{self.status}"
+
+    def _queue(self, queued: bool) -> None:
+        self._queued = queued
+        self._invalidate()
+
+    def _send_queued(self) -> None:
+        """The turn has ended: an entry queued with Enter during it is sent now."""
+        if not self._queued:
+            return
+        self._queued = False
+        app = self._running_app()
+        if app is not None and not app.future.done():
+            app.current_buffer.validate_and_handle()
 
     def _stream(self, text: str) -> None:
         done, newline, rest = (self._partial + text).rpartition("\n")
@@ -219,6 +248,7 @@ def _bindings(editor: LineEditor) -> Any:
 
     @kb.add("c-c", filter=busy)
     def _interrupt(event: Any) -> None:
+        editor._queue(False)
         os.kill(os.getpid(), signal.SIGINT)
 
     @kb.add("c-c", filter=~busy)
@@ -229,20 +259,18 @@ def _bindings(editor: LineEditor) -> Any:
     def _not_now(event: Any) -> None:
         """Ctrl-D leaves only at an idle prompt, never in the middle of a turn."""
 
-    @kb.add("enter", filter=busy)
-    def _keep(event: Any) -> None:
-        """The typed-ahead text waits in the input line until the turn has ended."""
-
     @kb.add("escape", "enter")
     def _newline(event: Any) -> None:
         event.current_buffer.insert_text("\n")
 
-    @kb.add("enter", filter=~busy)
+    @kb.add("enter")
     def _enter(event: Any) -> None:
         buffer = event.current_buffer
         if buffer.document.text_before_cursor.endswith("\\") and buffer.document.is_cursor_at_the_end:
             buffer.delete_before_cursor(1)
             buffer.insert_text("\n")
+        elif editor.busy:
+            editor._queue(bool(buffer.text.strip()))
         else:
             buffer.validate_and_handle()
 

@@ -160,8 +160,10 @@ class Slash:
         self.say("\n".join(lines))
 
     async def _reflect(self, arg: str) -> None:
+        # one already running (an automatic one) is not this command's: say so rather than "started"
+        already = self.session.reflection.active
         reason = await self.session.reflect_now()
-        if self.session.reflection.active:
+        if not already and self.session.reflection.active:
             self.say("reflection started; a line with its outcome follows when it finishes")
         else:
             self.say(f"reflection not started: {reason}")

@@ -28,6 +28,13 @@ def _prompt_back(text: str) -> bool:
     return any(line.startswith("›") for line in lines[-3:])
 
 
+def _idle(text: str) -> bool:
+    """The prompt is up and no turn runs: the prompt stays up during a turn too, with the spinner's
+    "Ctrl-C interrupts" in its toolbar, so the prompt alone does not say a turn has ended."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return _prompt_back(text) and bool(lines) and "Ctrl-C interrupts" not in lines[-1]
+
+
 def _statuses(home: Path) -> list[str]:
     with sqlite3.connect(home / "reverie.sqlite3") as conn:
         return [row[0] for row in conn.execute("SELECT status FROM turns ORDER BY started_at, rowid")]
@@ -85,7 +92,7 @@ def test_a_background_reflection_notice_lands_above_the_prompt(tmp_path: Path, b
         term.wait(_prompt_back)
         term.line("I like green tea")
         term.wait("I heard: I like green tea")
-        term.wait(_prompt_back)
+        term.wait(_idle)
         term.line("/reflect")
         term.wait("reflection started")
         term.wait(_prompt_back)
@@ -100,6 +107,27 @@ def test_a_background_reflection_notice_lands_above_the_prompt(tmp_path: Path, b
         assert "reflection merged" not in lines[notice + 2]
         term.line("")
         term.wait("I heard: half a thought")
+    finally:
+        term.close()
+
+
+def test_enter_during_a_turn_queues_the_entry_until_the_turn_ends(tmp_path: Path, backend: str) -> None:
+    home = tmp_path / "home"
+    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="8", REVERIE_BACKEND=backend)
+    try:
+        term.line(CHAT)
+        term.wait(_prompt_back)
+        term.line("I like green tea")
+        term.wait("Ctrl-C interrupts")
+        term.line("/reflections")
+        queued = term.wait("⏎ queued")
+        assert "I heard: I like green tea" not in queued, "queued while the turn still ran"
+        shown = term.wait("no reflections yet")
+        assert shown.index("I heard: I like green tea") < shown.index("/reflections")
+        assert shown.index("/reflections") < shown.index("no reflections yet")
+        term.wait(_idle)
+        assert "queued" not in term.text()
+        _wait_statuses(home, ["end_turn"], "the one turn: a slash command is no turn")
     finally:
         term.close()
 
