@@ -62,6 +62,9 @@ class LineEditor:
         self.busy_status: Callable[[], str] = lambda: ""
         self._partial = ""
         self._message = ""
+        self._shows: set[asyncio.Task[None]] = set()
+        """Output on its way above the prompt (``run_in_terminal`` waits its turn): an entry is sent
+        only after it, or the output of a turn would land below the command typed after it."""
 
     @property
     def busy(self) -> bool:
@@ -198,8 +201,24 @@ class LineEditor:
             return
         self._queued = False
         app = self._running_app()
-        if app is not None and not app.future.done():
-            app.current_buffer.validate_and_handle()
+        if app is not None:
+            self._submit(app.current_buffer)
+
+    def _submit(self, buffer: Any) -> None:
+        """Send the entry once the output before it is printed above the prompt."""
+        pending = set(self._shows)
+
+        async def submit() -> None:
+            if pending:
+                await asyncio.wait(pending)
+            app = self._running_app()
+            if app is not None and not app.future.done():
+                buffer.validate_and_handle()
+
+        if pending:
+            self._loop.create_task(submit())
+        else:
+            buffer.validate_and_handle()
 
     def _stream(self, text: str) -> None:
         done, newline, rest = (self._partial + text).rpartition("\n")
@@ -232,7 +251,9 @@ class LineEditor:
             with set_app(app):
                 await run_in_terminal(lambda: self._write(text))
 
-        self._loop.create_task(show())
+        task = self._loop.create_task(show())
+        self._shows.add(task)
+        task.add_done_callback(self._shows.discard)
 
     def _write(self, text: str) -> None:
         self._write_raw(text if text.endswith("\n") else text + "\n")
@@ -272,7 +293,7 @@ def _bindings(editor: LineEditor) -> Any:
         elif editor.busy:
             editor._queue(bool(buffer.text.strip()))
         else:
-            buffer.validate_and_handle()
+            editor._submit(buffer)
 
     return kb
 
