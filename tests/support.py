@@ -67,6 +67,30 @@ def running_with(marker: str, program: str | None = None) -> list[int]:
 POLL_SECONDS = 0.02
 
 
+def holders(path: Path) -> list[tuple[int, str]]:
+    """The processes that have ``path`` open, as ``(pid, command line)`` (a git wrapper waiting for a
+    lock, a git holding it), found through ``/proc`` so bubblewrap's namespaces do not hide them."""
+    target = path.stat()
+    found: list[tuple[int, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                held = fd.stat()
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
+                found.append((int(entry.name), cmdline))
+                break
+    return found
+
+
 def wait_until(ready: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Block until ``ready()`` holds (a state another process reaches: a file, a process, a ref);
     fail naming ``what`` after ``timeout`` s, so a slow machine only ever makes a test slower."""

@@ -19,7 +19,7 @@ from orchestrator.memfs.gitwrap import ensure_wrapper
 from orchestrator.memfs.locks import LOCK_FILE_NAME
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 from tests.memfs.reflection_helpers import git, make_repo, note, write
-from tests.support import hold_merge_lock, wait_until
+from tests.support import hold_merge_lock, holders, wait_until
 
 
 @pytest.fixture
@@ -35,24 +35,7 @@ def _env(repo: Path) -> dict[str, str]:
 def _holders(lock: Path) -> list[str]:
     """The command lines of the processes that have ``lock`` open (a wrapper waiting for it, or a
     git holding it)."""
-    target = lock.stat()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fds = list((entry / "fd").iterdir())
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                held = fd.stat()
-            except OSError:
-                continue
-            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
-                found.append(cmdline)
-    return found
+    return [cmdline for _, cmdline in holders(lock)]
 
 
 async def _git(repo: Path, *args: str) -> str:

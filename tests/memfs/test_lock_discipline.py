@@ -22,7 +22,7 @@ from orchestrator.tools.bash import run_bash
 from orchestrator.tools.context import ToolContext
 from orchestrator.tools.sandbox import bwrap_problem
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
-from tests.support import hold_merge_lock, running_with, wait_until
+from tests.support import hold_merge_lock, holders, running_with, wait_until
 
 
 @pytest.fixture
@@ -46,20 +46,8 @@ def _waiting_on(lock: Path) -> bool:
     """Whether a git wrapper (the agent's ``git add``, first of its writes) has the lock file open:
     it is then in its wait for the lock (it opens the file only to take it), also inside
     bubblewrap's namespaces."""
-    target = lock.stat()
-    for pid in running_with("reverie/bin/git"):
-        try:
-            fds = list(Path(f"/proc/{pid}/fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                held = fd.stat()
-            except OSError:
-                continue
-            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
-                return True
-    return False
+    wrappers = set(running_with("reverie/bin/git"))
+    return any(pid in wrappers for pid, _ in holders(lock))
 
 
 def _aged(path: Path, seconds: float) -> None:
