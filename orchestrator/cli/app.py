@@ -32,6 +32,7 @@ import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from orchestrator import __version__
+from orchestrator.cli import collector
 
 if TYPE_CHECKING:
     import typer
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                 run_fast(parsed)
                 return
         app = build_app(_requested(args))
+        collector.resume()
         code = app(args=args, prog_name="reverie", standalone_mode=False)
     except BaseException as exc:
         _report(exc)
@@ -187,7 +189,9 @@ def main(argv: list[str] | None = None) -> None:
 def entry() -> NoReturn:
     """The ``reverie`` console script and ``python -m orchestrator``: :func:`main`, then
     :func:`leave` with its exit status. A bug's exception is not caught here: it takes CPython's
-    ordinary path, traceback and full shutdown included."""
+    ordinary path, traceback and full shutdown included. The cyclic collector waits for the
+    command's start-up to end (``cli/collector.py``)."""
+    collector.pause()
     try:
         main()
     except SystemExit as exc:

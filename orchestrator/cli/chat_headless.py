@@ -26,7 +26,8 @@ import anyio
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.base.events import Event, TurnStarted
+from orchestrator.base.events import Event, ModelCalled, ModelRetrying, TextDelta, TurnEnded, TurnStarted
+from orchestrator.cli import collector
 from orchestrator.cli.chat_turns import Interrupts, TurnResult, run_turn, warn_unused_model
 from orchestrator.cli.render import TerminalRenderer, one_line
 
@@ -84,6 +85,11 @@ class TurnMarkers:
         self.say(f"── turn {self.count} · {event.turn_id} · {one_line(self.text, 100)}")
 
 
+# the model has answered (or failed) once: the start-up, the SDK's import and its client's first
+# request included, is over (cli/collector.py)
+_STARTED = (TextDelta, ModelCalled, ModelRetrying, TurnEnded)
+
+
 async def run_headless(
     agent: str,
     conversation: str | None,
@@ -107,6 +113,8 @@ async def run_headless(
     markers = TurnMarkers() if text_out and prompt is None else None
 
     async def observe(event: Event) -> None:
+        if isinstance(event, _STARTED):
+            collector.resume()
         if markers is not None and isinstance(event, TurnStarted):
             markers(event)
         await renderer(event)

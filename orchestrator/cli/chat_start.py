@@ -146,7 +146,8 @@ def start_chat(args: ChatArgs) -> int:
         return run_async(
             lambda: run_headless(
                 args.agent, args.conversation, args.new, cli, args.prompt, fmt, args.verbose, args.model
-            )
+            ),
+            starting=True,
         )
     # lazy: only the REPL needs the line editor and typer's module
     from orchestrator.cli.chat_repl import interactive
