@@ -139,7 +139,8 @@ class ReflectionCoordinator(ReadsSessionContext):
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
         records, state = await self.store.reflections_and_state(self.agent.agent_id, outcome.conversation_id)
-        retried = await self.retrier.retry(turn_end=True, records=records)
+        # merge-back is imported only when there is a branch to retry: a one-shot rarely has one
+        retried = await self.retrier.retry(turn_end=True, records=records) if any(r.retryable for r in records) else []
         if self.settings.reflection_trigger == "off":
             # Off never launches at a turn end; the only effect maybe_launch could have is settling
             # an armed compaction flag, so the transcript is read only when the flag is set.

@@ -184,7 +184,7 @@ class BranchRetrier:
         records as the caller just read them (``Store.reflections_and_state``)."""
         if records is None:
             records = await self.store.reflections(self.agent_id)
-        if not any(r.waiting or r.status == "kept_conflict" for r in records):
+        if not any(r.retryable for r in records):
             return []  # nothing could be retried: no HEAD to read (a worker hop every turn end)
         head = await blocking.run_sync("git", partial(head_revision, self.memory_dir))
         done: list[ReflectionRecord] = []

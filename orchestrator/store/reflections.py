@@ -91,6 +91,11 @@ class ReflectionRecord:
         return self.status in WAITING_STATUSES
 
     @property
+    def retryable(self) -> bool:
+        """Merge-back is tried again for it: waiting, or kept over a conflict with an older HEAD (D2)."""
+        return self.waiting or self.status == "kept_conflict"
+
+    @property
     def outcome(self) -> str:
         """D2's outcome name: ``kept_conflict`` -> ``kept``, ``kept_recovered`` -> ``pending``."""
         if self.waiting:
