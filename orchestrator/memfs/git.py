@@ -90,6 +90,7 @@ __all__ = [
     "display_path",
     "list_tree_entries",
     "load_pygit2",
+    "load_runner",
     "open_local",
     "open_repo",
     "read_tree_files",
@@ -360,6 +361,13 @@ def _gitpython() -> ModuleType:
     except ImportError as error:
         raise GitError(("version",), -1, f"fatal: cannot run git: {error}") from None
     return git.cmd
+
+
+def load_runner() -> None:
+    """Import GitPython's command runner now rather than with the first git process (a batch run,
+    before its clock and before its workers fork: its first git process builds the template every
+    task waits for, so the ~60 ms import and ``git version`` held up the whole run)."""
+    _gitpython()
 
 
 async def arun(
