@@ -366,8 +366,10 @@ def _gitpython() -> ModuleType:
 def load_runner() -> None:
     """Import GitPython's command runner now rather than with the first git process (a batch run,
     before its clock and before its workers fork: its first git process builds the template every
-    task waits for, so the ~60 ms import and ``git version`` held up the whole run)."""
-    _gitpython()
+    task waits for, so the ~60 ms import and ``git version`` held up the whole run). Without a
+    usable git this does nothing: the first command says so, as it would have."""
+    with contextlib.suppress(GitError):
+        _gitpython()
 
 
 async def arun(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -61,6 +62,25 @@ def test_a_git_that_cannot_be_found_is_a_one_line_git_error(tmp_path: Path, monk
         run(tmp_path, "rev-parse", "--show-toplevel")
     said = str(caught.value)
     assert caught.value.returncode == -1 and "\n" not in said and "cannot run git: [Errno 2]" in said
+
+
+def test_loading_the_runner_ahead_without_git_leaves_the_error_to_the_first_command(tmp_path: Path) -> None:
+    """A batch run loads GitPython before its clock (``load_runner``); with no git to be found
+    that must not end the run there with an import failure, but be the first command's one-line
+    ``GitError`` as before (a fresh interpreter: this one has GitPython loaded already)."""
+    script = (
+        "import sys\n"
+        "from orchestrator.memfs.git import GitError, load_runner, run\n"
+        "load_runner()\n"
+        "try:\n"
+        "    run(sys.argv[1], 'rev-parse', '--show-toplevel')\n"
+        "except GitError as error:\n"
+        "    print(str(error))\n"
+    )
+    env = {**os.environ, "PATH": str(tmp_path / "no-bin")}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "cannot run git" in done.stdout and done.stdout.count("\n") == 1, done.stdout
 
 
 def test_a_folder_that_is_not_there_is_a_git_error_not_another_folder(tmp_path: Path) -> None:
