@@ -76,15 +76,16 @@ def batch_sqlite_lanes(processes: int) -> int:
 
 
 def load_backends() -> None:
-    """Import what every task needs and imports on first use (libgit2, ICU, tenacity: ~0.15 s, and
-    GitPython's command runner: ~60 ms with its ``git version``, which the run's template, all its
-    tasks wait for, otherwise paid inside the clock), once per process, before a run's clock starts
-    and before a worker says it is ready (and before workers are forked, so they inherit it). They
-    are lazy so that ``chat -p`` and the pre-commit hook start fast; ``elapsed`` is the tasks' time (bench/scale.py prints the whole process's wall
+    """Import what every task needs and imports on first use (libgit2, ICU, tenacity: ~0.15 s), once
+    per process, before a run's clock starts and before a worker says it is ready (and before
+    workers are forked, so they inherit it). They are lazy so that ``chat -p`` and the pre-commit
+    hook start fast; ``elapsed`` is the tasks' time (bench/scale.py prints the whole process's wall
     time beside it). So are the modules a chat loads after its first reply (the post-turn sync, the
     compiler and validator, merge-back and worktrees, the bash tool, reflection's trigger policy and
     the subagents' events): every task needs some of them,
-    and the first task of each process would otherwise pay for them inside the clock."""
+    and the first task of each process would otherwise pay for them inside the clock. So is
+    GitPython's command runner (~60 ms of CPU with its ``git version``): the run's first git process
+    builds the template repository every task waits for, so its import held up the whole run."""
     import tenacity  # noqa: F401
 
     from orchestrator.agent import audit, memory_sync  # noqa: F401
