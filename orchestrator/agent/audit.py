@@ -38,12 +38,14 @@ class AuditedCompile:
     invalid_revision: str | None = None
 
 
-def audit_errors(memory_dir: Path, revision: str) -> tuple[str, ...]:
-    """The M8 audit's error lines for ``revision`` (empty when it passes), cached per commit."""
+def audit_errors(memory_dir: Path, revision: str, *, common_dir: Path | None = None) -> tuple[str, ...]:
+    """The M8 audit's error lines for ``revision`` (empty when it passes), cached per commit.
+    ``common_dir``: the repository's common git directory (resolved), when the caller knows it
+    (the post-turn check: it located the repository already)."""
     # deferred: the validator loads with the first audit, after a chat's first request (issue 14.4)
     from orchestrator.memfs.validator import audit_head
 
-    key = (_repository(memory_dir), revision)
+    key = (str(common_dir) if common_dir is not None else _repository(memory_dir), revision)
     if key not in _AUDITED:
         if len(_AUDITED) >= _CACHE_SIZE:
             _AUDITED.pop(next(iter(_AUDITED)))

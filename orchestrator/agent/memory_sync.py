@@ -24,7 +24,7 @@ from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
 from orchestrator.memfs.git import GitError
-from orchestrator.memfs.guard import RepositoryRefused, drain_findings, report
+from orchestrator.memfs.guard import RepositoryRefused, drain_findings, locate, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.remote import ahead_of_upstream, pull_rebase, push_head
 from orchestrator.memfs.repo import (
@@ -165,11 +165,13 @@ def check_memory(
 
 
 def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | None) -> SyncResult:
-    if audit is None:
-        audit = _audit_head
     where = str(memory_dir)
-    repaired = repair_index(memory_dir) if (memory_dir / ".git").exists() else False
-    status = repo_status(memory_dir)
+    # located once for every step (a ``.git`` of its own: what ``repo_status`` counts as initialized)
+    layout = locate(memory_dir) if (memory_dir / ".git").exists() else None
+    if audit is None:
+        audit = partial(_audit_head, common_dir=None if layout is None else layout.common_dir)
+    repaired = repair_index(memory_dir, layout=layout) if layout is not None else False
+    status = repo_status(memory_dir, layout=layout)
     if not status.initialized:
         return SyncResult("skipped", "Memory repo is not initialized.", where, True)
     if status.revision is not None and not repaired:
@@ -177,7 +179,7 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     local_only = not status.has_remote
     if status.in_conflict:
         return SyncResult("conflict", conflict_summary(status), where, local_only, status.revision)
-    failed = take_failed_commit(memory_dir)
+    failed = take_failed_commit(memory_dir, layout=layout)
     if status.dirty:
         summary = f"{len(status.porcelain)} uncommitted memory change(s)."
         if failed is not None:
@@ -218,9 +220,9 @@ def sync_reminder_for(result: SyncResult) -> str | None:
     return sync_reminder(result.status, memory_dir=result.memory_dir, summary=result.summary, local_only=result.local_only)
 
 
-def _audit_head(memory_dir: Path, revision: str) -> tuple[str, ...]:
+def _audit_head(memory_dir: Path, revision: str, *, common_dir: Path | None = None) -> tuple[str, ...]:
     """The M8 audit of a commit, shared with the audit before the model (each commit once per process)."""
-    return audit_errors(memory_dir, revision)
+    return audit_errors(memory_dir, revision, common_dir=common_dir)
 
 
 def _network(step: Callable[[Path], None], memory_dir: Path) -> None:

@@ -53,7 +53,10 @@ FAULT_STEPS: Final = (
 
 
 def _armed() -> tuple[str, ...]:
-    return tuple(part.strip() for part in os.environ.get(FAULT_ENV, "").split(",") if part.strip())
+    raw = os.environ.get(FAULT_ENV)
+    if not raw:
+        return ()  # the steps sit on every turn's path (the store's appends): no split when none is armed
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
 def _die() -> None:

@@ -141,6 +141,8 @@ def _report(finding: Finding) -> None:
 def drain_findings(repository: Path | None = None) -> tuple[Finding, ...]:
     """The findings reported since the last drain (those under ``repository`` only, when given)."""
     with _findings_lock:
+        if not _findings:
+            return ()  # the post-turn check of every turn: no ``realpath`` (an ``lstat`` per component)
         if repository is None:
             taken, _findings[:] = list(_findings), []
             return tuple(taken)

@@ -14,13 +14,14 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, LocalRepo, arun, open_repo, run
-from orchestrator.memfs.guard import RepositoryRefused, locate, report, require_checkout
+from orchestrator.memfs.guard import Layout, RepositoryRefused, locate, report, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import (
     clear_stale_git_locks,
@@ -337,11 +338,14 @@ def _retry_index_lock(path: Path, *args: str) -> None:
             run(path, *args)
 
 
-def repo_status(path: Path) -> RepoStatus:
-    """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists."""
-    if not (path / ".git").exists():
-        return RepoStatus(False, None, (), None, (), False)
-    locate(path)
+def repo_status(path: Path, *, layout: Layout | None = None) -> RepoStatus:
+    """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists. ``layout``:
+    the caller's :func:`~orchestrator.memfs.guard.locate` of ``path``, just made (the post-turn
+    check locates once for all its steps: each look is three file-system calls)."""
+    if layout is None:
+        if not (path / ".git").exists():
+            return RepoStatus(False, None, (), None, (), False)
+        locate(path)
     with open_repo(path) as local:
         if local is None:
             said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()
@@ -357,10 +361,11 @@ def repo_status(path: Path) -> RepoStatus:
         )
 
 
-def take_failed_commit(path: Path) -> str | None:
+def take_failed_commit(path: Path, *, layout: Layout | None = None) -> str | None:
     """The agent's last failed commit as one line (``git commit`` exit 128: fatal: ...), recorded by
-    the git wrapper (``memfs.gitwrap``), and the record removed; None when there is none. Blocking."""
-    layout = locate(path)
+    the git wrapper (``memfs.gitwrap``), and the record removed; None when there is none. Blocking.
+    ``layout`` as :func:`repo_status` takes it."""
+    layout = layout or locate(path)
     if layout is None:
         return None
     record = layout.common_dir / COMMIT_FAILED_FILE_NAME
@@ -419,7 +424,24 @@ async def harness_commit_tracked(checkout: Path, message: str) -> str:
 def index_corrupt(index: Path) -> bool:
     """Whether git would refuse ``index`` as corrupt: no ``DIRC`` header, an unknown version, a
     checksum that does not match (an all-zero one is git's ``index.skipHash``). A missing index is
-    not corrupt (git makes one). Blocking: one read and a SHA-1 of a few kilobytes."""
+    not corrupt (git makes one). Blocking: one ``stat``, and for a file not seen sound before, one
+    read and a SHA-1 of a few kilobytes.
+
+    The post-turn check and the bash tool's clean-up ask after every turn, and most turns leave the
+    index as it was: a file that passed is not read again while its inode, size, modification and
+    change times are the same. Git replaces the index by renaming a new file over it (a new inode);
+    a write in place moves the change time, which no one can set back. A file changed less than
+    ``_SETTLED_NS`` ago is not remembered, since a second write within the same tick of the clock
+    that dates files could keep its times (git's "racy" index entries): the kernel's ticks every
+    few milliseconds, and a file system that keeps whole seconds only gets two seconds."""
+    try:
+        st = os.stat(index)
+    except FileNotFoundError:
+        return False
+    key = os.fspath(index)
+    signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if _SOUND_INDEXES.get(key) == signature:
+        return False
     try:
         data = index.read_bytes()
     except FileNotFoundError:
@@ -427,15 +449,28 @@ def index_corrupt(index: Path) -> bool:
     if len(data) < 32 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3, 4):
         return True
     tail = data[-20:]
-    return tail != bytes(20) and hashlib.sha1(data[:-20]).digest() != tail
+    if tail != bytes(20) and hashlib.sha1(data[:-20]).digest() != tail:
+        return True
+    changed = max(st.st_mtime_ns, st.st_ctime_ns)
+    settled = _SETTLED_NS if changed % 1_000_000_000 else _SETTLED_WHOLE_SECONDS_NS
+    if time.time_ns() - changed > settled:
+        if len(_SOUND_INDEXES) >= 1024:
+            _SOUND_INDEXES.clear()
+        _SOUND_INDEXES[key] = signature
+    return False
 
 
-def repair_index(path: Path) -> bool:
+_SOUND_INDEXES: dict[str, tuple[int, int, int, int, int]] = {}
+_SETTLED_NS = 100_000_000
+_SETTLED_WHOLE_SECONDS_NS = 2_000_000_000
+
+
+def repair_index(path: Path, *, layout: Layout | None = None) -> bool:
     """Rebuild a corrupt index of the checkout at ``path`` from ``HEAD`` (issue 23 item 9), keeping
     the damaged file as ``index.corrupt`` beside it; True when it did. The working tree is not
     touched: what was staged and not committed stays in the files, unstaged. Blocking; call with
-    the repository lock held."""
-    layout = locate(path)
+    the repository lock held. ``layout`` as :func:`repo_status` takes it."""
+    layout = layout or locate(path)
     if layout is None or not index_corrupt(layout.git_dir / "index"):
         return False
     os.replace(layout.git_dir / "index", layout.git_dir / "index.corrupt")

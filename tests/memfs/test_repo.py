@@ -1,17 +1,20 @@
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from orchestrator.memfs import guard
+from orchestrator.memfs import repo as memfs_repo
 from orchestrator.memfs.git import GitError
 from orchestrator.memfs.repo import (
     INITIAL_COMMIT_MESSAGE,
     MemoryCommitRejected,
     commit_memory,
     head_revision,
+    index_corrupt,
     init_memory_repo,
     repo_status,
 )
@@ -90,3 +93,27 @@ def test_reverie_s_own_commit_rebuilds_a_corrupt_index_first(tmp_path: Path) -> 
     assert "Likes tea." in _git(memory, "show", "HEAD:human.md")
     assert (memory / ".git" / "index.corrupt").exists()
     assert any("index was corrupt" in f.message for f in guard.drain_findings(memory))
+
+
+def test_an_index_that_passed_is_judged_again_once_written_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sound index is remembered by its file's identity and times, not read again; damage written
+    into the same file (same size, its modification time put back) moves its change time and is found."""
+    memory = tmp_path / "memory"
+    init_memory_repo(memory)
+    index = memory / ".git" / "index"
+    monkeypatch.setattr(memfs_repo, "_SETTLED_NS", -1)  # every file counts as settled: remembered at once
+    assert not index_corrupt(index)
+    before = index.stat()
+    sound = index.read_bytes()
+    with index.open("r+b") as f:
+        f.seek(40)
+        f.write(bytes(b ^ 0xFF for b in sound[40:48]))
+    os.utime(index, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert index.stat().st_size == before.st_size
+    assert index_corrupt(index)
+    index.write_bytes(sound)
+    assert not index_corrupt(index)
+    replaced = index.with_name("index.new")
+    replaced.write_bytes(b"DIRC" + bytes(len(sound) - 4))
+    os.replace(replaced, index)
+    assert index_corrupt(index)
