@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, cast
 
 from orchestrator.base.paths import config_path
 from orchestrator.memfs.errors import MemfsError
@@ -86,7 +88,7 @@ BASE_ENV_NAMES: tuple[str, ...] = (
 
 _KEY_VARIABLES = ("OPENAI_API_KEY",)
 _POLICY_FILE = "letta-memory-layout-policy"
-_TMP = Path("/tmp")
+_TMP = "/tmp"
 _PROBE_TIMEOUT = 15.0
 
 _probe_lock = threading.Lock()
@@ -161,25 +163,79 @@ def _warn_unconfined() -> None:
 @dataclass(frozen=True)
 class _Mounts:
     """The paths the sandbox binds writable, binds read-only, and hides; ``reopened`` are writable
-    again inside a read-only one (a worktree's own record), ``sealed`` read-only inside those."""
+    again inside a read-only one (a worktree's own record), ``sealed`` read-only inside those. All
+    resolved (``realpath``) and existing."""
 
-    writable: tuple[Path, ...]
-    readonly: tuple[Path, ...]
-    hidden: tuple[Path, ...]
-    reopened: tuple[Path, ...] = ()
-    sealed: tuple[Path, ...] = ()
+    writable: tuple[str, ...]
+    readonly: tuple[str, ...]
+    hidden: tuple[str, ...]
+    reopened: tuple[str, ...] = ()
+    sealed: tuple[str, ...] = ()
 
 
 def _base_args() -> list[str]:
     return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
 
 
-def _real(path: Path | str) -> Path | None:
+class _Resolver:
+    """``realpath`` for the paths of one plan, which share most of their folders (some thirty under
+    the memory repository, the workspace, ``PATH``): each folder is resolved once, and a name in a
+    resolved folder costs one ``lstat``. ``os.path.realpath`` ``lstat``s every component of every
+    path again, some 250 system calls per command (~1 ms here). Nothing is kept beyond the plan."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, str | None] = {"/": "/"}
+
+    def real(self, path: Path | str) -> str | None:
+        """``os.path.realpath(path)`` when that exists, else None."""
+        raw = os.fspath(path)
+        if not raw.startswith("/"):
+            raw = os.path.join(os.getcwd(), raw)
+        if raw.startswith("//") or "/.." in raw:
+            # ".." after a symbolic link is not lexical; POSIX leaves a leading "//" to the system
+            return _real(raw)
+        try:
+            return self._resolve(os.path.normpath(raw))
+        except (OSError, ValueError):
+            return None
+
+    def _resolve(self, path: str, links: int = 0) -> str | None:
+        known = self._known.get(path, _UNSEEN)
+        if known is not _UNSEEN:
+            return cast("str | None", known)
+        parent, name = os.path.split(path)
+        folder = self._resolve(parent, links)
+        found: str | None = None
+        if folder is not None:
+            candidate = os.path.join(folder, name)
+            try:
+                mode = os.lstat(candidate).st_mode
+            except OSError:
+                mode = None
+            if mode is not None:
+                found = self._follow(folder, candidate, links) if stat.S_ISLNK(mode) else candidate
+        self._known[path] = found
+        return found
+
+    def _follow(self, folder: str, link: str, links: int) -> str | None:
+        """Where the symbolic link ``link`` (in the resolved ``folder``) leads, resolved. A target
+        whose ".." could follow another link, or a long chain (a loop), goes to ``realpath``."""
+        target = os.readlink(link)
+        within = target.lstrip("./") if not target.startswith("/") else target
+        if links >= 8 or target.startswith("//") or "/.." in f"/{within}":
+            return _real(link)
+        return self._resolve(os.path.normpath(os.path.join(folder, target)), links + 1)
+
+
+_UNSEEN: Final = object()
+
+
+def _real(path: str) -> str | None:
     try:
-        real = Path(os.path.realpath(path))
+        real = os.path.realpath(path)
     except (OSError, ValueError):
         return None
-    return real if real.exists() else None
+    return real if os.path.exists(real) else None
 
 
 def git_dirs(repo: Path) -> tuple[Path, Path] | None:
@@ -214,93 +270,100 @@ writable; a ``commondir`` the command creates is followed by no git outside (``m
 _RECORD_READ_ONLY = ("commondir", "gitdir", "config.worktree")
 
 
-def _mounts(ctx: ToolContext, env: Mapping[str, str]) -> _Mounts:
-    writable: list[Path | None] = [_real(ctx.workspace)]
-    readonly: list[Path | None] = []
-    reopened: list[Path | None] = []
-    sealed: list[Path | None] = []
+def _mounts(ctx: ToolContext, env: Mapping[str, str], real: Callable[[Path | str], str | None]) -> _Mounts:
+    writable: list[str | None] = [real(ctx.workspace)]
+    readonly: list[str | None] = []
+    reopened: list[str | None] = []
+    sealed: list[str | None] = []
     if ctx.memory_dir is not None:
-        writable.append(_real(ctx.memory_dir))
+        writable.append(real(ctx.memory_dir))
         dirs = git_dirs(ctx.memory_dir)
         if dirs is not None:
             gitdir, common = dirs
-            writable.append(_real(common))
-            readonly.extend(_real(common / protected) for protected in _COMMON_READ_ONLY)
-            if _real(gitdir) != _real(common):
+            writable.append(real(common))
+            readonly.extend(real(common / protected) for protected in _COMMON_READ_ONLY)
+            if real(gitdir) != real(common):
                 # a linked worktree: its own record takes its index, HEAD and logs; not its pointers
-                reopened.append(_real(gitdir))
-                sealed.extend(_real(gitdir / name) for name in _RECORD_READ_ONLY)
-                sealed.append(_real(ctx.memory_dir / ".git"))
+                reopened.append(real(gitdir))
+                sealed.extend(real(gitdir / name) for name in _RECORD_READ_ONLY)
+                sealed.append(real(ctx.memory_dir / ".git"))
     if ctx.overflow_dir is not None:
-        readonly.append(_real(ctx.overflow_dir))
+        readonly.append(real(ctx.overflow_dir))
     for value in ctx.extra_env.values():
         if value.startswith("/"):
-            readonly.append(_real(value))
+            readonly.append(real(value))
     if env.get(SOCKET_ENV):
-        readonly.append(_real(env[SOCKET_ENV]))
+        readonly.append(real(env[SOCKET_ENV]))
     for entry in env.get("PATH", "").split(":"):
         if entry.startswith("/"):
-            readonly.append(_real(entry))
-    hidden = _real(config_path())
+            readonly.append(real(entry))
+    hidden = real(config_path())
     roots = tuple(dict.fromkeys(p for p in writable if p is not None))
     return _Mounts(
         writable=roots,
         readonly=tuple(dict.fromkeys(p for p in readonly if p is not None and _needs_bind(p, roots))),
-        hidden=(hidden,) if hidden is not None and hidden.is_file() else (),
+        hidden=(hidden,) if hidden is not None and os.path.isfile(hidden) else (),
         reopened=tuple(dict.fromkeys(p for p in reopened if p is not None)),
         sealed=tuple(dict.fromkeys(p for p in sealed if p is not None)),
     )
 
 
-def _needs_bind(path: Path, roots: Sequence[Path]) -> bool:
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both resolved: compared as strings)."""
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
+
+
+def _needs_bind(path: str, roots: Sequence[str]) -> bool:
     """A read-only path needs its own mount only where the base mounts would not show it read-only:
     inside a writable root, or under the private /tmp."""
-    return path.is_relative_to(_TMP) or any(path.is_relative_to(root) for root in roots)
+    return _inside(path, _TMP) or any(_inside(path, root) for root in roots)
 
 
-def _tmp_tops(paths: Sequence[Path]) -> list[Path]:
+def _tmp_tops(paths: Sequence[str]) -> list[str]:
     """The top-level ``/tmp`` entries holding ``paths``, so they stay visible over the private /tmp."""
-    tops: dict[Path, None] = {}
+    tops: dict[str, None] = {}
     for path in paths:
-        if path != _TMP and path.is_relative_to(_TMP):
-            tops[_TMP / path.relative_to(_TMP).parts[0]] = None
+        if path != _TMP and _inside(path, _TMP):
+            tops[f"{_TMP}/{path[len(_TMP) + 1 :].split('/', 1)[0]}"] = None
     return list(tops)
 
 
-def _interpreter_paths() -> list[Path]:
+def _interpreter_paths(real: Callable[[Path | str], str | None]) -> list[str]:
     """Where the hook's interpreter and reverie's own code live, unresolved and resolved: a venv's
     ``bin/python`` is a symlink out of the venv, so a checkout under ``/tmp`` would vanish behind the
     private ``/tmp`` if only the resolved interpreter were kept visible."""
-    package_root = Path(__file__).resolve().parents[2]
-    candidates = (Path(sys.executable).absolute(), Path(sys.prefix), _real(sys.executable), package_root)
+    here = real(__file__) or str(Path(__file__).resolve())
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    candidates = (os.path.abspath(sys.executable), os.path.normpath(sys.prefix), real(sys.executable), package_root)
     return [path for path in candidates if path is not None]
 
 
 def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str]) -> list[str]:
     """The bubblewrap command line that runs ``command`` confined (see the module docstring)."""
-    mounts = _mounts(ctx, env)
+    real = _Resolver().real
+    mounts = _mounts(ctx, env, real)
     argv = ["bwrap", *_base_args()]
-    visible = [*_interpreter_paths(), _real(env["HOME"]) if env.get("HOME") else None]
+    visible = [*_interpreter_paths(real), real(env["HOME"]) if env.get("HOME") else None]
     for top in _tmp_tops([*mounts.writable, *mounts.readonly, *(p for p in visible if p is not None)]):
-        argv += ["--ro-bind", str(top), str(top)]
-    for path in sorted(mounts.writable, key=lambda p: len(p.parts)):
-        argv += ["--bind", str(path), str(path)]
+        argv += ["--ro-bind", top, top]
+    for path in sorted(mounts.writable, key=lambda p: p.count("/") if p != "/" else 0):
+        argv += ["--bind", path, path]
     # "-try": a protected path that went away after it was looked up (git prunes an empty
     # .git/worktrees while a background job ends) is skipped, not a failed command.
     for path in mounts.readonly:
-        argv += ["--ro-bind-try", str(path), str(path)]
+        argv += ["--ro-bind-try", path, path]
     for path in mounts.reopened:
-        argv += ["--bind-try", str(path), str(path)]
+        argv += ["--bind-try", path, path]
     for path in mounts.sealed:
-        argv += ["--ro-bind-try", str(path), str(path)]
+        argv += ["--ro-bind-try", path, path]
     for path in mounts.hidden:
-        argv += ["--ro-bind", os.devnull, str(path)]
+        argv += ["--ro-bind", os.devnull, path]
     argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
     if not ctx.network:
         argv.append("--unshare-net")
-    workspace = _real(ctx.workspace)
+    workspace = real(ctx.workspace)
     if workspace is not None:
-        argv += ["--chdir", str(workspace)]
+        argv += ["--chdir", workspace]
     return [*argv, "--", *command]
 
 
