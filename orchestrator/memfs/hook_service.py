@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import socketserver
+import stat
 import tempfile
 import threading
 import weakref
@@ -70,6 +71,7 @@ class HookService:
         folder = Path(tempfile.mkdtemp(prefix="rvh-", dir=parent))
         self.address = folder / "s"
         self._allowed: set[Path] = set()
+        self._spelled: set[str] = set()
         self._lock = threading.Lock()
         self.answered = 0
         try:
@@ -82,9 +84,18 @@ class HookService:
         self._finalizer = weakref.finalize(self, _close, self._server, folder)
 
     def allow(self, memory_dir: Path) -> None:
-        """Answer for ``memory_dir`` (a repository's top level) from now on."""
+        """Answer for ``memory_dir`` (a repository's top level) from now on. Asked before every bash
+        command: a spelling allowed before is not resolved again (``realpath`` is an ``lstat`` per
+        component). Should it lead elsewhere since, the new place is not allowed and its hook
+        validates by itself: never more is allowed than was resolved."""
+        spelled = os.fspath(memory_dir)
         with self._lock:
-            self._allowed.add(Path(os.path.realpath(memory_dir)))
+            if spelled in self._spelled:
+                return
+        real = Path(os.path.realpath(spelled))
+        with self._lock:
+            self._allowed.add(real)
+            self._spelled.add(spelled)
 
     def close(self) -> None:
         self._finalizer()
@@ -131,6 +142,13 @@ def _inside_git_dir(top: Path, index: Path) -> bool:
     """Whether ``index`` is a file directly in ``top``'s own git directory (where git keeps
     ``index``, ``index.lock`` and a pathspec commit's ``next-index-*.lock``)."""
     dotgit = top / ".git"
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISDIR(mode):
+        # ``top`` is resolved and ``.git`` a folder, not a link: already its real path
+        return Path(os.path.realpath(index)).parent == dotgit
     if dotgit.is_dir():
         gitdir = dotgit
     else:
