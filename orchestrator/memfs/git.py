@@ -355,11 +355,18 @@ def _input_stream(data: bytes | None) -> Iterator[Any]:
 def _gitpython() -> ModuleType:
     """GitPython's ``git.cmd``, imported on the first git process: it costs ~45 ms and runs ``git
     version`` once, which a ``reverie`` command that starts no git (``--help``, ``runs``) need not
-    pay. A missing git is the :class:`GitError` of the first command, not an import failure."""
+    pay. A missing git is the :class:`GitError` of the first command, not an import failure, and
+    one line whichever way it is found missing: GitPython's import fails with a paragraph ("Bad git
+    executable" and advice), so a git not on ``PATH`` is named as the OS would (``[Errno 2]``, as a
+    command run after the import reports it) and anything else by that paragraph's first line."""
     try:
         import git.cmd
     except ImportError as error:
-        raise GitError(("version",), -1, f"fatal: cannot run git: {error}") from None
+        if shutil.which("git") is None:
+            why = f"[Errno {errno.ENOENT}] {os.strerror(errno.ENOENT)}: 'git' (not on PATH)"
+        else:
+            why = (str(error).strip().splitlines() or ["GitPython could not be loaded"])[0]
+        raise GitError(("version",), -1, f"fatal: cannot run git: {why}") from None
     return git.cmd
 
 
