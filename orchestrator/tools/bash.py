@@ -3,8 +3,8 @@
 Why a worker thread around ``subprocess.Popen`` rather than ``anyio.open_process``: on asyncio,
 ``open_process`` forks on the event-loop thread (asyncio calls ``Popen`` there), which the project
 forbids; a thread keeps the spawn, the pipe reads and the wait off every loop alike. The caller's
-cancellation kills the process group at once (the thread is abandoned and finishes when the pipe
-closes).
+cancellation kills the process group at once, then waits (up to ``_SETTLE_SECONDS``) for the command
+to end and the repository repairs after it, so nothing of a cancelled call writes afterwards.
 
 Behaviour: the command runs with the allowlisted environment, inside bubblewrap unless
 ``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, DECISIONS D11), in its own session
@@ -107,6 +107,8 @@ def _feed(fd: int, script: bytes) -> None:
 
 
 _SETUP_ATTEMPTS = 3
+# how long a cancelled call waits for its killed command and the repository repairs after it
+_SETTLE_SECONDS = 10.0
 
 
 def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outcome:
@@ -234,17 +236,27 @@ async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None =
     limit = ctx.bash_timeout if time_limit is None else time_limit
     run = _Run()
 
+    settled = threading.Event()
+
     def work() -> ToolResult:
         try:
-            outcome = _execute(command, ctx, limit, run)
-        except SandboxUnavailable as exc:
-            return ToolResult(False, str(exc))
+            try:
+                outcome = _execute(command, ctx, limit, run)
+            except SandboxUnavailable as exc:
+                return ToolResult(False, str(exc))
+            finally:
+                after_command(ctx)
         finally:
-            after_command(ctx)
+            settled.set()
         return _render(outcome, ctx, limit)
 
     try:
         return await blocking.run_sync("wait", partial(work))
     except anyio.get_cancelled_exc_class():
         run.kill()
+        # The killed group's last writes and after_command's repairs (stale locks removed, an index
+        # rebuilt) end before the caller moves on: a cancelled batch task's folder is removed and
+        # made again by --resume, and a repair landing in it meanwhile left it half removed.
+        with anyio.CancelScope(shield=True):
+            await blocking.run_sync("wait", partial(settled.wait, _SETTLE_SECONDS))
         raise
