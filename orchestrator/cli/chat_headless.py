@@ -112,8 +112,13 @@ async def run_headless(
     stream = JsonLines(sys.stdout) if fmt == "stream-json" else None
     markers = TurnMarkers() if text_out and prompt is None else None
 
+    started = False
+
     async def observe(event: Event) -> None:
-        if isinstance(event, _STARTED):
+        nonlocal started
+        if not started and isinstance(event, _STARTED):
+            # once: a freeze at every streamed delta would keep each turn's garbage forever
+            started = True
             collector.resume()
         if markers is not None and isinstance(event, TurnStarted):
             markers(event)
