@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from orchestrator.store.records import utc_now
 __all__ = ["LOCK_FILE", "RunDirBusy", "acquire", "check_free", "hold_run_dir", "own_run_dir", "release"]
 
 LOCK_FILE = ".reverie-run.lock"
+_OWNER_WAIT = 2.0
 
 
 class RunDirBusy(ReverieError):
@@ -53,11 +55,18 @@ _guard = threading.Lock()
 
 
 def _describe(path: Path) -> str:
-    try:
-        owner = json.loads(path.read_text(encoding="utf-8"))
-        return f"{owner.get('command', 'reverie')} (pid {owner['pid']}, since {owner.get('started', '?')})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another reverie process"
+    """Who holds the lock, read from the file; the owner writes it just after taking the lock, so a
+    reader that finds it unreadable looks again for up to ``_OWNER_WAIT`` seconds before naming
+    nobody (a refusal is rare, and one line naming the pid is worth the short wait)."""
+    deadline = time.monotonic() + _OWNER_WAIT
+    while True:
+        try:
+            owner = json.loads(path.read_text(encoding="utf-8"))
+            return f"{owner.get('command', 'reverie')} (pid {owner['pid']}, since {owner.get('started', '?')})"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() >= deadline:
+                return "another reverie process"
+            time.sleep(0.02)
 
 
 def _busy(out_dir: Path, path: Path) -> RunDirBusy:
@@ -103,8 +112,9 @@ def acquire(out_dir: Path, command: str) -> Path:
             os.close(fd)
             raise _busy(out_dir, path) from None
         record = json.dumps({"pid": os.getpid(), "command": command, "started": utc_now()}) + "\n"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(), 0)
+        data = record.encode()
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
         _held[key] = _Held(fd, 1)
         return key
 

@@ -3,11 +3,13 @@ naming the owner, a lock left by a ``kill -9``-ed owner is taken over, and tasks
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from orchestrator.batch.executors import LocalExecutor
 from orchestrator.batch.results import RESULTS_FILE
 from orchestrator.batch.run import run_suite
-from orchestrator.batch.rundir import RunDirBusy, check_free, own_run_dir
+from orchestrator.batch.rundir import LOCK_FILE, RunDirBusy, check_free, own_run_dir
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import parse_task
 from tests.batch.helpers import TINY, write_suite
@@ -76,6 +78,32 @@ def test_a_lock_left_by_a_killed_owner_is_taken_over(tmp_path: Path) -> None:
     with own_run_dir(out, "reverie run"), own_run_dir(out, "reverie run"):
         check_free(out)  # this process is the owner now (and holds it twice: re-entrant)
     check_free(out)
+
+
+def test_a_refusal_at_the_moment_the_owner_locks_still_names_it(tmp_path: Path) -> None:
+    """The owner writes who it is just after it takes the lock; a second run looking in between
+    (CI saw it) waits for the record instead of naming nobody."""
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refusals: list[str] = []
+        looking = threading.Thread(target=lambda: refusals.append(_refusal(out)))
+        looking.start()
+        os.pwrite(fd, json.dumps({"pid": 4242, "command": "reverie sweep", "started": "now"}).encode(), 0)
+        looking.join()
+    finally:
+        os.close(fd)
+    assert refusals == [f"{out} is in use by reverie sweep (pid 4242, since now): wait for it to finish, or choose another --out"]
+
+
+def _refusal(out: Path) -> str:
+    try:
+        check_free(out)
+    except RunDirBusy as busy:
+        return str(busy)
+    return "free"
 
 
 @pytest.mark.anyio
