@@ -221,10 +221,22 @@ class _Resolver:
         """Where the symbolic link ``link`` (in the resolved ``folder``) leads, resolved. A target
         whose ".." could follow another link, or a long chain (a loop), goes to ``realpath``."""
         target = os.readlink(link)
-        within = target.lstrip("./") if not target.startswith("/") else target
-        if links >= 8 or target.startswith("//") or "/.." in f"/{within}":
+        if links >= 8 or target.startswith("//") or _up_after_a_name(target):
             return _real(link)
         return self._resolve(os.path.normpath(os.path.join(folder, target)), links + 1)
+
+
+def _up_after_a_name(target: str) -> bool:
+    """True when a ``..`` in ``target`` follows a name, which may be a link: only the leading
+    ``.``/``..`` steps are lexical (the folder they start from is already resolved)."""
+    named = False
+    for part in target.split("/"):
+        if part == "..":
+            if named:
+                return True
+        elif part not in ("", "."):
+            named = True
+    return False
 
 
 _UNSEEN: Final = object()
