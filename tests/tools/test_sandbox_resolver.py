@@ -69,3 +69,37 @@ def test_a_link_through_a_dotted_folder_name_is_not_taken_lexically(tmp_path: Pa
     (root / "...").symlink_to(root / "deep" / "er")
     (root / "link").symlink_to(".../../y")
     assert _Resolver().real(root / "link") == str(root / "deep" / "y") == os.path.realpath(root / "link")
+
+
+def _targets(steps: tuple[str, ...], longest: int) -> list[str]:
+    found: list[str] = []
+    layer = [""]
+    for _ in range(longest):
+        layer = [f"{head}/{step}" if head else step for head in layer for step in steps]
+        found += layer
+    return found
+
+
+def test_every_short_link_target_in_every_folder_against_every_dotted_folder_link(tmp_path: Path) -> None:
+    """Exhaustive over a small world, where random trees rarely meet the rare shapes: a folder named
+    ``...`` that is itself a link (to folders above, beside and below in turn), and links to every target of up to
+    three steps (names, ``...``, ``.``, ``..``) from three depths, each resolved with and without a
+    step below it."""
+    steps = ("a", "b", "...", ".", "..", "f")
+    link_targets = _targets(steps, 3)
+    for n, dots in enumerate(("a", "a/b", "b", ".", "..", "../a", "a/..")):
+        root = Path(os.path.realpath(tmp_path / f"w{n}"))
+        for folder in ("a/b", "b"):
+            (root / folder).mkdir(parents=True)
+        (root / "f").write_text("f")
+        (root / "a" / "f").write_text("a/f")
+        (root / "...").symlink_to(dots)
+        resolver = _Resolver()
+        for depth in ("", "a", "a/b"):
+            for i, target in enumerate(link_targets):
+                (root / depth / f"l{i}").symlink_to(target)
+        for depth in ("", "a", "a/b"):
+            for i in range(len(link_targets)):
+                for below in ("", "/f", "/.."):
+                    path = f"{root}/{depth}/l{i}{below}".replace("//", "/")
+                    assert resolver.real(path) == _expected(path), (dots, link_targets[i], path)
