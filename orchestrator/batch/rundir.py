@@ -110,13 +110,14 @@ def acquire(out_dir: Path, command: str) -> Path:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise _busy(out_dir, path) from None
-        record = json.dumps({"pid": os.getpid(), "command": command, "started": utc_now()}) + "\n"
-        data = record.encode()
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-        _held[key] = _Held(fd, 1)
-        return key
+        else:
+            record = json.dumps({"pid": os.getpid(), "command": command, "started": utc_now()}) + "\n"
+            data = record.encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            _held[key] = _Held(fd, 1)
+            return key
+    raise _busy(out_dir, path)  # outside the guard: naming the owner may wait for its record
 
 
 def release(key: Path) -> None:
