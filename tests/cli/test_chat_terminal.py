@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.cli.chat_slash import COMMANDS
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned
 from tests.support import wait_until
 
 from .terminal import Terminal
@@ -112,24 +115,42 @@ def test_a_background_reflection_notice_lands_above_the_prompt(tmp_path: Path, b
 
 
 def test_enter_during_a_turn_queues_the_entry_until_the_turn_ends(tmp_path: Path, backend: str) -> None:
+    """The turn's model call is held by the loopback server until the screen shows the entry
+    queued, so the turn is known to still run then (no latency long enough to hope it does)."""
     home = tmp_path / "home"
-    term = Terminal(home, REVERIE_SCRIPTED_LATENCY="8", REVERIE_BACKEND=backend)
-    try:
-        term.line(CHAT)
-        term.wait(_prompt_back)
-        term.line("I like green tea")
-        term.wait("Ctrl-C interrupts")
-        term.line("/reflections")
-        queued = term.wait("⏎ queued")
-        assert "I heard: I like green tea" not in queued, "queued while the turn still ran"
-        shown = term.wait("no reflections yet")
-        assert shown.index("I heard: I like green tea") < shown.index("/reflections")
-        assert shown.index("/reflections") < shown.index("no reflections yet")
-        term.wait(_idle)
-        assert "queued" not in term.text()
-        _wait_statuses(home, ["end_turn"], "the one turn: a slash command is no turn")
-    finally:
-        term.close()
+    held = threading.Event()
+    release = threading.Event()
+
+    def answer(body: Any) -> Planned:
+        held.set()
+        release.wait(120)
+        return Planned(text="I heard: I like green tea")
+
+    with LoopbackOpenAI(fallback=answer) as server:
+        term = Terminal(
+            home, REVERIE_BACKEND=backend, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model",
+            OPENAI_API_KEY="sk-test",
+        )
+        try:
+            term.line(CHAT)
+            term.wait(_prompt_back)
+            term.line("I like green tea")
+            term.wait("Ctrl-C interrupts")
+            term.line("/reflections")
+            queued = term.wait("⏎ queued")
+            assert held.wait(60) and len(server.chat_bodies) == 1, "the turn's model call arrives and is held"
+            assert "I heard: I like green tea" not in queued, "queued while the turn still ran"
+            release.set()
+            shown = term.wait("no reflections yet")
+            assert shown.index("I heard: I like green tea") < shown.index("/reflections")
+            assert shown.index("/reflections") < shown.index("no reflections yet")
+            term.wait(_idle)
+            assert "queued" not in term.text()
+            _wait_statuses(home, ["end_turn"], "the one turn: a slash command is no turn")
+            assert len(server.chat_bodies) == 1, "a slash command calls no model"
+        finally:
+            release.set()
+            term.close()
 
 
 def test_ctrl_c_at_the_prompt_clears_the_line_and_multi_line_input(tmp_path: Path) -> None:
