@@ -138,7 +138,7 @@ def test_endless_stream_ends_with_one_line_within_a_minute(tmp_path: Path, backe
     endless = Planned(text="tick " * 400_000, chunk_size=5, chunk_delay=0.01)
     with LoopbackOpenAI(fallback=endless) as server:
         started = time.monotonic()
-        done = _chat(tmp_path, server, backend, "talk forever", REVERIE_REQUEST_TIMEOUT="5", REVERIE_MODEL_ATTEMPTS="1")
+        done = _chat(tmp_path, server, backend, "talk forever", REVERIE_REQUEST_TIMEOUT="2", REVERIE_MODEL_ATTEMPTS="1")
         elapsed = time.monotonic() - started
     assert elapsed < 60
     assert len(server.chat_bodies) == 1, "one attempt, as the setting asks"
