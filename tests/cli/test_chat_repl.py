@@ -11,11 +11,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned
 from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
@@ -60,31 +63,56 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
     server.run("kill-server")
 
 
-def _start_chat(tmux: Tmux, home: Path) -> None:
-    env = {"REVERIE_HOME": str(home), "REVERIE_SCRIPTED_LATENCY": "3", "TERM": "xterm-256color"}
+def _start_chat(tmux: Tmux, home: Path, server: LoopbackOpenAI) -> None:
+    env = {
+        "REVERIE_HOME": str(home), "TERM": "xterm-256color", "REVERIE_BASE_URL": server.base_url,
+        "REVERIE_MODEL": "loopback-model", "OPENAI_API_KEY": "sk-test",
+    }
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     command = f"env {command} {shlex.quote(sys.executable)} -m orchestrator chat"
     tmux.run("new-session", "-d", "-s", "chat", "-x", "140", "-y", "30", command)
 
 
+class _HeldFirst:
+    """The loopback model: the first call is held until ``release`` (the turn runs as long as the
+    test needs to look at it, and no longer); every call answers ``I heard: <the user's text>``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self._first = threading.Lock()
+
+    def __call__(self, body: Any) -> Planned:
+        text = next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
+        if self._first.acquire(blocking=False):
+            self.release.wait(120)
+        return Planned(text=f"I heard: {text}")
+
+
 def test_a_running_turn_shows_a_spinner_keeps_the_status_line_and_the_typed_ahead_text(
     tmux: Tmux, tmp_path: Path
 ) -> None:
-    _start_chat(tmux, tmp_path / "home")
-    tmux.wait(lambda ls: any(line.startswith("›") for line in ls) and "context " in ls[-1], "the prompt")
-    tmux.keys("hello there", "Enter")
-    during = tmux.wait(lambda ls: bool(SPINNER.search(ls[-1])), "the spinner")
-    assert "context " in during[-1] and "agent-default" in during[-1], "the status line stays beside the spinner"
-    tmux.keys("typed ahead")
-    during = tmux.wait(lambda ls: "› typed ahead" in ls and bool(SPINNER.search(ls[-1])), "typed-ahead text while busy")
-    frames = {SPINNER.search(during[-1]).group(0)[0]}  # type: ignore[union-attr]
-    tmux.wait(lambda ls: (m := SPINNER.search(ls[-1])) is not None and m.group(0)[0] not in frames, "the spinner move")
-    after = tmux.wait(
-        lambda ls: "(mock) I heard: hello there" in ls and not SPINNER.search(ls[-1]) and "context " in ls[-1],
-        "the reply, then the spinner gone and the status line back",
-    )
-    reply = after.index("(mock) I heard: hello there")
-    assert [line for line in after if "typed ahead" in line] == ["› typed ahead"], after
-    assert after.index("› typed ahead") > reply, "the typed text waits in the input line below the reply"
-    tmux.keys("Enter")
-    tmux.wait(lambda ls: "(mock) I heard: typed ahead" in ls, "the typed-ahead text sent after the turn")
+    model = _HeldFirst()
+    with LoopbackOpenAI(fallback=model) as server:
+        try:
+            _start_chat(tmux, tmp_path / "home", server)
+            tmux.wait(lambda ls: any(line.startswith("›") for line in ls) and "context " in ls[-1], "the prompt")
+            tmux.keys("hello there", "Enter")
+            during = tmux.wait(lambda ls: bool(SPINNER.search(ls[-1])), "the spinner")
+            assert "context " in during[-1] and "agent-default" in during[-1], "the status line stays beside the spinner"
+            tmux.keys("typed ahead")
+            during = tmux.wait(lambda ls: "› typed ahead" in ls and bool(SPINNER.search(ls[-1])), "typed-ahead text while busy")
+            frames = {SPINNER.search(during[-1]).group(0)[0]}  # type: ignore[union-attr]
+            tmux.wait(lambda ls: (m := SPINNER.search(ls[-1])) is not None and m.group(0)[0] not in frames, "the spinner move")
+            assert "I heard: hello there" not in tmux.lines(), "the turn was still held"
+            model.release.set()
+            after = tmux.wait(
+                lambda ls: "I heard: hello there" in ls and not SPINNER.search(ls[-1]) and "context " in ls[-1],
+                "the reply, then the spinner gone and the status line back",
+            )
+            reply = after.index("I heard: hello there")
+            assert [line for line in after if "typed ahead" in line] == ["› typed ahead"], after
+            assert after.index("› typed ahead") > reply, "the typed text waits in the input line below the reply"
+            tmux.keys("Enter")
+            tmux.wait(lambda ls: "I heard: typed ahead" in ls, "the typed-ahead text sent after the turn")
+        finally:
+            model.release.set()
