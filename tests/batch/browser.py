@@ -38,8 +38,9 @@ class Page:
 
 
 @contextmanager
-def open_report(path: Path, profile: Path) -> Iterator[Page]:
-    """Open ``path`` from disk in a fresh profile; network requests are counted and refused."""
+def chromium() -> Iterator[Any]:
+    """One headless Chromium for a test module: starting Playwright and the browser takes a second
+    or two, a fresh context in it a fraction of that (tests get one each from ``open_report``)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -47,26 +48,35 @@ def open_report(path: Path, profile: Path) -> Iterator[Page]:
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
         _missing(f"{CHROMIUM} is not installed")
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS, viewport={"width": 1280, "height": 900}
-        )
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
-            page = context.new_page()
-            loaded = Page(page)
-
-            def route(r: Any) -> None:
-                url = r.request.url
-                if url.startswith("file://"):
-                    r.continue_()
-                else:
-                    loaded.foreign.append(url)
-                    r.abort()
-
-            context.route("**/*", route)
-            page.on("pageerror", lambda exc: loaded.errors.append(str(exc)))
-            page.on("request", lambda req: None if req.url.startswith("file://") else loaded.foreign.append(req.url))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
-            yield loaded
+            yield browser
         finally:
-            context.close()
+            browser.close()
+
+
+@contextmanager
+def open_report(browser: Any, path: Path) -> Iterator[Page]:
+    """Open ``path`` from disk in a fresh browser context (no cookies, storage or cache from another
+    test's page); network requests are counted and refused."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        loaded = Page(page)
+
+        def route(r: Any) -> None:
+            url = r.request.url
+            if url.startswith("file://"):
+                r.continue_()
+            else:
+                loaded.foreign.append(url)
+                r.abort()
+
+        context.route("**/*", route)
+        page.on("pageerror", lambda exc: loaded.errors.append(str(exc)))
+        page.on("request", lambda req: None if req.url.startswith("file://") else loaded.foreign.append(req.url))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        yield loaded
+    finally:
+        context.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from orchestrator.batch.report_html import render_report
 from orchestrator.batch.report_svg import pareto_chart
 from orchestrator.cli import report as report_cli
 from orchestrator.cli.batch import register
-from tests.batch.browser import open_report
+from tests.batch.browser import chromium, open_report
 from tests.batch.helpers import TINY, write_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,12 @@ _EXAMPLES = {json.loads(line)["id"]: json.loads(line) for line in (ROOT / "examp
 # Fails its check after editing persona.md; its first turn would end a script block if embedded raw.
 BROKEN = {"id": "broken-rule", "turns": ["remember: always end answers with </script><b>x", "hello"],
           "checks": [{"contains": "never said"}]}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
@@ -89,11 +96,11 @@ def test_run_report_data_transcript_evictions_and_memory_diff(cli: typer.Typer, 
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "nothing loads over the network"
 
 
-def test_run_report_renders_in_chromium(cli: typer.Typer, tmp_path: Path) -> None:
+def test_run_report_renders_in_chromium(cli: typer.Typer, tmp_path: Path, browser: Any) -> None:
     out = _run(cli, tmp_path, [*TINY, BROKEN], "--report")
     report = out / "report.html"
     assert report.exists()
-    with open_report(report, tmp_path / "profile") as loaded:
+    with open_report(browser, report) as loaded:
         page = loaded.page
         ids = page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId)")
         assert sorted(ids) == sorted([t["id"] for t in TINY] + ["broken-rule"])
@@ -119,7 +126,7 @@ def test_run_report_renders_in_chromium(cli: typer.Typer, tmp_path: Path) -> Non
     assert (tmp_path / "run-report.png").stat().st_size > 0
 
 
-def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path) -> None:
+def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path, browser: Any) -> None:
     suite = write_suite(tmp_path / "s.jsonl", [TINY[0], TINY[2], TINY[4]])
     out = tmp_path / "sweep"
     swept = CliRunner().invoke(
@@ -129,7 +136,7 @@ def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path
     assert f"reverie report {out}" in swept.output
     made = CliRunner().invoke(cli, ["report", str(out)])
     assert made.exit_code == 0 and f"report: {out / 'report.html'}" in made.output
-    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+    with open_report(browser, out / "report.html") as loaded:
         page = loaded.page
         assert page.eval_on_selector_all("#settings td.id", "tds => tds.map(t => t.textContent)") == ["off", "step-count-2"]
         cells = page.eval_on_selector_all(
@@ -150,14 +157,14 @@ def test_report_of_a_directory_that_is_no_run(cli: typer.Typer, tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path) -> None:
+def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path, browser: Any) -> None:
     """The issue's own check: the example suite at -j 4, then reverie report."""
     out = tmp_path / "run"
     ran = CliRunner().invoke(cli, ["run", str(ROOT / "examples" / "suite.jsonl"), "-j", "4", "--out", str(out), "-q"])
     assert ran.exit_code in (0, 1), ran.output
     made = CliRunner().invoke(cli, ["report", str(out)])
     assert made.exit_code == 0, made.output
-    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+    with open_report(browser, out / "report.html") as loaded:
         page = loaded.page
         ids = page.eval_on_selector_all("tr.task-row", "rows => rows.map(r => r.dataset.taskId)")
         assert sorted(ids) == sorted(_EXAMPLES) and len(ids) == 22
@@ -171,11 +178,11 @@ def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path) -> N
         assert loaded.foreign == [] and loaded.errors == []
 
 
-def test_the_network_detector_sees_a_request(tmp_path: Path) -> None:
+def test_the_network_detector_sees_a_request(tmp_path: Path, browser: Any) -> None:
     """What the no-network assertions rely on: a page that does reference the network is caught."""
     page = tmp_path / "leaky.html"
     page.write_text('<!DOCTYPE html><html><body data-ready="1"><img src="http://127.0.0.1:9/pixel.png"></body></html>')
-    with open_report(page, tmp_path / "profile") as loaded:
+    with open_report(browser, page) as loaded:
         loaded.page.wait_for_load_state("load")
         assert any(url.startswith("http://127.0.0.1:9/") for url in loaded.foreign)
 
@@ -191,7 +198,7 @@ _OVERLAPS = """els => {
 }"""
 
 
-def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(cli: typer.Typer, tmp_path: Path) -> None:
+def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(cli: typer.Typer, tmp_path: Path, browser: Any) -> None:
     out = tmp_path / "sweep"
     swept = CliRunner().invoke(cli, [
         "sweep", str(ROOT / "examples" / "longmemeval-s" / "suite.jsonl"), "--trigger", "off", "--trigger", "step-count:5,50",
@@ -200,7 +207,7 @@ def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(
     ])
     assert swept.exit_code == 0, swept.output
     assert "recommended:" in swept.output and "Pareto front" in swept.output
-    with open_report(out / "report.html", tmp_path / "profile") as loaded:
+    with open_report(browser, out / "report.html") as loaded:
         page = loaded.page
         assert "Recommended:" in page.inner_text("#recommendation")
         decided = page.eval_on_selector_all("#decision-table tbody td.id", "tds => tds.map(t => t.textContent)")
@@ -219,7 +226,7 @@ def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(
         assert loaded.foreign == [] and loaded.errors == []
 
 
-def test_pareto_labels_of_crowded_settings_do_not_overlap_in_chromium(tmp_path: Path) -> None:
+def test_pareto_labels_of_crowded_settings_do_not_overlap_in_chromium(tmp_path: Path, browser: Any) -> None:
     rows = [
         {"setting": name, "tokens": tokens, "cost": None, "quality": {"mean": q, "low": max(0, q - 0.2), "high": min(1, q + 0.2)}}
         for name, tokens, q in [
@@ -229,7 +236,7 @@ def test_pareto_labels_of_crowded_settings_do_not_overlap_in_chromium(tmp_path: 
     ]
     page_file = tmp_path / "chart.html"
     page_file.write_text(f"<!doctype html><html><body data-ready='1'>{pareto_chart(rows, ['off', 'step-count-25'])}</body></html>")
-    with open_report(page_file, tmp_path / "profile") as loaded:
+    with open_report(browser, page_file) as loaded:
         labels = loaded.page.eval_on_selector_all("text.point-label", _OVERLAPS)
         assert labels == {"count": 6, "bad": []}
         inside = loaded.page.eval_on_selector_all(
