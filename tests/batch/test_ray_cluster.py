@@ -1,8 +1,9 @@
 """The Ray executor on a real two-node cluster on loopback, inside a network namespace that has only
 ``lo`` (``unshare -n``), so nothing can leave the machine and nothing but loopback can be reached.
 
-The test re-executes itself in a child ``unshare -n`` process (as root; skipped with the reason
-otherwise). In there: a head node (``ray.cluster_utils.Cluster``, 127.0.0.1) and a worker node
+The tests re-execute themselves in one child ``unshare -n`` process (as root; skipped with the reason
+otherwise). In there: a head node (``ray.cluster_utils.Cluster``, 127.0.0.1, shared by the tests,
+each leaving it with its own worker node dead) and, per test, a worker node
 started by ``ray start`` in a mount namespace of its own whose temporary directory is a private
 tmpfs, so the driver cannot see where the worker node's tasks run: what reaches the run directory
 came back through Ray. The driver joins by address (``--ray-address``'s path). Then the worker node
@@ -27,6 +28,7 @@ import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import anyio
 import pytest
@@ -60,28 +62,51 @@ def _why_no_namespace() -> str | None:
     return None
 
 
-def _run_in_namespace(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    """This same test again, in a child with its own network namespace (``lo`` up, nothing else)."""
+@pytest.fixture(scope="module")
+def in_namespace(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """This module's selected tests again, in one child with its own network namespace (``lo`` up,
+    nothing else), where they share one head node: ``{test name: (outcome, what it said)}``. One
+    child and one head for both tests, not one each: a pytest and a head node take seconds to start."""
+    if os.environ.get(IN_NAMESPACE) == "1":
+        return {}
     why = _why_no_namespace()
     if why is not None:
         pytest.skip(why)
+    here = Path(__file__).resolve()
+    wanted = [item.nodeid for item in request.session.items if Path(str(item.path)).resolve() == here]
+    where = tmp_path_factory.mktemp("netns")
+    report = where / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env[IN_NAMESPACE] = "1"
-    script = 'ip link set lo up && exec "$0" -m pytest -q -x -p no:cacheprovider --basetemp "$1" "$2"'
-    command = ["unshare", "-n", "sh", "-c", script, sys.executable, str(tmp_path / "inner"), request.node.nodeid]
+    script = (
+        'ip link set lo up && base="$1" junit="$2" && shift 2 && '
+        'exec "$0" -m pytest -q -p no:cacheprovider --basetemp "$base" --junitxml "$junit" "$@"'
+    )
+    command = ["unshare", "-n", "sh", "-c", script, sys.executable, str(where / "inner"), str(report), *wanted]
     child = subprocess.Popen(
         command, cwd=request.config.rootpath, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
-        out, _ = child.communicate(timeout=_CHILD_SECONDS)
+        out, _ = child.communicate(timeout=_CHILD_SECONDS * len(wanted))
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     text = out.decode("utf-8", "replace")
-    assert child.returncode == 0, text[-6000:]
-    assert " passed" in text and " skipped" not in text, text[-2000:]
+    assert report.is_file(), text[-6000:]
+    outcomes = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        said = "".join(part.text or "" for part in case)
+        found = [part.tag for part in case if part.tag in ("failure", "error", "skipped")]
+        outcomes[case.get("name", "")] = (found[0] if found else "passed", said or text[-2000:])
+    return outcomes
+
+
+def _ran_in_namespace(request: pytest.FixtureRequest, outcomes: dict[str, tuple[str, str]]) -> None:
+    """This test's outcome in the child: it passed there (not failed, not skipped)."""
+    outcome, said = outcomes.get(request.node.name, ("missing", str(sorted(outcomes))))
+    assert outcome == "passed", said[-6000:]
 
 
 _RAY_CLI = "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; sys.exit(main())"
@@ -139,12 +164,17 @@ class _WorkerNode:
         self.process.wait()
 
 
-def _head() -> Any:
-    """The head node, from this process's Python (reverie installed), on 127.0.0.1; a lost node is
-    noticed within about two seconds."""
+@pytest.fixture(scope="module")
+def head() -> Iterator[Any]:
+    """The head node, from this process's Python (reverie installed), on 127.0.0.1, one for the
+    module: each test adds a worker node of its own and leaves with it dead; a lost node is noticed
+    within about two seconds."""
+    if os.environ.get(IN_NAMESPACE) != "1":
+        yield None
+        return
     from ray.cluster_utils import Cluster
 
-    return Cluster(
+    cluster = Cluster(
         initialize_head=True,
         head_node_args={
             "node_ip_address": "127.0.0.1",
@@ -154,14 +184,24 @@ def _head() -> Any:
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
         },
     )
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _gone(head: Any, worker: _WorkerNode) -> None:
+    """Kill a test's worker node and wait until the head has marked it dead, so the next test
+    finds the head with no worker node but its own."""
+    worker.kill()
+    wait_until(lambda: "worker_node" not in _alive(head), timeout=60, what="the worker node marked dead")
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
+def cluster(head: Any) -> Iterator[tuple[Any, _WorkerNode, Path]]:
     if os.environ.get(IN_NAMESPACE) != "1":
-        yield None, None, tmp_path  # type: ignore[misc]
+        yield None, None, Path()  # type: ignore[misc]
         return
-    head = _head()
     # short: the memory hook's socket lives under TMPDIR, and a socket path has ~100 bytes at most
     hidden = Path(tempfile.mkdtemp(prefix="rvw-", dir="/tmp"))
     worker = None
@@ -173,8 +213,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode, Path]]:
 
         ray.shutdown()
         if worker is not None:
-            worker.kill()
-        head.shutdown()
+            _gone(head, worker)
         shutil.rmtree(hidden, ignore_errors=True)
 
 
@@ -199,10 +238,11 @@ def _hidden_marker() -> str:
 
 @pytest.mark.slow
 def test_two_nodes_no_shared_disk_then_a_lost_node(
-    request: pytest.FixtureRequest, cluster: tuple[Any, _WorkerNode, Path], tmp_path: Path
+    request: pytest.FixtureRequest, in_namespace: dict[str, tuple[str, str]],
+    cluster: tuple[Any, _WorkerNode, Path], tmp_path: Path,
 ) -> None:
     if os.environ.get(IN_NAMESPACE) != "1":
-        _run_in_namespace(request, tmp_path)
+        _ran_in_namespace(request, in_namespace)
         return
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -338,13 +378,12 @@ def _without_reverie_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def head_and_bare_node(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode]]:
-    """A head node with reverie and a worker node whose Python has Ray but not reverie."""
+def head_and_bare_node(head: Any, tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode]]:
+    """The head node with reverie and a worker node whose Python has Ray but not reverie."""
     if os.environ.get(IN_NAMESPACE) != "1":
         yield None, None  # type: ignore[misc]
         return
     python = _python_without_reverie(tmp_path / "bare")
-    head = _head()
     hidden = Path(tempfile.mkdtemp(prefix="rvb-", dir="/tmp"))
     worker = None
     try:
@@ -352,8 +391,7 @@ def head_and_bare_node(tmp_path: Path) -> Iterator[tuple[Any, _WorkerNode]]:
         yield head, worker
     finally:
         if worker is not None:
-            worker.kill()
-        head.shutdown()
+            _gone(head, worker)
         shutil.rmtree(hidden, ignore_errors=True)
 
 
@@ -371,14 +409,15 @@ def _alive(head: Any) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_node_without_reverie_is_refused_in_one_line_and_the_run_can_resume(
-    request: pytest.FixtureRequest, head_and_bare_node: tuple[Any, _WorkerNode], tmp_path: Path
+    request: pytest.FixtureRequest, in_namespace: dict[str, tuple[str, str]],
+    head_and_bare_node: tuple[Any, _WorkerNode], tmp_path: Path,
 ) -> None:
     """``reverie run --ray-address`` against a cluster one of whose nodes runs Ray from a Python
     without reverie: one line naming that node and what to install, rc 1, no traceback, no task
     started, nothing in the run directory but ``run.json``; once that node is gone, ``--resume``
     runs every task on the head."""
     if os.environ.get(IN_NAMESPACE) != "1":
-        _run_in_namespace(request, tmp_path)
+        _ran_in_namespace(request, in_namespace)
         return
     head, worker = head_and_bare_node
     nodes = _alive(head)
