@@ -1,4 +1,4 @@
-"""The Ray executor on a private loopback Ray (one per test session): same statuses as the local
+"""The Ray executor on a private loopback Ray (one for this module): same statuses as the local
 executor, the tasks really ran in Ray worker processes, a private Ray even when ``RAY_ADDRESS``
 names another cluster, and a run directory the driver alone writes that ``report``, ``--resume``
 and ``--retry-failed`` use as a local run's. (The two-node cluster is ``test_ray_cluster.py``.)"""
@@ -37,11 +37,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_ray() -> Iterator[str]:
     """A private Ray even when the environment names another cluster: ``RAY_ADDRESS`` points at a
     port nothing listens on, so a bare ``ray.init()`` would try to join it and fail. Yields what
-    the start said on stderr."""
+    the start said on stderr. One for this module, stopped at its end: an idle Ray's daemons and
+    prestarted workers would otherwise take CPU from every test after it."""
     from orchestrator.batch.ray_exec import start_local_ray
 
     saved = os.environ.get("RAY_ADDRESS")
