@@ -138,11 +138,12 @@ def start_chat(args: ChatArgs) -> int:
     if args.output_format is not None and args.prompt is None and not streaming_input:
         raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
     cli = {"context_window": args.context_window, "model": args.model}
-    # lazy, as the imports below: `reverie --help` imports every command module (cli/app.py)
+    # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import load_pygit2
 
     load_pygit2()  # every session reads its memory first: here, before the loop has threads
     if args.prompt is not None or streaming_input:
+        # lazy: the headless path's own modules, not the REPL's
         from orchestrator.cli.aio import run_async
         from orchestrator.cli.chat_headless import run_headless
 

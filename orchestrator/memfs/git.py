@@ -440,6 +440,7 @@ def load_pygit2() -> None:
 
 def _cert_dir() -> str:
     """The certificate directory pygit2 will fall back on (its ``capath``, as OpenSSL names it)."""
+    # lazy: only a command's start asks, and pygit2 imports ssl right after
     import ssl
 
     paths = ssl.get_default_verify_paths()
