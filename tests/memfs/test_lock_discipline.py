@@ -112,9 +112,11 @@ async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path, monk
     monkeypatch.setattr(indexlock, "harness_git", watched_git)
 
     async def outside_git_finishes() -> None:
+        """As git ends: the lock goes (git renames it over the index) while still open, then the file
+        is closed; closed first, it would be a stale lock that reverie may remove itself."""
         await refused.wait()
-        held.close()
         await anyio.Path(lock).unlink()
+        held.close()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(outside_git_finishes)
