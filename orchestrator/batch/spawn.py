@@ -16,8 +16,14 @@ Two ways to start one, the same link either way:
   as when a test runs the executor in-process): ``python -m orchestrator.batch.worker`` with pipes
   for its stdin and stdout.
 
-Either child runs in a session of its own (its process group is killed as one), ignores SIGINT (the
-driver decides when it stops) and speaks ``orchestrator.batch.worker``'s JSON-lines protocol. A
+Either child runs in a session of its own, ignores SIGINT (the driver decides when it stops) and
+speaks ``orchestrator.batch.worker``'s JSON-lines protocol. The session is what the driver ends:
+``kill`` sends SIGKILL to the child's process group (at once, from the loop), and ``aclose`` (and
+``release``) then kill every process left in the child's session and wait for them to exit
+(``orchestrator.base.processes.kill_session``, off the loop), so no command the child's agents
+started (the bash tool keeps its commands in the child's session, in process groups of their own)
+writes into a task folder after its worker is gone, whether the worker was cancelled, killed from
+outside, or exited leaving a background job behind. A
 forked child leaves with ``os._exit``: the driver's exit handlers and buffered output are the
 driver's, not to be run or flushed twice.
 """
@@ -36,10 +42,14 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from functools import partial
 from typing import NoReturn
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process, SocketStream
+
+from orchestrator.base import blocking
+from orchestrator.base.processes import kill_session
 
 __all__ = ["START_ENV", "ForkedLink", "WorkerLink", "can_fork", "prefork", "spawn"]
 
@@ -76,9 +86,17 @@ class WorkerLink(ABC):
         """Kill the child if it still runs, reap it and let go of everything held for it."""
 
     def kill(self) -> None:
+        """SIGKILL the child's process group (not yet what the child started in groups of their
+        own: ``aclose`` ends those)."""
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
+
+    async def _end_session(self) -> None:
+        """Kill whatever is left in the child's session and wait until it is gone (shielded: a
+        cancelled run still waits for its commands to end)."""
+        with anyio.CancelScope(shield=True):
+            await blocking.run_sync("wait", partial(kill_session, self.pid))
 
 
 class _Spawned(WorkerLink):
@@ -106,6 +124,7 @@ class _Spawned(WorkerLink):
     async def aclose(self) -> None:
         self.returncode = self._process.returncode
         self.kill()
+        await self._end_session()
         await self._process.aclose()
         self.returncode = self._process.returncode
 
@@ -160,6 +179,8 @@ class ForkedLink(WorkerLink):
     async def aclose(self) -> None:
         self.kill()
         try:
+            # before the child is reaped: its pid, the session's id, cannot be handed out meanwhile
+            await self._end_session()
             with anyio.CancelScope(shield=True):
                 await self.wait()
                 if self._stream is not None:
@@ -181,6 +202,7 @@ class ForkedLink(WorkerLink):
                 self._reap(0)
                 break
             time.sleep(0.005)
+        kill_session(self.pid)
         self._close_pidfd()
 
     def release_in_child(self) -> None:

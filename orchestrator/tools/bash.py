@@ -7,12 +7,25 @@ cancellation kills the process group at once, then waits (up to ``_SETTLE_SECOND
 to end and the repository repairs after it, so nothing of a cancelled call writes afterwards.
 
 Behaviour: the command runs with the allowlisted environment, inside bubblewrap unless
-``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, DECISIONS D11), in its own session
-(process group); when the timeout passes or the call is cancelled the whole group gets SIGKILL. Inside
+``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, DECISIONS D11), in its own process
+group; when the timeout passes or the call is cancelled the whole group gets SIGKILL. Inside
 the sandbox the command has its own PID namespace, so every child ends when ``bash`` does (D11: that
 is intended). Unconfined, a background job that outlives ``bash`` and keeps the output pipe open does
 not hold the tool: output is collected for a short grace period after ``bash`` exits, then the tool
 returns. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
+
+Which session that group is in (``_own_session``): reverie's own, unless reverie has a controlling
+terminal. A batch worker leads a session of its own without a terminal, and when the driver ends a
+worker it kills that whole session (``orchestrator.base.processes.kill_session``). A command in a
+session of its own survived that: bubblewrap too, when the worker died before bubblewrap had set its
+``--die-with-parent`` (an orphaned sandbox went on writing into a task folder ``--resume`` had made
+again), and a command run unconfined has no such signal at all. With a terminal (an interactive
+``reverie chat``) the command gets a session of its own, without a terminal: in the terminal's
+session it could read ``/dev/tty`` (as a background group: stopped by SIGTTIN until the timeout,
+where a prompt of ``git`` or ``ssh`` now fails at once) or push keystrokes into the user's shell
+with ``TIOCSTI``. bubblewrap's ``--new-session`` would give that to the sandboxed command alone, and
+the session sweep would then no longer reach it. Outside the sandbox, a command that leaves the
+group (``setsid``, ``setpgid``) escapes the timeout's kill, as ``sandbox.UNPROTECTED`` says.
 
 A command longer than ``ARGV_COMMAND_BYTES`` is not passed as an argument (Linux refuses one
 argument over 128 KiB: ``Argument list too long``) but as the script bash reads from an inherited
@@ -80,8 +93,21 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+def _own_session() -> bool:
+    """Whether this process has a controlling terminal, which the command must then not share (see
+    the module docstring). Asked on each call: a forked batch worker leaves the terminal's session
+    after it was forked."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
 def _spawn(ctx: ToolContext, command: list[str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
     argv, env = plan_command(ctx, command)
+    own_session = _own_session()
     return subprocess.Popen(
         argv,
         cwd=ctx.workspace,
@@ -89,7 +115,8 @@ def _spawn(ctx: ToolContext, command: list[str], pass_fds: tuple[int, ...]) -> s
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=own_session,
+        process_group=None if own_session else 0,
         pass_fds=pass_fds,
     )
 

@@ -4,9 +4,11 @@ and ``--processes`` is checked on the command line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,3 +271,92 @@ def test_ctrl_c_on_a_multi_process_run_leaves_no_worker_and_resume_finishes_it(t
     final = [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
     assert sorted(r["id"] for r in final) == sorted(t.id for t in tasks)
     assert {r["id"]: r["status"] for r in final} == {t.id: EXPECTED[t.id.rsplit("-", 1)[0]] for t in tasks}
+
+
+_WINDOW_BWRAP = """#!/bin/sh
+# bubblewrap's start-up window: it sets --die-with-parent only once running. Here it gets past
+# that point only after the worker that started it is gone (re-parented: the parent is not $parent).
+parent=$PPID
+: > {ready}/$parent
+while [ "$(cut -d' ' -f4 /proc/$$/stat)" = "$parent" ]; do sleep 0.02; done
+exec {real} "$@"
+"""
+
+
+def _looping_model(command: str) -> Any:
+    """The loopback model: every task's first request gets one bash call running ``command``."""
+    from orchestrator.testing.openai_server import text_reply, tool_call_reply
+
+    def reply(body: Any) -> Any:
+        if body["messages"][-1].get("role") == "user":
+            return tool_call_reply("bash", json.dumps({"command": command}))
+        return text_reply("done")
+
+    return reply
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "off", "bwrap-window"])
+async def test_cancelling_kills_the_commands_a_worker_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: str
+) -> None:
+    """A command a worker's agent runs keeps writing until it is killed. Cancelling the run kills
+    it with its worker: unconfined (no parent-death signal at all), in the sandbox, and in the
+    sandbox when the worker dies before bubblewrap is set up to die with it (``bwrap-window``: a
+    ``bwrap`` on ``PATH`` that waits for its worker to be gone before it runs the real one).
+    Nothing with the command's unique text is left running."""
+    from orchestrator.testing.openai_server import LoopbackOpenAI
+    from tests.support import running_with, wait_until
+
+    marker = f"orphan-{os.getpid()}-{sandbox}"
+    command = f"while :; do echo {marker} >> beat; sleep 0.02; done"
+    ready = tmp_path / "window-ready"
+    ready.mkdir()
+    monkeypatch.setenv("REVERIE_SANDBOX", "off" if sandbox == "off" else "bwrap")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    if sandbox == "bwrap-window":
+        real = shutil.which("bwrap")
+        assert real is not None, "bubblewrap is installed on the machines the tests run on"
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "bwrap").write_text(_WINDOW_BWRAP.format(real=shlex.quote(real), ready=shlex.quote(str(ready))))
+        (fake / "bwrap").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    tasks = load_suite(write_suite(tmp_path / "s.jsonl", [
+        {"id": f"loop-{k}", "turns": ["go"], "checks": [{"contains": "done"}], "settings": {"reflection_trigger": "off"}} for k in range(4)
+    ]))
+    out = tmp_path / "out"
+    pids: dict[str, int] = {}
+
+    async def progress(task_id: str, kind: str, payload: Mapping[str, Any]) -> None:
+        if kind == "task.start" and isinstance(payload.get("pid"), int):
+            pids[task_id] = payload["pid"]
+
+    def in_a_child() -> bool:
+        """A worker process's command is running (in the window: its bubblewrap is starting; a
+        file named after the process that started it)."""
+        if sandbox == "bwrap-window":
+            return any(int(entry.name) != os.getpid() for entry in ready.iterdir())
+        return any(pid != os.getpid() and (out / "work" / task / "beat").exists() for task, pid in dict(pids).items())
+
+    with LoopbackOpenAI(fallback=_looping_model(command)) as server:
+        monkeypatch.setenv("REVERIE_BASE_URL", server.base_url)
+        executor = ProcessExecutor(2, processes=2)
+        try:
+            with anyio.fail_after(180), anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+
+                    async def cancel_once_running() -> None:
+                        await anyio.to_thread.run_sync(
+                            lambda: wait_until(in_a_child, timeout=120, what="a worker's command running")
+                        )
+                        scope.cancel()
+
+                    tg.start_soon(cancel_once_running)
+                    await run_suite(tasks, RunOptions(out_dir=out), executor, progress=progress)
+            assert scope.cancelled_caught
+            assert executor.pids and not any(_alive(pid) for pid in executor.pids)
+            assert running_with(marker) == [], "a command outlived its cancelled worker"
+        finally:
+            for pid in running_with(marker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
