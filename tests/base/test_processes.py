@@ -1,11 +1,20 @@
-"""Process facts: reverie's own environment block hides its secrets from ``/proc`` (issue 23 item 6)."""
+"""Process facts: reverie's own environment block hides its secrets from ``/proc`` (issue 23 item 6);
+``kill_session`` ends a whole session, the processes re-parented to init and in other process
+groups included."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.base.processes import kill_session, session_members
+from tests.support import wait_until
 
 _CHILD = """
 import json, os
@@ -24,3 +33,51 @@ def test_secrets_are_blanked_in_proc_environ_and_kept_in_os_environ() -> None:
     assert {"OPENAI_API_KEY", "GH_TOKEN"} <= set(seen["hidden"]) and "PLAIN" not in seen["hidden"]
     assert seen["kept"] == "sk-live-abc"
     assert seen["proc"] == {"OPENAI_API_KEY": "*" * len("sk-live-abc"), "PLAIN": "visible"}
+
+
+# The leader starts a grandchild that moves to a process group of its own and is orphaned (its
+# parent, the middle shell, exits at once), then writes its pid: what killpg of the leader and a
+# walk of the leader's children both miss.
+_ORPHAN = """
+import os, sys
+os.setpgid(0, 0)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+os.execvp("sleep", ["sleep", "600"])
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_kill_session_kills_orphans_in_other_process_groups(tmp_path: Path) -> None:
+    ready = tmp_path / "orphan.pid"
+    script = f"({sys.executable} -c '{_ORPHAN}' {ready} &); exec sleep 600"
+    leader = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    orphan = 0
+    try:
+        wait_until(ready.exists, timeout=60, what="the orphan's pid file")
+        orphan = int(ready.read_text())
+        stat = Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(stat[1]) != leader.pid and int(stat[2]) == orphan and int(stat[3]) == leader.pid
+        os.killpg(leader.pid, signal.SIGKILL)
+        assert _alive(orphan), "killpg of the leader's group does not reach it"
+        assert orphan in session_members(leader.pid)
+        found = kill_session(leader.pid)
+        assert orphan in found
+        assert not _alive(orphan) and session_members(leader.pid) == []
+    finally:
+        for pid in (orphan, leader.pid):
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        leader.wait()
+
+
+def test_kill_session_refuses_its_own_session() -> None:
+    with pytest.raises(ValueError, match="own session"):
+        kill_session(os.getsid(0))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import anyio
 import pytest
 from anyio import Path as AsyncPath
 
+from orchestrator.base.processes import kill_session
 from orchestrator.tools import ToolContext, run_bash, run_tool
 from tests.support import none_left_within, running_with, wait_until
 
@@ -145,3 +149,73 @@ async def test_a_command_of_any_length_runs_and_reads_no_stdin(tmp_path: Path, s
 async def test_a_long_command_that_fails_reports_its_exit_code(tmp_path: Path) -> None:
     result = await run_bash("#" + "x" * 200_000 + "\necho half; exit 4\necho never", _ctx(tmp_path))
     assert not result.ok and result.output == "Command failed with exit code 4.\nhalf"
+
+
+# Runs one command from a process that leads a session without a terminal (as a batch worker does)
+# or with one (pty.fork: as an interactive chat does), writes that process's pid first.
+_SESSION_RUNNER = """
+import os, pty, sys
+from pathlib import Path
+import anyio
+from orchestrator.tools import ToolContext, run_bash
+
+mode, sandbox, ws, seconds, pid_file = sys.argv[1:6]
+
+def run():
+    Path(pid_file + ".tmp").write_text(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    ctx = ToolContext(workspace=Path(ws), memory_dir=None, agent_id="a", agent_name="A", conversation_id="c",
+                      sandbox=sandbox)
+    anyio.run(run_bash, f"sleep {seconds}", ctx)
+
+if mode == "terminal":
+    pid, fd = pty.fork()
+    if pid == 0:
+        run()
+        os._exit(0)
+    while True:
+        try:
+            if not os.read(fd, 1024):
+                break
+        except OSError:
+            break
+    os.waitpid(pid, 0)
+else:
+    os.setsid()
+    run()
+"""
+
+
+@pytest.mark.parametrize("mode", ["no-terminal", "terminal"])
+@SANDBOX_MODES
+def test_a_command_shares_the_session_of_a_process_without_a_terminal(tmp_path: Path, sandbox: str, mode: str) -> None:
+    """Without a terminal (a batch worker) the command is in the caller's session, so the driver's
+    session kill reaches it, sandboxed or not; with one (an interactive chat) it is in a session of
+    its own, away from the terminal. Either way it leads a process group of its own (the timeout's
+    kill)."""
+    seconds = f"30.0{os.getpid() % 1000:03d}{len(mode)}{len(sandbox)}"
+    pid_file = tmp_path / "runner.pid"
+    argv = [sys.executable, "-c", _SESSION_RUNNER, mode, sandbox, str(tmp_path), seconds, str(pid_file)]
+    errors = tmp_path / "runner.err"
+    with errors.open("wb") as sink:
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=sink)
+
+    def running() -> bool:
+        assert child.poll() is None, errors.read_text()
+        return pid_file.exists() and bool(running_with(seconds, program="sleep"))
+
+    try:
+        wait_until(running, timeout=120, what="the command's sleep")
+        runner = int(pid_file.read_text())
+        (sleeper,) = running_with(seconds, program="sleep")
+        pgid, sid = (int(x) for x in Path(f"/proc/{sleeper}/stat").read_text().rsplit(")", 1)[1].split()[2:4])
+        if mode == "no-terminal":
+            assert runner == child.pid and sid == runner, "the command is in the worker's session"
+            assert pgid != runner, "in a process group of its own"
+        else:
+            assert sid not in (runner, child.pid) and pgid == sid, "in a session of its own, away from the terminal"
+    finally:
+        for pid in running_with(seconds):
+            os.kill(pid, signal.SIGKILL)
+        kill_session(child.pid)
+        child.wait()
