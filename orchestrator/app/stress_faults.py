@@ -55,12 +55,13 @@ from typing import Final
 
 import anyio
 from anyio import Path as AsyncPath
+from anyio.abc import ByteReceiveStream, Process
 
 from orchestrator.app.stress_child import STALE_LOCK_TEXT
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.base.faults import kill_env
-from orchestrator.base.processes import pid_alive
+from orchestrator.base.processes import kill_session, pid_alive
 from orchestrator.memfs.locks import common_dir_sync
 from orchestrator.memfs.merge import FAULT_STEPS, MergeOutcome
 from orchestrator.memfs.names import OWNER_FILE_NAME
@@ -187,11 +188,43 @@ def _killed(proc: CompletedProcess[bytes]) -> bool:
 
 
 async def _child(args: list[str], step: str | None, stdin: bytes | None = None) -> CompletedProcess[bytes]:
+    """The child's outcome. Its own session: a terminal's Ctrl-C is the harness's to handle (it
+    stops the run and cancels this call), not a second, unplanned fault in the child; and a
+    cancelled call kills that whole session (``kill_session``), the git the child was running
+    included, which ``anyio.run_process`` (it kills the child alone) left writing in the repository
+    the harness checks next. A child that died of its planned fault leaves its git as a crash would."""
     env = kill_env(step) if step is not None else None
     command = [sys.executable, "-m", "orchestrator.app.stress_child", *args]
-    # Its own session: a terminal's Ctrl-C is the harness's to handle (it stops the run and cancels
-    # this call, which kills the child), not a second, unplanned fault in the child.
-    return await anyio.run_process(command, input=stdin, env=env, check=False, start_new_session=True)
+    async with await anyio.open_process(
+        command, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    ) as process:
+        try:
+            out, err = await _communicate(process, stdin)
+            code = await process.wait()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await blocking.run_sync("wait", partial(kill_session, process.pid))
+            raise
+    return CompletedProcess(command, code, out, err)
+
+
+async def _communicate(process: Process, stdin: bytes | None) -> tuple[bytes, bytes]:
+    """Feed ``stdin`` and read both outputs to their end, concurrently (as ``run_process``)."""
+    taken: dict[str, bytes] = {}
+
+    async def drain(name: str, stream: ByteReceiveStream | None) -> None:
+        chunks = [chunk async for chunk in stream] if stream is not None else []
+        taken[name] = b"".join(chunks)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain, "out", process.stdout)
+        tg.start_soon(drain, "err", process.stderr)
+        if process.stdin is not None:
+            async with process.stdin:
+                if stdin:
+                    await process.stdin.send(stdin)
+    return taken["out"], taken["err"]
 
 
 def _failed(what: str, proc: CompletedProcess[bytes]) -> RuntimeError:

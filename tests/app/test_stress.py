@@ -287,3 +287,46 @@ async def test_leaving_deletes_a_merged_branch_past_a_ref_lock_an_interrupt_left
     await _delete_merged(repo, "reverie/reflection/left")
     assert not lock.exists()
     assert (await _git(repo, "branch", "--list", "reverie/*")).strip() == ""
+
+
+_HANGING_GIT = """#!/bin/sh
+# git whose commit never ends: its readiness file first, then a wait only a kill ends
+for arg in "$@"; do
+  if [ "$arg" = commit ]; then
+    : > "{ready}"
+    exec sleep {marker}
+  fi
+done
+exec "{real}" "$@"
+"""
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_fault_child_takes_its_git_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopping the harness mid-commit (a cancelled ``child_commit``) kills the writer child and the
+    git it was running, which would otherwise go on writing in the repository checked next."""
+    from orchestrator.app.stress_faults import child_commit
+    from tests.support import running_with, wait_until
+
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
+    real = shutil.which("git")
+    assert real is not None
+    marker = f"30.0{os.getpid() % 1000:03d}7"
+    ready = tmp_path / "git-committing"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(_HANGING_GIT.format(ready=ready, marker=marker, real=real), encoding="utf-8")
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    try:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child_commit, repo, "notes/hang.md", "hang", "text\n", "stress.commit.made")
+                await anyio.to_thread.run_sync(
+                    lambda: wait_until(ready.exists, timeout=120, what="the child's git commit running")
+                )
+                tg.cancel_scope.cancel()
+        assert running_with(marker) == [], "the child's git outlived the cancelled call"
+    finally:
+        for pid in running_with(marker):
+            os.kill(pid, 9)
