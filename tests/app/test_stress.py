@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -329,4 +330,5 @@ async def test_a_cancelled_fault_child_takes_its_git_with_it(tmp_path: Path, mon
         assert running_with(marker) == [], "the child's git outlived the cancelled call"
     finally:
         for pid in running_with(marker):
-            os.kill(pid, 9)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)

@@ -4,6 +4,7 @@ groups included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -74,7 +75,8 @@ def test_kill_session_kills_orphans_in_other_process_groups(tmp_path: Path) -> N
     finally:
         for pid in (orphan, leader.pid):
             if pid and _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         leader.wait()
 
 

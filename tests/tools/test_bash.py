@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -216,6 +217,7 @@ def test_a_command_shares_the_session_of_a_process_without_a_terminal(tmp_path: 
             assert sid not in (runner, child.pid) and pgid == sid, "in a session of its own, away from the terminal"
     finally:
         for pid in running_with(seconds):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # gone with the sandbox killed before it
+                os.kill(pid, signal.SIGKILL)
         kill_session(child.pid)
         child.wait()
