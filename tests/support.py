@@ -57,7 +57,7 @@ def running_with(marker: str, program: str | None = None) -> list[int]:
         cmdline = b" ".join(argv).decode("utf-8", "replace")
         if program is not None and Path(argv[0].decode("utf-8", "replace")).name != program:
             continue
-        if marker in cmdline and _pid_alive(int(entry.name)):
+        if marker in cmdline and pid_running(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -109,10 +109,10 @@ def none_left_within(marker: str, seconds: float) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
-    """Alive and not a zombie."""
+def pid_running(pid: int) -> bool:
+    """Alive and not a zombie (a killed child its parent has not reaped yet counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat.split(")")[1].split()[0] != "Z"
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base.processes import kill_session, session_members
-from tests.support import wait_until
+from tests.support import pid_running, wait_until
 
 _CHILD = """
 import json, os
@@ -49,13 +49,6 @@ os.execvp("sleep", ["sleep", "600"])
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def test_kill_session_kills_orphans_in_other_process_groups(tmp_path: Path) -> None:
     ready = tmp_path / "orphan.pid"
     script = f"({sys.executable} -c '{_ORPHAN}' {ready} &); exec sleep 600"
@@ -67,14 +60,14 @@ def test_kill_session_kills_orphans_in_other_process_groups(tmp_path: Path) -> N
         stat = Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()
         assert int(stat[1]) != leader.pid and int(stat[2]) == orphan and int(stat[3]) == leader.pid
         os.killpg(leader.pid, signal.SIGKILL)
-        assert _alive(orphan), "killpg of the leader's group does not reach it"
+        assert pid_running(orphan), "killpg of the leader's group does not reach it"
         assert orphan in session_members(leader.pid)
         found = kill_session(leader.pid)
         assert orphan in found
-        assert not _alive(orphan) and session_members(leader.pid) == []
+        assert not pid_running(orphan) and session_members(leader.pid) == []
     finally:
         for pid in (orphan, leader.pid):
-            if pid and _alive(pid):
+            if pid and pid_running(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         leader.wait()

@@ -31,7 +31,7 @@ from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import Task, load_suite
 from orchestrator.cli.batch import register
 from tests.batch.helpers import EXPECTED, LAUNCH_CLI, TINY, write_suite
-from tests.support import wait_until
+from tests.support import pid_running, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -56,18 +56,6 @@ def _recorded(out: Path) -> list[TaskResult]:
 
 def _starts(out: Path, task_id: str) -> list[dict[str, Any]]:
     return [dict(r.payload) for r in read_events(out, task=task_id) if r.kind == "task.start"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def _workers_of(parent: int) -> list[int]:
@@ -113,7 +101,7 @@ async def test_results_equal_an_in_process_run_and_each_task_runs_once(tmp_path:
         starts = await anyio.to_thread.run_sync(_starts, spread, result.id)
         assert [s["pid"] for s in starts] == [result.worker_pid], result.id
     assert events["task.start"] == len(tasks) and events["model.call"] > 0, "children's progress reached the driver"
-    assert not any(_alive(pid) for pid in executor.pids)
+    assert not any(pid_running(pid) for pid in executor.pids)
 
 
 async def test_cancelling_stops_the_children_and_resume_runs_only_the_rest(tmp_path: Path) -> None:
@@ -138,7 +126,7 @@ async def test_cancelling_stops_the_children_and_resume_runs_only_the_rest(tmp_p
         with anyio.fail_after(120):
             await run_suite(tasks, options, executor, progress=progress, on_result=on_result)
     assert scope.cancelled_caught
-    assert executor.pids and not any(_alive(pid) for pid in executor.pids)
+    assert executor.pids and not any(pid_running(pid) for pid in executor.pids)
     assert _workers_of(os.getpid()) == []
     recorded = await anyio.to_thread.run_sync(_recorded, out)
     assert sorted(r.id for r in recorded) == sorted(seen) and len(seen) < len(tasks)
@@ -178,7 +166,7 @@ async def test_a_killed_worker_turns_its_tasks_into_errors_and_the_run_goes_on(t
     others = {r.id: r.status for r in recorded if r.worker_pid != killed[0]}
     assert all(status == EXPECTED[task_id.rsplit("-", 1)[0]] for task_id, status in others.items())
     assert report.summary["error"] == len(lost)
-    assert not any(_alive(pid) for pid in executor.pids)
+    assert not any(pid_running(pid) for pid in executor.pids)
 
 
 def test_the_worker_speaks_only_the_protocol_on_stdout_and_reports_on_stderr(tmp_path: Path) -> None:
@@ -257,7 +245,7 @@ def test_ctrl_c_on_a_multi_process_run_leaves_no_worker_and_resume_finishes_it(t
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()
     assert b"Traceback" not in err, err.decode()
-    assert not any(_alive(pid) for pid in children)
+    assert not any(pid_running(pid) for pid in children)
     done = {json.loads(line)["id"] for line in (out / RESULTS_FILE).read_text().splitlines()}
     assert 2 <= len(done) < len(tasks)
 
@@ -354,7 +342,7 @@ async def test_cancelling_kills_the_commands_a_worker_started(
                     tg.start_soon(cancel_once_running)
                     await run_suite(tasks, RunOptions(out_dir=out), executor, progress=progress)
             assert scope.cancelled_caught
-            assert executor.pids and not any(_alive(pid) for pid in executor.pids)
+            assert executor.pids and not any(pid_running(pid) for pid in executor.pids)
             assert running_with(marker) == [], "a command outlived its cancelled worker"
         finally:
             for pid in running_with(marker):
