@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from orchestrator.api import (
+        CompactionResult,
+        ContextUse,
+        ReflectionRecord,
         Session,
-        TurnResult,
+        TurnOutcome,
         Usage,
         load_effective_settings,
         open_session,
@@ -37,9 +40,12 @@ if TYPE_CHECKING:
     from orchestrator.batch.sweep import SweepReport
 
 __all__ = [
+    "CompactionResult",
     "ConfigError",
+    "ContextUse",
     "Event",
     "Home",
+    "ReflectionRecord",
     "ReverieError",
     "RunDirBusy",
     "RunReport",
@@ -47,7 +53,7 @@ __all__ = [
     "Settings",
     "StressReport",
     "SweepReport",
-    "TurnResult",
+    "TurnOutcome",
     "Usage",
     "__version__",
     "load_effective_settings",
@@ -62,7 +68,7 @@ __version__ = "0.1.0"
 
 _HOME = {
     **dict.fromkeys(
-        ("Session", "TurnResult", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
+        ("CompactionResult", "ContextUse", "ReflectionRecord", "Session", "TurnOutcome", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
         "api",
     ),
     "StressReport": "app.stress",

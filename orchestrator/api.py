@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,7 +35,15 @@ from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event, ModelCalled, Observer
-from orchestrator.base.paths import DEFAULT_AGENT_ID, Home, current_home, using_home
+from orchestrator.base.paths import (
+    DEFAULT_AGENT_ID,
+    Home,
+    PathArg,
+    as_home,
+    as_path,
+    current_home,
+    using_home,
+)
 from orchestrator.batch.executors import make_executor
 from orchestrator.batch.plan import plan_run, plan_sweep
 from orchestrator.batch.report_html import write_report
@@ -49,8 +57,11 @@ from orchestrator.store import ReflectionRecord
 from subagents.compaction import CompactionResult, CompactionSubagent
 
 __all__ = [
+    "CompactionResult",
+    "ContextUse",
+    "ReflectionRecord",
     "Session",
-    "TurnResult",
+    "TurnOutcome",
     "Usage",
     "load_effective_settings",
     "open_session",
@@ -59,10 +70,6 @@ __all__ = [
     "stress",
     "sweep",
 ]
-
-TurnResult = TurnOutcome
-"""What ``Session.send`` returns: how the turn ended (``status``), the reply (``text``), steps, usage."""
-
 
 @dataclass(frozen=True)
 class Usage:
@@ -114,7 +121,7 @@ class Session:
         self._listeners: list[MemoryObjectSendStream[Event]] = []
         self._prices = (price_in, price_out)
         self._tokens = [0, 0, 0]
-        self.last_result: TurnResult | None = None
+        self.last_result: TurnOutcome | None = None
         """The result of the newest turn (``stream`` leaves its turn's here)."""
 
     async def _observe(self, event: Event) -> None:
@@ -151,7 +158,7 @@ class Session:
             cost = round(prompt * (price_in or 0.0) / 1e6 + completion * (price_out or 0.0) / 1e6, 6)
         return Usage(prompt, completion, calls, cost)
 
-    async def send(self, text: str) -> TurnResult:
+    async def send(self, text: str) -> TurnOutcome:
         """Run one turn and return how it ended; a model failure is a result with ``status ==
         "error"``, not an exception. Reflection may start in the background afterwards."""
         with using_home(self.home):
@@ -222,20 +229,19 @@ class Session:
             return await self._chat.context_use()
 
 
-@asynccontextmanager
-async def open_session(
+def open_session(
     agent: str = DEFAULT_AGENT_ID,
     conversation: str | None = None,
     *,
     new: bool = False,
-    home: Home | None = None,
+    home: Home | PathArg | None = None,
     settings: Settings | Mapping[str, Any] | None = None,
     model: ModelClient | None = None,
-    workspace: Path | None = None,
+    workspace: PathArg | None = None,
     observer: Observer | None = None,
     price_in: float | None = None,
     price_out: float | None = None,
-) -> AsyncIterator[Session]:
+) -> AbstractAsyncContextManager[Session]:
     """Open ``agent``'s ``conversation`` (its latest when None, a new one with ``new=True``).
 
     ``home`` (default: the environment's) holds the agent, the store and the worktrees.
@@ -243,8 +249,35 @@ async def open_session(
     whose non-default fields apply. ``model`` replaces the configured one (the scripted model or the
     endpoint); ``observer`` sees every event too. On exit the session's background work is
     cancelled or finished as a chat's is; a failure to open is a one-line ``ReverieError``.
+    Paths may be ``str`` or ``os.PathLike``; a wrong type is a ``TypeError`` naming the parameter,
+    raised by the call itself (before ``async with``).
     """
-    where = home or current_home()
+    _check_text(agent, "agent")
+    if conversation is not None:
+        _check_text(conversation, "conversation")
+    where = current_home() if home is None else as_home(home)
+    place = None if workspace is None else as_path(workspace, "workspace")
+    return _open_session(
+        agent, conversation, new=new, home=where, settings=settings, model=model, workspace=place,
+        observer=observer, price_in=price_in, price_out=price_out,
+    )
+
+
+@asynccontextmanager
+async def _open_session(
+    agent: str,
+    conversation: str | None,
+    *,
+    new: bool,
+    home: Home,
+    settings: Settings | Mapping[str, Any] | None,
+    model: ModelClient | None,
+    workspace: Path | None,
+    observer: Observer | None,
+    price_in: float | None,
+    price_out: float | None,
+) -> AsyncIterator[Session]:
+    where = home
     holder: list[Session] = []
 
     async def observe(event: Event) -> None:
@@ -270,8 +303,8 @@ async def open_session(
 
 
 async def run_suite(
-    suite: Path | None,
-    out: Path | None = None,
+    suite: PathArg | None,
+    out: PathArg | None = None,
     *,
     concurrency: int | None = None,
     executor: str | None = None,
@@ -299,6 +332,8 @@ async def run_suite(
     A task with an answer key is graded deterministically, or by ``judge_model`` (an
     OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``).
     """
+    suite = None if suite is None else as_path(suite, "suite")
+    out = None if out is None else as_path(out, "out")
     if retry_failed and out is None:
         raise UsageError("retry_failed needs the run directory: give out")
     plan = await blocking.run_sync("files", partial(
@@ -315,9 +350,9 @@ async def run_suite(
 
 
 async def sweep(
-    suite: Path,
+    suite: PathArg,
     triggers: Sequence[str] | None = None,
-    out: Path | None = None,
+    out: PathArg | None = None,
     *,
     concurrency: int | None = None,
     executor: str | None = None,
@@ -343,6 +378,8 @@ async def sweep(
     recommended setting). ``epochs`` runs every task that many times per setting; tasks that pin
     their own trigger are left out unless ``override_pinned``; ``resume=True`` reuses what the sweep
     recorded (settings, epochs, prices, judge) unless given again."""
+    suite = as_path(suite, "suite")
+    out = None if out is None else as_path(out, "out")
     settings = expand_triggers(list(triggers)) if triggers else None
     plan = await blocking.run_sync("files", partial(
         plan_sweep, suite, settings, out, concurrency=concurrency, executor=executor, processes=processes,
@@ -366,7 +403,7 @@ async def stress(
     conflict_rate: float = 0.1,
     seed: int = 0,
     merge_policy: str = "keep",
-    workdir: Path | None = None,
+    workdir: PathArg | None = None,
     interrupt: anyio.Event | None = None,
 ) -> StressReport:
     """``reverie stress`` as a function: concurrent writers committing to one memory repository
@@ -374,9 +411,17 @@ async def stress(
     config = StressConfig(
         writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy
     )
-    return await run_stress(config, workdir=workdir, interrupt=interrupt)
+    place = None if workdir is None else as_path(workdir, "workdir")
+    return await run_stress(config, workdir=place, interrupt=interrupt)
 
 
-async def report(run_dir: Path, *, out: Path | None = None) -> Path:
+async def report(run_dir: PathArg, *, out: PathArg | None = None) -> Path:
     """``reverie report`` as a function: write the run's (or sweep's) ``report.html``; its path."""
-    return await blocking.run_sync("files", partial(write_report, run_dir, out=out))
+    target = None if out is None else as_path(out, "out")
+    return await blocking.run_sync("files", partial(write_report, as_path(run_dir, "run_dir"), out=target))
+
+
+def _check_text(value: object, parameter: str) -> None:
+    """An id the library takes is a ``str``: anything else is refused at the call, naming it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{parameter} must be a str, not {type(value).__name__}")

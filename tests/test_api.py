@@ -157,3 +157,46 @@ async def test_closing_a_stream_early_interrupts_its_turn(tmp_path: Path) -> Non
     async with open_session("ada", home=Home(tmp_path / "home")) as chat:
         turns = await chat.chat.runtime.store.turns(chat.conversation_id)
         assert [t.status for t in turns][:1] == ["interrupted"]
+
+
+async def test_paths_may_be_strings_as_python_users_pass_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _suite(tmp_path / "suite.jsonl")
+    result = await run_suite("suite.jsonl", "runs/x", limit=1)
+    assert [r.id for r in result.results] == ["t0"] and (tmp_path / "runs" / "x" / "results.jsonl").is_file()
+    page = await report(os.fspath(tmp_path / "runs" / "x"))
+    assert page.is_file()
+    async with open_session("a", home="h", workspace=str(tmp_path)) as chat:
+        assert (await chat.send("hello")).status == "end_turn"
+        assert chat.home == Home(Path("h"))
+    assert (tmp_path / "h" / "reverie.sqlite3").is_file()
+
+
+@pytest.mark.parametrize(
+    ("call", "parameter"),
+    [
+        (lambda: open_session(3), "agent"),  # type: ignore[arg-type]
+        (lambda: open_session("a", 7), "conversation"),  # type: ignore[arg-type]
+        (lambda: open_session("a", home=4.5), "home"),  # type: ignore[arg-type]
+        (lambda: open_session("a", workspace=[1]), "workspace"),  # type: ignore[arg-type]
+        (lambda: Home(12), "root"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_wrong_type_is_a_type_error_naming_the_parameter_at_the_call(call: object, parameter: str) -> None:
+    with pytest.raises(TypeError, match=rf"^{parameter} must be"):
+        call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("make", "parameter"),
+    [
+        (lambda: run_suite(5, "out"), "suite"),  # type: ignore[arg-type]
+        (lambda: run_suite("s.jsonl", 5), "out"),  # type: ignore[arg-type]
+        (lambda: sweep(b"s.jsonl", ["off"]), "suite"),  # type: ignore[arg-type]
+        (lambda: report(None), "run_dir"),  # type: ignore[arg-type]
+        (lambda: stress(1, 1, workdir=3), "workdir"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_batch_function_refuses_a_wrong_type_naming_the_parameter(make: object, parameter: str) -> None:
+    with pytest.raises(TypeError, match=rf"^{parameter} must be"):
+        await make()  # type: ignore[operator]

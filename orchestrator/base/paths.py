@@ -29,6 +29,9 @@ from orchestrator.base.errors import UsageError
 __all__ = [
     "DEFAULT_AGENT_ID",
     "Home",
+    "PathArg",
+    "as_home",
+    "as_path",
     "current_home",
     "using_home",
     "agent_dir",
@@ -41,6 +44,10 @@ __all__ = [
 ]
 
 DEFAULT_AGENT_ID = "agent-default"
+
+PathArg = str | os.PathLike[str]
+"""What the library takes wherever it takes a path: what ``open`` and ``pathlib.Path`` take."""
+
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -56,6 +63,11 @@ class Home:
     root: Path
     worktrees: Path | None = None
     scratch: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", as_path(self.root, "root"))
+        if self.worktrees is not None:
+            object.__setattr__(self, "worktrees", as_path(self.worktrees, "worktrees"))
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Home:
@@ -134,3 +146,23 @@ def config_path() -> Path:
 def worktrees_root() -> Path:
     """R1: the current home's worktree root (``$REVERIE_WORKTREES``, else ``<home>/worktrees``)."""
     return current_home().worktrees_root
+
+
+def as_path(value: object, parameter: str) -> Path:
+    """``value`` as a ``Path``: a ``str`` or any ``os.PathLike`` is accepted, as Python's own file
+    functions accept them; anything else is a ``TypeError`` naming ``parameter`` at the call, not
+    an ``AttributeError`` from deep inside."""
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str | os.PathLike):
+        raw = os.fspath(value)
+        if isinstance(raw, str):
+            return Path(raw)
+    raise TypeError(f"{parameter} must be a path (str or os.PathLike), not {type(value).__name__}")
+
+
+def as_home(value: object, parameter: str = "home") -> Home:
+    """``value`` as a ``Home``: a ``Home`` as it is, a path as the root of one."""
+    if isinstance(value, Home):
+        return value
+    return Home(as_path(value, parameter))
