@@ -200,3 +200,16 @@ def test_a_wrong_type_is_a_type_error_naming_the_parameter_at_the_call(call: obj
 async def test_a_batch_function_refuses_a_wrong_type_naming_the_parameter(make: object, parameter: str) -> None:
     with pytest.raises(TypeError, match=rf"^{parameter} must be"):
         await make()  # type: ignore[operator]
+
+
+async def test_events_name_the_model_that_answered_not_the_name_requested(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+
+    async def observe(event: orchestrator.Event) -> None:
+        if event.kind == "model.call":
+            calls.append((event.model, event.request_model))  # type: ignore[attr-defined]
+
+    async with open_session("ada", home=tmp_path / "home", observer=observe) as chat:
+        await chat.set_model("other-model")
+        await chat.send("hello")
+    assert calls and set(calls) == {("scripted", "other-model")}

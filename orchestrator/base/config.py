@@ -69,16 +69,19 @@ class Settings:
         """True when a real OpenAI-compatible endpoint is configured (else the scripted model)."""
         return bool(self.base_url)
 
-    def explain(self) -> tuple[tuple[str, str, str], ...]:
+    def explain(self, *, typed: bool = False) -> tuple[tuple[str, Any, str], ...]:
         """``(key, value, source)`` for every setting, in declaration order: the config file's key
-        (``model.name``), the value as text (secrets masked) and where it came from (``default``
-        when nothing set it). What ``reverie config`` prints."""
-        rows: list[tuple[str, str, str]] = []
+        (``model.name``), the value as text (``typed``: as its type, for JSON; secrets masked either
+        way) and where it came from (``default`` when nothing set it). What ``reverie config`` prints."""
+        rows: list[tuple[str, Any, str]] = []
         for name in SETTING_NAMES:
             value = getattr(self, name)
-            shown = "(not set)" if value is None else ", ".join(value) if isinstance(value, tuple) else str(value)
             if name == "api_key" and value:
-                shown = "***"
+                shown: Any = "***"
+            elif typed:
+                shown = list(value) if isinstance(value, tuple) else value
+            else:
+                shown = "(not set)" if value is None else ", ".join(value) if isinstance(value, tuple) else str(value)
             rows.append((_FILE_KEY.get(name, name), shown, self.sources.get(name, "default")))
         return tuple(rows)
 

@@ -102,7 +102,9 @@ class Slash:
         head = await s.memory_head()
         kept = await self._kept_branches()
         percent = f" ({100 * use.tokens / use.window:.0f}%)" if use.window else ""
-        model = s.model_name if s.settings.uses_endpoint else f"{s.model_name} (embedded scripted model)"
+        model = s.model_name if s.settings.uses_endpoint else "scripted (the embedded model)"
+        if not s.settings.uses_endpoint and s.model_name != "scripted":
+            model += f"; requests name {s.model_name}"
         self.say(
             "\n".join(
                 [

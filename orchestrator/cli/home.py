@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.base import blocking
-from orchestrator.base.config import load_settings
+from orchestrator.base.config import SETTING_NAMES, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, config_path, reverie_home, store_path
 from orchestrator.cli.aio import run_async
@@ -110,21 +110,45 @@ def agents() -> None:
 def config(
     model: Annotated[str | None, typer.Option("--model", "-m", help="As chat's --model: shows its effect.")] = None,
     context_window: ContextWindowOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object: key -> {value, source}.")] = False,
+    agent: Annotated[
+        str | None, typer.Option("--agent", "-a", help="Include this agent's own settings (/model, set_model).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object: key -> {value, source}, typed.")] = False,
 ) -> None:
-    """Print the effective settings and where each came from (flag > environment > config file > default)."""
-    settings = load_settings(cli={"model": model, "context_window": context_window}, path=config_path())
-    rows = settings.explain()
+    """Print the effective settings and where each came from (flag > environment > agent > config file > default)."""
+    stored = run_async(partial(_agent_settings, agent)) if agent is not None else None
+    settings = load_settings(cli={"model": model, "context_window": context_window}, agent=stored, path=config_path())
     if as_json:
         # lazy: only --json needs it
         import json
 
+        rows = settings.explain(typed=True)
         print(json.dumps({k: {"value": v, "source": s} for k, v, s in rows}, indent=2))
         return
-    print(f"home {reverie_home()}   config file {config_path()}{'' if config_path().is_file() else ' (none)'}")
+    rows = settings.explain()
+    where = f"   agent {agent}" if agent is not None else ""
+    print(f"home {reverie_home()}   config file {config_path()}{'' if config_path().is_file() else ' (none)'}{where}")
     width = max(len(k) for k, _, _ in rows)
     for key, value, source in rows:
         print(f"{key.ljust(width)}  {value}   ({source})")
+
+
+async def _agent_settings(agent_id: str) -> dict[str, Any]:
+    """The settings stored on ``agent_id`` (what ``/model`` and ``set_model`` keep), as a session
+    loads them; an agent this home does not know is one line."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.store import Store
+
+    check_agent_id(agent_id)
+    record = None
+    if await blocking.run_sync("files", store_path().exists):
+        async with Store.opened() as store:
+            record = await store.get_agent(agent_id)
+    if record is None:
+        if agent_id in await blocking.run_sync("files", known_agents_on_disk):
+            return {}
+        raise UsageError(f"no agent {agent_id!r} in {reverie_home()} (`reverie agents` lists them)")
+    return {k: v for k, v in record.settings.items() if k in SETTING_NAMES}
 
 
 def register(app: Any) -> None:

@@ -550,7 +550,7 @@ def model_from_settings(
         raise ConfigError(f"model base_url must be an http(s) URL, got {base_url!r}")
     if not model:
         raise ConfigError(
-            f"no model name configured for {base_url} (set REVERIE_MODEL or model in config.toml)"
+            f"no model name configured for {base_url} (set --model, REVERIE_MODEL or model.name in config.toml)"
         )
     return OpenAIModel(
         base_url=base_url,

@@ -468,7 +468,7 @@ class ScriptedModel(ModelClient):
             message=message,
             usage=estimated_usage(request, message),
             finish_reason="tool_calls" if turn.tool_calls else "stop",
-            model=request.model or self.model,
+            model=self.model,
         )
 
 

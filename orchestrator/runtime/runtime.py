@@ -44,7 +44,7 @@ def build_model(settings: Settings) -> ModelClient:
         return model_from_settings(
             settings.base_url,
             settings.api_key,
-            settings.model,
+            settings.model if "model" in settings.sources else "",
             idle_timeout=settings.stream_idle_timeout,
             request_timeout=settings.request_timeout,
             max_response_chars=settings.max_response_chars,

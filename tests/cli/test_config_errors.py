@@ -107,3 +107,28 @@ def test_model_attempts_is_a_setting(tmp_path: Path) -> None:
     assert _load(tmp_path, "[model]\nattempts = 2\n", REVERIE_MODEL_ATTEMPTS="1").model_attempts == 1  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="REVERIE_MODEL_ATTEMPTS"):
         _load(tmp_path, None, REVERIE_MODEL_ATTEMPTS="0")
+
+
+def test_an_endpoint_without_a_model_name_is_refused_before_any_request(isolated_env: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from orchestrator.testing.openai_server import LoopbackOpenAI
+
+    with LoopbackOpenAI() as server:
+        env = {**os.environ, "REVERIE_BASE_URL": server.base_url}
+        env.pop("REVERIE_MODEL", None)
+        refused = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "hello"], capture_output=True, text=True,
+            env=env, timeout=300,
+        )
+        assert refused.returncode != 0
+        assert refused.stderr.strip().count("\n") == 0 and "no model name configured" in refused.stderr, refused.stderr
+        assert server.chat_bodies == [], "nothing was sent"
+        named = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "chat", "-p", "hello", "--model", "m"], capture_output=True,
+            text=True, env=env, timeout=300,
+        )
+        assert named.returncode == 0, named.stderr
+        assert [body["model"] for body in server.chat_bodies] == ["m"]

@@ -41,7 +41,8 @@ def test_config_names_each_value_source(isolated_env: Path) -> None:
     out = reverie("config", "--context-window", "9000", "--json", REVERIE_MODEL="from-env").stdout
     rows = json.loads(out)
     assert rows["model.name"] == {"value": "from-env", "source": "REVERIE_MODEL"}
-    assert rows["compaction.context_window"] == {"value": "9000", "source": "--context-window"}
+    assert rows["compaction.context_window"] == {"value": 9000, "source": "--context-window"}
+    assert rows["tools.network"]["value"] is True and rows["model.base_url"]["value"] is None
     assert rows["turn.max_steps"]["source"].endswith("config.toml: turn.max_steps")
     assert rows["turn.bash_timeout"]["source"] == "default"
 
@@ -79,3 +80,30 @@ def test_memory_tree_wraps_a_long_root_instead_of_cropping_it(tmp_path: Path) ->
     assert all(len(line) <= 80 for line in lines), lines
     root = "".join(line for line in lines[: lines.index(next(x for x in lines if x.startswith("├")))])
     assert root.startswith(str(home / "agents" / "ada" / "memory")) and " @ " in root, root
+
+
+def test_config_for_an_agent_shows_the_model_set_on_it_with_its_source(isolated_env: Path) -> None:
+    script = (
+        "import anyio, orchestrator\n"
+        "async def main():\n"
+        "    async with orchestrator.open_session('ada') as chat:\n"
+        "        await chat.set_model('other-model')\n"
+        "anyio.run(main)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=300)
+    plain = reverie("config").stdout
+    assert "model.name" in plain and "scripted   (default)" in plain
+    shown = reverie("config", "--agent", "ada").stdout
+    line = next(row for row in shown.splitlines() if row.startswith("model.name"))
+    assert line.split() == ["model.name", "other-model", "(agent", "setting", "model)"], line
+    rows = json.loads(reverie("config", "--agent", "ada", "--json").stdout)
+    assert rows["model.name"] == {"value": "other-model", "source": "agent setting model"}
+    flag = json.loads(reverie("config", "--agent", "ada", "--model", "flagged", "--json").stdout)
+    assert flag["model.name"] == {"value": "flagged", "source": "--model"}
+
+
+def test_config_for_an_unknown_agent_is_one_line(isolated_env: Path) -> None:
+    refused = subprocess.run([sys.executable, "-m", "orchestrator", "config", "--agent", "zed"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0
+    assert refused.stderr.strip().count("\n") == 0 and "no agent 'zed'" in refused.stderr, refused.stderr
