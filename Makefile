@@ -53,8 +53,8 @@ test-deps: $(STAMP)
 unit: $(STAMP) bwrap test-deps
 	REVERIE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
-# The bash tool's sandbox (DECISIONS D11) needs bubblewrap (the demo's bash, the tests); install it
-# when missing. Without it, `sandbox = auto` refuses bash rather than run it unconfined (issue 23.6).
+# The bash tool's sandbox (D11) needs bubblewrap (the demo's bash, the tests); install it
+# when missing. Without it, `sandbox = auto` refuses bash rather than run it unconfined (A6).
 bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -1,5 +1,6 @@
-"""This checkout against a reference checkout, interleaved in one invocation: the bench figures the
-issues budget (``bench/startup.py``, ``bench/turn.py``, ``bench/scale.py`` N=64 and 1,000) for both,
+"""This checkout against a reference checkout, interleaved in one invocation: the bench figures
+that P1, P3 and P4 budget (``bench/startup.py``, ``bench/turn.py``, ``bench/scale.py`` N=64
+and 1,000) for both,
 with medians and this/reference ratios.
 
     .venv/bin/python bench/ab.py --reference ../reverie-90088e2 [--rounds 3] [--sizes 64 1000]

@@ -1,4 +1,4 @@
-"""Where the agent's edit-and-commit tool step goes (issue 29 item 1).
+"""Where the agent's edit-and-commit tool step goes (P6).
 
     .venv/bin/python bench/commit.py [--reps 7]
 

@@ -6,10 +6,10 @@
   time per message. Target (exit status 1 when missed): the time per message at 100k is under 3x the
   time per message at 1k, i.e. planning is linear.
 * Retention: ``compact`` with the scripted model (``purpose="summarize"``) over generated
-  conversations seeded with DECISIONS S22 identifiers (paths, URLs, issue/PR refs, ticket ids,
+  conversations seeded with S22 identifiers (paths, URLs, issue/PR refs, ticket ids,
   commit hashes); prints the mean identifier retention ratio and how many compactions needed the
   C6 re-prompt.
-* Search: ``Store.search`` (FTS5 trigram, BM25; DECISIONS C7/S7) against a SQL ``LIKE '%term%'``
+* Search: ``Store.search`` (FTS5 trigram, BM25; C7/S7) against a SQL ``LIKE '%term%'``
   scan of the same messages table (no index can serve a leading wildcard) with the same result
   limit, both in a worker thread, warm, over a 100k-message conversation. The scan runs on its own
   read-only connection to the same database file, with a page cache that holds the whole table (the

@@ -11,7 +11,7 @@ every output mode (``json`` and ``text`` for ``-p``, ``stream-json`` for a sessi
 well. letta-code is installed once into ``--letta-dir`` (default ``.bench-cache/letta`` beside this
 checkout) by the harness's own ``install_letta_code.sh``: npm only, about 15 s.
 
-It prints the issue-29 table (medians, and reverie's ratio to each letta runtime) and, with
+It prints the P8 table (medians, and reverie's ratio to each letta runtime) and, with
 ``--check``, exits 1 when a budget is missed:
 
 * edit-and-commit step <= 0.6x letta on Node and <= letta on Bun;
@@ -149,7 +149,7 @@ def render(table: list[tuple[str, dict[str, float | None]]], names: list[str]) -
 
 
 def budgets(table: list[tuple[str, dict[str, float | None]]], exit_modes: dict[str, dict[str, float | None]]) -> list[str]:
-    """The issue-29 budgets that the figures miss (empty: all met)."""
+    """The P8 budgets that the figures miss (empty: all met)."""
     rows = dict(table)
     missed: list[str] = []
 

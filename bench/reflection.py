@@ -8,7 +8,7 @@ The plain side is those six git commands; reverie's is ``create_worktree`` + ``f
 
 The two sides alternate in ABBA order, so drift of a shared, busy machine hits both alike; each
 side runs ``--cycles`` times per repeat for ``--repeats`` repeats, and the table shows medians and
-the ratio of medians (target: reverie <= 0.5x plain, issue 14). Every git process either side
+the ratio of medians (target: reverie <= 0.5x plain, P2). Every git process either side
 starts is counted by a logging ``git`` put first on ``PATH`` for the run.
 
 Run: ``.venv/bin/python bench/reflection.py [--cycles N] [--repeats R]``.

@@ -1,4 +1,4 @@
-"""How fast a big ``report.html`` opens in headless Chromium (issue 13: 500 tasks within 2 s).
+"""How fast a big ``report.html`` opens in headless Chromium (P9: 500 tasks within 2 s).
 
 Runs ``examples/suite.jsonl`` once (or takes ``--run-dir``), gathers its report data, and scales it to
 ``--tasks`` rows by repeating the real tasks under new ids (each copy keeps its full transcript,

@@ -33,7 +33,7 @@ the same loop took 190-320 ms minutes apart), and ``fs us``: what creating one e
 runs' folder cost just before the run (the probe's files are kept until the bench ends), so rows
 measured on a busy or slowed machine, or on a file system still paying for someone's deletions,
 can be told apart. Targets
-(issue 14): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the tree's
+(P4): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the tree's
 peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
 
 Every run's directory is kept until the bench ends, then removed together, and before each run the

@@ -1,4 +1,4 @@
-"""What a batch task pays before its first turn and after its last (issue 14: setup and teardown).
+"""What a batch task pays before its first turn and after its last (P4: setup and teardown).
 
 Three measurements, each side interleaved with the other round by round, medians reported:
 

@@ -1,6 +1,6 @@
 """Soak: one stream-json chat session of N turns (default 10,000) on the embedded model, with
 reflection (step-count) and compaction active and a memory edit every 50 turns, watched from
-outside the process (issue 26.6)::
+outside the process (P10)::
 
     nice python bench/soak.py [--turns 10000] [--every 1000] [--trigger step-count:3] [--window 4000]
 
@@ -12,7 +12,7 @@ and its -wal), the memory repository's size (``.git``), and the worktrees and re
 compaction branches present at that moment (a running reflection has one of each). The turns go
 one at a time, so the figures are the session's own, not a backlog's.
 
-At the end (stdin closed, the process exits after S23's wait) it checks the issue's thresholds and
+At the end (stdin closed, the process exits after S23's wait) it checks P10's thresholds and
 prints each with its figure:
 
 - CPU per turn over the last stretch <= 1.2 x the second (the first pays imports and warm-up);

@@ -1,4 +1,4 @@
-"""Start-up cost of the ``reverie`` command (issue 14.4), against ``python -c pass``.
+"""Start-up cost of the ``reverie`` command (P1), against ``python -c pass``.
 
 Each probe is a fresh process, run ``--repeats`` times with the probes interleaved (so machine load
 hits them alike); the table shows medians and the ratio to ``python -c pass``:
@@ -7,7 +7,7 @@ hits them alike); the table shows medians and the ratio to ``python -c pass``:
 * ``chat -p`` on the embedded model: time until the reply's first byte reaches stdout (target
   0.3 s, median; the best run and the ratio to the target are printed too) and until the process
   exits (subagent waits and teardown included); the same on ``REVERIE_BACKEND=asyncio``, reported
-  only, since trio (the default, DECISIONS S11) is about 50 ms of the budget on its own;
+  only, since trio (the default, S11) is about 50 ms of the budget on its own;
 * ``chat -p`` against the loopback OpenAI-compatible server: time until the first request arrives,
   next to ``python -c "import openai"`` (the SDK import is the one thing allowed before it), and
   reverie's own time before the first request: the median of each repeat's first-request time minus

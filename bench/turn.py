@@ -2,7 +2,7 @@
 
 Two kinds of turn in one in-process ``ChatSession`` on trio: plain chat turns (no memory edit) and
 turns that commit memory (a bash tool call running ``git commit`` through the installed hook). For
-each: turns/s, wall p50/p99, and where the **CPU** of a turn goes, the figure issue 14 sets a target
+each: turns/s, wall p50/p99, and where the **CPU** of a turn goes, the figure P3 sets a target
 for (in-process CPU <= 2 ms for a chat turn without memory edits):
 
 * ``loop thread``: the event loop's own thread (turn loop, prompt cache, model, events), with the

@@ -1,5 +1,6 @@
 """The compaction subagent: watches context pressure before every model request and compacts the
-conversation when it gets too full (compaction.md 1, 4-6; DECISIONS C1-C9, S3-S8).
+conversation when it gets too full (COMPACTION-1, COMPACTION-4 to
+COMPACTION-6; C1-C9, S3-S8).
 
 What it decides, and reverie's choices where the specs leave room:
 
@@ -22,7 +23,7 @@ What it decides, and reverie's choices where the specs leave room:
   ``finally``. A repository without commits means no core memory, not a failure.
 * **Applying.** One ``Store.replace_in_context`` transaction: the summary message, the kept ids, the
   prompt fully recompiled from the parent checkout at HEAD (which folds in every ``<memory_update>``,
-  so those messages are not kept) and the ``agent-info`` reminder re-armed (turn-loop.md 7.5 item 4).
+  so those messages are not kept) and the ``agent-info`` reminder re-armed (TURN-7.5 item 4).
 * **Never failing a turn.** A ladder that fails on every rung still applies its emergency eviction
   (``compaction.failed`` with the number evicted); any other exception is recorded as
   ``compaction.failed`` and the request goes on with the context unchanged. Only cancellation escapes.
@@ -111,7 +112,7 @@ class CompactionResult:
 
     ``status``: ``done`` (summary applied), ``failed`` (emergency eviction applied after every
     summarizer rung failed), ``skipped`` (nothing to evict, or, with ``error`` saying so, a summary
-    that would not have made the context smaller) or ``error`` (nothing changed; ``error`` says why). ``evicted`` is ``k`` of the summary text (DECISIONS S4).
+    that would not have made the context smaller) or ``error`` (nothing changed; ``error`` says why). ``evicted`` is ``k`` of the summary text (S4).
     """
 
     status: Literal["done", "failed", "skipped", "error"]
@@ -339,13 +340,13 @@ class CompactionSubagent(ReadsSessionContext):
 
     @staticmethod
     def _cancelled(compaction_id: str, reason: str) -> Event:
-        # deferred (here and below): compaction's events load with the first compaction (issue 14.4)
+        # deferred (here and below): compaction's events load with the first compaction (P1)
         from orchestrator.base.subagent_events import CompactionCancelled
 
         return CompactionCancelled(compaction_id, reason)
 
     async def _supersede(self, conversation_id: str, prepared: _Prepared, reason: str) -> None:
-        # deferred: compaction's events load with the first compaction (issue 14.4)
+        # deferred: compaction's events load with the first compaction (P1)
         from orchestrator.base.subagent_events import CompactionSuperseded
 
         await self._end(CompactionSuperseded(prepared.compaction_id, reason), conversation_id)
@@ -358,7 +359,7 @@ class CompactionSubagent(ReadsSessionContext):
         (``cancelled`` says why) and re-raises; ``ContextWindowTooSmall`` publishes
         ``compaction.failed`` and re-raises; any other exception publishes ``compaction.failed`` and
         is swallowed (compaction never fails a turn), with its text in the yielded ``_Ended``."""
-        # deferred: compaction's events load with the first compaction (issue 14.4)
+        # deferred: compaction's events load with the first compaction (P1)
         from orchestrator.base.subagent_events import CompactionFailed
 
         ended = _Ended()
@@ -376,7 +377,7 @@ class CompactionSubagent(ReadsSessionContext):
 
     async def _report(self, conversation_id: str, trigger: str, exc: BaseException) -> None:
         """Record a compaction that changed nothing; reporting itself must not fail the turn."""
-        # deferred (here and below): compaction's events load with the first compaction (issue 14.4)
+        # deferred (here and below): compaction's events load with the first compaction (P1)
         from orchestrator.base.subagent_events import CompactionFailed
 
         try:
@@ -386,7 +387,7 @@ class CompactionSubagent(ReadsSessionContext):
             pass
 
     async def _at_trigger(self, conversation_id: str, system: str, turn_id: str) -> CompactionResult:
-        # deferred: the subagent's events load with its first run (issue 14.4)
+        # deferred: the subagent's events load with its first run (P1)
         from orchestrator.base.subagent_events import CompactionProgress
 
         state = self._state(conversation_id)
@@ -425,7 +426,7 @@ class CompactionSubagent(ReadsSessionContext):
 
     async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
         """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
-        # deferred: the subagent's events load with its first run (issue 14.4)
+        # deferred: the subagent's events load with its first run (P1)
         from orchestrator.base.subagent_events import CompactionFailed, CompactionStarted
 
         state = self._state(conversation_id)
@@ -478,7 +479,7 @@ class CompactionSubagent(ReadsSessionContext):
         in_turn: bool,
         mode: CompactionMode | None = None,
     ) -> CompactionResult:
-        # deferred: the subagent's events load with its first run (issue 14.4)
+        # deferred: the subagent's events load with its first run (P1)
         from orchestrator.base.subagent_events import CompactionProgress, CompactionStarted
 
         history = await self.store.in_context(conversation_id)
@@ -737,7 +738,7 @@ class CompactionSubagent(ReadsSessionContext):
     ) -> CompactionResult:
         """A summary no smaller than the messages it replaces: nothing is applied (``skipped``, with
         the reason as ``error``), and its ``compaction.failed`` says so."""
-        # deferred: compaction's events load with the first compaction (issue 14.4)
+        # deferred: compaction's events load with the first compaction (P1)
         from orchestrator.base.subagent_events import CompactionFailed
 
         reason = f"the summary ({summary} tokens) is not smaller than the messages it replaces ({replaced} tokens)"

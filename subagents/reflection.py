@@ -1,4 +1,4 @@
-"""The reflection subagent (turn-loop.md 5.15; DECISIONS R1-R6, S12, S16, S17).
+"""The reflection subagent (TURN-5.15; R1-R6, S12, S16, S17).
 
 After each turn the coordinator asks the trigger policy (``subagents.triggers``) whether the
 conversation's unreflected transcript should be reflected on. A launch creates a worktree of the
@@ -15,7 +15,7 @@ or because the parent checkout is dirty, leaves the trigger pending for the next
 reflection loop's step limit grows with the transcript (``reflection_reader.BASE_STEPS`` plus two
 per slice). Nothing here raises into the main agent's turn; failures are recorded and counted for
 the backoff of S17. The trigger policy, the reader and reflection's events load at the first turn
-end, after a chat's first request (issue 14.4).
+end, after a chat's first request (P1).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def render_transcript(messages: Sequence[StoredMessage]) -> str:
     things were said.
 
     What the harness put into the context is left out: reminders, memory updates and compaction
-    summaries (letta-code's transcript holds the turns' own lines only, turn-loop 5.2). A summary
+    summaries (letta-code's transcript holds the turns' own lines only, TURN-5.2). A summary
     restates messages that are in the transcript word for word; stored with the user's role, it
     read as something the user said, and once compaction runs on most turns (a long session whose
     core memory fills the window) the summaries were most of what a reflection read: 2.9 to 4.7
@@ -116,7 +116,7 @@ class ReflectionCoordinator(ReadsSessionContext):
         """D2's retries of waiting branches, built at the first turn end (merge-back is imported then,
         not before a chat's first request)."""
         if self._retrier is None:
-            # deferred: merge-back and its validator load after the first reply (issue 14.4)
+            # deferred: merge-back and its validator load after the first reply (P1)
             from subagents.reflection_merge import BranchRetrier
 
             self._retrier = BranchRetrier(
@@ -156,7 +156,7 @@ class ReflectionCoordinator(ReadsSessionContext):
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Launch if the trigger says so; returns the reason for what happened."""
-        # deferred: reflection's trigger policy loads at the first turn end (issue 14.4)
+        # deferred: reflection's trigger policy loads at the first turn end (P1)
         from subagents.triggers import after_success, decide_launch
 
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
@@ -398,7 +398,7 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
 
 
 async def _outcome_of_dead_run(store: Store, agent_id: str, record: ReflectionRecord) -> None:
-    # deferred: reflection's events load with the first one published (issue 14.4)
+    # deferred: reflection's events load with the first one published (P1)
     from orchestrator.base.subagent_events import ReflectionOutcome
 
     error = "interrupted: the process running it ended"

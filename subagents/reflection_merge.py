@@ -1,4 +1,4 @@
-"""What a reflection's merge-back outcome means for the agent (DECISIONS D2, D3, R2, S12).
+"""What a reflection's merge-back outcome means for the agent (D2, D3, R2, S12).
 
 ``orchestrator.memfs.merge`` returns D2 outcomes and nothing else; this module, the caller, turns
 them into the store record, events and reminders:

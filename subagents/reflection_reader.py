@@ -1,4 +1,4 @@
-"""The reflection agent's loop, bounded by the context window (DECISIONS D5; turn-loop.md 5.15, 8.6.4).
+"""The reflection agent's loop, bounded by the context window (D5; TURN-5.15, TURN-8.6 item 4).
 
 The transcript stays where the coordinator wrote it (read-only, under the runtime directory) and is
 handed over only by path, ``$TRANSCRIPT_PATH``: the first message says how long it is and which

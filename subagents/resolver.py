@@ -1,4 +1,4 @@
-"""The merge resolver subagent (DECISIONS D3): reconciles a rebase conflict of merge-back.
+"""The merge resolver subagent (D3): reconciles a rebase conflict of merge-back.
 
 A memory-profile subagent with no subagents of its own: a short tool loop (``bash``, file tools)
 confined to the branch's worktree, which is stopped inside the rebase. The request holds

@@ -1,4 +1,4 @@
-"""When reflection fires (turn-loop.md 5.3 and 5.15; DECISIONS R5, S16, S17). Pure functions over
+"""When reflection fires (TURN-5.3 and TURN-5.15; R5, S16, S17). Pure functions over
 the per-conversation ``ReflectionState`` the store keeps, so the policy is tested without git.
 
 * ``off``: never automatically. ``compaction-event``: a compaction of the conversation leaves a

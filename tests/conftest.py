@@ -27,7 +27,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 @pytest.fixture(params=["trio", "asyncio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Backend-neutral tests run on both backends (DECISIONS S25)."""
+    """Backend-neutral tests run on both backends (S25)."""
     return str(request.param)
 
 

@@ -1,4 +1,4 @@
-"""The layer order of DECISIONS D9, as ``pyproject.toml`` states it for import-linter, read by a test
+"""The layer order of D9, as ``pyproject.toml`` states it for import-linter, read by a test
 too: every import points down (or sideways where the contract allows), and every function-level
 import says why it is not at the top (STYLE 3), since a hidden import is invisible to both checks."""
 
@@ -114,7 +114,7 @@ def _thread_handoffs(source: str) -> list[int]:
 
 
 def test_blocking_work_leaves_the_loop_only_through_base_blocking() -> None:
-    """One way off the event loop (issue 24 item 2): every hand-off to a thread goes through
+    """One way off the event loop (O2): every hand-off to a thread goes through
     ``orchestrator.base.blocking.run_sync`` (kinds ``git``, ``files``, ``wait``)."""
     own = ROOT / "orchestrator" / "base" / "blocking.py"
     found = {

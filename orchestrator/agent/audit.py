@@ -1,4 +1,4 @@
-"""Audit before the model (DECISIONS M8, S12, S13): a committed tree is audited before any compile the
+"""Audit before the model (M8, S12, S13): a committed tree is audited before any compile the
 model will read, so a commit made with ``--no-verify`` never reaches a request.
 
 ``compile_audited`` is the compile every model-facing caller uses (the prompt cache, compaction's
@@ -42,7 +42,7 @@ def audit_errors(memory_dir: Path, revision: str, *, common_dir: Path | None = N
     """The M8 audit's error lines for ``revision`` (empty when it passes), cached per commit.
     ``common_dir``: the repository's common git directory (resolved), when the caller knows it
     (the post-turn check: it located the repository already)."""
-    # deferred: the validator loads with the first audit, after a chat's first request (issue 14.4)
+    # deferred: the validator loads with the first audit, after a chat's first request (P1)
     from orchestrator.memfs.validator import audit_head
 
     key = (str(common_dir) if common_dir is not None else _repository(memory_dir), revision)

@@ -1,8 +1,8 @@
-"""Post-turn memory sync (turn-loop.md 4.2 and 4.7): classify the checkout after every turn and
+"""Post-turn memory sync (TURN-4.2 and TURN-4.7): classify the checkout after every turn and
 say what the agent must be reminded of at the start of its next turn.
 
-``after_turn`` is the entry point of the turn loop: it waits for the repository's lock (DECISIONS
-D1, replacing 4.7 item 2's "try without waiting"), bounded by ``SYNC_LOCK_WAIT_SECONDS``, and
+``after_turn`` is the entry point of the turn loop: it waits for the repository's lock
+(D1, replacing TURN-4.7 item 2's "try without waiting"), bounded by ``SYNC_LOCK_WAIT_SECONDS``, and
 skips the sync silently (``None``) only if that runs out, so a half-done rebase of a merge is never
 reported to the agent as a conflict and a merge never makes the agent miss a sync. ``check_memory`` is the
 blocking part (git) and runs in a worker thread under that lock; the decision of which reminder a
@@ -100,7 +100,7 @@ async def after_turn(
     *,
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
 ) -> SyncResult | None:
-    """The post-turn sync of 4.7 under the repository lock (D1): ``None`` when the lock stayed busy
+    """The post-turn sync of TURN-4.7 under the repository lock (D1): ``None`` when the lock stayed busy
     for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result.
 
     The repository's git common directory (the lock's home) is asked once per process and memory
@@ -183,7 +183,7 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     if status.dirty:
         summary = f"{len(status.porcelain)} uncommitted memory change(s)."
         if failed is not None:
-            # issue 23 item 2: a commit that failed is never silent (the user's warning, the agent's reminder)
+            # A2: a commit that failed is never silent (the user's warning, the agent's reminder)
             report(memory_dir, f"the agent's memory commit did not land: {failed}", restored=False)
             summary += f" Your last commit did not land: {failed}"
         return SyncResult("dirty", summary, where, local_only, status.revision)
@@ -197,7 +197,7 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
 
 
 def _report_missing(memory_dir: Path, revision: str) -> None:
-    """A HEAD whose objects are gone is damaged memory: one warning line per commit (issue 23 item 9)."""
+    """A HEAD whose objects are gone is damaged memory: one warning line per commit (A9)."""
     missing = missing_objects(memory_dir, revision)
     if missing and (memory_dir, revision) not in _MISSING_REPORTED:
         _MISSING_REPORTED.add((memory_dir, revision))

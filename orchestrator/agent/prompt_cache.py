@@ -1,4 +1,4 @@
-"""The per-conversation compiled system prompt (turn-loop.md 2.6, DECISIONS T1, R4).
+"""The per-conversation compiled system prompt (TURN-2.6, T1, R4).
 
 Before every provider request the conversation's cached prompt is resolved against the memory
 repository's current revision. Once a provider has seen a prompt it never changes except through
@@ -67,7 +67,7 @@ class ResolvedPrompt:
 
 
 def decide(row: PromptRecord | None, raw_system_hash: str, revision: str | None) -> PromptAction:
-    """Rows R1-R4 of the table in turn-loop.md 2.6, with rule 5 (a lost revision recompiles)."""
+    """Rows 1-4 of the table in TURN-2.6, with rule 5 (a lost revision recompiles)."""
     if row is None or row.raw_system_hash != raw_system_hash:
         return PromptAction.FULL_COMPILE
     if row.memfs_revision == revision:
@@ -128,7 +128,7 @@ async def _compile(
 
 
 def same_memory(a: str, b: str) -> bool:
-    """Whether two rendered core memories say the same thing (R4's byte comparison).
+    """Whether two rendered core memories say the same thing (TURN-2.6 row 4's byte comparison).
 
     A v1 core memory ends with a ``<memory_metadata>`` block holding the compile time and the
     message count, so two compiles of one tree never compare equal; comparing them whole would turn
@@ -254,7 +254,7 @@ def _update_message(revision: str, core_memory: str) -> Message:
 
 
 def _stale_update(history: Sequence[StoredMessage], revision: str | None) -> StoredMessage | None:
-    """Rule 3 of 2.6: after a full compile (R1, R3), an older ``<memory_update>`` in context must not
+    """Rule 3 of TURN-2.6: after a full compile (rows 1 and 3), an older ``<memory_update>`` in context must not
     have the last word over the fresh prompt. Returns the newest update in context when its revision
     differs from the compiled one (a fresh update for ``revision`` must then follow it)."""
     if revision is None:

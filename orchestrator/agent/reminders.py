@@ -1,11 +1,11 @@
-"""Every byte-exact reminder text reverie sends to a model, and its formatting (DECISIONS S19).
+"""Every byte-exact reminder text reverie sends to a model, and its formatting (S19).
 
-Texts quoted from letta-code (turn-loop.md sections 3, 4.4, 7.2) are reproduced byte for byte;
+Texts quoted from letta-code (TURN-3, TURN-4.4, TURN-7.2) are reproduced byte for byte;
 reverie's own texts (S12) live beside them. Prompts for models live in ``prompts/``, not here.
 
 Every value a template interpolates (file names, validator errors, git status, names the user set)
 passes through ``markup.neutralise``: a structural tag in it (``</system-reminder>``) would otherwise
-end the reminder and open text the model trusts (issue 23 item 7). The memory rendered into
+end the reminder and open text the model trusts (A7). The memory rendered into
 ``memory_update`` is the compiler's output, already neutralised where it came from memory.
 The invalid-memory reminder is bounded: the first ``INVALID_SHOWN`` problems, each cut to
 ``INVALID_LINE_CHARS``, a count and the command that shows them all (item 8); a tree with 50,000
@@ -127,14 +127,14 @@ _INVALID_MORE: Final = (
 
 
 def reflection_kept_reminder(*, n: int, reason: str, branch: str, files: Sequence[str], id: str) -> str:
-    """DECISIONS S12: a reflection branch kept after a conflict, a dirty parent or a failure."""
+    """S12: a reflection branch kept after a conflict, a dirty parent or a failure."""
     return REFLECTION_KEPT_TEMPLATE.format(
         n=n, reason=neutralise(reason), branch=neutralise(branch), files=neutralise(", ".join(files)), id=neutralise(id)
     )
 
 
 def memory_invalid_reminder(sha7: str, errors: Sequence[str]) -> str:
-    """DECISIONS S12 (M8): the committed HEAD fails the audit; one error per line, two-space indent.
+    """S12 (M8): the committed HEAD fails the audit; one error per line, two-space indent.
 
     Up to ``INVALID_SHOWN`` errors the text is S12's exactly; past it, the first ones and a line with
     the count and the command that lists them all. A line longer than ``INVALID_LINE_CHARS`` is cut
@@ -155,13 +155,13 @@ def iso_utc(moment: datetime) -> str:
 
 
 def memory_update_block(revision: str | None, core_memory: str) -> str:
-    """turn-loop.md 3.1: trailing whitespace of the memory removed (JavaScript's ``trimEnd`` set, as
+    """TURN-3.1: trailing whitespace of the memory removed (JavaScript's ``trimEnd`` set, as
     the reference trims), leading kept."""
     return MEMORY_UPDATE_TEMPLATE.format(revision=revision or "unknown", core_memory=js_trim_end(core_memory))
 
 
 def memory_update_reminder(revision: str, core_memory: str) -> str:
-    """turn-loop.md 3.4: the persisted user-role update."""
+    """TURN-3.4: the persisted user-role update."""
     return "<system-reminder>\n" + memory_update_block(revision, core_memory) + "\n</system-reminder>"
 
 
@@ -175,7 +175,7 @@ def agent_info_reminder(
     last_run: datetime | None,
     now: datetime | None = None,
 ) -> str:
-    """turn-loop.md 7.2 with the 7.5 changes: ISO-8601 UTC last-run time, memory line with MemFS.
+    """TURN-7.2 with the TURN-7.5 changes: ISO-8601 UTC last-run time, memory line with MemFS.
     ``now`` (default the current time) is what the relative "... ago" is measured from."""
     return AGENT_INFO_TEMPLATE.format(
         agent_id=agent_id,
@@ -203,10 +203,10 @@ def _last_message(last_run: datetime | None, now: datetime | None = None) -> str
 
 
 def sync_reminder(status: str, *, memory_dir: str, summary: str, local_only: bool) -> str | None:
-    """turn-loop.md 4.7 item 5 (phase 1): the reminder for a post-turn sync status, if any.
+    """TURN-4.7 item 5 (phase 1): the reminder for a post-turn sync status, if any.
 
     ``invalid`` uses the push-failed text with the validator output as its summary (reverie's choice,
-    turn-loop.md 4.7).
+    TURN-4.7).
     """
     memory_dir, summary = neutralise(memory_dir), neutralise(summary)
     if status == "conflict":

@@ -1,7 +1,7 @@
-"""The ``<available_skills>`` block (turn-loop.md 6): discovered from the committed HEAD (S29),
+"""The ``<available_skills>`` block (TURN-6): discovered from the committed HEAD (S29),
 rendered exactly as the reference renders it, appended to the prompt on every request.
 
-Ordering uses reverie's one documented collation (ICU ``en-US``, DECISIONS M4/S11) for roots,
+Ordering uses reverie's one documented collation (ICU ``en-US``, M4/S11) for roots,
 directories and files alike; for lowercase ASCII names it equals the reference's order.
 """
 
@@ -64,7 +64,7 @@ def discover_skills(memory_dir: Path, revision: str | None = None) -> list[Skill
 
 
 def render_available_skills(skills: Sequence[Skill]) -> str:
-    """The block of turn-loop.md 6.1, or ``""`` when there are no skills."""
+    """The block of TURN-6.1, or ``""`` when there are no skills."""
     seen: set[str] = set()
     roots: dict[str, list[tuple[str, str]]] = {}
     for skill in skills:

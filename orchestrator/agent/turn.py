@@ -1,4 +1,4 @@
-"""One turn of a conversation (turn-loop.md 1.2): reminders, the user message, then the tool loop
+"""One turn of a conversation (TURN-1.2): reminders, the user message, then the tool loop
 with the system prompt resolved before every request, then the post-turn memory sync.
 
 The caller (the supervisor) holds the conversation's turn lock. Once the turn is recorded, whatever
@@ -8,7 +8,7 @@ for the next one (rule 4). A model failure ends the turn with a one-line error i
 exception; the store stays consistent (every write is its own transaction and a call left without
 a result is settled with an error result before the next turn's first request).
 
-Reminders (turn-loop.md 7.1, 7.5; a documented deviation in shape, not in content): letta-code
+Reminders (TURN-7.1, TURN-7.5; a documented deviation in shape, not in content): letta-code
 prepends the reminder texts as content parts of the user's message. Reverie stores them instead as
 ONE separate user-role message of kind ``reminder`` (texts in catalog order - agent-info, then
 memory-git-sync, then the rest - joined with ``\n\n``) placed immediately before the user's
@@ -20,12 +20,12 @@ Step limit: ``max_steps`` counts provider requests. When the last allowed reques
 the tools still run (so no call is left without a result) and the turn ends with ``max_steps``.
 A context overflow reported by the provider is answered by compaction and a retry, at most three
 times per request. A window too small for the system prompt, tool schemas and the newest message
-(DECISIONS D4) ends the turn with the compactor's one-line ``ContextWindowTooSmall`` instead of a
+(D4) ends the turn with the compactor's one-line ``ContextWindowTooSmall`` instead of a
 request carrying a hollowed message.
 
 ``first_sent_at`` of the prompt row is set just before a request goes to the provider, not after
 it succeeds: a request that failed may still have been seen (and prefix-cached) by the provider,
-so from then on only R4 (a ``<memory_update>``) may deliver a memory change, never R3.
+so from then on only row 4 of TURN-2.6 (a ``<memory_update>``) may deliver a memory change, never row 3.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class TurnOutcome:
 
 
 class Compactor(Protocol):
-    """Context-pressure handling, called before every request (compaction.md; the turn loop does not
+    """Context-pressure handling, called before every request (COMPACTION-1.3; the turn loop does not
     know how compaction works, only when to ask)."""
 
     async def before_request(self, conversation_id: str, system: str, turn_id: str) -> bool:
@@ -389,12 +389,12 @@ class TurnRunner(ReadsSessionContext):
         )
 
     async def _after_turn(self, conversation_id: str) -> tuple[SyncResult | None, SyncReminder | None, list[Event]]:
-        """turn-loop.md 4.7: classify the checkout and decide the reminder (``close_turn`` writes it,
+        """TURN-4.7: classify the checkout and decide the reminder (``close_turn`` writes it,
         with the events returned here, which are then shown); never raises.
 
         The result is ``None`` when a merge held the repository (the sync is skipped silently and the
         queue is left as it was) or when the sync failed (a ``memory.sync_failed`` event)."""
-        # deferred: the sync (its locks, the validator, libgit2's status) loads after the first reply (issue 14.4)
+        # deferred: the sync (its locks, the validator, libgit2's status) loads after the first reply (P1)
         from orchestrator.agent.memory_sync import after_turn, sync_reminder_for
 
         try:
@@ -418,7 +418,7 @@ def _without_oversized_writes(message: Message) -> tuple[Message, dict[str, str]
 
     Such a call is refused without running (nothing written), and the conversation keeps it with a
     note of the content's size instead of the content: kept whole, it would make every later
-    request too large for the window (issue 23 item 8)."""
+    request too large for the window (A8)."""
     refused: dict[str, str] = {}
     calls = []
     for call in message.tool_calls:
@@ -475,7 +475,7 @@ class _TurnState:
 
 
 def max_steps_line(steps: int) -> str:
-    """DECISIONS D13's line, shown by ``chat -p`` (exit 3) and the REPL when a turn hits the limit."""
+    """D13's line, shown by ``chat -p`` (exit 3) and the REPL when a turn hits the limit."""
     return (
         f"stopped after {steps} steps (max_steps); send another message to continue, "
         "or raise [turn] max_steps / REVERIE_MAX_STEPS"

@@ -1,5 +1,5 @@
 """A chat session: one agent, one conversation, the runtime around it, and the supervisor that owns
-every task the session starts (DECISIONS S23 for one-shot runs).
+every task the session starts (S23 for one-shot runs).
 
 The CLI, the batch runner and tests drive agents through this class so they all get the same
 turn lock, compaction, post-turn sync and reflection triggers. This is the composition root of D9:
@@ -49,7 +49,7 @@ REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionS
 def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | None:
     """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``. The
     subagent is built on the first conflict it is given, so a chat that never meets one never
-    imports it (nor merge resolution) before its first request (issue 14.4)."""
+    imports it (nor merge resolution) before its first request (P1)."""
     if context.settings.reflection_merge != "resolve":
         return None
     built: list[Resolver] = []
@@ -77,7 +77,7 @@ def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | No
 
 @dataclass(frozen=True)
 class ContextUse:
-    """How full the conversation's context is (DECISIONS C8: the provider's last usage when it is
+    """How full the conversation's context is (C8: the provider's last usage when it is
     fresh, else the estimate)."""
 
     tokens: int
@@ -236,7 +236,7 @@ class ChatSession:
         return self.context.settings
 
     async def rename(self, name: str) -> None:
-        """The agent-info reminder tells the model the user can do this (DECISIONS D7)."""
+        """The agent-info reminder tells the model the user can do this (D7)."""
         await self.runtime.store.update_agent(self.agent.agent_id, name=name)
         self.context.set_agent(name=name)
 

@@ -1,4 +1,4 @@
-"""The engine of ``reverie stress`` (DECISIONS S21, issue 28): concurrent writers against one memory repo.
+"""The engine of ``reverie stress`` (S21, O7): concurrent writers against one memory repo.
 
 Each of ``writers`` writers is a reflection-like session in its own worktree making ``commits``
 commits, merged in batches of 5 through the same merge-back reflections use

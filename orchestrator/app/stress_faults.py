@@ -1,4 +1,4 @@
-"""Faults on purpose for ``reverie stress --faults`` (issue 28.3): kill, recover, go on.
+"""Faults on purpose for ``reverie stress --faults`` (O9): kill, recover, go on.
 
 The kills are real: the merger, a writer's commit or a lock holder runs as a child process
 (:mod:`orchestrator.app.stress_child`) with ``REVERIE_FAULT`` naming the step it dies at
@@ -14,7 +14,7 @@ writer (only the killed process is dead). The kinds:
 * ``kill-writer``: a writer's commit dies at ``stress.commit.staged`` (edit on disk, no commit) or
   ``stress.commit.made`` (commit made, id not reported); the restarted writer finds its commit in
   git if it was made (and reports it), recovery removes the dead worktree (an edit never committed
-  is discarded, turn-loop 5.15), the branch is re-queued and the commit made again if it was not;
+  is discarded, TURN-5.15), the branch is re-queued and the commit made again if it was not;
 * ``stale-lock``: a lock holder dies holding the repository lock and git's ``index.lock``;
   recovery releases the dead owner's record and removes the stale lock file (D1, R6); while a
   live git works in the checkout (a detached ``git gc --auto``) recovery keeps every lock, so it

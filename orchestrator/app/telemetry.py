@@ -1,4 +1,4 @@
-"""OpenTelemetry GenAI spans and metrics for chat sessions, live (issue 26.2), on the maintained
+"""OpenTelemetry GenAI spans and metrics for chat sessions, live (O10), on the maintained
 libraries: ``opentelemetry-sdk`` and ``opentelemetry-util-genai`` (the optional extra
 ``reverie[otel]``), which emit the GenAI semantic conventions (span names, attributes, the
 ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage`` metrics) as Langfuse,

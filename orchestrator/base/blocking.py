@@ -5,7 +5,7 @@ that hands work to a thread itself.
 
 Why not ``anyio.to_thread.run_sync`` alone: its default limiter is 40 threads shared by everything, in
 arrival order. With a thousand sessions each step of every session queues behind everyone's previous
-step, so all of them advance in lockstep and none finishes until all do (issue 14). Here:
+step, so all of them advance in lockstep and none finishes until all do (P4). Here:
 
 * each kind has its own limiter, sized for the job: ``git`` runs processes that compete for the
   cores, so a few at a time (``GIT_SLOTS``); ``files`` is short reads and writes (``FILE_SLOTS``).

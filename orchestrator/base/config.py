@@ -1,4 +1,4 @@
-"""Settings and where they come from (DECISIONS S20).
+"""Settings and where they come from (S20).
 
 Precedence, highest first: CLI flag > environment > per-agent settings > ``$REVERIE_HOME/config.toml``
 > defaults. Every value remembers where it came from, so a bad one is reported in the words the user

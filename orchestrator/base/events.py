@@ -1,9 +1,9 @@
-"""Reverie's event vocabulary (DECISIONS S8): one schema for the CLI, the store and the event log.
+"""Reverie's event vocabulary (S8): one schema for the CLI, the store and the event log.
 
 Every event is a frozen dataclass with a ``kind``; ``payload()`` is the JSON object the store and
 the JSONL event log keep. ``docs/events.md`` documents each kind. What the background subagents
 publish (compaction, reflection) is in ``subagent_events``, which a turn that starts neither does
-not import (issue 14.4: each frozen dataclass costs CPython 3.11 ~0.3 ms to define).
+not import (P1: each frozen dataclass costs CPython 3.11 ~0.3 ms to define).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class MemoryWarning(Event):
 
 @dataclass(frozen=True)
 class MemoryUpdateInjected(Event):
-    """A memory change reached the model as a ``<memory_update>`` message (R4), not a new system prompt."""
+    """A memory change reached the model as a ``<memory_update>`` message (T1, R4), not a new system prompt."""
 
     kind: ClassVar[str] = "memory.update_injected"
     revision: str

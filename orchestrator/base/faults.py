@@ -1,4 +1,4 @@
-"""The one fault hook for crash tests (DECISIONS S29): die or pause at a named step of real code.
+"""The one fault hook for crash tests (S29): die or pause at a named step of real code.
 
 A crash test sets ``REVERIE_FAULT`` in a child process's environment and watches the child die
 at a known moment of the real code path, then checks what start-up recovery makes of the

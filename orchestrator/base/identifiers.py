@@ -1,4 +1,4 @@
-"""Identifiers (DECISIONS C6, S22): the exact strings a summary must not lose, found in text.
+"""Identifiers (C6, S22): the exact strings a summary must not lose, found in text.
 
 One extractor for every reader: compaction's retention check (``compaction.identifiers``) and the
 scripted model's summaries, which list them first, so what the scripted summarizer keeps is what the

@@ -35,7 +35,7 @@ def hide_secrets_from_proc() -> tuple[str, ...]:
 
     ``/proc/<pid>/environ`` shows that block to every process of the same user, so a command the
     bash tool runs unconfined (``sandbox = off``) could read reverie's key from its parent
-    (issue 23 item 6). ``os.environ`` keeps its own copy, so reverie and the children it gives an
+    (A6). ``os.environ`` keeps its own copy, so reverie and the children it gives an
     environment explicitly (git, the SDK's key, batch workers) are unaffected; a child started
     without one inherits the blanked values. Why not re-exec with a clean environment: one more
     interpreter start on every command, for the same effect. The block is rewritten through

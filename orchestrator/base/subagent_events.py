@@ -1,7 +1,7 @@
 """What the background subagents publish: compaction's and reflection's events (``docs/events.md``).
 
 They live apart from ``events`` so that a turn loads them only once a compaction or a reflection
-starts, or the renderer first shows one: a chat's first request waits for neither (issue 14.4).
+starts, or the renderer first shows one: a chat's first request waits for neither (P1).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class ReflectionMerged(Event):
     commits: int
     revision: str
     outcome: str = "merged"
-    """``merged`` or ``resolved`` (a resolver reconciled a conflict, DECISIONS D3)."""
+    """``merged`` or ``resolved`` (a resolver reconciled a conflict, D3)."""
 
 
 @dataclass(frozen=True)

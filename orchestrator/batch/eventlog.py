@@ -1,6 +1,6 @@
 """The JSONL event log of a batch run: ``RUN_DIR/events/<task-id>.jsonl``, one line per event.
 
-A task's log is a copy of its store's event table (DECISIONS S8 shapes, ``docs/events.md``) plus
+A task's log is a copy of its store's event table (S8 shapes, ``docs/events.md``) plus
 ``task.start`` / ``task.end`` lines written by the runner, so subagent events that never pass
 through the observer are logged too. Lines are ``{"seq", "at", "task", "kind", "agent_id",
 "conversation_id", "payload"}``; ``seq`` orders the lines of one task.

@@ -5,7 +5,7 @@ Private or joined, on purpose. Without ``--ray-address`` a private Ray starts on
 (``address="local"``, 127.0.0.1, no dashboard, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut
 down at the end, whatever ``RAY_ADDRESS`` says (a bare ``ray.init()`` would join the cluster it or
 ``/tmp/ray`` names, another process's included; one line on stderr says it was ignored). With
-``--ray-address auto|HOST:PORT`` the run joins that cluster untouched (DECISIONS S28): no
+``--ray-address auto|HOST:PORT`` the run joins that cluster untouched (S28): no
 ``num_cpus`` (joining forbids it), and a loopback address keeps the driver on loopback (Ray would
 otherwise rewrite it to the machine's other interface). A cluster that cannot be reached, or any
 node of which (that can run a task) cannot import reverie, is one ``UsageError`` line naming it,

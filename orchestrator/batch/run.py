@@ -1,7 +1,7 @@
 """A whole run: which tasks still need running (``--resume``), where results go, the summary.
 
 The results file is the journal: a task is done exactly when it has a line. ``--resume`` runs the
-tasks without one, each from scratch (DECISIONS S24), and the summary is computed over every line,
+tasks without one, each from scratch (S24), and the summary is computed over every line,
 so a resumed run's statuses and check results equal a clean run's.
 """
 
@@ -202,7 +202,7 @@ async def _run_suite(
 
     ``retry`` (``--retry-failed``; implies ``resume``): these tasks run again from scratch even
     though they have a result, when that result failed or errored. The new result replaces the row
-    (DECISIONS D15) with ``attempts`` one more than before; ``results.jsonl`` is rewritten with one
+    (D15) with ``attempts`` one more than before; ``results.jsonl`` is rewritten with one
     line per task at the end, and the summary is over every task of the run. With OpenTelemetry on,
     the run is one ``invoke_workflow`` span around its tasks'."""
     async with workflow(f"run {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):

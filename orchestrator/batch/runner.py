@@ -5,10 +5,10 @@ Layout under the run directory ``OUT``: ``OUT/home`` is the run's ``REVERIE_HOME
 agent is named by the task id, its memory repository is ``OUT/home/agents/<id>/memory``),
 ``OUT/home/stores/<id>.sqlite3`` is the task's own store, ``OUT/work/<id>`` its bash workspace and
 ``OUT/events/<id>.jsonl`` its event log. A task always starts from nothing: whatever an
-interrupted earlier attempt left is removed first (DECISIONS S24), and its memory repository is a
+interrupted earlier attempt left is removed first (S24), and its memory repository is a
 fresh copy of the run's template for its seed files (``OUT/templates/<key>/memory``).
 
-Settings precedence (DECISIONS D15), as for ``chat``: the run's command-line overrides
+Settings precedence (D15), as for ``chat``: the run's command-line overrides
 (``RunOptions.overrides``) > the environment > the task's own ``settings`` > the user's
 ``config.toml`` (``RunOptions.config_file``, read where the command started, since each task's
 ``REVERIE_HOME`` is the run's) > defaults.

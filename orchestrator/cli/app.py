@@ -1,6 +1,6 @@
 """The ``reverie`` command: a typer app that parses, calls the runtime, and prints.
 
-Start-up is lazy (issue 14.4): a command's module is imported only when that command runs, so
+Start-up is lazy (P1): a command's module is imported only when that command runs, so
 ``reverie chat -p`` does not pay for typer's rich help, the batch runner or stress, and
 ``reverie --version`` imports nothing at all. ``COMMANDS`` names the module of every command; with no
 command, ``--help`` or a name it does not know, every module is registered, so help is complete even
@@ -18,7 +18,7 @@ an async context that ends before the command does), so the process leaves as CP
 shutdown would (non-daemon threads joined, ``atexit`` functions run, standard streams flushed) and
 then skips the interpreter's teardown with ``os._exit``. That teardown freed the OpenAI SDK's and
 pydantic's modules object by object: 100-300 ms between the printed result and the exit, which a
-script waiting on ``reverie chat -p`` paid on every call (issue 29). :func:`main` stays an ordinary
+script waiting on ``reverie chat -p`` paid on every call (P7). :func:`main` stays an ordinary
 function for callers inside a Python process.
 """
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     # lazy: --version above imports nothing
     from orchestrator.base.processes import hide_secrets_from_proc
 
-    hide_secrets_from_proc()  # issue 23 item 6: an unconfined bash cannot read the key from /proc/$PPID/environ
+    hide_secrets_from_proc()  # A6: an unconfined bash cannot read the key from /proc/$PPID/environ
     try:
         if args[:1] == ["chat"]:
             # lazy: the typer-free path for a headless chat (cli/chat_start.py)

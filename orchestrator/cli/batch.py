@@ -60,7 +60,7 @@ _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty(
 _err = Console(stderr=True, highlight=False)
 
 MAX_CONCURRENCY = 4096
-"""DECISIONS D8: a batch run may keep thousands of sessions in flight."""
+"""D8: a batch run may keep thousands of sessions in flight."""
 
 ConcurrencyOption = Annotated[int, typer.Option("--concurrency", "-j", min=1, max=MAX_CONCURRENCY, help="Tasks run at once.")]
 ResumeOption = Annotated[bool, typer.Option("--resume", help="Skip tasks already in results.jsonl; rerun the rest from scratch.")]

@@ -1,6 +1,6 @@
 """``reverie chat``: talk to an agent, interactively (a REPL with a line editor, slash commands and
 Ctrl-C that interrupts a turn) or headless (``-p`` with text, json or stream-json output, or
-``--input-format stream-json`` for many messages through one process; DECISIONS D13, D14).
+``--input-format stream-json`` for many messages through one process; D13, D14).
 
 Headless output: ``text`` puts the reply alone on stdout and activity on stderr (``-p -`` reads the
 message from stdin); ``json`` prints one result object after the turn

@@ -1,5 +1,5 @@
 """Headless chat: ``-p TEXT`` once, or stream-json messages from stdin, with text, json or
-stream-json output (DECISIONS D13, D14; the formats are described in ``orchestrator.cli.chat``).
+stream-json output (D13, D14; the formats are described in ``orchestrator.cli.chat``).
 
 Everything a script parses goes to stdout; progress lines (S23's wait), warnings and, in ``text``
 output, every line of activity (tools, memory, subagents) go to stderr. ``text`` output puts the

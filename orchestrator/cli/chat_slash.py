@@ -1,7 +1,7 @@
 """The chat's slash commands: handled in the CLI, never sent to the model.
 
 ``COMMANDS`` is the one list: ``/help`` prints it and the tests check that every entry answers.
-The agent-info reminder tells the model the user can ``/rename`` (DECISIONS D7) and
+The agent-info reminder tells the model the user can ``/rename`` (D7) and
 ``/description``; both are true here. An unknown ``/word`` gets a one-line hint; text that merely starts with ``//`` or a path such
 as ``/etc/hosts is odd`` is sent to the model like any message.
 """

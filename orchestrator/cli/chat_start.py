@@ -1,5 +1,5 @@
 """``reverie chat``'s options checked and dispatched without typer, so a headless ``chat -p`` starts
-without importing typer and pydantic (~150 ms of a 0.3 s budget, issue 14.4).
+without importing typer and pydantic (~150 ms of a 0.3 s budget, P1).
 
 ``parse_chat_args`` understands only the plain spellings of chat's options (``--prompt TEXT``,
 ``-p TEXT``, ``--prompt=TEXT``, the two flags) on a headless command line; for anything else

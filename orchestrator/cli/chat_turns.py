@@ -7,7 +7,7 @@ and a running tool (its process group) are cancelled, the turn loop stores the t
 owner decides (``idle``): the REPL ignores it (at its prompt Ctrl-C is a key, not a signal),
 headless modes leave with 130.
 
-Exit codes (DECISIONS D13): 0 done, 1 error, 3 stopped at ``max_steps``, 130 interrupted.
+Exit codes (D13): 0 done, 1 error, 3 stopped at ``max_steps``, 130 interrupted.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``reverie compact``: compact a conversation now (compaction.md 1.3 T5, trigger ``manual``).
+"""``reverie compact``: compact a conversation now (COMPACTION-1.3, trigger ``manual``).
 
 It runs the same subagent as automatic compaction, under the conversation's turn lock, so the
 summary, the recompiled prompt, the re-armed reminders and the ``compaction.done`` event (which

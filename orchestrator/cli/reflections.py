@@ -1,4 +1,4 @@
-"""``reverie reflections``: list, merge or discard kept reflection branches (DECISIONS R2).
+"""``reverie reflections``: list, merge or discard kept reflection branches (R2).
 
 Git is the truth about branches; the conversation store adds why a branch was kept, and is told
 when the user merges or discards one.

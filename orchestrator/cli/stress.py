@@ -1,4 +1,4 @@
-"""``reverie stress``: concurrent reflection-like writers against one fresh memory repo (S21, issue 28).
+"""``reverie stress``: concurrent reflection-like writers against one fresh memory repo (S21, O7).
 
 The table shows every figure of ``--json`` (same names), the kept branches summarised (count and the
 first few), every unmerged branch by name, the accounting equation and, last, the verdict.

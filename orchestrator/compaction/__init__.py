@@ -6,7 +6,7 @@ applies an outcome to the store.
 
 The planner, settings and token estimates load with the package: a turn consults them before
 every request. What only a compaction run uses (the ladder, packaging, identifiers, transcripts)
-loads on first use (PEP 562), so a chat's first request does not wait for it (issue 14.4).
+loads on first use (PEP 562), so a chat's first request does not wait for it (P1).
 """
 
 from __future__ import annotations

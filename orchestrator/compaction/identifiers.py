@@ -1,4 +1,4 @@
-"""Identifier retention (DECISIONS C6, S22): the exact strings a summary must not lose.
+"""Identifier retention (C6, S22): the exact strings a summary must not lose.
 
 Summaries that paraphrase a path or drop a ticket id are the silent loss letta-code never checked
 (W6). What counts as an identifier is ``orchestrator.base.identifiers`` (one extractor, shared with

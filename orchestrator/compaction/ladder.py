@@ -1,5 +1,5 @@
-"""Summarising a plan, and what happens when the summarizer fails (compaction.md 3.4-3.6, 5; DECISIONS
-C3, C5, C6, S6).
+"""Summarising a plan, and what happens when the summarizer fails (COMPACTION-3.4 to COMPACTION-3.6,
+COMPACTION-5; C3, C5, C6, S6).
 
 The ladder, in order:
 1. the summarizer model (setting, default the conversation's model) with a token-aware shrinking

@@ -1,7 +1,7 @@
-"""The summary as the model and the store see it (compaction.md 3.6, 4.1-4.3, 5.7; DECISIONS C1, C3).
+"""The summary as the model and the store see it (COMPACTION-3.6, COMPACTION-4.1 to COMPACTION-4.3, COMPACTION-5.7; C1, C3).
 
 The model sees plain text only: letta-code's wrapper sentence and the summary, with ``k`` the number of
-messages that really left the context (C1 fixes W1's off-by-one and W8's JSON noise). Token stats are
+messages that really left the context (C1 fixes two weak spots of COMPACTION-10: an off-by-one count and JSON noise). Token stats are
 for people and the store, so they live in the message's metadata.
 """
 
@@ -49,7 +49,7 @@ _HEADER = re.compile(
 
 
 def summary_message_text(summary: str, *, mode: str | None, evicted_count: int | None) -> str:
-    """The model-visible text of compaction.md 4.1 (``message``), byte for byte.
+    """The model-visible text of COMPACTION-4.1 (``message``), byte for byte.
 
     ``mode`` is the mode actually used (``all`` after escalation); ``evicted_count`` is ``k`` of C1/S4.
     """
@@ -61,7 +61,7 @@ def summary_message_text(summary: str, *, mode: str | None, evicted_count: int |
 
 
 def raw_summary_from_text(text: str) -> str | None:
-    """The raw summary inside a summary message's text (compaction.md 4.5 header rule), else ``None``.
+    """The raw summary inside a summary message's text (COMPACTION-4.5 header rule), else ``None``.
 
     Used when the store lost a summary's raw text: the pinned block (C5) can still be recovered.
     """
@@ -77,7 +77,7 @@ def summary_message(text: str) -> Message:
 
 
 def clip_summary(summary: str, clip_chars: int | None) -> str:
-    """compaction.md 3.6 step 2; ``None`` disables clipping."""
+    """COMPACTION-3.6 step 2; ``None`` disables clipping."""
     if clip_chars is not None and len(summary) > clip_chars:
         return summary[:clip_chars] + SUMMARY_CLIP_SUFFIX
     return summary
@@ -85,7 +85,7 @@ def clip_summary(summary: str, clip_chars: int | None) -> str:
 
 @dataclass(frozen=True)
 class CompactionStats:
-    """compaction.md 4.3 plus reverie's ``identifier_retention`` (C6), stored in metadata only."""
+    """COMPACTION-4.3 plus reverie's ``identifier_retention`` (C6), stored in metadata only."""
 
     trigger: str
     context_tokens_before: int

@@ -1,4 +1,4 @@
-"""Which messages a compaction evicts (compaction.md 2.2-2.4, 5.7; DECISIONS C2, C5, S3-S5).
+"""Which messages a compaction evicts (COMPACTION-2.2 to COMPACTION-2.4, COMPACTION-5.7; C2, C5, S3-S5).
 
 Pure: no I/O, no model. The plan names indices into the list it was given; the caller maps them to
 stored ids and applies the plan (``[summary] + kept_messages``).
@@ -16,7 +16,7 @@ Rules, and reverie's choices where the specs leave room:
   fits, the smaller of the two is returned with ``fits`` false.
 - ``all`` keeps the newest user message and everything after it (C5, S5). Without any user message,
   ``all`` keeps a trailing pending tool call.
-- The newest user message is never evicted, by any mode (DECISIONS D4). When a plan still does not fit
+- The newest user message is never evicted, by any mode (D4). When a plan still does not fit
   under the threshold, the earlier steps of the current turn go too, keeping the newest user message
   and the current step (the last tool call and its results). Only when the request would then exceed
   the hard limit (``hard_limit``: the window less a twentieth for the answer and estimation error)
@@ -24,7 +24,7 @@ Rules, and reverie's choices where the specs leave room:
   with a notice (their text stays in the durable transcript), keeping as much as fits. A cut never
   yields more characters than it removes; when fewer than ``MIN_KEPT_CHARS`` of the message would
   remain, the plan carries ``needed_tokens`` and the turn is refused (``ContextWindowTooSmall``).
-- ``memory_update`` messages leave the context without being summarised (turn-loop.md 3.4). A previous
+- ``memory_update`` messages leave the context without being summarised (TURN-3.4). A previous
   summary among the evicted messages is pinned for the summarizer to update (C5) and is not counted
   in ``k`` (S4); every other message leaving the context is.
 All estimates are linear in the number of messages (prefix sums), so planning stays cheap at 100k.
@@ -197,7 +197,7 @@ def find_sliding_cutoff(
     """The sliding-window cutoff (index of the first kept message), or ``PlanningError``.
 
     ``window`` ``None`` means no token goal: the first valid cutoff at the first fraction wins. With
-    ``summary_reserve`` ``None`` only the goal is checked (the search of compaction.md 2.3 alone);
+    ``summary_reserve`` ``None`` only the goal is checked (the search of COMPACTION-2.3 alone);
     otherwise a cutoff must also bring the request under ``threshold(window)``.
     """
     n = len(messages)
@@ -557,7 +557,7 @@ def plan_emergency(
     tool_tokens: int,
     summary_tokens: int = 0,
 ) -> CompactionPlan:
-    """Emergency eviction (compaction.md 5.7, C3): sliding with p = 0.5 and no token goal; without a
+    """Emergency eviction (COMPACTION-5.7, C3): sliding with p = 0.5 and no token goal; without a
     valid cutoff, keep the last user message and a trailing pending tool call. ``summary_tokens`` is
     the fixed emergency text's estimate, so ``tokens_after`` is what will really be sent."""
     costs = _Costs(messages)

@@ -1,4 +1,4 @@
-"""Compaction settings (compaction.md 2.1; DECISIONS C3, C4, S20) as one validated value.
+"""Compaction settings (COMPACTION-2.1; C3, C4, S20) as one validated value.
 
 Validation happens once, at construction, so a bad value is reported as a one-line error naming the
 field instead of surfacing later as a planner traceback.

@@ -1,4 +1,4 @@
-"""Token estimation, context size and the compaction thresholds (compaction.md 1.1, 1.2; DECISIONS C4, C8).
+"""Token estimation, context size and the compaction thresholds (COMPACTION-1.1, COMPACTION-1.2; C4, C8).
 
 The estimate is letta-code's chars/4 heuristic, kept on purpose: conformance cases encode cutoffs that
 depend on it, and the planner only needs a monotone, cheap measure. Provider usage, when a provider
@@ -43,7 +43,7 @@ def estimate_text(text: str) -> int:
 
 
 def estimate_message(message: Message) -> int:
-    """``est(m)`` of compaction.md 1.1 for reverie's message shape.
+    """``est(m)`` of COMPACTION-1.1 for reverie's message shape.
 
     A tool call costs its name plus its JSON arguments as sent (reverie keeps arguments as the raw JSON
     text, which is what letta-code serialises); tool name and call id of a tool result cost nothing.
@@ -69,12 +69,12 @@ def usage_tokens(usage: Usage | None) -> int:
 
 
 def system_prompt_tokens(system_prompt: str) -> int:
-    """``S`` of compaction.md 1.1."""
+    """``S`` of COMPACTION-1.1."""
     return estimate_text(system_prompt)
 
 
 def tool_schema_tokens(tools: Sequence[ToolSpec]) -> int:
-    """``T`` of compaction.md 1.1: compact JSON of the tool list; an empty list (``[]``) costs 1."""
+    """``T`` of COMPACTION-1.1: compact JSON of the tool list; an empty list (``[]``) costs 1."""
     payload = [
         {"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools
     ]
@@ -99,7 +99,7 @@ def context_size(
     usage: Usage | None = None,
     usage_index: int | None = None,
 ) -> ContextSize:
-    """Context size per DECISIONS C8.
+    """Context size per C8.
 
     ``usage`` is the usage of the newest provider response made after the last compaction, and
     ``usage_index`` the index of the assistant message that response produced. Kept messages sit after
@@ -120,7 +120,7 @@ def _valid_window(window: float | None) -> bool:
 
 
 def reserve(window: int) -> int:
-    """Room kept for the answer: 16,384 tokens, capped at 20 % of small windows (compaction.md 1.2)."""
+    """Room kept for the answer: 16,384 tokens, capped at 20 % of small windows (COMPACTION-1.2)."""
     return min(_RESERVE_CAP, max(1, math.floor(window * 0.2)))
 
 

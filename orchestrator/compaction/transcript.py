@@ -1,10 +1,10 @@
 """What the summarizer reads: messages rendered to lines, the transcript envelope, and the cuts that
-keep it inside a budget (compaction.md 3.1, 3.2, 7.6; DECISIONS C5, S6).
+keep it inside a budget (COMPACTION-3.1, COMPACTION-3.2, COMPACTION-7.6; C5, S6).
 
 The line format and the envelope are letta-code's, byte for byte, because summaries written against
 that format are what users already know. Two reverie changes: a previous summary is not a line (it is
 handed over as a pinned block to update, C5), and ``memory_update`` reminders are not rendered at all
-(turn-loop.md 3.4: the recompiled system prompt already holds that memory).
+(TURN-3.4: the recompiled system prompt already holds that memory).
 """
 
 from __future__ import annotations
@@ -57,13 +57,13 @@ def render_line(message: Message, *, tool_limit: int = TOOL_RETURN_CHARS) -> str
 
 
 def render_transcript(messages: Sequence[Message], *, tool_limit: int = TOOL_RETURN_CHARS) -> str:
-    """The envelope of compaction.md 3.2: ``" \\n" + lines + "\\n \\n. Generate the summary."``."""
+    """The envelope of COMPACTION-3.2: ``" \\n" + lines + "\\n \\n. Generate the summary."``."""
     lines = [line for m in messages if (line := render_line(m, tool_limit=tool_limit)) is not None]
     return _HEAD + "\n".join(lines) + _TAIL
 
 
 def clip_tool_result_on_load(text: str, max_chars: int = LOAD_CLIP_CHARS) -> str:
-    """compaction.md 7.6: applied to tool results when a conversation is loaded; storage keeps the whole text."""
+    """COMPACTION-7.6: applied to tool results when a conversation is loaded; storage keeps the whole text."""
     return clip_tool_result(text, max_chars)
 
 

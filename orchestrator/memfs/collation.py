@@ -1,10 +1,10 @@
-"""Label ordering as JavaScript ``localeCompare`` orders it under Bun: ICU ``en-US`` (DECISIONS M4).
+"""Label ordering as JavaScript ``localeCompare`` orders it under Bun: ICU ``en-US`` (M4).
 
-memfs.md 3.9 gives a pure-Python key that reproduces that order exactly for ASCII strings (R3.5's
+MEMFS-3.9 gives a pure-Python key that reproduces that order exactly for ASCII strings (MEMFS-R3.5's
 fast path). :func:`sorted_by_collation` uses it when every string it sorts is ASCII, as labels and
 skill paths almost always are, and ICU otherwise. Not for speed (ICU's ``getSortKey`` is about twice
 as fast on 1,000 labels) but for memory: loading ICU maps its data and libraries, about 20 MB of a
-chat session's resident memory (issue 29), for a sort of a few dozen names. ``collation_key`` and
+chat session's resident memory (P8), for a sort of a few dozen names. ``collation_key`` and
 ``compare_labels`` are ICU's, which the tests hold against the ASCII key.
 """
 
@@ -48,7 +48,7 @@ _RANK: Final = {ch: i for i, ch in enumerate(_PRIMARY)} | {ch.upper(): _PRIMARY.
 
 
 def _ascii_key(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """memfs.md 3.9's key for an ASCII string: primary ranks, then upper case after lower case;
+    """MEMFS-3.9's key for an ASCII string: primary ranks, then upper case after lower case;
     the other control characters are ignored."""
     kept = [ch for ch in text if ch in _RANK]
     return tuple(_RANK[ch] for ch in kept), tuple(1 if "A" <= ch <= "Z" else 0 for ch in kept)

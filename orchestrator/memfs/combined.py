@@ -1,4 +1,4 @@
-"""Validating the combination a merge-back is about to make ``HEAD`` (issue 28.2).
+"""Validating the combination a merge-back is about to make ``HEAD`` (O8).
 
 Two edits that are each valid can combine into a tree that breaks the repository's limits
 (``.memfs.config.json``: core memory size, file size, depth): two branches that each add 400

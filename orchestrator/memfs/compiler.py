@@ -1,11 +1,11 @@
-"""Compile committed memory into the system prompt (memfs.md section 3, DECISIONS M1-M6, S14).
+"""Compile committed memory into the system prompt (MEMFS-3, M1-M6, S14).
 
 Only the committed tree of ``HEAD`` (or an explicit revision) is read, through the git seam's pooled
 libgit2 handle (``memfs.git.open_repo``) and its caches; the working tree and the index never matter. For v2 only what the prompt shows is read:
 the root tree, the root files' blobs and, per root directory, whether it holds a ``MEMORY.md``.
 Deferred files are never listed, walked or read, so their number does not affect compile time.
 This is exact because a v2 prompt depends only on root files and first-level child indexes
-(memfs.md 3.3): a first-level index is its own witness under the index-chain rule.
+(MEMFS-3.3): a first-level index is its own witness under the index-chain rule.
 
 Descriptions and names are rendered verbatim as the reference renders them, except that a
 structural tag in them (``markup.STRUCTURAL_TAGS`` or the file's own label) is neutralised: memory
@@ -93,7 +93,7 @@ class _Node:
 
 
 def escape_xml_attribute(text: str) -> str:
-    """memfs.md 3.5: ``&``, ``"``, ``'``, ``<``, ``>`` and nothing else."""
+    """MEMFS-3.5: ``&``, ``"``, ``'``, ``<``, ``>`` and nothing else."""
     return html.escape(text, quote=True)
 
 
@@ -107,7 +107,7 @@ def format_compiled_at(now: datetime) -> str:
 
 
 def render_metadata(agent_id: str, conversation_id: str, now: datetime, previous_message_count: int) -> str:
-    """The v1 ``<memory_metadata>`` block, second resolution (memfs.md 3.6, R3.7)."""
+    """The v1 ``<memory_metadata>`` block, second resolution (MEMFS-3.6, MEMFS-R3.7)."""
     moment = now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
     hour = moment.hour % 12 or 12
     meridiem = "AM" if moment.hour < 12 else "PM"
@@ -128,7 +128,7 @@ def render_metadata(agent_id: str, conversation_id: str, now: datetime, previous
 
 
 def inject_core_memory(raw_system: str, core_memory: str) -> str:
-    """memfs.md 3.7 steps 1-2, then literal substitution of every placeholder (R3.4, M3)."""
+    """MEMFS-3.7 steps 1-2, then literal substitution of every placeholder (MEMFS-R3.4, M3)."""
     template = raw_system if CORE_MEMORY_PLACEHOLDER in raw_system else js_trim_end(raw_system) + "\n\n" + CORE_MEMORY_PLACEHOLDER
     return template.replace(CORE_MEMORY_PLACEHOLDER, core_memory)
 
@@ -138,7 +138,7 @@ def _sorted_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
 
 
 def render_v2(records: Sequence[MemoryRecord]) -> str:
-    """memfs.md 3.3: root files by label, then ``<memory>`` with first-level child indexes.
+    """MEMFS-3.3: root files by label, then ``<memory>`` with first-level child indexes.
 
     ``records`` must already be in label order; child indexes are those with path
     ``<dir>/MEMORY.md`` (one ``/``) outside ``skills/`` (callers pass only existing ones).
@@ -210,7 +210,7 @@ def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:
 
 
 def render_v1(records: Sequence[MemoryRecord]) -> str:
-    """memfs.md 3.4 (legacy projection), records in label order.
+    """MEMFS-3.4 (legacy projection), records in label order.
 
     Every segment is an ordinary name (no JavaScript object-prototype collisions, M1).
     """
@@ -301,7 +301,7 @@ def _collect_v1(reader: LocalRepo, revision: Revision) -> list[MemoryRecord]:
 
 class _RenderCache:
     """Rendered memory by (repository, root tree id): the rendering is a pure function of the
-    tree's content, so a hit is identical to a fresh compile (memfs.md R3.9). The repository is its
+    tree's content, so a hit is identical to a fresh compile (MEMFS-R3.9). The repository is its
     common git directory, so a linked worktree (compaction reads core memory in one, C9, on most
     turns of a long session) shares the main checkout's entries instead of rendering again."""
 
@@ -346,7 +346,7 @@ def _render_tree(reader: LocalRepo, resolved: Revision) -> tuple[MemoryFormat, s
 def _collect(
     memory_dir: str | os.PathLike[str], revision: str
 ) -> tuple[str | None, MemoryFormat, str]:
-    """(revision, format, rendered memory); every git failure degrades (memfs.md 3.2)."""
+    """(revision, format, rendered memory); every git failure degrades (MEMFS-3.2)."""
     commit: str | None = None
     try:
         with open_repo(memory_dir) as reader:
@@ -390,7 +390,7 @@ def compile_system_prompt(
     ``conversation_id`` None prints ``default`` in the v1 metadata block (letta-code's default
     conversation). An unknown ``revision`` compiles as "no revision", like a repository without
     commits. A git failure after the revision resolved keeps the revision and renders no files
-    (memfs.md 3.2 step B).
+    (MEMFS-3.2 step B).
     """
     moment = now if now is not None else datetime.now(UTC)
     memfs_revision, memory_format, memory = _collect(memory_dir, revision or "HEAD")

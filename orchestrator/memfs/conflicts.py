@@ -2,7 +2,7 @@
 subagent): the unmerged paths, each side's version of one, and marking one resolved. The git
 command lines stay in memfs; the resolver decides what to write. Each verb runs git in a worker
 thread as the harness (``memfs.git.arun``), never raises for a path git does not know (it answers
-"none" instead), and treats paths exactly as stored (DECISIONS M2).
+"none" instead), and treats paths exactly as stored (M2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tree constraints of the pre-commit validator and ``.memfs.config.json`` (memfs.md 4.6-4.7).
+"""Tree constraints of the pre-commit validator and ``.memfs.config.json`` (MEMFS-4.6 to MEMFS-4.7).
 
 Pure: the caller hands in the index listing, the accepted tree and blob contents. The config is
 parsed the way the reference's JavaScript parses it (``JSON.parse`` plus safe-integer checks), so
@@ -325,10 +325,10 @@ def tree_constraint_errors(
     require_root_marker: bool,
     accepted: Mapping[str, Entry],
 ) -> list[str]:
-    """The tree check of memfs.md 4.6 over ``index`` (in index order), errors in the reference's order.
+    """The tree check of MEMFS-4.6 over ``index`` (in index order), errors in the reference's order.
 
     ``read(path)`` gives a staged blob; ``accepted`` is the tree before this change (``HEAD``, or empty
-    when unborn, R4.5). Entries compare by mode and object id, which is comparing mode and bytes.
+    when unborn, MEMFS-R4.5). Entries compare by mode and object id, which is comparing mode and bytes.
     """
     markdown = [p for p in index if p.endswith(".md")]
     paths = set(markdown)

@@ -1,4 +1,4 @@
-"""Frontmatter parsing exactly as letta-code's ``parseFrontmatter`` (memfs.md section 2).
+"""Frontmatter parsing exactly as letta-code's ``parseFrontmatter`` (MEMFS-2).
 
 No YAML library: the reference parser is deliberately small (no quote stripping, no escapes, no
 flow sequences) and the compiled prompt must match it byte for byte.
@@ -61,14 +61,14 @@ class Frontmatter:
 
 
 def normalize_newlines(text: str) -> str:
-    """Drop one leading BOM, then CRLF and lone CR become LF (memfs.md 2.1 step 1)."""
+    """Drop one leading BOM, then CRLF and lone CR become LF (MEMFS-2.1 step 1)."""
     if text.startswith("\ufeff"):
         text = text[1:]
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _find_block(text: str) -> tuple[str, str] | None:
-    """(frontmatter text, raw body) per the lazy regex of memfs.md 2.1 step 2."""
+    """(frontmatter text, raw body) per the lazy regex of MEMFS-2.1 step 2."""
     if not text.startswith("---\n"):
         return None
     j = text.find("\n---", 4)
@@ -163,7 +163,7 @@ def _parse_fields(block: str) -> dict[str, FrontmatterValue]:
 
 
 def parse_frontmatter(text: str) -> Frontmatter:
-    """Parse ``text`` (a blob decoded as UTF-8 with replacement) per memfs.md 2.1-2.2.
+    """Parse ``text`` (a blob decoded as UTF-8 with replacement) per MEMFS-2.1 to MEMFS-2.2.
 
     Without a frontmatter block the body is the normalised text, untrimmed; with one, the body is
     JS-trimmed on both ends.

@@ -26,7 +26,7 @@ What the process runner owns, for every caller:
   exported (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are removed unless the caller runs *inside* a git
   hook and wants exactly those (``inherit_location=True``); ``harness=True`` adds reverie's own
   identity and the ``-c`` flags for unsigned commits and bypassed hooks (reverie validates
-  in-process, DECISIONS S21);
+  in-process, S21);
 * **encoding**: output is kept as bytes (``out``/``err``); ``stdout``/``stderr`` decode it as UTF-8
   with ``surrogateescape``, so a path that is not UTF-8 round-trips to the bytes git stored (M2);
 * **errors**: one :class:`GitError` (GitPython's ``GitCommandError`` is translated here), whose
@@ -43,8 +43,7 @@ imported with the first git process (:func:`_gitpython`), not with this module, 
 every command import.
 
 Longer than most modules on purpose: the seam is the one place that knows how reverie talks to git
-(issue 15 item 4, issue 24 item 1), so the process runner and the in-process handle live together,
-in two sections.
+(O1), so the process runner and the in-process handle live together, in two sections.
 """
 
 from __future__ import annotations
@@ -464,7 +463,7 @@ class Revision:
 @dataclass(frozen=True, slots=True)
 class TreeEntry:
     """One tree entry; ``path`` is repository-relative with ``/`` separators, exactly the bytes
-    stored in the tree decoded as UTF-8 (DECISIONS M2, S14): no quoting, no trimming; bytes that
+    stored in the tree decoded as UTF-8 (M2, S14): no quoting, no trimming; bytes that
     are not UTF-8 are kept with ``surrogateescape`` so the name round-trips (:func:`display_path`
     gives printable text)."""
 
@@ -1336,10 +1335,10 @@ class PathLRU(Generic[V]):
 
 
 class RepoPool:
-    """At most ``size`` open repositories, least recently used closed first (DECISIONS S26).
+    """At most ``size`` open repositories, least recently used closed first (S26).
 
     Keyed by the directory's real path (:class:`PathLRU`). Only a repository's top level opens: a
-    plain folder inside another repository is "no repository" (memfs M6).
+    plain folder inside another repository is "no repository" (M6).
     """
 
     def __init__(self, size: int = 256) -> None:
@@ -1431,7 +1430,7 @@ def open_repo(directory: str | os.PathLike[str]) -> AbstractContextManager[Local
 def list_tree_entries(memory_dir: str | os.PathLike[str], revision: str = "HEAD") -> list[TreeEntry] | None:
     """Every file entry (blobs, symlinks, submodules) at ``revision``, as ``git ls-tree -r -z``.
 
-    None when there is no revision ("no revision", memfs.md 3.2 step A / DECISIONS M6: a missing
+    None when there is no revision ("no revision", MEMFS-3.2 step A / M6: a missing
     directory, not a repository, not its top level, no commits, a name that is no commit).
     Blocking. :class:`GitError` if libgit2 fails mid-walk."""
     with open_repo(memory_dir) as repo:

@@ -7,7 +7,7 @@ on top of the runner's (GitPython, ~45 ms, measured: the hook's imports went fro
 when the runner moved to GitPython). So the staged snapshot (the hook's, and reverie's own commits') is read with git processes through
 the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
 NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as stored
-(DECISIONS M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
+(M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
 audit after every turn and before every merge) runs inside reverie, where libgit2 is loaded
 anyway, so it is read in-process through the seam's ``LocalRepo``, names decoded from the raw
 tree bytes (M2 again), and an audit starts no process. Git inherits the caller's environment, so
@@ -227,7 +227,7 @@ def _local_blobs(local: LocalRepo, oids: Iterable[str]) -> dict[str, bytes]:
 
 
 def audit_policy(repo: Path, revision: str, marker_in_tree: bool) -> LayoutPolicy:
-    """The audit's policy (memfs.md 1.5): the file's choice, refined by history for ``root-marker``."""
+    """The audit's policy (MEMFS-1.5): the file's choice, refined by history for ``root-marker``."""
     with open_repo(repo) as local:
         common = local.common_dir if local is not None else None
         try:

@@ -1,4 +1,4 @@
-"""The ``git`` wrapper the bash tool puts first on ``PATH`` (DECISIONS D1).
+"""The ``git`` wrapper the bash tool puts first on ``PATH`` (D1).
 
 An agent's own ``git commit`` in its memory repository must take the same per-repository lock
 as reverie's merge-back and post-turn sync, or a merge could be starved by a busy agent (or
@@ -10,7 +10,7 @@ not wait for themselves, and exits with git's status. Read-only commands run wit
 ``GIT_OPTIONAL_LOCKS=0`` so a ``git status`` never takes ``index.lock`` from under a merge.
 A commit (``commit``, ``merge``, ``rebase``, ...) that fails leaves a record beside the lock
 (``reverie-commit-failed.json``: the command, its exit status and git's first error line), which
-the post-turn check turns into a warning and a reminder (issue 23 item 2); one that succeeds
+the post-turn check turns into a warning and a reminder (A2); one that succeeds
 removes it.
 
 Where it lives: ``<git common dir>/reverie/bin/git``, a ``/bin/sh`` script (:data:`SHELL_SOURCE`)
@@ -52,7 +52,7 @@ def lock_held_value(common_dir: Path) -> str:
     return f"held:{common_dir}"
 
 
-WRAPPER_SOURCE = r'''"""reverie's git wrapper, the slow path (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit."""
+WRAPPER_SOURCE = r'''"""reverie's git wrapper, the slow path (D1); written by orchestrator.memfs.gitwrap, do not edit."""
 import os
 import sys
 
@@ -210,7 +210,7 @@ main()
 '''
 
 SHELL_SOURCE = r"""#!/bin/sh
-# reverie's git wrapper (DECISIONS D1); written by orchestrator.memfs.gitwrap, do not edit.
+# reverie's git wrapper (D1); written by orchestrator.memfs.gitwrap, do not edit.
 # The fast path: what it cannot settle exactly goes to the Python wrapper beside it.
 set -f
 PY={python}

@@ -1,4 +1,4 @@
-"""The glob dialect of ``.memfs.config.json`` (memfs.md 4.8).
+"""The glob dialect of ``.memfs.config.json`` (MEMFS-4.8).
 
 Patterns match a whole repository-relative path, case-sensitively. ``**/`` is zero or more whole
 directories, a final ``**`` is anything (``/`` included), ``*`` is a run of non-``/`` characters and
@@ -49,7 +49,7 @@ def glob_matches(pattern: str, path: str) -> bool:
 
 
 def pattern_error(pattern: object, label: str) -> str | None:
-    """The config error for an unusable pattern (memfs.md 4.7 pattern check), else None."""
+    """The config error for an unusable pattern (MEMFS-4.7 pattern check), else None."""
     if (
         not isinstance(pattern, str)
         or not pattern

@@ -1,4 +1,4 @@
-"""What a git process reverie starts may read and run (issue 23 item 1): repository-local
+"""What a git process reverie starts may read and run (A1): repository-local
 configuration and layout are data, never code.
 
 A model's ``bash`` runs in the memory repository, whose ``.git`` must stay writable for its commits
@@ -17,7 +17,7 @@ command with reverie's own environment. Two rules close that, and this module ow
   ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE`` as checked, so a file planted after the check is never
   followed (git reads no ``commondir`` or ``.git`` file when they are set).
 * **Configuration cannot name a program.** :func:`hardening` gives every process settings that
-  outrank every config file: no fsmonitor, no hooks (reverie validates in-process, DECISIONS S21),
+  outrank every config file: no fsmonitor, no hooks (reverie validates in-process, S21),
   ``cat`` as pager, no askpass, no signing, no ``ext::`` transport (``GIT_ALLOW_PROTOCOL`` is
   ``file:https:http:ssh``, so a memory remote over ``git://`` is refused); every filter driver any config file defines is
   emptied and made optional, every merge driver becomes ``git merge-file``, and for the

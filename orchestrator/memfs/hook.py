@@ -1,4 +1,4 @@
-"""The pre-commit hook: ``python -m orchestrator.memfs.hook`` and its installer (memfs.md 4.1-4.4).
+"""The pre-commit hook: ``python -m orchestrator.memfs.hook`` and its installer (MEMFS-4.1 to MEMFS-4.4).
 
 The installed ``.git/hooks/pre-commit`` is a two-line shell script that execs the interpreter
 reverie runs in (absolute ``sys.executable``) on this module, so it works from a plain shell
@@ -143,7 +143,7 @@ def _write_if_changed(path: Path, text: str, mode: int | None = None) -> None:
 
 
 def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = ROOT_MARKER) -> Path:
-    """Write the pre-commit hook (0755) and the layout policy file, overwriting both (R4.1).
+    """Write the pre-commit hook (0755) and the layout policy file, overwriting both (MEMFS-R4.1).
 
     The hooks directory is git's (``core.hooksPath`` when set, else the common directory's
     ``hooks``, shared by linked worktrees); the policy goes to ``<git common dir>/letta-memory-layout-policy``
@@ -164,7 +164,7 @@ def install_hook(repo_dir: str | os.PathLike[str], policy: LayoutPolicy | str = 
 
 def _repair_hooks_path(repo: Path, hooks: Path, common: Path) -> Path:
     """``core.hooksPath`` names something that is not a folder (``/dev/null``: a command that wanted
-    the validation hook gone, issue 23 item 6). Set in the repository's own config, it is unset with
+    the validation hook gone, A6). Set in the repository's own config, it is unset with
     a warning (the hook goes back to ``<common>/hooks``); set in the user's own files, it is refused
     in one line naming the fix, as reverie cannot guard commits typed by hand without its hook."""
     mine = run(repo, "config", "--local", "--get", "core.hooksPath", check=False)

@@ -2,7 +2,7 @@
 
 Why it exists: git starts the hook as a new process at every commit, and a hook that validates by
 itself pays an interpreter, reverie's validator and five git reads each time: most of the agent's
-edit-and-commit tool step (issue 29, ``bench/commit.py``). The process that ran the tool already has
+edit-and-commit tool step (P6, ``bench/commit.py``). The process that ran the tool already has
 all of that loaded, so the bash tool names this service's socket in ``REVERIE_HOOK_SOCKET`` and the
 hook (``memfs/hook.py``) asks here first. The service reads the commit's index, ``HEAD`` and blobs
 through libgit2 (``gitsnapshot.read_staged_snapshot_local``: no git process, so no process runner

@@ -1,4 +1,4 @@
-"""Git's own lock files under load and after a crash (DECISIONS D1; issue 23 item 2).
+"""Git's own lock files under load and after a crash (D1; A2).
 
 Inside reverie every index- or ref-writing command holds the repository lock, so git's
 ``index.lock`` (and ref ``.lock`` files) can only be contended by a process outside reverie: an
@@ -196,7 +196,7 @@ def _who_may_hold(
     """Where a git holding ``lock`` runs. git may close a lock file before renaming it into place
     (``commit -a`` closes ``index.lock``, then commits), so a live git working in the right
     checkout keeps it: a linked worktree's ``index.lock`` or ``HEAD.lock`` belongs to a git in that
-    worktree (issue 28: recovery took a writer's for stale mid-commit; the commit was made but
+    worktree (O9: recovery took a writer's for stale mid-commit; the commit was made but
     reported failed), the main checkout's to a git in the main checkout, a ref's to a git anywhere.
     Asking only where it matters keeps a busy worktree from pinning every stale lock."""
     relative = lock.relative_to(common)

@@ -1,7 +1,7 @@
-"""Path classification for MemFS repositories (memfs.md 1.2-1.7).
+"""Path classification for MemFS repositories (MEMFS-1.2 to MEMFS-1.7).
 
 Pure functions over repository-relative paths. Paths read from git are used exactly as stored
-(DECISIONS M2): a backslash is an ordinary file-name character there, so callers holding git paths
+(M2): a backslash is an ordinary file-name character there, so callers holding git paths
 pass them straight in. ``normalize_path`` (backslash to slash) exists for paths typed by a user or
 a tool on Windows-style input and is applied by the ``*_path`` predicates only when asked via
 ``normalize=True``.
@@ -47,7 +47,7 @@ _INDEX_NAME: Final = "MEMORY.md"
 
 
 def normalize_path(path: str) -> str:
-    """Replace every backslash with a slash and nothing else (memfs.md 1.2)."""
+    """Replace every backslash with a slash and nothing else (MEMFS-1.2)."""
     return path.replace("\\", "/")
 
 
@@ -67,7 +67,7 @@ def is_skills_path(path: str) -> bool:
 
 
 def is_core_memory_path(path: str, memory_format: MemoryFormat, *, normalize: bool = False) -> bool:
-    """Core memory per memfs.md 1.2: v2 root Markdown (``MEMORY.md`` included), v1 ``system/``."""
+    """Core memory per MEMFS-1.2: v2 root Markdown (``MEMORY.md`` included), v1 ``system/``."""
     p = normalize_path(path) if normalize else path
     if not is_markdown_path(p):
         return False
@@ -77,7 +77,7 @@ def is_core_memory_path(path: str, memory_format: MemoryFormat, *, normalize: bo
 
 
 def required_indexes_for(path: str) -> list[str]:
-    """The ``<dir>/MEMORY.md`` paths the index-chain rule (memfs.md 1.3) requires, top first."""
+    """The ``<dir>/MEMORY.md`` paths the index-chain rule (MEMFS-1.3) requires, top first."""
     segments = path.split("/")[:-1]
     required: list[str] = []
     prefix = ""
@@ -102,7 +102,7 @@ def is_projected_memory_path(
     *,
     normalize: bool = False,
 ) -> bool:
-    """Memory under the index-chain rule (memfs.md 1.2); does not check the ``.md`` suffix.
+    """Memory under the index-chain rule (MEMFS-1.2); does not check the ``.md`` suffix.
 
     ``all_paths`` is used as given. A child index witnesses its own directory.
     """
@@ -133,18 +133,18 @@ def child_index_directory(index_path: str) -> str:
 
 
 def label_from_path(path: str, *, normalize: bool = False) -> str:
-    """Path with one trailing ``.md`` removed (memfs.md 1.4): ``.md`` gives ``""``."""
+    """Path with one trailing ``.md`` removed (MEMFS-1.4): ``.md`` gives ``""``."""
     p = normalize_path(path) if normalize else path
     return p[: -len(MARKDOWN_SUFFIX)] if p.endswith(MARKDOWN_SUFFIX) else p
 
 
 def detect_tree_format(markdown_paths: Collection[str]) -> MemoryFormat:
-    """The compiler's rule (memfs.md 1.5): v2 iff the tree's paths contain exactly ``MEMORY.md``."""
+    """The compiler's rule (MEMFS-1.5): v2 iff the tree's paths contain exactly ``MEMORY.md``."""
     return MEMFS_V2 if ROOT_INDEX in markdown_paths else MEMFS_V1
 
 
 def detect_memory_format(memory_dir: str | Path) -> MemoryFormat:
-    """Working-tree detector (memfs.md 1.2) for tools that write files; never for prompt purposes.
+    """Working-tree detector (MEMFS-1.2) for tools that write files; never for prompt purposes.
 
     Does I/O (one ``stat``); kept here because it is a one-line layout rule.
     """

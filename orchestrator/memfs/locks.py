@@ -1,4 +1,4 @@
-"""The per-repository lock (DECISIONS D1, R3; turn-loop.md 5.15 "Locking").
+"""The per-repository lock (D1, R3; TURN-5.15 "Locking").
 
 D1: every git command that writes a memory repository's index or refs takes this lock first, then
 git takes its own locks. Holders: reverie's merge-back and recovery, the harness's own commits,
@@ -132,7 +132,7 @@ def _release(waiter: FlockWaiter, owner: Path | None, token: str) -> None:
 
 def _take(waiter: FlockWaiter, wait: bool) -> bool:
     """``waiter.acquire``; a lock file that cannot be made (a read-only memory directory) is one
-    line naming the folder (issue 23 item 9), not an ``OSError`` traceback."""
+    line naming the folder (A9), not an ``OSError`` traceback."""
     try:
         return waiter.acquire(wait)
     except FileNotFoundError:

@@ -1,9 +1,9 @@
-"""Merge-back of a subagent branch into the memory checkout (DECISIONS D1-D3, R2-R4, M8).
+"""Merge-back of a subagent branch into the memory checkout (D1-D3, R2-R4, M8).
 
 Under the repository lock (D1): the branch is rebased onto the parent's current ``HEAD`` **in the
 worktree** (so a conflict never touches the user's checkout), the candidate tree is audited
 in-process (M8), and the parent fast-forwards (updating its working tree, refusing to overwrite
-uncommitted changes). The lock is never held across a model call (issue 23 item 5): a conflict the
+uncommitted changes). The lock is never held across a model call (A5): a conflict the
 resolver is to reconcile stops the locked phase with the rebase left in progress in the worktree,
 the resolver works there without the lock (its own ``git`` calls take it briefly through the
 wrapper), and a new locked phase rebases the resolved commits onto whatever ``HEAD`` is by then
@@ -42,9 +42,9 @@ Merge-back therefore starts from the branch as committed: a rebase an earlier me
 is aborted first (or dropped and the branch checked out again), never continued or built on; a
 rebase that fails without a conflict is ``failed``, not ``kept``; and the parent's fast-forward puts
 back every file it wrote before failing, so no half-done checkout is left for a ``commit -a`` to
-sweep into someone else's commit (issue 28).
+sweep into someone else's commit (O9).
 
-Fault injection (DECISIONS S29) goes through :mod:`orchestrator.base.faults`; merge-back's steps,
+Fault injection (S29) goes through :mod:`orchestrator.base.faults`; merge-back's steps,
 in order (:data:`FAULT_STEPS`): ``locked`` (lock held, nothing done), ``before-rebase`` (pre-rebase
 ref written), ``between-rebase-and-ff`` (branch rebased, parent untouched), ``after-ff`` (parent
 fast-forwarded, refs not yet cleaned).
@@ -269,7 +269,7 @@ async def _abort_rebase(worktree: Path, branch: str) -> None:
     What a full disk leaves is not always what ``rebase --abort`` expects. An abort that failed
     part-way leaves files of the branch's commits untracked, and git then refuses to abort again
     ("untracked working tree files would be overwritten"): the worktree's uncommitted files (never
-    committed, turn-loop 5.15) are discarded and it is tried once more. A rebase that could not
+    committed, TURN-5.15) are discarded and it is tried once more. A rebase that could not
     write its own state (no ``onto``) cannot be aborted at all ("invalid onto"): it is dropped with
     ``--quit`` and ``branch`` checked out again. Either way the branch ref itself is untouched: git
     moves it only when a rebase finishes."""
@@ -291,11 +291,11 @@ async def _abort_rebase(worktree: Path, branch: str) -> None:
 async def _clean_worktree(worktree: Path, branch: str) -> str:
     """The branch as committed, in a clean worktree: its HEAD.
 
-    Uncommitted edits are discarded (never committed, turn-loop 5.15 step 2). A rebase an earlier
+    Uncommitted edits are discarded (never committed, TURN-5.15 step 2). A rebase an earlier
     merge left in progress (its own abort failed: the disk was full) is aborted first, which puts
     the branch and ``HEAD`` back on the commits as made: resetting the files alone would leave
     ``HEAD`` on the rebase's detached, half-replayed copies, and a merge from there brings in only
-    the commits replayed so far and leaves the sequencer armed in a worktree still in use (issue 28:
+    the commits replayed so far and leaves the sequencer armed in a worktree still in use (O9:
     the full-disk stress's commits dropped from, or folded into, the merged copies)."""
     if await _rebasing(worktree):
         await _abort_rebase(worktree, branch)
@@ -624,7 +624,7 @@ async def finalize_worktree(
     audit: AuditFn = default_audit,
     resolver: Resolver | None = None,
 ) -> MergeOutcome:
-    """Finalise a subagent run (turn-loop 5.15): merge or keep, then always remove the worktree.
+    """Finalise a subagent run (TURN-5.15): merge or keep, then always remove the worktree.
 
     A failed run that left commits keeps its branch unmerged (``failed`` reason). The branch is
     deleted only when ``HEAD`` contains its commits. Cleanup is shielded from cancellation.

@@ -2,7 +2,7 @@
 
 They live apart from the code that uses them (merge-back, worktrees, the merge lock) so a cheap
 check such as :func:`orchestrator.memfs.tidy.nothing_to_recover` can read them without importing
-that code before a chat's first request (issue 14.4).
+that code before a chat's first request (P1).
 """
 
 from __future__ import annotations

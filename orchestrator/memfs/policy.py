@@ -1,7 +1,7 @@
-"""Layout policies and the policy file that steers the hook (memfs.md 4.2).
+"""Layout policies and the policy file that steers the hook (MEMFS-4.2).
 
 The file keeps the reference's name and place (``<git common dir>/letta-memory-layout-policy``, the
-policy name plus LF) so repositories stay interchangeable with letta-code (R4.3).
+policy name plus LF) so repositories stay interchangeable with letta-code (MEMFS-R4.3).
 """
 
 from __future__ import annotations

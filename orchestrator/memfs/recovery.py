@@ -1,4 +1,4 @@
-"""Start-up reconciliation of a memory repository (DECISIONS R6; turn-loop 5.15 "Recovery").
+"""Start-up reconciliation of a memory repository (R6; TURN-5.15 "Recovery").
 
 After a crash (``kill -9`` included) reverie's worktrees, branches and locks may be left in any
 intermediate state of merge-back. :func:`recover` brings them back to a clean, valid state
@@ -85,7 +85,7 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     deleted: list[str] = []
     restored: list[str] = []
     async with merge_lock(repo, common_dir=common):
-        # issue 23 item 2: git's lock files that nothing holds go at once, before any commit
+        # A2: git's lock files that nothing holds go at once, before any commit
         stale = tuple(await blocking.run_sync("files", partial(clear_stale_git_locks, common, repo)))
         async with worktree_admin_lock(repo, common_dir=common):
             await prune_worktrees(repo)

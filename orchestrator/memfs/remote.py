@@ -1,5 +1,5 @@
 """A memory repository and its ``origin`` remote: how far ahead of its upstream it is, push, and
-``pull --rebase`` (turn-loop.md 4.2). The post-turn sync decides when to call these and retries
+``pull --rebase`` (TURN-4.2). The post-turn sync decides when to call these and retries
 them on transient errors; the git command lines, the network timeout and the error type are here
 and in the git seam, so no layer above memfs builds them.
 """

@@ -3,7 +3,7 @@
 Everything here is synchronous and blocking; async callers use ``orchestrator.base.blocking.run_sync``.
 Questions (is it a repository, its ``HEAD``, its status) are answered in-process through the git
 seam's libgit2 handle; only writes (init, add, commit) start git. Reverie's own commits run the
-validator in-process and then commit with hooks bypassed (DECISIONS S21), so a harness commit
+validator in-process and then commit with hooks bypassed (S21), so a harness commit
 costs no interpreter start-up while a commit typed by hand in a shell is still guarded by the
 installed hook.
 """
@@ -99,7 +99,7 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class RepoStatus:
-    """The post-turn sync's view of a checkout (turn-loop.md 4.2)."""
+    """The post-turn sync's view of a checkout (TURN-4.2)."""
 
     initialized: bool
     revision: str | None
@@ -196,7 +196,7 @@ def init_memory_repo(
 
 
 def _revive_branch(path: Path) -> str | None:
-    """A repository whose ``HEAD`` names no commit (issue 23 item 3): its branch put back at the
+    """A repository whose ``HEAD`` names no commit (A3): its branch put back at the
     newest commit its reflog (or ``HEAD``'s) names, with a warning; None when the repository holds
     nothing at all (a bare ``git init``: the defaults go in); :class:`RepositoryRefused` in one line,
     naming the fix, when it has history the reflog cannot restore. Never reinitialised: a deleted
@@ -288,7 +288,7 @@ def commit_memory(
 
 
 def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, allow_empty: bool) -> CommitResult:
-    """``commit_memory`` under the repository lock (DECISIONS D1)."""
+    """``commit_memory`` under the repository lock (D1)."""
     if paths is None:
         _retry_index_lock(path, "add", "-A")
     elif paths:
@@ -339,7 +339,7 @@ def _retry_index_lock(path: Path, *args: str) -> None:
 
 
 def repo_status(path: Path, *, layout: Layout | None = None) -> RepoStatus:
-    """State checks 1-3 of turn-loop.md 4.2 plus whether an ``origin`` remote exists. ``layout``:
+    """State checks 1-3 of TURN-4.2 plus whether an ``origin`` remote exists. ``layout``:
     the caller's :func:`~orchestrator.memfs.guard.locate` of ``path``, just made (the post-turn
     check locates once for all its steps: each look is three file-system calls)."""
     if layout is None:
@@ -466,7 +466,7 @@ _SETTLED_WHOLE_SECONDS_NS = 2_000_000_000
 
 
 def repair_index(path: Path, *, layout: Layout | None = None) -> bool:
-    """Rebuild a corrupt index of the checkout at ``path`` from ``HEAD`` (issue 23 item 9), keeping
+    """Rebuild a corrupt index of the checkout at ``path`` from ``HEAD`` (A9), keeping
     the damaged file as ``index.corrupt`` beside it; True when it did. The working tree is not
     touched: what was staged and not committed stays in the files, unstaged. Blocking; call with
     the repository lock held. ``layout`` as :func:`repo_status` takes it."""

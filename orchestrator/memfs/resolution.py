@@ -1,4 +1,4 @@
-"""Resolving a rebase conflict inside the rebase (DECISIONS D3), without the repository lock.
+"""Resolving a rebase conflict inside the rebase (D3), without the repository lock.
 
 With the ``resolve`` merge policy, a conflict met while merge-back rebases a branch is handed to
 a *resolver*: any callable taking a :class:`Conflict` (the composition root wires in the resolver

@@ -1,16 +1,16 @@
-"""Per-file frontmatter rules of the pre-commit hook (memfs.md 4.5).
+"""Per-file frontmatter rules of the pre-commit hook (MEMFS-4.5).
 
 These are the hook's own line-based checks, deliberately not the compiler's parser
 (``frontmatter.parse_frontmatter``): content is split on LF without normalising BOM or CRLF, so a
 file the compiler would read can still be rejected here (``---\\r`` does not open frontmatter).
 Every message starts with ``{path}: `` and is the reference's text byte for byte, except
-``name_error``: reverie's own rule (DECISIONS D10, a deliberate deviation) against names that would
-inject markup into the compiled prompt (``<``, ``>``, control characters) and, where the spec is
-silent, names that are not UTF-8 (they cannot be shown or labelled faithfully). Its message shows
+``name_error``: reverie's own rule (D10, a deliberate deviation) against names that would
+inject markup into the compiled prompt (``<``, ``>``, control characters) and, a choice of reverie's
+own, names that are not UTF-8 (they cannot be shown or labelled faithfully). Its message shows
 the path with those characters escaped, so it stays one line. ``name_error`` also refuses a name
 whose label would be one of reverie's structural tags (``markup.STRUCTURAL_TAGS``: a root file
 ``system-reminder.md`` renders as a ``<system-reminder>`` block), and ``markup_errors`` a
-``description`` or ``name`` field holding such a tag or the file's own label (issue 23 item 7). That
+``description`` or ``name`` field holding such a tag or the file's own label (A7). That
 rule reads the fields with the compiler's parser, since what it guards is what the prompt shows.
 """
 

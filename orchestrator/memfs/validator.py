@@ -1,7 +1,7 @@
-"""Pre-commit validation of a MemFS repository: one verdict and one report (memfs.md 4.4-4.11).
+"""Pre-commit validation of a MemFS repository: one verdict and one report (MEMFS-4.4 to MEMFS-4.11).
 
 ``validate_snapshot`` is the pure core: the hook (``hook.py``) and reverie's own commits
-(``validate_staged``, DECISIONS S21) both go through it, so their verdicts and reports are
+(``validate_staged``, S21) both go through it, so their verdicts and reports are
 identical. ``audit_snapshot`` checks a committed tree the same way (M8, S13). The I/O entry points
 read git with blocking subprocesses; async callers run them in a worker thread.
 
@@ -11,7 +11,7 @@ constraints print the "blocked this commit" report, audits print ``Memory constr
 D10 (reverie's own rule, checked first and reported alone): a name this commit adds must not contain
 ``<``, ``>``, a control character or non-UTF-8 bytes, nor render as one of reverie's structural
 tags (``rules.name_error``); with it, a Markdown file this commit adds or changes must not hold such a
-tag in its ``description`` or ``name`` (``rules.markup_errors``, issue 23 item 7). Files the commit
+tag in its ``description`` or ``name`` (``rules.markup_errors``, A7). Files the commit
 does not touch are not judged, so a repository that already has one keeps committing; the compiler
 neutralises what is there.
 Chosen where the reference is silent: a symlinked Markdown file is checked by its blob (the link
@@ -187,7 +187,7 @@ def _legacy_frontmatter(snapshot: Snapshot, *, audit: bool) -> list[str]:
 def _constraints(
     snapshot: Snapshot, policy: LayoutPolicy, env: Mapping[str, str], *, audit: bool, require_root_marker: bool
 ) -> list[str]:
-    """The validator script's flow (memfs.md 4.6), from the protection check to the tree check."""
+    """The validator script's flow (MEMFS-4.6), from the protection check to the tree check."""
     index, head = snapshot.index, snapshot.head or {}
     errors: list[str] = []
     if not audit and index.get(CONFIG_PATH) != head.get(CONFIG_PATH) and not change_approved(env):
@@ -232,7 +232,7 @@ def _run_constraints(snapshot: Snapshot, policy: LayoutPolicy, marker: bool) -> 
 def validate_snapshot(
     snapshot: Snapshot, policy: LayoutPolicy, env: Mapping[str, str] = MappingProxyType({})
 ) -> ValidationResult:
-    """The hook's verdict on a staged index (memfs.md 4.4): frontmatter stage, then tree constraints."""
+    """The hook's verdict on a staged index (MEMFS-4.4): frontmatter stage, then tree constraints."""
     head = snapshot.head or {}
     marker = "MEMORY.md" in snapshot.index or "MEMORY.md" in head
     use_v2 = policy == SHARED_MEMORY or (policy == ROOT_MARKER and marker)
@@ -300,7 +300,7 @@ def audit_head(
 
     ``base`` is the accepted tree read-only files are compared with; default the revision's first
     parent (an empty tree for a root commit). A repository without commits is valid. The policy is
-    resolved as the reference's audit does (memfs.md 1.5).
+    resolved as the reference's audit does (MEMFS-1.5).
     """
     repo = Path(repo_dir)
     snapshot = gitsnapshot.read_commit_snapshot(repo, revision, base)

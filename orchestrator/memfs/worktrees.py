@@ -1,17 +1,17 @@
-"""Git worktrees for background subagents (turn-loop.md 5.6, 5.15; DECISIONS R1).
+"""Git worktrees for background subagents (TURN-5.6, TURN-5.15; R1).
 
 A subagent never touches the user's memory checkout: it works in its own linked worktree on a
 branch ``reverie/<kind>/<id>`` (``kind`` is ``reflection`` for reflections). The id is
 ``<ts>-<id8>`` where ``ts`` is the UTC time as ISO-8601 basic format ``YYYYmmddTHHMMSSZ``
 (e.g. ``20261009T154210Z-3f2a9c1d``): letta-code writes 14 bare digits, reverie adds ``T`` and
-``Z`` so the time is unambiguous wherever the branch name is shown (DECISIONS T5). Ids in
+``Z`` so the time is unambiguous wherever the branch name is shown (T5). Ids in
 letta-code's 14-digit form are still recognised when listing.
 
 Everything goes through the git seam in a worker thread, never on the event loop. Listing
 branches and worktrees, resolving the base, adding (branch and checkout), removing and pruning a
 worktree are done in-process (libgit2, and the worktree records git keeps under ``<common
 dir>/worktrees``, which libgit2 and git share); no hook runs, as with git and reverie's bypassed
-hooks (DECISIONS S21).
+hooks (S21).
 """
 
 from __future__ import annotations

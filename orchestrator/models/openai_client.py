@@ -2,7 +2,7 @@
 
 Why it looks the way it does:
 
-* The SDK is built with ``max_retries=0`` (DECISIONS S26): tenacity owns retries, so every retry
+* The SDK is built with ``max_retries=0`` (S26): tenacity owns retries, so every retry
   honours ``Retry-After`` the same way and tests inject the sleep (S25) instead of waiting.
 * Calls always stream. A stream that stays silent longer than ``idle_timeout`` (S20: 60 s) is cut
   with ``fail_after`` and counts as transient, like 429, 5xx, timeouts, resets and a stream
@@ -15,7 +15,7 @@ Why it looks the way it does:
   inside a running loop would otherwise read files on the event-loop thread.
 * When a retry follows a stream that already sent text to ``on_text``, the repeated prefix is not
   sent again; only text beyond what was shown is.
-* Bounds (DECISIONS D12): each attempt has a total deadline (``request_timeout``, default 600 s)
+* Bounds (D12): each attempt has a total deadline (``request_timeout``, default 600 s)
   and a size cap (``max_response_chars``, default 1,000,000 characters of text and tool-call
   arguments). Going over either cuts the stream and counts as one transient failure, so the usual
   retries apply; when they are spent the error carries the last attempt's partial text, never more
@@ -299,7 +299,7 @@ class OpenAIModel(ModelClient):
         """The SDK client, built in a worker thread: TLS setup reads certificate files. The SDK's
         first request asks ``platform`` for its headers, which runs ``uname -p`` (~6 ms, once per
         process); started beside the build, that child's wait overlaps the build's CPU instead of
-        delaying the first request (issue 14.4)."""
+        delaying the first request (P1)."""
         if self._client is None:
             async with create_task_group() as tg:
                 tg.start_soon(blocking.run_sync, "files", platform.platform)
@@ -335,7 +335,7 @@ class OpenAIModel(ModelClient):
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
         """The first attempt is made before tenacity is imported (a chat's first request waits for
-        nothing but the SDK, issue 14.4); a transient failure of it is replayed as the first attempt
+        nothing but the SDK, P1); a transient failure of it is replayed as the first attempt
         of tenacity's loop, so retries count, wait and report exactly as if tenacity had made it."""
         relay = _TextRelay(on_text)
         relay.new_attempt()
@@ -468,7 +468,7 @@ class OpenAIModel(ModelClient):
         # The messages and tools go in ``extra_body``, which the SDK merges into the JSON as given:
         # as keyword arguments it walks every message and schema against its TypedDicts (renaming
         # nothing here: ``to_wire_messages`` builds the wire form), ~10 ms of CPU for a 40-message
-        # conversation, growing with it, at every request of a session (issue 29).
+        # conversation, growing with it, at every request of a session (P8).
         wire = {key: params[key] for key in _AS_GIVEN if key in params}
         rest = {key: value for key, value in params.items() if key not in wire}
         with fail_after(self.idle_timeout):

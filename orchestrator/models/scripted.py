@@ -1,6 +1,6 @@
 """The embedded, deterministic, offline model: reverie's default when no endpoint is configured.
 
-It is stateless (DECISIONS S27): every answer is a function of the request alone, so a rule is
+It is stateless (S27): every answer is a function of the request alone, so a rule is
 followed only while its text is in the request, and removing a ``<memory_update>`` makes the rule
 vanish. The only exception is an explicit test script (below), which is consumed in order.
 
@@ -40,8 +40,8 @@ Chat (``purpose="chat"``), decided by the last message that is not a reminder:
   contains CJK characters, as in the seed story).
 
 Summaries (``purpose="summarize"``): an extractive summary of the transcript under the headings
-of compaction.md 3.5 (the ``all`` set when the system prompt mentions "Current state", else the
-sliding set). Every identifier of DECISIONS S22 (``orchestrator.base.identifiers``, the extractor
+of COMPACTION-3.5 (the ``all`` set when the system prompt mentions "Current state", else the
+sliding set). Every identifier of S22 (``orchestrator.base.identifiers``, the extractor
 compaction's retention check uses) is listed verbatim first; user lines up to 200
 characters are quoted verbatim; the result stays within ``max_tokens * 4`` characters (default
 1,000 tokens, the S20 summary reserve).
@@ -55,7 +55,7 @@ appending them to persona.md/human.md with a single commit
 new it says ``Reflection: nothing new to remember.`` without committing.
 
 Merge resolution (``purpose="resolve"``): union of both sides while the rule is in the request
-(``orchestrator.models.scripted_resolve``, DECISIONS D3).
+(``orchestrator.models.scripted_resolve``, D3).
 
 Scripts: ``ScriptedModel(script=[...])`` answers with the given ``ModelResponse`` objects or
 ``callable(request)`` results in order, then falls back to the rules (or raises a non-transient

@@ -1,4 +1,4 @@
-"""The scripted model's merge resolver (``purpose="resolve"``, DECISIONS D3, S27).
+"""The scripted model's merge resolver (``purpose="resolve"``, D3, S27).
 
 The request carries the conflicting files as ``<conflict path="...">`` blocks with a ``<head>``
 and a ``<branch>`` side (``subagents.resolver`` writes them). The model resolves by union only

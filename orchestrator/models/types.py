@@ -107,7 +107,7 @@ class ModelError(ReverieError):
 
     ``transient`` marks errors worth retrying (429, 5xx, timeouts, resets); ``context_overflow``
     marks a request too large for the model's window, which compaction answers by shrinking.
-    ``partial_text``: what a response cut by a bound (DECISIONS D12) had said, already capped.
+    ``partial_text``: what a response cut by a bound (D12) had said, already capped.
     """
 
     def __init__(
@@ -158,6 +158,6 @@ _OVERFLOW_MARKERS = (
 
 
 def is_context_overflow_text(text: str) -> bool:
-    """compaction.md 5.3's substrings, case-insensitive, plus llama.cpp's ``exceed_context_size_error``."""
+    """COMPACTION-5.3's substrings, case-insensitive, plus llama.cpp's ``exceed_context_size_error``."""
     lowered = text.lower()
     return any(marker in lowered for marker in _OVERFLOW_MARKERS)

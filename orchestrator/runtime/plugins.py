@@ -1,4 +1,4 @@
-"""How subagents plug into the runtime without the runtime knowing them (DECISIONS D9).
+"""How subagents plug into the runtime without the runtime knowing them (D9).
 
 The runtime and the supervisor sit below ``subagents``: reflection and compaction are built on the
 turn loop and spawned by the supervisor, so if the supervisor imported them back the two layers

@@ -59,7 +59,7 @@ def build_model(settings: Settings) -> ModelClient:
 def _settings_and_cleanup(*, cli: Mapping[str, Any] | None, agent: Mapping[str, Any], path: Path | None) -> Settings:
     """Both blocking steps of opening in one worker-thread hop (a batch opens a runtime per task)."""
     settings = load_settings(cli=cli, agent=agent, path=path)
-    cleanup_overflow_files()  # compaction.md 7.5: older than 24 h
+    cleanup_overflow_files()  # COMPACTION-7.5: older than 24 h
     return settings
 
 
@@ -95,7 +95,7 @@ class Runtime:
     ) -> AsyncIterator[Runtime]:
         """``suite`` (a batch task's settings) ranks between the config file and the environment;
         ``config_file`` replaces ``$REVERIE_HOME/config.toml`` (a batch task's home is the run's, the
-        user's config is read from where the command started, DECISIONS D15)."""
+        user's config is read from where the command started, D15)."""
         suite = dict(suite or {})
         settings = await blocking.run_sync("files", partial(_settings_and_cleanup, cli=cli, agent=suite, path=config_file))
         async with Store.opened(store_path) as store:

@@ -2,7 +2,7 @@
 in one anyio task group, serializes turns per conversation, and keeps subagent failures away from
 the main agent's turns.
 
-Turns of one conversation run one at a time (turn-loop.md 1.2 rule 1), also across processes:
+Turns of one conversation run one at a time (TURN-1.2 rule 1), also across processes:
 an in-process lock queues this process's turns fairly, then a ``flock`` beside the store
 (``<store>.locks/<conversation>.lock``) makes two ``reverie chat -p`` on one conversation take
 turns instead of interleaving their messages. The lock file stays open while the supervisor
@@ -93,7 +93,7 @@ class Supervisor:
         ``at`` and ``recorded`` as ``TurnRunner.run_turn`` takes them (a replayed exchange).
 
         A failing hook is recorded like a failed subagent (``failures`` and a ``subagent.failed`` event
-        named ``after-turn:<hook>``) and never changes the turn's result (turn-loop.md 1.2 rule 6): the
+        named ``after-turn:<hook>``) and never changes the turn's result (TURN-1.2 rule 6): the
         turn and its post-turn sync are already done.
         """
         async with self.conversation_lock(conversation_id), self._turn_flock(conversation_id):

@@ -1,14 +1,14 @@
 """The conversation store: agents, conversations, the durable transcript and the in-context list, the
 compiled system prompt per conversation, reminder state, turns, events and transcript search, in one
 SQLite file (WAL, busy timeout, foreign keys), each connection pinned to one of a few shared lane
-threads (DECISIONS D8, relaxing S26; see ``worker``). Nothing here blocks the event loop; it runs on
+threads (D8, relaxing S26; see ``worker``). Nothing here blocks the event loop; it runs on
 trio and asyncio. One module per concept behind the ``Store`` facade: ``conversations``,
 ``transcript`` (with the in-context cache), ``prompts``, ``reminder_queue``, ``events``, ``turns``,
 ``search``, ``reflections``; ``jobs`` holds what they share.
 
 The turn loop makes these calls through ``turn_jobs``'s composites (``open_turn``, ``close_turn``)
 and staged events, three jobs for a plain turn; the sequence below is what they do, and each call
-stays available on its own. Intended call sequence of one turn (turn-loop.md 1.2), ``store`` being
+stays available on its own. Intended call sequence of one turn (TURN-1.2), ``store`` being
 an open ``Store``::
 
     conv = await store.latest_conversation(agent_id) or await store.create_conversation(agent_id)
@@ -19,9 +19,9 @@ an open ``Store``::
     # kind="reminder" message, followed by the user's message, all in one transaction (T2, S15)
     await store.deliver_reminders(conv.id, followed_by=[user_msg], turn_id=turn_id)
     loop:
-        row = await store.get_prompt(conv.id)                      # resolve the prompt (2.6)
-        # R1/R3: await store.set_prompt(record)
-        # R4:    await store.append_message(conv.id, update_msg, turn_id=turn_id,
+        row = await store.get_prompt(conv.id)                      # resolve the prompt (TURN-2.6)
+        # rows 1/3: await store.set_prompt(record)
+        # row 4:  await store.append_message(conv.id, update_msg, turn_id=turn_id,
         #            metadata={"memfs_revision": r, "previous_memfs_revision": old}, prompt=moved_row)
         #        (update_msg.kind == "memory_update"; message and prompt row in one transaction)
         history = await store.in_context(conv.id)

@@ -1,4 +1,4 @@
-"""The event log (DECISIONS S8): append-only rows of a dotted ``kind`` and a JSON payload, read back
+"""The event log (S8): append-only rows of a dotted ``kind`` and a JSON payload, read back
 oldest first with filters so a follower can poll with ``after_id``. A follower in the same process
 need not poll at all: ``follow_events`` hands it every event this store records as it is recorded.
 
@@ -50,7 +50,7 @@ class Events(StoreJobs):
         agent_id: str | None = None,
         conversation_id: str | None = None,
     ) -> Event:
-        """Append to the event log (DECISIONS S8). ``kind`` is a dotted name such as
+        """Append to the event log (S8). ``kind`` is a dotted name such as
         ``compaction.started``; ``payload`` must be JSON-serialisable."""
         self.stage_event(kind, payload, agent_id=agent_id, conversation_id=conversation_id)
         _, recorded = await self._write_events(_nothing)

@@ -12,7 +12,7 @@ Two pieces of loop-side state live here because every concept touches them:
   puts the events back for the next one (``Store.close`` writes what is left).
 * **turn views** (``TurnView``): while a turn is open in this process (``Store.open_turn`` until
   ``close_turn``) the conversation's in-context list and prompt row are served from memory. The
-  conversation has one writer then (the supervisor's lock and ``flock``, turn-loop.md 1.2 rule 1),
+  conversation has one writer then (the supervisor's lock and ``flock``, TURN-1.2 rule 1),
   and it writes through this ``Store``, whose methods keep the view in step after each commit; so a
   turn reads them from SQLite once, at its start, not once per request.
 

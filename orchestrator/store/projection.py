@@ -1,4 +1,4 @@
-"""Pure logic of transcript search (compaction.md section 8): projecting a stored message into search
+"""Pure logic of transcript search (COMPACTION-8): projecting a stored message into search
 candidates, their searchable text, query parsing, and turning a parsed query into an FTS5 expression.
 
 Message types. A stored message projects to one or more parts, each a search candidate:

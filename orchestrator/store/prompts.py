@@ -1,4 +1,4 @@
-"""The compiled system prompt row per conversation (turn-loop.md 2.6): what was compiled, from which
+"""The compiled system prompt row per conversation (TURN-2.6): what was compiled, from which
 memory revision, and whether a provider request has carried it yet (``first_sent_at``)."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class StoreDamaged(StoreError, sqlite3.DatabaseError):
 
 
 def format_time(moment: datetime) -> str:
-    """ISO-8601 UTC with millisecond precision and a ``Z`` (DECISIONS T5), e.g. ``2026-01-01T00:00:00.000Z``.
+    """ISO-8601 UTC with millisecond precision and a ``Z`` (T5), e.g. ``2026-01-01T00:00:00.000Z``.
 
     One fixed width, so stored times compare correctly as strings.
     """
@@ -103,10 +103,10 @@ class StoredMessage:
 
 @dataclass(frozen=True)
 class PromptRecord:
-    """The compiled system prompt of one conversation (turn-loop.md 2.6).
+    """The compiled system prompt of one conversation (TURN-2.6).
 
     ``memfs_revision`` and ``core_memory`` are what the model was last *told* (through ``content`` or
-    a ``<memory_update>`` message), as the spec defines them; ``compiled_revision`` is the revision
+    a ``<memory_update>`` message), as TURN-2.6 defines them; ``compiled_revision`` is the revision
     ``content`` itself was compiled at, kept so a reader can tell the two apart.
     """
 
@@ -135,7 +135,7 @@ class PendingReminder:
 
 @dataclass(frozen=True)
 class Event:
-    """One entry of the event log (DECISIONS S8); ``payload`` is the kind-specific JSON object."""
+    """One entry of the event log (S8); ``payload`` is the kind-specific JSON object."""
 
     id: int
     at: str
@@ -159,7 +159,7 @@ class Turn:
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One ``conversation_search`` result (compaction.md 8.5).
+    """One ``conversation_search`` result (COMPACTION-8.5).
 
     ``fields`` is the projected message (``id``, ``date``, ``message_type`` and the type's own fields);
     ``as_dict`` adds ``message_id``, ``created_at``, ``agent_id`` and ``conversation_id`` as the result

@@ -1,6 +1,6 @@
-"""Reflection bookkeeping in the store (turn-loop.md 5.15): per-conversation trigger state and one
+"""Reflection bookkeeping in the store (TURN-5.15): per-conversation trigger state and one
 record per reflection run, so pending branches survive restarts and ``reverie reflections`` can list,
-merge or discard them (DECISIONS R2, S16, S17)."""
+merge or discard them (R2, S16, S17)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reminder queue (DECISIONS T2, S15; turn-loop.md 4.7): text queued for the start of a
+"""The reminder queue (T2, S15; TURN-4.7): text queued for the start of a
 conversation's next turn, deduplicated by key, delivered as one ``reminder`` message in the same
 transaction as the user's message, and one-shot flags (agent-info) that survive restarts until re-armed."""
 
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 REMINDER_QUEUE_LIMIT = 25
-"""turn-loop.md 4.7 item 6: the pending queue keeps the newest 25 entries."""
+"""TURN-4.7 item 6: the pending queue keeps the newest 25 entries."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class ReminderQueue(StoreJobs):
     async def enqueue_reminder(
         self, conversation_id: str, key: str, text: str, *, priority: int = 100, once: bool = False
     ) -> bool:
-        """Queue ``text`` for the start of the conversation's next turn (DECISIONS T2, S15).
+        """Queue ``text`` for the start of the conversation's next turn (T2, S15).
 
         ``key`` dedups: a pending reminder with the same key is replaced (new text, same place), so a
         reminder queued after every turn is delivered once per turn, never accumulating. Delivery order

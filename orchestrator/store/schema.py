@@ -4,7 +4,7 @@ Each migration is a script that moves the database from version ``n`` to ``n + 1
 ``BEGIN IMMEDIATE`` transaction together with the version bump, so a crash during a migration leaves
 the previous version intact. Runs in the connection worker thread only.
 
-``search_fts`` holds one row per search candidate (a projected message part, compaction.md 8.1) with
+``search_fts`` holds one row per search candidate (a projected message part, COMPACTION-8.1) with
 ``rowid = seq * PARTS_PER_MESSAGE + part``, so a candidate finds its message by primary key and a
 message's candidates form one rowid range.
 
@@ -162,7 +162,7 @@ CREATE TABLE reflections (
 CREATE INDEX reflections_by_agent ON reflections(agent_id, created_at);
 """
 
-# D2 outcomes of a reflection (issue 10): the reason code, the error of a failed run, and the
+# D2 outcomes of a reflection: the reason code, the error of a failed run, and the
 # retry bookkeeping (JSON: retried, pending_turns, kept_head, resolved_files).
 _V3 = """
 ALTER TABLE reflections ADD COLUMN reason_code TEXT;

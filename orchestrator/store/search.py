@@ -1,4 +1,4 @@
-"""Transcript search (compaction.md section 8, DECISIONS C7/S7): FTS5 trigram for needles of three or
+"""Transcript search (COMPACTION-8, C7/S7): FTS5 trigram for needles of three or
 more characters, ranked by BM25; shorter needles filter by ``LIKE`` over a bounded newest-first scan."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Search(StoreJobs):
         message_types: Sequence[str] | None = None,
         include_hidden: bool = False,
     ) -> list[SearchHit]:
-        """Search the durable transcript (compaction.md section 8, DECISIONS C7/S7).
+        """Search the durable transcript (COMPACTION-8, C7/S7).
 
         Query parsing is 8.2's; every term and phrase must occur as a substring (AND). Needles of 3+
         characters go through FTS5 (trigram) and rank by BM25; shorter ones filter by LIKE, and a query

@@ -126,7 +126,7 @@ class Store(
     ) -> StoredMessage:
         """Compaction's commit point, one transaction: append the summary to the transcript, set the
         in-context list to ``[summary, *kept]`` (kept in their current order), and optionally store the
-        recompiled prompt and re-arm one-shot reminders (turn-loop.md 7.5 item 4). Every id in
+        recompiled prompt and re-arm one-shot reminders (TURN-7.5 item 4). Every id in
         ``keep_ids`` must be in context now; otherwise nothing changes and ``StoreError`` says which."""
         keep = list(keep_ids)
 

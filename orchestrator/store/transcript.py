@@ -1,5 +1,5 @@
 """The durable transcript and the in-context list: every message ever appended (with its search
-projection, compaction.md 8.1) and the ordered subset currently sent to the model."""
+projection, COMPACTION-8.1) and the ordered subset currently sent to the model."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ class Transcript(StoreJobs):
         """Append to the durable transcript and the end of the in-context list, in one transaction.
 
         ``metadata`` is stored with each message (never sent to the model). ``prompt``, when given, is
-        written in the same transaction: the R4 path of turn-loop.md 2.6 appends its ``<memory_update>``
+        written in the same transaction: the row 4 path of TURN-2.6 appends its ``<memory_update>``
         and moves the prompt row together."""
         drafts = [(m, dict(metadata or {})) for m in messages]
 

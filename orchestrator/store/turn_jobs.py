@@ -1,4 +1,4 @@
-"""A turn's store work in as few jobs as its contracts allow (turn-loop.md 1.2; issue 14's lean turn).
+"""A turn's store work in as few jobs as its contracts allow (TURN-1.2; P3's lean turn).
 
 A plain chat turn used to make about seventeen trips to the SQLite lane: the last-message time, the
 in-context list (three times), the turn row, the agent-info reminder, the delivery, the prompt row,

@@ -1,4 +1,4 @@
-"""SQLite connections served by a small, bounded pool of lane threads (DECISIONS D8, relaxing S26).
+"""SQLite connections served by a small, bounded pool of lane threads (D8, relaxing S26).
 
 Why lanes rather than ``anyio.to_thread.run_sync``: a ``sqlite3.Connection`` is bound to the thread
 that made it, and the anyio thread pool hands work to whichever idle thread it has. So each

@@ -1,10 +1,10 @@
 """The agent's tools (bash, read_file, write_file, edit_file, conversation_search), their schemas and
 ``run_tool``. Tools run as subprocesses or in worker threads, never on the event loop; file tools are
-confined to the workspace and the memory directory; outputs are truncated as compaction.md section 7
+confined to the workspace and the memory directory; outputs are truncated as COMPACTION-7
 says.
 
 ``run_bash`` loads on first use (PEP 562): its sandbox and git wrapper are not needed before a
-chat's first request (issue 14.4).
+chat's first request (P1).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ cancellation kills the process group at once, then waits (up to ``_SETTLE_SECOND
 to end and the repository repairs after it, so nothing of a cancelled call writes afterwards.
 
 Behaviour: the command runs with the allowlisted environment, inside bubblewrap unless
-``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, DECISIONS D11), in its own process
+``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, D11), in its own process
 group; when the timeout passes or the call is cancelled the whole group gets SIGKILL. Inside
 the sandbox the command has its own PID namespace, so every child ends when ``bash`` does (D11: that
 is intended). Unconfined, a background job that outlives ``bash`` and keeps the output pipe open does

@@ -16,21 +16,21 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BASH_TIMEOUT", "ToolContext", "ToolError", "ToolResult"]
 
 DEFAULT_BASH_TIMEOUT = 120.0
-"""DECISIONS S20."""
+"""S20."""
 
 
 @dataclass(frozen=True)
 class ToolContext:
     """The calling agent's world. File tools are confined to ``workspace`` and ``memory_dir``.
 
-    ``overflow_dir``: where a truncated output's full text is written (compaction.md 7.5); None turns
+    ``overflow_dir``: where a truncated output's full text is written (COMPACTION-7.5); None turns
     overflow files off. ``middle_truncate`` False keeps the head instead of head and tail. The turn
     loop sets them from ``[tools] overflow_to_file`` / ``middle_truncate`` (``REVERIE_TOOL_OVERFLOW_TO_FILE``,
     ``REVERIE_TOOL_MIDDLE_TRUNCATE``; default true), the directory being ``overflow_dir_for(workspace)``
-    under ``$REVERIE_HOME`` (DECISIONS D6), which is also a read-only root.
+    under ``$REVERIE_HOME`` (D6), which is also a read-only root.
 
     ``sandbox``, ``network`` and ``env_names`` are ``[tools] sandbox``, ``network`` and ``env``
-    (DECISIONS D11; ``orchestrator.tools.sandbox``); no variable whose value is one of ``secrets``
+    (D11; ``orchestrator.tools.sandbox``); no variable whose value is one of ``secrets``
     (the configured API key) reaches a command. ``read_roots`` are directories ``read_file`` may
     read but no tool may write (D5, D6: a reflection's transcript, the overflow files).
     """

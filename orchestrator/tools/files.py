@@ -9,9 +9,9 @@ included: a model must not rewrite the validation hook or read credentials from 
 I/O runs in worker threads.
 
 ``read_file`` numbers lines like ``cat -n`` (six-wide number, a tab, the line); ``offset`` is the
-1-based first line, ``limit`` the number of lines (default 2,000). Notices are compaction.md 7.4's.
+1-based first line, ``limit`` the number of lines (default 2,000). Notices are COMPACTION-7.4's.
 
-``write_file`` refuses content over ``WRITE_MAX_CHARS`` before writing anything (issue 23 item 8): the
+``write_file`` refuses content over ``WRITE_MAX_CHARS`` before writing anything (A8): the
 call's arguments stay in the conversation, and 900 KB of them left every later request too large for
 the context window. ``oversized_write`` says so for a raw call, so the turn can keep a short form of
 the refused call instead of the content (``agent/turn.py``). The limit (about 50,000 tokens) leaves a
@@ -70,7 +70,7 @@ def _in_git_internals(ctx: ToolContext, real: Path, roots: list[Path]) -> bool:
         if real.is_relative_to(root) and ".git" in real.relative_to(root).parts:
             return True
     if ctx.memory_dir is not None:
-        # deferred: the sandbox module (and its git wrapper) loads with the first tool call (issue 14.4)
+        # deferred: the sandbox module (and its git wrapper) loads with the first tool call (P1)
         from orchestrator.tools.sandbox import git_dirs
 
         dirs = git_dirs(ctx.memory_dir)

@@ -1,4 +1,4 @@
-"""Overflow files (compaction.md 7.5): the full text of a truncated tool output, kept on disk so the
+"""Overflow files (COMPACTION-7.5): the full text of a truncated tool output, kept on disk so the
 agent can read the rest. Blocking; call from a worker thread."""
 
 from __future__ import annotations

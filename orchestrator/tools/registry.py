@@ -3,7 +3,7 @@
 ``run_tool`` never raises for anything the model did (unknown tool, malformed JSON, a missing, unknown
 or wrong-typed argument, a failing tool): it returns an error ``ToolResult`` with a one-line reason the
 model can act on. Only cancellation propagates. Every output passes the 32,000-character backstop
-(compaction.md 7.1 ``TOOL_RETURN_MAX_CHARS``).
+(COMPACTION-7.1 ``TOOL_RETURN_MAX_CHARS``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ async def _bash(ctx: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     if asked is not None and asked <= 0:
         return ToolResult(False, f"timeout must be a positive number of seconds, not {asked}")
     limit = None if asked is None else min(float(asked), max(ctx.bash_timeout, MAX_MODEL_TIMEOUT))
-    # deferred: the sandbox and the git wrapper (with the merge lock) load with the first command (issue 14.4)
+    # deferred: the sandbox and the git wrapper (with the merge lock) load with the first command (P1)
     from orchestrator.tools.bash import run_bash
 
     return await run_bash(args["command"], ctx, time_limit=limit)

@@ -1,4 +1,4 @@
-"""What a bash tool call may touch (DECISIONS D11): its environment and, with bubblewrap, its file system.
+"""What a bash tool call may touch (D11): its environment and, with bubblewrap, its file system.
 
 Why these choices:
 
@@ -24,7 +24,7 @@ Why these choices:
 * ``auto`` (the default) refuses the command in one line when bubblewrap cannot run, naming the
   two ways on: install bubblewrap, or choose ``off``, which runs unconfined (clean environment,
   process-group kill) with one warning per process naming what is then not protected
-  (:data:`UNPROTECTED`); ``bwrap`` refuses as ``auto`` does. Never silently unconfined (issue 23 item 6).
+  (:data:`UNPROTECTED`); ``bwrap`` refuses as ``auto`` does. Never silently unconfined (A6).
 
 Blocking (``stat``, one probe process, once per process); call from a worker thread.
 """

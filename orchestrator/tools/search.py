@@ -1,4 +1,4 @@
-"""``conversation_search``: the store's transcript search (compaction.md 8.6 [REVERIE]) scoped to the
+"""``conversation_search``: the store's transcript search (COMPACTION-8.6 [REVERIE]) scoped to the
 calling agent, returning the 8.5 result objects as a JSON array."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tool output truncation, byte for byte as compaction.md section 7 specifies. Pure functions: the
+"""Tool output truncation, byte for byte as COMPACTION-7 specifies. Pure functions: the
 overflow file (7.5) is written by the caller, which passes its path in."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def clip_middle(text: str, max_chars: int, marker: Callable[[int], str]) -> str:
     """Cut ``text`` to about ``max_chars`` by dropping its middle, marker included in the budget.
 
     Two passes settle the marker's own length (its number of omitted characters depends on it), as
-    in compaction.md 7.6; head gets the odd character so the tail, usually the newest text, is whole.
+    in COMPACTION-7.6; head gets the odd character so the tail, usually the newest text, is whole.
     A clip never yields more characters than it removes: when the marker would not be shorter than
     what it replaces, ``text`` comes back whole (the caller decides what else to give up).
     """

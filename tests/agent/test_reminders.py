@@ -1,4 +1,4 @@
-"""Byte-exact reminder texts (turn-loop.md 3.1, 3.4, 4.4, 7.2/7.5) and their delivery order (7.5 item 2)."""
+"""Byte-exact reminder texts (TURN-3.1, TURN-3.4, TURN-4.4, TURN-7.2/TURN-7.5) and their delivery order (TURN-7.5 item 2)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_the_invalid_memory_reminder_is_bounded_with_a_count_and_the_command_tha
 
 @pytest.mark.anyio
 async def test_a_turn_on_a_heavily_invalid_head_sends_a_bounded_reminder(tmp_path: Path) -> None:
-    """Issue 23 item 8: 2,000 invalid files committed past the hook cost one short reminder, not one
+    """A8: 2,000 invalid files committed past the hook cost one short reminder, not one
     line each on every turn."""
     model = ScriptedModel()
     async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path) as session:

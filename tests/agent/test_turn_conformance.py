@@ -1,4 +1,4 @@
-"""Spec-conformance cases for the turn loop (turn-loop.md 1.2, 2.6, 3.4, 4.7) found in review."""
+"""Spec-conformance cases for the turn loop (TURN-1.2, TURN-2.6, TURN-3.4, TURN-4.7) found in review."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _updates(history: Sequence[StoredMessage]) -> list[StoredMessage]:
     return [m for m in history if m.message.kind == "memory_update"]
 
 
-# -- 2.6 R4 with a v1 repository -------------------------------------------------------------------
+# -- TURN-2.6 row 4 with a v1 repository---------------------------------------------------------------
 
 
 async def test_v1_commit_outside_core_memory_adds_no_update(store: Store, tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ async def test_stale_update_refresh_survives_a_crash_between_row_and_message(tmp
 
         store.crash_next_append = True
         with pytest.raises(RuntimeError, match="simulated crash"):
-            await resolve(raw_system="sys two")  # R1: full compile at C, the update for B is stale
+            await resolve(raw_system="sys two")  # row 1: full compile at C, the update for B is stale
         resolved = await resolve(raw_system="sys two")
         updates = _updates(await store.in_context(conv))
         assert [u.metadata["memfs_revision"] for u in updates] == [b, c]

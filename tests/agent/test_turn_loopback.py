@@ -119,7 +119,7 @@ async def test_retries_are_shown_to_the_user_while_they_happen(server: LoopbackO
 async def test_an_oversized_write_file_is_refused_before_writing_and_the_conversation_goes_on(
     server: LoopbackOpenAI, tmp_path: Path
 ) -> None:
-    """Issue 23 item 8: 900 KB of write_file content is refused with the limit named, nothing is
+    """A8: 900 KB of write_file content is refused with the limit named, nothing is
     written, the call is kept without its content, and the next request fits the window (it failed
     before, blaming the user's message)."""
     from orchestrator.tools import WRITE_MAX_CHARS

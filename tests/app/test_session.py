@@ -1,4 +1,4 @@
-"""A chat session's live state is held once (issue 25 item 2): what ``set_model``, ``rename`` and
+"""A chat session's live state is held once (O3): what ``set_model``, ``rename`` and
 ``describe`` change reaches the turn runner, reflection and compaction alike, and a reflection
 whose start is cancelled or fails leaves reflection usable, nothing behind, and a recorded outcome."""
 

@@ -121,7 +121,7 @@ async def test_limit_pressure_keeps_breaking_combinations_and_no_head_is_invalid
 @pytest.mark.parametrize(("conflict_rate", "seed"), [(0.5, 2), (0.9, 3)])
 async def test_faults_are_injected_recovered_and_nothing_is_lost(tmp_path: Path, conflict_rate: float, seed: int) -> None:
     """Bounded: 4 writers x 10 commits, every fault kind; each kill is a real SIGKILL of a child.
-    With a hot file, full-disk merges are cut short mid-rebase and mid-resolve (issue 28)."""
+    With a hot file, full-disk merges are cut short mid-rebase and mid-resolve (O9)."""
     config = StressConfig(
         writers=4, commits=10, conflict_rate=conflict_rate, seed=seed,
         faults=("kill-merger", "kill-writer", "stale-lock", "enospc"),

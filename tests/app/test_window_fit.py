@@ -1,4 +1,4 @@
-"""DECISIONS D4 end to end: real turns in small windows with the scripted model. The newest message
+"""D4 end to end: real turns in small windows with the scripted model. The newest message
 reaches the model whole (or the turn is refused in one line), and the outcome does not depend on how
 long the paths in the prompt are."""
 

@@ -1,4 +1,4 @@
-"""Process facts: reverie's own environment block hides its secrets from ``/proc`` (issue 23 item 6);
+"""Process facts: reverie's own environment block hides its secrets from ``/proc`` (A6);
 ``kill_session`` ends a whole session, the processes re-parented to init and in other process
 groups included."""
 

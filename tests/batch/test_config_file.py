@@ -1,4 +1,4 @@
-"""DECISIONS D15: ``reverie run`` and ``reverie sweep`` read the user's ``$REVERIE_HOME/config.toml``
+"""D15: ``reverie run`` and ``reverie sweep`` read the user's ``$REVERIE_HOME/config.toml``
 as ``chat`` does (flag > environment > suite > config > defaults), and a broken config stops them
 with chat's one-line error before anything runs."""
 

@@ -1,4 +1,4 @@
-"""Fair scheduling in a batch (issue 14): with many tasks in flight and little room for blocking work,
+"""Fair scheduling in a batch (P4): with many tasks in flight and little room for blocking work,
 the tasks that started first finish first instead of all advancing in lockstep."""
 
 from __future__ import annotations

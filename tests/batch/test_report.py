@@ -158,7 +158,7 @@ def test_report_of_a_directory_that_is_no_run(cli: typer.Typer, tmp_path: Path) 
 
 @pytest.mark.slow
 def test_example_suite_report_in_chromium(cli: typer.Typer, tmp_path: Path, browser: Any) -> None:
-    """The issue's own check: the example suite at -j 4, then reverie report."""
+    """P9's own check: the example suite at -j 4, then reverie report."""
     out = tmp_path / "run"
     ran = CliRunner().invoke(cli, ["run", str(ROOT / "examples" / "suite.jsonl"), "-j", "4", "--out", str(out), "-q"])
     assert ran.exit_code in (0, 1), ran.output

@@ -1,4 +1,4 @@
-"""A run directory has one owner (issue 25 item 3): a second run into it is refused with one line
+"""A run directory has one owner (O4): a second run into it is refused with one line
 naming the owner, a lock left by a ``kill -9``-ed owner is taken over, and tasks start in suite order."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every model call is counted (issue 11): summaries and reflections appear as ``model.call`` events
+"""Every model call is counted (O6): summaries and reflections appear as ``model.call`` events
 in a batch task's event log, and the task's totals include them while showing them apart."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What ``reverie run`` prints while it runs: a reflection failure in any task is shown above the
-live bar (or on stderr with ``--quiet``), never only written to the event log (issue 10)."""
+live bar (or on stderr with ``--quiet``), never only written to the event log (O12)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Each broken setup a new user meets ends in one line naming the path or setting and the fix, with
-exit code 1, never a traceback (issue 25 item 4): real ``reverie`` processes on the scripted model."""
+exit code 1, never a traceback (O5): real ``reverie`` processes on the scripted model."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_corrupt_head(isolated_env: Path) -> None:
 
 
 def test_the_ray_executor_with_ray_address_set(tmp_path: Path) -> None:
-    """Issue 30: the run goes on, on a private Ray, and one line says so and how to join instead
+    """O11: the run goes on, on a private Ray, and one line says so and how to join instead
     (nothing listens at the address: joining it would fail)."""
     pytest.importorskip("ray", reason="the ray extra (make test installs it) is what this note is about")
     suite = tmp_path / "s.jsonl"

@@ -1,4 +1,4 @@
-"""DECISIONS D1 across processes: four ``reverie chat -p`` on one agent, each saving a different fact
+"""D1 across processes: four ``reverie chat -p`` on one agent, each saving a different fact
 through the agent's own ``git commit`` (the wrapper takes the repository lock), all committed.
 
 All four talk to the agent's one conversation: the supervisor's per-conversation ``flock`` makes

@@ -1,4 +1,4 @@
-"""Issue 16 end to end: ``reverie chat -p`` against the loopback server, which scripts the tool calls a
+"""A10 end to end: ``reverie chat -p`` against the loopback server, which scripts the tool calls a
 hostile or confused model would make; real bubblewrap, real git, both backends."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The console script leaves without the interpreter's teardown (issue 29 item 2), but as durably as
+"""The console script leaves without the interpreter's teardown (P7), but as durably as
 CPython's own shutdown: piped output complete, ``atexit`` functions and non-daemon threads finished,
 the store closed, the exit status kept. How fast it leaves is measured in
 ``bench/letta_side_by_side.py``, not here."""

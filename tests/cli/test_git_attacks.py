@@ -1,4 +1,4 @@
-"""Issue 23 end to end: a model that attacks its own memory repository, played by the loopback
+"""A1-A9 end to end: a model that attacks its own memory repository, played by the loopback
 server through ``reverie chat -p`` with real bubblewrap and real git (items 1-3, 6, 9)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How many git processes a chat turn starts (issue 14 item 1: at most 3 for a turn that does not
+"""How many git processes a chat turn starts (P2: at most 3 for a turn that does not
 edit memory, none asked twice), counted with a logging ``git`` first on ``PATH``; reverie runs as
 it always does, in its own process."""
 

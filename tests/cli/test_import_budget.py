@@ -1,4 +1,4 @@
-"""What ``reverie chat -p`` must not import before it answers (issue 14.4, issue 24): a deny-list of
+"""What ``reverie chat -p`` must not import before it answers (P1, P5): a deny-list of
 modules known to be heavy to import, checked in ``sys.modules`` at the moment that matters, not as
 a timing: on the embedded model, when the reply's first byte is written; on the real path, while
 the first request is at the (loopback) server. Both after a first chat has created the agent, as
@@ -6,7 +6,7 @@ on every later start.
 
 Only heavy modules are named: what a module costs to import is measured in ``bench/startup.py``
 (``python -X importtime``), and a module that is cheap to import may move to the top of the file
-that uses it. An exact list of everything allowed (this test before issue 24) pinned every
+that uses it. An exact list of everything allowed (this test before P5) pinned every
 import in place and pushed a hundred of them into functions for gains under a millisecond.
 """
 

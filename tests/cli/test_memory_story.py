@@ -1,4 +1,5 @@
-"""The life of one memory (seed 001, section 3.9) through the real CLI, one process per command."""
+"""The life of one memory (a rule committed by a tool call, then followed in later turns and
+new conversations, T1) through the real CLI, one process per command."""
 
 from __future__ import annotations
 

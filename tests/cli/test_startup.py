@@ -1,4 +1,4 @@
-"""Fast start (issue 14.4): a command imports only its own module, help stays complete, and a
+"""Fast start (P1): a command imports only its own module, help stays complete, and a
 command module that cannot be imported keeps its commands (listed, and failing in one line)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Message builders in the shorthand of compaction.md section 9 (U, A, A*, T, alt)."""
+"""Message builders in the shorthand of COMPACTION-9 (U, A, A*, T, alt)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The summarizer ladder (DECISIONS C3, C6, S6): retries, fallback model, shrinking, emergency eviction,
+"""The summarizer ladder (C3, C6, S6): retries, fallback model, shrinking, emergency eviction,
 the identifier re-prompt. Fake clients here are the ``ModelClient`` seam; the HTTP path is exercised
 with the loopback server and ``OpenAIModel``; the scripted model end to end."""
 

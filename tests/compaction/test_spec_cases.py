@@ -1,4 +1,4 @@
-"""compaction.md section 9, re-expressed for reverie (DECISIONS override where they differ).
+"""COMPACTION-9, re-expressed for reverie (the decisions in docs/design.md override it where they differ).
 
 Cases in this module's scope that are not written, and why:
 - S18 (out of scope: Anthropic model swaps, thinking blocks, images, oversized payload): S-1, S-2

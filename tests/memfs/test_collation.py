@@ -1,4 +1,4 @@
-"""memfs.md 3.9: labels sort as ICU en-US (JavaScript localeCompare under Bun)."""
+"""MEMFS-3.9: labels sort as ICU en-US (JavaScript localeCompare under Bun)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _RANK = {ch: i for i, ch in enumerate(_PRIMARY)} | {ch.upper(): _PRIMARY.index(c
 
 
 def _ascii_oracle(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The ASCII key of memfs.md 3.9, verified there against Node on 12,000 strings."""
+    """The ASCII key of MEMFS-3.9, verified there against Node on 12,000 strings."""
     kept = [ch for ch in text if ch in _RANK]
     return tuple(_RANK[ch] for ch in kept), tuple(1 if ch.isupper() else 0 for ch in kept)
 

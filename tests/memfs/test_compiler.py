@@ -1,4 +1,4 @@
-"""Compiler behaviour beyond the golden cases: worked examples of memfs.md 3.10, revisions,
+"""Compiler behaviour beyond the golden cases: worked examples of MEMFS-3.10, revisions,
 repository states (M6), the working tree and deferred files being irrelevant, the repository pool."""
 
 from __future__ import annotations

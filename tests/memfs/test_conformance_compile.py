@@ -1,4 +1,4 @@
-"""Every golden compile case in shared/conformance/compile (DECISIONS M1).
+"""Every golden compile case in tests/conformance/compile (M1).
 
 New case files are picked up automatically; ``expected_reverie`` wins over ``expected``.
 """

@@ -1,7 +1,7 @@
 """Every validate conformance case, through a real ``git commit`` with the installed hook.
 
 Cases are matched on verdict, exit status, stdout and error lines, and on the whole hook output
-with "Letta Code" read as "reverie" (DECISIONS M1, M7, S1); ``expected_reverie`` wins when present.
+with "Letta Code" read as "reverie" (M1, M7, S1); ``expected_reverie`` wins when present.
 For ``runtime-dependent-message`` cases the runtime's message is informational: the other error
 lines must match and the runtime-dependent one must keep its fixed prefix.
 """

@@ -1,4 +1,4 @@
-"""``.memfs.config.json`` parsing and the tree check (memfs.md 4.6-4.7)."""
+"""``.memfs.config.json`` parsing and the tree check (MEMFS-4.6 to MEMFS-4.7)."""
 
 from __future__ import annotations
 

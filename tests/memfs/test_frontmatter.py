@@ -1,4 +1,4 @@
-"""memfs.md section 2: every worked vector of 2.3, plus the JS trim family."""
+"""MEMFS-2: every worked vector of MEMFS-2.3, plus the JS trim family."""
 
 from __future__ import annotations
 

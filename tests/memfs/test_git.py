@@ -285,7 +285,7 @@ def test_fast_forward_refuses_a_tip_that_does_not_contain_head(tmp_path: Path) -
 
 
 def test_fast_forward_waits_for_a_git_holding_the_index_and_changes_nothing(tmp_path: Path) -> None:
-    """Issue 23 item 4: a git committing from the index (``index.lock`` held) cannot have the
+    """A4: a git committing from the index (``index.lock`` held) cannot have the
     fast-forward's files swept into its commit: the fast-forward reports ``busy`` untouched."""
     repo = make_repo(tmp_path / "r")
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()

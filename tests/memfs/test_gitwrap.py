@@ -1,4 +1,4 @@
-"""The agent's git wrapper (DECISIONS D1) with real git: the shell fast path and the Python wrapper
+"""The agent's git wrapper (D1) with real git: the shell fast path and the Python wrapper
 it hands the rest to both wait for the repository lock, whichever way the command names the
 repository; a failed commit is recorded and a good one clears the record; git's stderr still
 reaches the caller."""

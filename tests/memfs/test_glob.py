@@ -1,4 +1,4 @@
-"""Glob dialect of ``.memfs.config.json`` (memfs.md 4.8)."""
+"""Glob dialect of ``.memfs.config.json`` (MEMFS-4.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The guard (issue 23 item 1): a repository's own config and layout never make reverie's git run a
+"""The guard (A1): a repository's own config and layout never make reverie's git run a
 program; real git in temp dirs, payloads that would write a marker file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""memfs.md 1.2-1.5: path classification, index chain, labels, format detection."""
+"""MEMFS-1.2 to MEMFS-1.5: path classification, index chain, labels, format detection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DECISIONS D1 with real git: the agent's own git waits for the repository lock (also inside
+"""D1 with real git: the agent's own git waits for the repository lock (also inside
 bubblewrap), reads do not, git's index.lock contention is retried and a stale one is removed."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path, monk
 
 
 def test_lock_files_nothing_holds_are_removed_whatever_their_age(repo: Path) -> None:
-    """Issue 23 item 2: staleness is whether a process holds the file, never its age or a pid."""
+    """A2: staleness is whether a process holds the file, never its age or a pid."""
     old, fresh, held = (repo / ".git" / name for name in ("index.lock", "next-index-9.lock", "held.lock"))
     _aged(old, 3600)
     _aged(fresh, 0)
@@ -153,7 +153,7 @@ def test_a_git_working_in_the_repository_keeps_every_lock(repo: Path) -> None:
 
 
 def test_a_git_working_in_a_linked_worktree_keeps_its_index_lock(repo: Path, tmp_path: Path) -> None:
-    """Issue 28 (``--faults enospc``): ``commit -a`` in a linked worktree closes its ``index.lock``
+    """O9 (``--faults enospc``): ``commit -a`` in a linked worktree closes its ``index.lock``
     (under the common directory) before it commits and renames it; recovery run meanwhile for
     another reason took it for stale, and the commit was made but reported failed (its retry:
     "nothing to commit"). A git working in that worktree keeps its locks; it does not keep the

@@ -1,4 +1,4 @@
-"""Issue 23 item 7: nothing in memory forges the prompt's structure. The hook refuses a description or
+"""A7: nothing in memory forges the prompt's structure. The hook refuses a description or
 name holding a structural tag (real ``git commit``), and what reaches ``HEAD`` without the hook is
 neutralised in the compiled prompt and the reminders; other markup stays verbatim."""
 

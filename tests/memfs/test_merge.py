@@ -343,7 +343,7 @@ echo "ok $ok"
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["trio"])  # ~15 s of git work; the race is git's, not the loop's
 async def test_a_git_that_skips_the_wrapper_beside_a_stress_run_is_folded_in_never_swept(tmp_path: Path) -> None:
-    """Issue 23 item 4: a committer calling ``/usr/bin/git`` directly (no wrapper, no lock, ``commit
+    """A4: a committer calling ``/usr/bin/git`` directly (no wrapper, no lock, ``commit
     -a``) beside ``reverie stress`` with no shared files: nothing kept, so no kept branch that git
     would merge cleanly; no writer's content in the bypass's or the main writer's commits; every
     bypass commit in ``HEAD``. The bypass skips the hook so each of its commits holds ``index.lock``
@@ -420,7 +420,7 @@ async def _by_message(repo: Path, rev: str) -> dict[str, list[str]]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("policy", ["keep", "resolve"])
 async def test_a_rebase_left_in_progress_is_aborted_before_the_branch_merges_again(repo: Path, policy: str) -> None:
-    """Issue 28: a merge whose rebase (and its abort) failed on a full disk left the worktree mid-rebase.
+    """O9: a merge whose rebase (and its abort) failed on a full disk left the worktree mid-rebase.
     The next merge-back must start from the branch as committed, not from the rebase's detached
     ``HEAD``: every commit merged (or kept) once, each with its own change, none folded into another."""
     worktree, branch, originals = await _stuck_rebase(repo)
@@ -461,7 +461,7 @@ async def test_a_branch_whose_worktree_is_left_mid_rebase_merges_there(repo: Pat
 async def test_a_worktree_left_detached_merges_the_branch_as_committed(repo: Path) -> None:
     """A rebase dropped with ``--quit`` whose checkout of the branch then failed (a full disk) leaves
     the worktree detached on the copies replayed so far: the next merge-back checks the branch out
-    again and merges all its commits, not the detached copy (issue 28: 1 of 5 merged)."""
+    again and merges all its commits, not the detached copy (O7: 1 of 5 merged)."""
     wt = await create_worktree(repo, agent_id="a")
     for i in range(3):
         await _commit(wt.path, f"notes/w{i}.md", note(f"w{i}", "x"), f"w{i}")

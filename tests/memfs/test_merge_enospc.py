@@ -93,7 +93,7 @@ def _consistent(repo: Path, worktree: Path, branch: str, messages: dict[str, str
 async def test_a_merge_cut_short_anywhere_by_a_full_disk_leaves_nothing_folded_or_half_done(
     disk: Path, conflict: bool
 ) -> None:
-    """Issue 28: the disk fills with more and more room left (8 KB steps) until the merge gets
+    """O9: the disk fills with more and more room left (8 KB steps) until the merge gets
     through, so it is cut short at every stage: git's rebase mid-pick, its abort, the resolver's
     turn, the parent's fast-forward mid-checkout. Each time, once space is back and the branch is
     merged again: the worktree is not left mid-rebase, both checkouts are clean (no file of a

@@ -83,7 +83,7 @@ def test_damaged_repository_is_named_as_such(tmp_path: Path) -> None:
 
 
 def test_reverie_s_own_commit_rebuilds_a_corrupt_index_first(tmp_path: Path) -> None:
-    """Issue 23 item 9: a corrupt index no longer fails every memory commit."""
+    """A9: a corrupt index no longer fails every memory commit."""
     memory = tmp_path / "memory"
     init_memory_repo(memory)
     guard.drain_findings()

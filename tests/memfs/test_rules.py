@@ -1,4 +1,4 @@
-"""Per-file frontmatter rules of the hook (memfs.md 4.5)."""
+"""Per-file frontmatter rules of the hook (MEMFS-4.5)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Reverie's own validate cases (tests/memfs/cases/validate, same format as the shared conformance
-cases): D10's refusal of names that inject markup, and where the spec is silent or explicit about
-non-UTF-8 names and bodies and non-Markdown root files. Run through a real ``git commit`` with the
+cases): D10's refusal of names that inject markup, and reverie's rulings on non-UTF-8 names and bodies
+(MEMFS-R2.4, MEMFS-R4.6) and non-Markdown root files. Run through a real ``git commit`` with the
 installed hook, matched like the shared cases (verdict, exit status, error lines, whole output)."""
 
 from __future__ import annotations

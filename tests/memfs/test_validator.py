@@ -1,4 +1,4 @@
-"""The validator's verdicts and reports (memfs.md 4.4-4.13), pure and over real git."""
+"""The validator's verdicts and reports (MEMFS-4.4 to MEMFS-4.13), pure and over real git."""
 
 from __future__ import annotations
 

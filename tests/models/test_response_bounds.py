@@ -1,4 +1,4 @@
-"""DECISIONS D12: a total time and a size cap per model request, each a transient failure under the
+"""D12: a total time and a size cap per model request, each a transient failure under the
 retry policy, against the loopback server (real SDK, real HTTP)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure search logic: query parsing (compaction.md 8.2) and FTS expressions that never break FTS5."""
+"""Pure search logic: query parsing (COMPACTION-8.2) and FTS expressions that never break FTS5."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transcript search: FTS5 trigram + BM25 with compaction.md 8.2 parsing and the 8.5 result shape."""
+"""Transcript search: FTS5 trigram + BM25 with COMPACTION-8.2 parsing and the COMPACTION-8.5 result shape."""
 
 from __future__ import annotations
 

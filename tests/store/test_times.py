@@ -1,4 +1,4 @@
-"""Stored times (DECISIONS T5): ISO-8601 UTC, milliseconds, ``Z``, one fixed width."""
+"""Stored times (T5): ISO-8601 UTC, milliseconds, ``Z``, one fixed width."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SQLite connections on the bounded lane pool (DECISIONS D8): many stores, few threads, each
+"""SQLite connections on the bounded lane pool (D8): many stores, few threads, each
 connection still served by one thread in order."""
 
 from __future__ import annotations

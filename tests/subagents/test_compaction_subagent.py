@@ -307,7 +307,7 @@ async def test_context_overflow_from_the_chat_model_shrinks_and_completes(loopba
         await no_worktrees_left(chat.agent.memory_dir)
 
 
-# -- a long offline session (DECISIONS S25: in-process) ----------------------------------------------
+# -- a long offline session (S25: in-process) ----------------------------------------------
 
 
 @pytest.mark.anyio

@@ -127,7 +127,7 @@ async def test_every_launch_of_a_sweep_has_exactly_one_outcome(tmp_path: Path) -
 
 
 async def test_commits_a_git_outside_the_wrapper_made_during_the_merge_are_an_event(tmp_path: Path) -> None:
-    """Issue 23: a commit that reaches HEAD while merge-back holds the lock (a git called without
+    """A4: a commit that reaches HEAD while merge-back holds the lock (a git called without
     reverie's wrapper) is folded in and named in a stored ``reflection.bypassed`` event."""
     seen = Seen()
     async with ChatSession.open(agent_id="b1", workspace=tmp_path, observer=seen) as s:

@@ -1,4 +1,4 @@
-"""Reflection in bounded pieces (DECISIONS D5): the transcript is read from ``$TRANSCRIPT_PATH`` in
+"""Reflection in bounded pieces (D5): the transcript is read from ``$TRANSCRIPT_PATH`` in
 slices, and no request of the reflection agent exceeds the context window, whatever its length."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The resolve policy of DECISIONS D3 end to end: real git, the resolver subagent on the scripted
+"""The resolve policy of D3 end to end: real git, the resolver subagent on the scripted
 model (union, driven by the rule text in its request), and the harness's checks."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ async def test_a_resolver_that_leaves_markers_is_refused(repo: Path) -> None:
 
 
 async def test_an_agent_commit_never_waits_for_the_resolvers_model(repo: Path) -> None:
-    """Issue 23 item 5, through the loopback server: the resolver's model call takes up to 20 s (the
+    """A5, through the loopback server: the resolver's model call takes up to 20 s (the
     server holds its answer until the test releases it); meanwhile the agent's own ``git commit``
     through reverie's wrapper, allowed to wait 2 s for the lock, goes through, and the resolved
     branch is then merged on top of that commit."""

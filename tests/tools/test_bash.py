@@ -135,7 +135,7 @@ async def test_model_timeout_argument(tmp_path: Path) -> None:
 
 @SANDBOX_MODES
 async def test_a_command_of_any_length_runs_and_reads_no_stdin(tmp_path: Path, sandbox: str) -> None:
-    """Issue 23 item 8: a 300 KB command (over Linux's 128 KiB per argument) runs whole, in the
+    """A8: a 300 KB command (over Linux's 128 KiB per argument) runs whole, in the
     sandbox too; a command inside it that reads stdin sees /dev/null, not the rest of the script."""
     ctx = _ctx(tmp_path, sandbox=sandbox)
     payload = "z" * 300_000

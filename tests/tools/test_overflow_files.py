@@ -1,4 +1,4 @@
-"""Overflow files (compaction.md 7.5, DECISIONS D6): a long tool output is written in full by reverie
+"""Overflow files (COMPACTION-7.5, D6): a long tool output is written in full by reverie
 under ``$REVERIE_HOME``, the cut result names the file, and ``read_file`` reads it back in pieces
 (a read-only root: nothing may write there)."""
 

@@ -1,5 +1,5 @@
 """The bash sandbox with real bubblewrap and real git: environment allowlist, what is writable, the
-memory repo's hooks and config, worktrees, network, and the auto/bwrap/off modes (DECISIONS D11)."""
+memory repo's hooks and config, worktrees, network, and the auto/bwrap/off modes (D11)."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ async def test_sandboxed_commits_are_validated_by_this_process(tmp_path: Path) -
 
 
 async def test_what_git_reads_as_a_path_is_read_only_and_the_wrapper_cannot_move(tmp_path: Path) -> None:
-    """Issue 23 items 1 and 4: inside the sandbox only what a commit writes is writable in .git."""
+    """A1 and A4: inside the sandbox only what a commit writes is writable in .git."""
     repo = await _memory(tmp_path)
     ctx = _ctx(tmp_path, memory=repo)
     assert (await run_bash("git -C \"$MEMORY_DIR\" status --short", ctx)).ok
@@ -284,7 +284,7 @@ async def test_required_sandbox_refuses_in_one_line(tmp_path: Path, no_bwrap: No
 
 
 async def test_auto_without_bubblewrap_refuses_in_one_line_naming_both_ways_on(tmp_path: Path, no_bwrap: None) -> None:
-    """Issue 23 item 6: never silently unconfined."""
+    """A6: never silently unconfined."""
     result = await run_tool("bash", '{"command": "echo ran > ran.txt"}', _ctx(tmp_path, sandbox="auto"))
     assert not result.ok and "\n" not in result.output
     assert "bwrap is not installed" in result.output and 'sandbox = "off"' in result.output

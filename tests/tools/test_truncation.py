@@ -1,4 +1,4 @@
-"""compaction.md section 7 truncation: the 9.6 vectors (TR-1..TR-7), 7.6's clip, and properties."""
+"""COMPACTION-7 truncation: the COMPACTION-9.6 vectors (TR-1..TR-7), COMPACTION-7.6's clip, and properties."""
 
 from __future__ import annotations
 
