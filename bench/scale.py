@@ -25,28 +25,15 @@ driver's live descendants and reports, over that tree:
   and up to its last 50 ms are missed) and ``git+other``: the rest (every git and hook process,
   too short-lived to sample; it also holds whatever the workers' last samples missed).
 
-The machine's load average before each run is printed too, since the cores are shared, and so are
-``busy``: the share of both cores other processes used in the half second just before the run (the
-load average lags by a minute), ``calib ms``: the best of three runs of a fixed pure-Python loop
-just before the run (a VM's vCPU can be slowed by its host without any load showing inside; here
-the same loop took 190-320 ms minutes apart), and ``fs us``: what creating one empty file in the
-runs' folder cost just before the run (the probe's files are kept until the bench ends), so rows
-measured on a busy or slowed machine, or on a file system still paying for someone's deletions,
-can be told apart. Targets
-(P4): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the tree's
-peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
+Before each run it also prints what tells a busy or slowed machine apart: the load average,
+``busy`` (the share of both cores other processes used in the half second before), ``calib ms`` (the
+best of three runs of a fixed pure-Python loop) and ``fs us`` (creating one empty file in the runs'
+folder). Targets (P4): N=64 efficiency >= 0.5; N=1000 every task passes, efficiency >= 0.05 and the
+tree's peak RSS < 2 GiB; the exit status is 1 when a measured N misses its target.
 
 Every run's directory is kept until the bench ends, then removed together, and before each run the
-bench syncs the file systems and waits ``_SETTLE`` seconds. Both keep earlier deletions from being
-charged to the run: on a journal-less ext4 (this VM's) a freed inode is skipped by every allocation
-in its group (``recently_deleted`` in the kernel), each allocation scanning past all of them from
-the group's start, so a thousand tasks created right after removing 256 tasks' files (or while a
-test suite churns /tmp) pay for every deleted file. How long depends on the kernel: older ones
-skip an inode for 5 s once its table block is written (hence the sync and ``_SETTLE``), this VM's
-6.18 for a minute (five more while the block is dirty). Measured here after deleting 16k files and
-a sync: 1.1-1.4 ms per file created for the next 20 s, 0.6 ms at 40 s, 0.14 ms at 70 s, against
-35-90 µs on a quiet file system; at 21 inodes a task that is most of a task's CPU, so do not delete
-big trees in the minute before a measurement, and read ``fs us``.
+bench syncs the file systems and waits ``_SETTLE`` seconds, so earlier deletions are not charged to
+the run (why, with the figures: ``bench/README.md``, "scale.py and the machine").
 
     .venv/bin/python bench/scale.py                  # N = 16, 64, 256, 1000
     .venv/bin/python bench/scale.py 64 1000 --timeout 600

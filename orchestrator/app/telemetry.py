@@ -1,25 +1,9 @@
 """OpenTelemetry GenAI spans and metrics for chat sessions, live (O10), on the maintained
 libraries: ``opentelemetry-sdk`` and ``opentelemetry-util-genai`` (the optional extra
-``reverie[otel]``), which emit the GenAI semantic conventions (span names, attributes, the
-``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage`` metrics) as Langfuse,
-Phoenix, Logfire and Grafana read them.
-
-What a session emits:
-
-* ``invoke_agent <agent>`` per turn (``gen_ai.conversation.id``, the turn's usage, its status);
-* ``chat <model>`` per model call, the main agent's and every subagent's (provider, request and
-  response model, token usage, finish reasons, ``error.type`` when the call failed or was cancelled);
-* ``execute_tool <name>`` per tool call, a child of its turn;
-* ``invoke_agent compaction`` and ``invoke_agent reflection``, children of the turn that launched
-  them (a turn already ended is still their parent: it is what caused them), with their summariser
-  or reader calls as children; a reflection's merge-back is ``invoke_workflow merge_back`` under it
-  (the merge resolver's calls inside that);
-* ``invoke_workflow`` around a batch run, a sweep and each batch task (``workflow``), the task's
-  turns its children.
-
-Every span carries ``gen_ai.conversation.id``. Message content (prompts, replies, tool arguments
-and results) is recorded only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for
-it (``SPAN_ONLY``, ``SPAN_AND_EVENT``, as the GenAI utilities read it).
+``reverie[otel]``), which emit the GenAI semantic conventions as Langfuse, Phoenix, Logfire and
+Grafana read them. The spans a session emits and the variables that turn them on are listed in the
+README ("OpenTelemetry"); batch runs, sweeps and each batch task add ``invoke_workflow`` spans, and a
+program embedding reverie hands its own providers over with ``installed(...)``.
 
 Why events and a model wrapper, not context variables: spans are opened and closed from the events
 the session already publishes (``turn.start``, ``tool.end``, ``compaction.start`` and its one end,
@@ -29,23 +13,11 @@ on trio or asyncio alike; an explicit parent is right on both, where an ambient 
 which task spawned which. Only the model call is wrapped (``TracedModel``), because no event says
 when a request starts and a failed request publishes none.
 
-Configuration is the standard ``OTEL_*`` environment: telemetry is on when
-``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) or
-``OTEL_TRACES_EXPORTER`` names an exporter, off otherwise and with ``OTEL_SDK_DISABLED=true``; the
-OTLP exporter (HTTP/protobuf) reads its own variables (headers, timeout, ``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``). A program embedding reverie hands its own providers over with
-``installed(...)`` instead. Spans go through a ``BatchSpanProcessor`` and metrics through a
-periodic reader: both export from their own threads, so a slow or absent collector never blocks a
+Spans and metrics export from the SDK's own threads, so a slow or absent collector never blocks a
 turn; at the session's end they are flushed off the event loop, for at most ``FLUSH_SECONDS``.
-Without the extra, nothing is imported and a configured ``OTEL_*`` gets one line on stderr.
-
-These live spans are the only ones: batch runs used to write ``otel-spans.jsonl`` after the fact,
-rebuilt from the event log whenever the SDK happened to be installed, and no longer do. A user who
-configured nothing expects telemetry off (installing the extra for another reason should not change
-what a run writes or costs), and one trace shape per run, not a thinner second one (no provider,
-finish reasons, ``error.type``, subagents or workflows) depending on whether a collector was set.
-Offline, the run's event log (``reverie events RUN_DIR --json``) holds everything those spans did;
-spans without a collector are one variable away (``OTEL_TRACES_EXPORTER=console``, on stderr).
+Without the extra nothing is imported, and a configured ``OTEL_*`` gets one line on stderr. These
+live spans are the only ones (``docs/suite-format.md`` says why batch runs no longer write spans
+after the fact): a user who configured nothing expects telemetry off, and one trace shape per run.
 """
 
 from __future__ import annotations

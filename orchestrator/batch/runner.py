@@ -69,9 +69,8 @@ BATCH_GC_THRESHOLDS = (20_000, 10, 10)
 def batch_sqlite_lanes(processes: int) -> int:
     """SQLite lanes for one of ``processes`` batch processes: the cores each has, at most the
     default. A lane only helps while a core is free to run SQLite beside the event loop, and every
-    idle lane a job is handed to must be woken (a futex round trip, a context switch): at 64 tasks on
-    two processes, one lane each made a third of the futex calls of four and ran faster in 5 of 6
-    interleaved rounds (median 1.97 s against 2.27 s)."""
+    idle lane a job is handed to must be woken (a futex round trip, a context switch); the
+    measurement is in ``bench/README.md`` ("SQLite lanes per batch process")."""
     return max(1, min(SQLITE_LANES, (os.cpu_count() or 1) // max(1, processes)))
 
 
@@ -196,9 +195,8 @@ def batch_process(processes: int = 1) -> Iterator[None]:
     The cyclic collector runs less often meanwhile (``BATCH_GC_THRESHOLDS``): a batch task
     allocates some ten thousand containers, nearly all freed by reference counting, so at the
     default first threshold (700) the collector ran about once per task and each run re-scanned the
-    young objects of every task in flight; at a thousand tasks in one process that was 0.94 ms of
-    CPU per task, 0.28 ms with these thresholds (what is cyclic garbage is still collected, later).
-    Both come back afterwards."""
+    young objects of every task in flight (figures: ``bench/README.md``, "the collector in a batch").
+    What is cyclic garbage is still collected, later. Both come back afterwards."""
     lanes_given = LANES_VARIABLE in os.environ
     if not lanes_given:
         os.environ[LANES_VARIABLE] = str(batch_sqlite_lanes(processes))

@@ -3,8 +3,8 @@ frozen out of it at once.
 
 What a command builds before its real work starts (modules, classes, functions, the SDK's pydantic
 models, the session's objects) lives until the process ends, so every collection during start-up
-scans a growing heap and frees next to nothing: measured on ``chat -p`` up to its first request,
-~220 collections, 3.4% of the instructions (callgrind), 116M of reverie's own 585M. The console
+scans a growing heap and frees next to nothing (``bench/README.md``, "the collector at
+start-up", has the count). The console
 script (``cli/app.py``'s ``entry``) pauses the collector; :func:`resume` moves what is alive into the
 permanent generation (``gc.freeze``, constant time) and turns collection back on, so a long session
 or a batch never re-scans start-up's heap either. A command resumes it when its start-up is over:

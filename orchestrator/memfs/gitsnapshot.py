@@ -3,9 +3,8 @@
 Why this module reads git objects without libgit2 although ``memfs.git`` is the one in-process
 reader: the pre-commit hook (``memfs.hook``) imports it, and the hook is a new process for every
 commit, the agent's own ``git commit`` included; pygit2's import (~60 ms) would be paid on each,
-on top of the runner's (GitPython, ~45 ms, measured: the hook's imports went from ~60 to ~95 ms
-when the runner moved to GitPython). So the staged snapshot (the hook's, and reverie's own commits') is read with git processes through
-the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
+on top of the runner's (GitPython's, ~45 ms). So the staged snapshot (the hook's, and reverie's own
+commits') is read with git processes through the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
 NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as stored
 (M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
 audit after every turn and before every merge) runs inside reverie, where libgit2 is loaded

@@ -2,66 +2,10 @@
 
 It is stateless (S27): every answer is a function of the request alone, so a rule is
 followed only while its text is in the request, and removing a ``<memory_update>`` makes the rule
-vanish. The only exception is an explicit test script (below), which is consumed in order.
-
-Where rules are read ("rule sources"): the system prompt, messages of kind ``reminder`` or
-``memory_update``, system-role messages, and ``<system-reminder>`` blocks inside user messages.
-Never plain user text or tool output: saying a rule is not the same as having it in memory.
-
-Answer rules: a list line (``- `` or ``* ``) in a rule source, matched whole and case-insensitively:
-
-* ``always end answers with X`` (also ``end every/each/all/your answer(s)/reply/replies/
-  response(s)/message(s) with X``), ``回答末尾总是加上 X`` (``总是``/``都``/``一律`` optional,
-  ``加上``/``加``/``带上``): append `` X``;
-* the same with ``start``/``begin`` or ``回答开头``: prepend ``X ``.
-
-``X`` loses surrounding quotes and one trailing ``.``/``。``. Rules apply in first-seen order,
-duplicates once. They apply to every chat answer and to the memory confirmation.
-
-Chat (``purpose="chat"``), decided by the last message that is not a reminder:
-
-* a user message starting ``remember:``/``remember that``/``please remember``/``from now on``/
-  ``设定：``/``记住：`` states a rule. If a ``bash`` tool is offered and the rule is not already a
-  list line in a rule source, the model calls bash with a command that appends ``- <rule>`` to
-  ``persona.md`` (rules about answering: they mention answers, replies, responses, "you", 回答,
-  回复 or 你) or ``human.md`` (everything else: facts and preferences of the user), creating the file
-  with frontmatter if needed, and commits it with git (``feat: update persona``/``human``). When
-  the request shows the v1 layout (``system/persona.md``), the files live under ``system/``.
-* a user message asking about the past (``what did I say/tell you about X``, ``do you remember
-  X``, ``earlier ... X``, ``之前``/``刚才``/``还记得``) calls ``conversation_search`` when offered.
-* a question about the user's past that is not one of the above (a memory benchmark's question,
-  ``orchestrator.models.scripted_recall``): answered from a memory line that holds its keywords,
-  else by ``conversation_search`` calls, one keyword per step, then the best-matching sentence.
-* a tool result of its own bash call gets ``Noted — I saved that to memory.``
-  (``好的，我已经把这件事记进记忆里了。`` for Chinese); a failed command (``fatal:``, ``error``,
-  ``exit code`` with a non-zero value) gets a one-line failure note instead. A search result gets
-  ``Earlier you said: "<best hit>"``: the first hit that is not the question itself.
-* anything else gets ``(mock) I heard: <text>`` (``（mock）我听到了：<text>`` when the message
-  contains CJK characters, as in the seed story).
-
-Summaries (``purpose="summarize"``): an extractive summary of the transcript under the headings
-of COMPACTION-3.5 (the ``all`` set when the system prompt mentions "Current state", else the
-sliding set). Every identifier of S22 (``orchestrator.base.identifiers``, the extractor
-compaction's retention check uses) is listed verbatim first; user lines up to 200
-characters are quoted verbatim; the result stays within ``max_tokens * 4`` characters (default
-1,000 tokens, the S20 summary reserve).
-
-Reflection (``purpose="reflect"``): from the user lines of the transcript in the request (``[user]
-...``, ``user: ...`` or JSON records with role/kind ``user``) it takes remember-style statements and
-facts (``my name is``, ``I prefer``, ``I like``, ``I use``, ``call me``, ``我叫``, ``我喜欢``,
-``我更喜欢``, ``我习惯``, ``我用``) not already a list line in a rule source, and makes one bash call
-appending them to persona.md/human.md with a single commit
-(``feat(reflection): remember <n> item(s) 🔮``). After its own tool result it reports; with nothing
-new it says ``Reflection: nothing new to remember.`` without committing.
-
-Merge resolution (``purpose="resolve"``): union of both sides while the rule is in the request
-(``orchestrator.models.scripted_resolve``, D3).
-
-Scripts: ``ScriptedModel(script=[...])`` answers with the given ``ModelResponse`` objects or
-``callable(request)`` results in order, then falls back to the rules (or raises a non-transient
-``ModelError`` with ``strict=True``). ``latency`` adds an ``anyio.sleep`` per call. Usage is the
-chars/4 estimate. Tool-call ids are ``call_`` plus a hash of the request, so the same request gets
-the same id on every run.
+vanish; tests rely on that to prove the model really saw something. Rules are read from the system
+prompt and reminders, never from plain user text or tool output. What it answers for each purpose
+(``chat``, ``summarize``, ``reflect``, ``resolve``) and how a test script drives it is listed in
+``docs/scripted-model.md``.
 
 Why one module of ~770 lines: it is one stateless function of the request (``complete``), and its
 purposes share the same readers of a request (rule sources, the last turn, the transcript's user
