@@ -6,16 +6,18 @@ usage: python bench/letta_side_by_side.py [--reps 7] [--turns 20] [--session-rep
 It runs the shared harness (``../shared/anchors/letta-code/side_by_side.py``: one-shot text, the
 edit-and-commit tool step, a stream-json session; interleaved, the system order rotated every
 repetition) against this checkout's ``reverie``, then measures what the harness does not: the time
-from the last byte of a one-shot's printed result to the process's exit, for every system and in
-every output mode (``json`` and ``text`` for ``-p``, ``stream-json`` for a session), interleaved as
-well. letta-code is installed once into ``--letta-dir`` (default ``.bench-cache/letta`` beside this
+from the last byte of a one-shot's printed result to the process's exit, for every system, in every
+output mode (``json`` and ``text`` for ``-p``, ``stream-json`` for a session) and for the harness's
+memory edit (``memedit``: a ``json`` one-shot whose bash command commits to memory, checked to have
+committed), interleaved as well. What a memory-editing turn starts (the hook's service, the git
+process runner) is left behind only by that last one. letta-code is installed once into ``--letta-dir`` (default ``.bench-cache/letta`` beside this
 checkout) by the harness's own ``install_letta_code.sh``: npm only, about 15 s.
 
 It prints the P8 table (medians, and reverie's ratio to each letta runtime) and, with
 ``--check``, exits 1 when a budget is missed:
 
 * edit-and-commit step <= 0.6x letta on Node and <= letta on Bun;
-* result to exit <= 60 ms in every mode;
+* result to exit <= 60 ms in every mode, the memory edit included;
 * one-shot CPU <= letta on Bun;
 * CPU per session turn and peak session RSS <= 0.5x letta on Bun.
 
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# "memedit" is a json one-shot whose tool call commits to memory (the harness's scenario of that name)
+EXIT_MODES = ("json", "text", "stream-json", "memedit")
 
 
 def _harness(anchors: Path) -> Any:
@@ -79,18 +83,31 @@ def measure_exits(harness: Any, work: Path, systems: list[Any], server: Any, rep
     rows: list[dict[str, Any]] = []
     for rep in range(reps):
         order = systems[rep % len(systems):] + systems[:rep % len(systems)]
-        for mode in ("json", "text", "stream-json"):
+        for mode in EXIT_MODES:
             for system in order:
-                server.reset([{"text": "Hello from the fake model."}], f"exit-{mode}")
+                script: list[dict[str, Any]] = [{"text": "Hello from the fake model."}]
+                stdin = None
                 if mode == "stream-json":
                     argv = system.session()
                     stdin = (system.user_line("hello") + "\n").encode()
+                elif mode == "memedit":
+                    line = f"- Exit fact {rep} from {system.name}."
+                    script = [system.bash_edit_step(line), {"text": "Noted."}]
+                    argv = system.oneshot("please answer")
+                    before = _memory_head(system)
                 else:
                     argv = [*system.oneshot("please answer")[:-1], mode]
-                    stdin = None
+                server.reset(script, f"exit-{mode}")
                 seconds = result_to_exit(argv, system.env, str(work), stdin)
+                if mode == "memedit" and _memory_head(system) == before:
+                    raise RuntimeError(f"{system.name}: the memory edit of the exit run committed nothing")
                 rows.append({"system": system.name, "mode": mode, "rep": rep, "exit_s": seconds})
     return rows
+
+
+def _memory_head(system: Any) -> str:
+    return subprocess.run(["git", "-C", system.memory_dir(), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def _median(values: list[float]) -> float | None:
@@ -123,7 +140,7 @@ def summarise(results: list[dict[str, Any]], exits: list[dict[str, Any]], names:
     table.append(("edit-and-commit step (ms)",
                   {n: _ms(_median(pick("memedit", n, "second_request_gap"))) for n in names}))
     exit_modes: dict[str, dict[str, float | None]] = {}
-    for mode in ("json", "text", "stream-json"):
+    for mode in EXIT_MODES:
         row = {n: _ms(_median([e["exit_s"] for e in exits if e["system"] == n and e["mode"] == mode]))
                for n in names}
         exit_modes[mode] = row
