@@ -20,7 +20,7 @@ from typing import Any
 from orchestrator.base.config import load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import config_path
-from orchestrator.batch.results import RESULTS_FILE, read_results
+from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
@@ -34,8 +34,9 @@ __all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", 
 class RunPlan:
     """A run as it will start. ``run_tasks`` is what ``run_suite`` is given (for a retry, the whole
     suite, so the summary covers every task); ``todo`` the ids that will run now; ``retry`` the ids
-    whose failed results may be rerun; ``notes`` lines worth telling the user (which recorded
-    option was reused)."""
+    whose failed results may be rerun; ``kept`` the recorded results of the other tasks of
+    ``run_tasks`` (what a resumed or retried run counts as done before it starts); ``notes`` lines
+    worth telling the user (which recorded option was reused)."""
 
     suite: Path
     out_dir: Path
@@ -52,6 +53,7 @@ class RunPlan:
     todo: frozenset[str]
     again: frozenset[str]
     notes: tuple[str, ...] = ()
+    kept: tuple[TaskResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,7 @@ def plan_run(
         suite=suite, out_dir=out_dir, all_tasks=tuple(all_tasks), tasks=tuple(selected), run_tasks=tuple(run_tasks),
         options=options, executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given,
         resume=resume, retry=retry, todo=frozenset(todo), again=frozenset(again), notes=(note,) if note else (),
+        kept=tuple(recorded[t.id] for t in run_tasks if t.id in recorded and t.id not in todo),
     )
 
 

@@ -209,7 +209,6 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
         missing = len(todo) - len(again)
         _err.print(f"retrying {len(again)} failed or errored task(s)" + (f" and {missing} without a result" if missing else "")
                    + f" in {out_dir}")
-    already = len(run_tasks) - len(todo)
     resume_line = command_line(
         ["run", suite], {"--out": out_dir, "--resume": True, "--concurrency": jobs, "--executor": None if kind == "local" else kind,
                          "--ray-address": ray_address, "--processes": processes, "--model": model, "--context-window": context_window,
@@ -225,7 +224,7 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
         if isinstance(chosen, ProcessExecutor):
             cleanup.callback(chosen.release)
         cleanup.enter_context(batch_process(chosen.plan(len(todo)) if isinstance(chosen, ProcessExecutor) else 1))
-        tracker = RunProgress(bar, len(run_tasks), already)
+        tracker = RunProgress(bar, len(plan.kept) + len(todo), plan.kept)
 
         async def main() -> Any:
             return await run_suite(

@@ -50,15 +50,24 @@ _LIVE_KIND = {
 
 class RunProgress:
     """Live counters for the bar: finished tasks count their results, running tasks their events
-    so far (Ray tasks report only when they finish)."""
+    so far (Ray tasks report only when they finish).
 
-    def __init__(self, progress: Progress | None, total: int, already: int = 0) -> None:
+    One scope for every figure on the line: the whole run. A resumed or retried run starts from the
+    results it keeps (``earlier``), so its ``✓``/``✗``, turns, tokens, reflections and compactions
+    add up to the bar's done count and to the table printed at the end, and the line is labelled
+    ``whole run`` to say so. It counted this invocation's passes beside the whole run's done count."""
+
+    def __init__(self, progress: Progress | None, total: int, earlier: Sequence[Any] = ()) -> None:
         self.progress = progress
         self.done = 0
         self.failed = 0
         self.final: Counter[str] = Counter()
         self.live: dict[str, Counter[str]] = {}
-        self.bar = progress.add_task("run", total=total, completed=already, stats="") if progress else None
+        for result in earlier:
+            self._count(result)
+        label = "whole run" if earlier else "run"
+        self.bar = progress.add_task(label, total=total, completed=len(earlier), stats="") if progress else None
+        self._refresh()
 
     def stats(self) -> dict[str, int]:
         totals = Counter(self.final)
@@ -98,14 +107,17 @@ class RunProgress:
         else:
             print(line, file=sys.stderr, flush=True)
 
-    async def on_result(self, result: Any) -> None:
-        self.live.pop(result.id, None)
+    def _count(self, result: Any) -> None:
         for key in _COUNTS:
             self.final[key] += int(getattr(result, key))
         if result.status == "passed":
             self.done += 1
         else:
             self.failed += 1
+
+    async def on_result(self, result: Any) -> None:
+        self.live.pop(result.id, None)
+        self._count(result)
         if self.progress is not None and self.bar is not None:
             self.progress.advance(self.bar)
         self._refresh()

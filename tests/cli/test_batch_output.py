@@ -44,3 +44,28 @@ def test_a_printed_command_names_reverie_as_the_user_can_run_it(tmp_path: Path, 
     monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
     assert program(str(script)) == "reverie", "on PATH (an activated venv): the bare name"
     assert program("-c") == "reverie"
+
+
+async def test_a_resumed_run_counts_the_whole_run_and_says_so() -> None:
+    from orchestrator.batch.results import TaskResult
+
+    earlier = [
+        TaskResult(id="a", status="passed", checks_passed=1, checks_total=1, turns=2, compactions=3),
+        TaskResult(id="b", status="failed", checks_passed=0, checks_total=1, turns=1, compactions=1),
+    ]
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    with progress_bar(True, console) as bar:
+        live = RunProgress(bar, total=3, earlier=earlier)
+        await live.on_event("c", "compaction.done", {})
+        await live.on_result(TaskResult(id="c", status="passed", checks_passed=1, checks_total=1, turns=4, compactions=2))
+    line = out.getvalue()
+    assert "whole run" in line and "3/3" in line and "✓ 2 ✗ 1" in line, line
+    assert "turns 7" in line and "compactions 6" in line, line
+
+
+async def test_a_fresh_run_is_labelled_run() -> None:
+    out = io.StringIO()
+    with progress_bar(True, Console(file=out, width=200, force_terminal=False)) as bar:
+        RunProgress(bar, total=1)
+    assert out.getvalue().startswith("run ") and "whole run" not in out.getvalue()
