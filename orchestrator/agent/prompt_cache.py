@@ -7,6 +7,8 @@ compaction or a new raw system prompt; committed memory changes reach the model 
 
 ``decide`` is the pure table; ``resolve_system_prompt`` does the git and SQLite work around it.
 Every compile is audited first (M8, ``orchestrator.agent.audit``): an invalid HEAD is never sent.
+``preview_system_prompt`` answers the same question without writing anything: what the next
+request's system prompt and memory messages would be (the REPL's context figure before a turn).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HeadRead",
+    "PreviewedPrompt",
     "PromptAction",
     "ResolvedPrompt",
     "current_revision",
     "decide",
+    "preview_system_prompt",
     "record_from",
     "resolve_system_prompt",
     "same_memory",
@@ -64,6 +68,15 @@ class ResolvedPrompt:
     revision: str | None
     update_message_id: str | None = None
     previous_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class PreviewedPrompt:
+    """What ``resolve_system_prompt`` would send now, nothing written: the system prompt, and the
+    messages it would append first (a ``<memory_update>`` or the MEMORY INVALID reminder)."""
+
+    content: str
+    messages: tuple[Message, ...] = ()
 
 
 def decide(row: PromptRecord | None, raw_system_hash: str, revision: str | None) -> PromptAction:
@@ -215,6 +228,44 @@ async def resolve_system_prompt(
         prompt=record,
     )
     return ResolvedPrompt(record.content, action, compiled.memfs_revision, stored.id, previous)
+
+
+async def preview_system_prompt(
+    store: Store,
+    *,
+    conversation_id: str,
+    agent_id: str,
+    memory_dir: Path,
+    raw_system: str,
+    head: HeadRead | None = None,
+) -> PreviewedPrompt:
+    """``resolve_system_prompt``'s answer for the next request, read-only: the same table, the same
+    audited compile, and the message each row would append, without persisting any of it."""
+    if head is not None:
+        revision = head.commit
+    else:
+        revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
+    row = await store.get_prompt(conversation_id)
+    action = decide(row, _sha256(raw_system), revision)
+    if action is PromptAction.REUSE:
+        assert row is not None
+        return PreviewedPrompt(row.content)
+    history = await store.in_context(conversation_id)
+    audited = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision, len(history))
+    compiled = audited.compiled
+    content = row.content if action is PromptAction.MEMORY_CHANGED and row is not None else compiled.content
+    if audited.errors:
+        assert audited.invalid_revision is not None
+        invalid = memory_invalid_reminder(audited.invalid_revision[:7], audited.errors)
+        return PreviewedPrompt(content, (Message(role="user", content=invalid, kind="reminder"),))
+    if action is PromptAction.MEMORY_CHANGED:
+        assert row is not None and revision is not None
+        changed = not same_memory(compiled.core_memory, row.core_memory)
+        return PreviewedPrompt(content, (_update_message(revision, compiled.core_memory),) if changed else ())
+    stale = _stale_update(history, compiled.memfs_revision)
+    if stale is None or compiled.memfs_revision is None:
+        return PreviewedPrompt(content)
+    return PreviewedPrompt(content, (_update_message(compiled.memfs_revision, compiled.core_memory),))
 
 
 async def _refuse_invalid(

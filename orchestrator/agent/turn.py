@@ -26,6 +26,11 @@ request carrying a hollowed message.
 ``first_sent_at`` of the prompt row is set just before a request goes to the provider, not after
 it succeeds: a request that failed may still have been seen (and prefix-cached) by the provider,
 so from then on only row 4 of TURN-2.6 (a ``<memory_update>``) may deliver a memory change, never row 3.
+
+``TurnRunner.next_request`` builds, without writing anything, the request the next turn's first step
+would send but for the user's words: the same system prompt (``preview_system_prompt``, skills
+appended), history, reminders (agent-info while it is unsent) and tools. The REPL's context figure
+before a first turn is that request's estimate; the prompt row alone held only the tools then.
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from orchestrator.agent.context import ReadsSessionContext, SessionContext
-from orchestrator.agent.prompt_cache import HeadRead, current_revision, resolve_system_prompt
+from orchestrator.agent.prompt_cache import (
+    HeadRead,
+    current_revision,
+    preview_system_prompt,
+    resolve_system_prompt,
+)
 from orchestrator.agent.reminders import agent_info_reminder
 from orchestrator.agent.replay import RecordedReply
 from orchestrator.agent.skills import Skill, append_available_skills, discover_skills
@@ -60,8 +70,16 @@ from orchestrator.base.events import (
     TurnStarted,
 )
 from orchestrator.compaction.planner import ContextWindowTooSmall
-from orchestrator.models.types import Message, ModelClient, ModelError, ModelRequest, ToolCall, Usage
-from orchestrator.store import StoredMessage, SyncReminder, TurnStatus, new_turn_id
+from orchestrator.models.types import (
+    Message,
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from orchestrator.store import StoredMessage, SyncReminder, TurnStatus, new_turn_id, reminder_message
 from orchestrator.tools import (
     ToolContext,
     ToolResult,
@@ -234,6 +252,32 @@ class TurnRunner(ReadsSessionContext):
             for event in shown:
                 await self.observer(event)
 
+    async def next_request(self, conversation_id: str) -> ModelRequest:
+        """The first request the next turn would send, without the user's message; nothing is
+        written (the module docstring). Dangling tool calls it would settle first are left out."""
+        store, agent = self.store, self.agent
+        skills, head = await blocking.run_sync("git", partial(_skills_and_head, agent.memory_dir))
+        prompt = await preview_system_prompt(
+            store,
+            conversation_id=conversation_id,
+            agent_id=agent.agent_id,
+            memory_dir=agent.memory_dir,
+            raw_system=agent.raw_system,
+            head=head,
+        )
+        pending = [(r.priority, r.text) for r in await store.pending_reminders(conversation_id)]
+        if not await store.was_sent(conversation_id, AGENT_INFO_KEY):
+            last = await store.last_message_at(agent.agent_id)
+            pending.append((0, self._agent_info(conversation_id, last)))
+        pending.sort(key=lambda item: item[0])  # stable: queueing order within a priority, as delivered
+        reminders = (reminder_message([text for _, text in pending]),) if pending else ()
+        history = to_model_messages(await store.in_context(conversation_id))
+        return self._request(append_available_skills(prompt.content, skills), (*history, *reminders, *prompt.messages),
+                             tool_specs())
+
+    def _request(self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> ModelRequest:
+        return ModelRequest(system=system, messages=tuple(messages), tools=tuple(tools), model=self.settings.model)
+
     async def _loop(
         self, conversation_id: str, turn_id: str, skills: list[Skill], state: _TurnState
     ) -> tuple[TurnStatus, str | None]:
@@ -248,9 +292,7 @@ class TurnRunner(ReadsSessionContext):
             except ContextWindowTooSmall as exc:
                 return "error", str(exc)
             history = await self.store.in_context(conversation_id)
-            request = ModelRequest(
-                system=system, messages=to_model_messages(history), tools=specs, model=self.settings.model
-            )
+            request = self._request(system, to_model_messages(history), specs)
             started = time.perf_counter()
             await self.store.mark_prompt_sent(conversation_id)
             try:

@@ -25,7 +25,12 @@ from orchestrator.app.telemetry import Telemetry, open_telemetry
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
-from orchestrator.compaction.tokens import context_size, system_prompt_tokens, tool_schema_tokens
+from orchestrator.compaction.tokens import (
+    context_size,
+    system_prompt_tokens,
+    tool_schema_tokens,
+    usage_tokens,
+)
 from orchestrator.memfs.repo import head_revision
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
@@ -33,7 +38,6 @@ from orchestrator.runtime.plugins import Plugins
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.store import Turn
-from orchestrator.tools import tool_specs
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
 
@@ -258,9 +262,11 @@ class ChatSession:
         self.context.set_model(name)
 
     async def context_use(self) -> ContextUse:
+        """C8's figure: the provider's last usage while it is fresh, plus the messages since. Without
+        one (before a conversation's first request, after a compaction) it is the estimate of the
+        request the next turn would send, user's words aside, built by the turn runner's own code."""
         store = self.runtime.store
         history = await store.in_context(self.conversation_id)
-        prompt = await store.get_prompt(self.conversation_id)
         messages = [m.message for m in history]
         summary_at = max((m.created_at for m in history if m.message.kind == "summary"), default="")
         usage_index: int | None = None
@@ -272,13 +278,15 @@ class ChatSession:
                 usage_index = index
                 usage = Usage(int(reported.get("prompt_tokens", 0)), int(reported.get("completion_tokens", 0)))
                 break
-        size = context_size(
-            messages,
-            system_prompt_tokens=system_prompt_tokens(prompt.content if prompt else ""),
-            tool_tokens=tool_schema_tokens(tool_specs()),
-            usage=usage,
-            usage_index=usage_index,
-        )
+        if usage_index is None or usage_tokens(usage) == 0:
+            request = await self.runner.next_request(self.conversation_id)
+            size = context_size(
+                request.messages,
+                system_prompt_tokens=system_prompt_tokens(request.system),
+                tool_tokens=tool_schema_tokens(request.tools),
+            )
+        else:
+            size = context_size(messages, system_prompt_tokens=0, tool_tokens=0, usage=usage, usage_index=usage_index)
         return ContextUse(size.tokens, self.context.settings.context_window, size.source)
 
     async def memory_head(self) -> str | None:

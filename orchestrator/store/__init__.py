@@ -55,6 +55,7 @@ from orchestrator.store.records import (
     utc_now,
 )
 from orchestrator.store.reflections import ReflectionRecord, ReflectionState
+from orchestrator.store.reminder_queue import reminder_message
 from orchestrator.store.store import LIKE_SCAN_MESSAGES, REMINDER_QUEUE_LIMIT, Store
 from orchestrator.store.turn_jobs import OpenedTurn, SyncReminder, new_turn_id
 
@@ -79,5 +80,6 @@ __all__ = [
     "TurnStatus",
     "format_time",
     "new_turn_id",
+    "reminder_message",
     "utc_now",
 ]

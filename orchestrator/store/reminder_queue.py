@@ -23,6 +23,7 @@ __all__ = [
     "enqueue",
     "plan_enqueue",
     "rearm_keys",
+    "reminder_message",
     "sent_flag",
 ]
 
@@ -116,6 +117,11 @@ def cancel(conn: sqlite3.Connection, conversation_id: str, key: str) -> bool:
     )
 
 
+def reminder_message(texts: Sequence[str]) -> Message:
+    """The one ``reminder`` message a turn's pending reminders become, ``texts`` in delivery order."""
+    return Message(role="user", content="\n\n".join(texts), kind="reminder")
+
+
 def deliver(
     conn: sqlite3.Connection,
     conversation_id: str,
@@ -126,10 +132,7 @@ def deliver(
     pending = _pending(conn, conversation_id)
     batch: list[tuple[Message, dict[str, Any]]] = []
     if pending:
-        text = "\n\n".join(p.text for p in pending)
-        batch.append(
-            (Message(role="user", content=text, kind="reminder"), {"reminder_keys": [p.key for p in pending]})
-        )
+        batch.append((reminder_message([p.text for p in pending]), {"reminder_keys": [p.key for p in pending]}))
     batch.extend(drafts)
     stored = insert_messages(conn, conversation_id, batch, turn_id)
     if pending:

@@ -14,7 +14,14 @@ import pytest
 
 from orchestrator.app.session import ChatSession
 from orchestrator.base.events import Event
+from orchestrator.compaction.tokens import (
+    estimate_message,
+    estimate_messages,
+    system_prompt_tokens,
+    tool_schema_tokens,
+)
 from orchestrator.models.openai_client import OpenAIModel
+from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import Message
 from orchestrator.store import ReflectionRecord
 from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply
@@ -137,3 +144,17 @@ async def test_a_reflection_that_cannot_start_is_a_recorded_failure_and_a_warnin
         assert [r.status for r in records] == ["failed"]
         assert "REVERIE_WORKTREES" in (records[0].error or "")
         assert "reflection.failed" in seen.kinds()
+
+
+async def test_before_the_first_turn_the_context_figure_is_the_first_request(tmp_path: Path) -> None:
+    model = ScriptedModel()
+    async with ChatSession.open(agent_id="ctx", workspace=tmp_path, model=model, cli={"reflection_trigger": "off"}) as chat:
+        before = await chat.context_use()
+        store = chat.runtime.store
+        assert await store.get_prompt(chat.conversation_id) is None, "the figure wrote no prompt row"
+        assert await store.in_context(chat.conversation_id) == []
+        await chat.send("hi")
+    first = next(r for r in model.requests if r.purpose == "chat")
+    sent = system_prompt_tokens(first.system) + estimate_messages(first.messages) + tool_schema_tokens(first.tools)
+    assert first.messages[-1].content == "hi"
+    assert (before.tokens, before.source) == (sent - estimate_message(first.messages[-1]), "estimate")

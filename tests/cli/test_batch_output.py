@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from orchestrator.batch.results import TaskResult
 from orchestrator.cli.batch_output import RunProgress, progress_bar
 
 pytestmark = pytest.mark.anyio
@@ -47,8 +48,6 @@ def test_a_printed_command_names_reverie_as_the_user_can_run_it(tmp_path: Path, 
 
 
 async def test_a_resumed_run_counts_the_whole_run_and_says_so() -> None:
-    from orchestrator.batch.results import TaskResult
-
     earlier = [
         TaskResult(id="a", status="passed", checks_passed=1, checks_total=1, turns=2, compactions=3),
         TaskResult(id="b", status="failed", checks_passed=0, checks_total=1, turns=1, compactions=1),
