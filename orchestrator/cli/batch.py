@@ -400,7 +400,7 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
                 "--quiet": quiet, "--report": write_report,
             }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
-    _out.print(sweep_table(report.summary, f"sweep of {suite}"))
+    _out.print(sweep_table(report.summary, f"sweep of {suite}", width=_out.width))
     for line in decision_lines(report.summary):
         _out.print(line, markup=False)
     _out.print(f"summary: {out_dir / SUMMARY_FILE}   charts: {', '.join(str(p) for p in report.charts)}")

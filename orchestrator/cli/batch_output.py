@@ -183,22 +183,29 @@ def _plain_len(text: str) -> int:
     return Text.from_markup(text).cell_len
 
 
-def results_table(results: Sequence[Any], summary: Mapping[str, Any], title: str, *, width: int | None = None) -> Table:
-    """The per-task table with a totals footer, fitted to ``width`` columns of terminal (no limit
-    when ``None``) by leaving out the least useful columns rather than cutting anything."""
-    cols = _columns(results, summary)
+def _fit(
+    cols: list[tuple[str, list[str], str]], width: int | None, drop_order: Sequence[str]
+) -> tuple[list[tuple[str, list[str], str]], str | None]:
+    """The columns that fit ``width`` (no limit when ``None``) each at its widest cell, leaving out
+    the ``drop_order`` ones first to last as needed, and the caption naming those left out."""
 
     def need(col: tuple[str, list[str], str]) -> int:
         header, cells, footer = col
         return max([_plain_len(header), _plain_len(footer), *(_plain_len(c) for c in cells)]) + 3
 
     hidden: list[str] = []
-    for name in _DROP_ORDER:
+    for name in drop_order:
         if width is None or sum(need(c) for c in cols) + 1 <= width:
             break
         cols = [c for c in cols if c[0] != name]
         hidden.append(name)
-    caption = f"(narrow terminal: {', '.join(hidden)} not shown)" if hidden else None
+    return cols, f"(narrow terminal: {', '.join(hidden)} not shown)" if hidden else None
+
+
+def results_table(results: Sequence[Any], summary: Mapping[str, Any], title: str, *, width: int | None = None) -> Table:
+    """The per-task table with a totals footer, fitted to ``width`` columns of terminal (no limit
+    when ``None``) by leaving out the least useful columns rather than cutting anything."""
+    cols, caption = _fit(_columns(results, summary), width, _DROP_ORDER)
     table = Table(title=title, title_justify="left", show_footer=True, caption=caption, caption_justify="left")
     for header, _, footer in cols:
         justify: Literal["left", "right"] = "left" if header in ("task", "status", "head") else "right"
@@ -262,23 +269,37 @@ def _quality_cell(row: Mapping[str, Any]) -> str:
     return "-" if not q else f"{q['mean']:.3f} [{q['low']:.2f}, {q['high']:.2f}]"
 
 
-def sweep_table(summary: Mapping[str, Any], title: str) -> Table:
-    """The sweep's decision table: a row per setting (``*`` marks the Pareto front)."""
-    table = Table(title=title, title_justify="left")
-    names = ("setting", "quality [95%]", "n", "main tok", "sub tok", "cost", "refl", "merged", "resolved",
-             "no_changes", "pending", "kept", "failed", "memory B", "real s")
-    for name in names:
-        table.add_column(name, justify="left" if name == "setting" else "right", no_wrap=name == "setting", overflow="fold")
-    for r in summary["settings"]:
-        o = r["outcomes"]
-        table.add_row(
-            r["setting"] + (" *" if r["setting"] in summary["front"] else ""), _quality_cell(r), str(r["samples"]),
-            f"{r['main_tokens_in'] + r['main_tokens_out']:,}", f"{r['subagent_tokens_in'] + r['subagent_tokens_out']:,}",
-            "-" if r.get("cost") is None else f"${r['cost']:.4f}", str(r["reflections"]),
-            *(str(o[k]) for k in ("merged", "resolved", "no_changes", "pending", "kept", "failed")),
-            "-" if r.get("memory_bytes") is None else f"{r['memory_bytes']:,}",
-            "" if r.get("elapsed") is None else f"{r['elapsed']:.1f}",
-        )
+_SWEEP_DROP_ORDER = ("memory B", "pending", "resolved", "failed", "kept", "no_changes", "merged", "real s", "refl",
+                     "n", "sub tok", "main tok", "cost")
+"""The sweep table's columns left out, in this order, when the terminal is too narrow for all of them
+(a cost column with no prices goes first); the setting and its quality always show."""
+
+
+def sweep_table(summary: Mapping[str, Any], title: str, *, width: int | None = None) -> Table:
+    """The sweep's decision table: a row per setting (``*`` marks the Pareto front), fitted to
+    ``width`` as the results table is: no setting name, header or figure is cut (all fifteen
+    columns need ~150; an 80-column terminal shows the first ones and names the rest)."""
+    rows = summary["settings"]
+    cols: list[tuple[str, list[str], str]] = [
+        ("setting", [r["setting"] + (" *" if r["setting"] in summary["front"] else "") for r in rows], ""),
+        ("quality [95%]", [_quality_cell(r) for r in rows], ""),
+        ("n", [str(r["samples"]) for r in rows], ""),
+        ("main tok", [f"{r['main_tokens_in'] + r['main_tokens_out']:,}" for r in rows], ""),
+        ("sub tok", [f"{r['subagent_tokens_in'] + r['subagent_tokens_out']:,}" for r in rows], ""),
+        ("cost", ["-" if r.get("cost") is None else f"${r['cost']:.4f}" for r in rows], ""),
+        ("refl", [str(r["reflections"]) for r in rows], ""),
+        *((k, [str(r["outcomes"][k]) for r in rows], "") for k in ("merged", "resolved", "no_changes", "pending", "kept", "failed")),
+        ("memory B", ["-" if r.get("memory_bytes") is None else f"{r['memory_bytes']:,}" for r in rows], ""),
+        ("real s", ["" if r.get("elapsed") is None else f"{r['elapsed']:.1f}" for r in rows], ""),
+    ]
+    unpriced = all(r.get("cost") is None for r in rows)
+    cols, caption = _fit(cols, width, ("cost", *_SWEEP_DROP_ORDER[:-1]) if unpriced else _SWEEP_DROP_ORDER)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for header, cells, _ in cols:
+        longest = max(_plain_len(c) for c in [header, *cells])
+        table.add_column(header, justify="left" if header == "setting" else "right", no_wrap=True, min_width=longest)
+    for i in range(len(rows)):
+        table.add_row(*(cells[i] for _, cells, _ in cols))
     return table
 
 

@@ -6,6 +6,7 @@ when the user merges or discards one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.base.config import load_settings
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, store_path
@@ -21,11 +23,12 @@ from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
 from orchestrator.memfs.merge import MergeOutcome, discard_branch, merge_branch
+from orchestrator.memfs.names import BRANCH_PREFIX
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import list_reflections
 from orchestrator.store import ReflectionRecord, Store
 
-__all__ = ["MemoryDirOption", "app", "discard", "list_", "merge", "register"]
+__all__ = ["MemoryDirOption", "app", "discard", "list_", "merge", "reflections_table", "register"]
 
 app = typer.Typer(help="List, merge or discard reflection branches kept after conflicts.", no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)
@@ -49,24 +52,44 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
     records: dict[str, ReflectionRecord] = {}
     if _is_agents_repo(repo, agent) and store_path().exists():
         records = {r.branch: r for r in run_async(lambda: _records(agent))}
-    rows: list[tuple[str, str, str, str, str, str]] = []
+    rows: list[tuple[str, str, str, str, str]] = []
     for b in branches:
         record = records.pop(b.branch, None)
         state = _state(record, merged_in_git=b.merged)
-        rows.append((b.id, b.branch, str(b.ahead), state, _why(record), str(b.worktree) if b.worktree else "-"))
+        why = _why(record) + (f"\nworktree left: {b.worktree}" if b.worktree else "")
+        rows.append((b.id, b.branch, str(b.ahead), state, why))
     for record in records.values():
-        rows.append((record.id, record.branch, "0", _state(record, merged_in_git=True), _why(record), "-"))
+        rows.append((record.id, record.branch, "0", _state(record, merged_in_git=True), _why(record)))
     if not rows:
         _out.print("No reflections.")
         return
-    table = Table(show_header=True)
-    for name, justify in (("id", "left"), ("branch", "left"), ("commits", "right"), ("outcome", "left")):
-        table.add_column(name, justify=justify, no_wrap=name == "id")  # type: ignore[arg-type]
-    table.add_column("why", overflow="fold")
-    table.add_column("worktree", overflow="fold")
-    for row in sorted(rows):
-        table.add_row(*row)
-    _out.print(table)
+    _out.print(reflections_table(rows))
+
+
+def reflections_table(rows: Sequence[tuple[str, str, str, str, str]]) -> Table:
+    """Rows of (id, branch, commits, outcome, why) as a table that fits an 80-column terminal with
+    no name cut: the id and the outcome never wrap and take their full width, the reason (and a
+    worktree left behind, under it) wraps in what remains. A branch is ``reverie/<kind>/<id>``: the
+    caption says so and a kind other than ``reflection`` (a compaction's worktree left by a crash)
+    is shown under its id. The full branch names took 44 columns and cut the outcomes
+    (``no_chang…``)."""
+    shown = sorted((rid, _kind(branch, rid), commits, outcome, why) for rid, branch, commits, outcome, why in rows)
+    table = Table(show_header=True, caption=f"branches: {BRANCH_PREFIX}<kind>/<id> (kind: reflection unless shown)",
+                  caption_justify="left")
+    for name, at in (("id", 0), ("commits", 2), ("outcome", 3)):
+        longest = max(len(name), *(len(row[at]) for row in shown))
+        table.add_column(name, justify="right" if name == "commits" else "left", no_wrap=True, min_width=longest)
+    table.add_column("why", overflow="fold", ratio=1, min_width=10)
+    for rid, kind, commits, outcome, why in shown:
+        table.add_row(rid if kind == "reflection" else f"{rid}\n({kind})", commits, outcome, Text(why))
+    return table
+
+
+def _kind(branch: str, rid: str) -> str:
+    """``<kind>`` of ``reverie/<kind>/<id>``; the whole branch name when it is not one."""
+    name = branch.removeprefix("refs/heads/")
+    kind = name.removeprefix(BRANCH_PREFIX).removesuffix(f"/{rid}")
+    return kind if name.startswith(BRANCH_PREFIX) and "/" not in kind else branch
 
 
 def _is_agents_repo(repo: Path, agent: str) -> bool:

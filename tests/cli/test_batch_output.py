@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.batch.results import TaskResult
-from orchestrator.cli.batch_output import RunProgress, progress_bar
+from orchestrator.cli.batch_output import RunProgress, progress_bar, sweep_table
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +68,37 @@ async def test_a_fresh_run_is_labelled_run() -> None:
     with progress_bar(True, Console(file=out, width=200, force_terminal=False)) as bar:
         RunProgress(bar, total=1)
     assert out.getvalue().startswith("run ") and "whole run" not in out.getvalue()
+
+
+def _sweep_summary() -> dict[str, object]:
+    outcomes = {"merged": 3, "resolved": 1, "no_changes": 12, "pending": 0, "kept": 1, "failed": 0}
+    settings = [
+        {"setting": name, "samples": 30, "main_tokens_in": 1_234_567, "main_tokens_out": 45_678,
+         "subagent_tokens_in": 234_567, "subagent_tokens_out": 12_345, "cost": None, "reflections": 17,
+         "outcomes": outcomes, "memory_bytes": 12_345, "elapsed": 123.4,
+         "quality": {"mean": 0.8, "low": 0.61, "high": 0.93}}
+        for name in ("off", "compaction-event", "step-count:5", "step-count:25")
+    ]
+    return {"settings": settings, "front": ["step-count:25"]}
+
+
+def test_the_sweep_table_fits_80_columns_without_cutting_a_name() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=False)
+    console.print(sweep_table(_sweep_summary(), "sweep of s.jsonl", width=console.width))
+    lines = out.getvalue().splitlines()
+    text = "\n".join(lines)
+    assert max(len(line) for line in lines) <= 80 and "…" not in text, text
+    for name in ("off", "compaction-event", "step-count:5", "step-count:25 *", "0.800 [0.61, 0.93]"):
+        assert name in text, text
+    assert "(narrow terminal: " in text and "memory B" in text.split("(narrow terminal: ")[1]
+    headers = next(line for line in lines if "setting" in line)
+    shown = [cell.strip() for cell in headers.split("┃") if cell.strip()]
+    hidden = text.split("(narrow terminal: ")[1].split(" not shown)")[0].replace("\n", " ").split(", ")
+    assert len(shown) + len(hidden) == 15, (shown, hidden)
+
+
+def test_a_wide_terminal_shows_every_sweep_column() -> None:
+    out = io.StringIO()
+    Console(file=out, width=200, force_terminal=False).print(sweep_table(_sweep_summary(), "t", width=200))
+    assert "narrow terminal" not in out.getvalue() and "no_changes" in out.getvalue() and "memory B" in out.getvalue()
