@@ -19,7 +19,7 @@ from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.memory_diff import memory_diff
-from orchestrator.cli.render import TerminalRenderer
+from orchestrator.cli.render import TerminalRenderer, terminal_columns
 from orchestrator.cli.usage import Tally, cost_of, priced
 
 __all__ = ["TurnProgress", "history_file", "interactive"]
@@ -61,7 +61,12 @@ async def _repl(
 
         editor = LineEditor(history_file(agent), sys.stdout)
     out = cast(TextIO, _EditorStream(editor)) if editor is not None else None
-    renderer = TerminalRenderer(out, verbose=verbose, above=editor.notice if editor is not None else None)
+    renderer = TerminalRenderer(
+        out,
+        verbose=verbose,
+        above=editor.notice if editor is not None else None,
+        columns=partial(terminal_columns, sys.stdout) if editor is not None else None,
+    )
     progress = TurnProgress()
 
     async def observe(event: Event) -> None:

@@ -4,7 +4,9 @@ subagent notices.
 The renderer is an ``Observer`` of turn events; it keeps track of whether the cursor is at the
 start of a line so tool lines never glue onto streamed text. A tool call is one line naming the
 tool and its main argument (``⚙ bash  git commit -m "…"``; ``verbose`` shows the raw JSON), its
-result ``✓``/``✗`` with a short preview. Reflection merges name the files they changed with a
+result ``✓``/``✗`` with a short preview. On a terminal both previews are cut to its width (asked
+at every line, counted in cells: a CJK character takes two), so a long command never wraps onto
+a second line; off a terminal they keep their fixed lengths. Reflection merges name the files they changed with a
 compact diff. Lines that may arrive while the user types (background subagents) go through
 ``above``, which the REPL points at its line editor so they are printed above the prompt. A
 post-turn memory sync that finds the repository in trouble is shown too: the agent gets a
@@ -23,7 +25,9 @@ tool call is commentary and goes to ``activity``.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import unicodedata
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -45,12 +49,43 @@ from orchestrator.base.events import (
 if TYPE_CHECKING:
     from subagents.compaction import CompactionResult
 
-__all__ = ["TerminalRenderer", "compacted_line", "compaction_line", "one_line", "tool_line"]
+__all__ = ["TerminalRenderer", "clip", "compacted_line", "compaction_line", "one_line", "terminal_columns", "tool_line"]
 
 
 def one_line(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _cell(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _cells(text: str) -> int:
+    return sum(_cell(c) for c in text)
+
+
+def clip(text: str, cells: int) -> str:
+    """``text`` (one line) in at most ``cells`` terminal cells, ending in ``…`` when cut."""
+    if _cells(text) <= cells:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _cell(char)
+        if used > cells - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…" if cells > 0 else ""
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width of the terminal ``stream`` writes to; None when it is not one."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 _SYNC_TROUBLE = {
@@ -104,23 +139,32 @@ def _compact_args(arguments: str) -> str:
         return arguments
 
 
-def tool_line(name: str, arguments: str, *, verbose: bool = False, limit: int = 120) -> str:
-    """``⚙ name  what-it-does`` on one line; the raw arguments with ``verbose``."""
+def tool_line(name: str, arguments: str, *, verbose: bool = False, limit: int = 120, width: int | None = None) -> str:
+    """``⚙ name  what-it-does`` on one line, the main argument cut at ``limit`` cells, or to leave
+    the line ``width`` cells in all; the raw arguments with ``verbose``."""
     if verbose:
         return f"⚙ {name}  {_compact_args(arguments)}"
+    main, more = _what(name, arguments)
+    head = f"⚙ {name}  "
+    if width is not None:
+        limit = min(limit, max(8, width - _cells(head) - _cells(more)))
+    line = f"{head}{clip(' '.join(main.split()), limit)}{more}".rstrip()
+    return line if width is None else clip(line, width)
+
+
+def _what(name: str, arguments: str) -> tuple[str, str]:
+    """What a call does (its main argument, else every argument briefly) and the other keys' names."""
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except ValueError:
-        return f"⚙ {name}  {one_line(arguments, limit)}"
+        return arguments, ""
     if not isinstance(parsed, dict):
-        return f"⚙ {name}  {one_line(arguments, limit)}"
+        return arguments, ""
     key = _MAIN_ARGUMENT.get(name)
     if key and isinstance(parsed.get(key), str):
         rest = [k for k in parsed if k != key]
-        more = f"  (+{', '.join(rest)})" if rest and name != "bash" else ""
-        return f"⚙ {name}  {one_line(parsed[key], limit)}{more}"
-    shown = " ".join(f"{k}={one_line(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items())
-    return f"⚙ {name}  {one_line(shown, limit)}".rstrip()
+        return parsed[key], f"  (+{', '.join(rest)})" if rest and name != "bash" else ""
+    return " ".join(f"{k}={one_line(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), 40)}" for k, v in parsed.items()), ""
 
 
 class TerminalRenderer:
@@ -133,9 +177,12 @@ class TerminalRenderer:
         above: Callable[[str], bool] | None = None,
         activity: TextIO | None = None,
         reply_only: bool = False,
+        columns: Callable[[], int | None] | None = None,
     ) -> None:
         self.out = out or sys.stdout
         self.activity = activity or self.out
+        self.columns = columns or partial(terminal_columns, self.activity)
+        """The terminal's width now (None off a terminal): tool previews are fitted to it."""
         self.reply_only = reply_only
         self._held = ""
         self.quiet_outcomes = False
@@ -196,11 +243,16 @@ class TerminalRenderer:
             self.turn_id = event.turn_id
             self.streamed = ""
         elif isinstance(event, ToolStarted):
-            self._line(f"  {tool_line(event.name, event.arguments, verbose=self.verbose)}")
+            width = None if self.verbose else self.columns()
+            room = None if width is None else width - 2
+            self._line(f"  {tool_line(event.name, event.arguments, verbose=self.verbose, width=room)}")
         elif isinstance(event, ToolFinished):
             mark = "✓" if event.ok else "✗"
-            limit = 400 if self.verbose else 100
-            self._line(f"  {mark} {one_line(event.output, limit) or '(no output)'}")
+            preview = one_line(event.output, 400 if self.verbose else 100)
+            width = None if self.verbose else self.columns()
+            if width is not None:
+                preview = clip(preview, width - 4)
+            self._line(f"  {mark} {preview or '(no output)'}")
         elif isinstance(event, ModelRetrying):
             self._line(f"  ⚠ model: {event.message}")
         elif isinstance(event, MemoryUpdateInjected):
