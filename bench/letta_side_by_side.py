@@ -9,9 +9,10 @@ repetition) against this checkout's ``reverie``, then measures what the harness 
 from the last byte of a one-shot's printed result to the process's exit, for every system, in every
 output mode (``json`` and ``text`` for ``-p``, ``stream-json`` for a session) and for the harness's
 memory edit (``memedit``: a ``json`` one-shot whose bash command commits to memory, checked to have
-committed), interleaved as well. What a memory-editing turn starts (the hook's service, the git
-process runner) is left behind only by that last one. letta-code is installed once into ``--letta-dir`` (default ``.bench-cache/letta`` beside this
-checkout) by the harness's own ``install_letta_code.sh``: npm only, about 15 s.
+committed), interleaved as well: what a memory-editing turn starts (the hook's service, the git
+process runner) is left behind by that one only. letta-code is installed once into ``--letta-dir``
+(default ``.bench-cache/letta`` beside this checkout) by the harness's own ``install_letta_code.sh``:
+npm only, about 15 s.
 
 It prints the P8 table (medians, and reverie's ratio to each letta runtime) and, with
 ``--check``, exits 1 when a budget is missed:

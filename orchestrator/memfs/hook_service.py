@@ -24,10 +24,10 @@ private short folder under the temporary directory (a Unix socket's path is limi
 so not beside a memory directory that may sit under a long path) and is removed at exit.
 
 Closing wakes the accepting thread through a pipe it waits on beside the socket, so the service
-ends at once. ``serve_forever`` wakes every half second to look for ``shutdown``, and the exit of a
-one-shot chat whose command committed memory waited for that tick: ~470 ms between the printed
-result and the process's end (``bench/letta_side_by_side.py``). A validation still running at exit
-is abandoned with its daemon thread; its hook, hearing no verdict, validates by itself.
+ends at once (P8): ``serve_forever`` looks for ``shutdown`` only every half second, and the exit of
+a one-shot whose command committed memory waited for that tick (figures: bench/README.md). A
+validation still running at exit is abandoned with its daemon thread; its hook, hearing no verdict,
+validates by itself.
 """
 
 from __future__ import annotations
