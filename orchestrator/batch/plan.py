@@ -24,7 +24,7 @@ from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
-from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, split_pinned
+from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, epoch_tasks, split_pinned
 from orchestrator.batch.template_check import check_templates
 
 __all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", "plan_sweep", "recorded_run", "run_options"]
@@ -78,6 +78,8 @@ class SweepPlan:
     override_pinned: bool = False
     pinned: Mapping[str, str] = field(default_factory=dict)
     per_setting: int = 0
+    kept: Mapping[str, tuple[TaskResult, ...]] = field(default_factory=dict)
+    """Per setting label, the recorded results a resumed sweep keeps (its progress starts from them)."""
 
     def pinned_line(self) -> str | None:
         """What happens to the pinned tasks, for the user; None when no task pins its trigger."""
@@ -363,8 +365,15 @@ def plan_sweep(
         for setting in chosen:
             if (out_dir / setting.label / RESULTS_FILE).exists():
                 raise UsageError(f"{out_dir / setting.label} already holds results: use --resume, or choose another --out")
+    kept: dict[str, tuple[TaskResult, ...]] = {}
+    if resume:
+        runnable = [t.id for t in epoch_tasks(compared, rounds)]
+        for setting in chosen:
+            done = read_results(out_dir / setting.label / RESULTS_FILE)
+            kept[setting.label] = tuple(done[i] for i in runnable if i in done)
     return SweepPlan(
         suite=suite, out_dir=out_dir, tasks=tuple(selected), settings=tuple(chosen), options=options,
         executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given, resume=resume,
         notes=tuple(notes), epochs=rounds, override_pinned=override, pinned=pinned, per_setting=len(compared) * rounds,
+        kept=kept,
     )

@@ -353,14 +353,15 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
             cleanup.callback(chosen.release)
         cleanup.enter_context(batch_process(chosen.plan(per_setting) if isinstance(chosen, ProcessExecutor) else 1))
         trackers: dict[str, RunProgress] = {}
-        overall = bar.add_task("all settings", total=per_setting * len(settings), stats="") if bar is not None else None
+        kept = sum(len(results) for results in plan.kept.values())
+        overall = (
+            bar.add_task("all settings", total=per_setting * len(settings), completed=kept, stats="")
+            if bar is not None else None
+        )
 
         def tracker_for(setting: Any) -> RunProgress:
             if setting.label not in trackers:
-                tracker = RunProgress(bar, per_setting)
-                if bar is not None and tracker.bar is not None:
-                    bar.update(tracker.bar, description=setting.label)
-                trackers[setting.label] = tracker
+                trackers[setting.label] = RunProgress(bar, per_setting, plan.kept.get(setting.label, ()), setting.label)
             return trackers[setting.label]
 
         def progress_for(setting: Any) -> Any:

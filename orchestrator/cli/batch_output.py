@@ -54,10 +54,11 @@ class RunProgress:
 
     One scope for every figure on the line: the whole run. A resumed or retried run starts from the
     results it keeps (``earlier``), so its ``✓``/``✗``, turns, tokens, reflections and compactions
-    add up to the bar's done count and to the table printed at the end, and the line is labelled
-    ``whole run`` to say so. It counted this invocation's passes beside the whole run's done count."""
+    add up to the bar's done count and to the table printed at the end, and the line says ``whole
+    run``. It counted this invocation's passes beside the whole run's done count. ``name``: what the
+    line is of (a sweep's setting label; ``run`` for a run)."""
 
-    def __init__(self, progress: Progress | None, total: int, earlier: Sequence[Any] = ()) -> None:
+    def __init__(self, progress: Progress | None, total: int, earlier: Sequence[Any] = (), name: str = "run") -> None:
         self.progress = progress
         self.done = 0
         self.failed = 0
@@ -65,7 +66,7 @@ class RunProgress:
         self.live: dict[str, Counter[str]] = {}
         for result in earlier:
             self._count(result)
-        label = "whole run" if earlier else "run"
+        label = name if not earlier else "whole run" if name == "run" else f"{name} (whole run)"
         self.bar = progress.add_task(label, total=total, completed=len(earlier), stats="") if progress else None
         self._refresh()
 

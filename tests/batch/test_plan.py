@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from orchestrator.batch.plan import plan_run
+from orchestrator.batch.plan import plan_run, plan_sweep
 from orchestrator.cli.batch import register
 from tests.batch.helpers import TINY, write_suite
 
@@ -31,3 +31,18 @@ def test_resume_and_retry_keep_the_results_they_will_not_rerun(tmp_path: Path) -
 
     fresh = plan_run(tmp_path / "three.jsonl", tmp_path / "elsewhere")
     assert fresh.kept == ()
+
+
+def test_a_resumed_sweep_keeps_each_setting_s_results(tmp_path: Path) -> None:
+    rule, fact = TINY[0], TINY[1]
+    out = tmp_path / "sweep"
+    app = typer.Typer()
+    register(app)
+    first = CliRunner().invoke(
+        app, ["sweep", str(write_suite(tmp_path / "one.jsonl", [rule])), "--trigger", "off", "--out", str(out), "-q"]
+    )
+    assert first.exit_code == 0, first.output
+
+    resumed = plan_sweep(write_suite(tmp_path / "two.jsonl", [rule, fact]), None, out, resume=True)
+    assert [s.label for s in resumed.settings] == ["off"] and resumed.per_setting == 2
+    assert {label: [r.id for r in results] for label, results in resumed.kept.items()} == {"off": ["rule"]}

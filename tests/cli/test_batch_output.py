@@ -102,3 +102,11 @@ def test_a_wide_terminal_shows_every_sweep_column() -> None:
     out = io.StringIO()
     Console(file=out, width=200, force_terminal=False).print(sweep_table(_sweep_summary(), "t", width=200))
     assert "narrow terminal" not in out.getvalue() and "no_changes" in out.getvalue() and "memory B" in out.getvalue()
+
+
+async def test_a_resumed_sweep_setting_says_whole_run_beside_its_label() -> None:
+    out = io.StringIO()
+    earlier = [TaskResult(id="a", status="passed", checks_passed=1, checks_total=1)]
+    with progress_bar(True, Console(file=out, width=200, force_terminal=False)) as bar:
+        RunProgress(bar, total=2, earlier=earlier, name="step-count-5")
+    assert out.getvalue().startswith("step-count-5 (whole run) ") and "1/2" in out.getvalue(), out.getvalue()
