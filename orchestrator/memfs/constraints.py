@@ -34,6 +34,8 @@ __all__ = [
     "Formatting",
     "change_approved",
     "parse_config",
+    "read_only_errors",
+    "read_only_patterns",
     "tree_constraint_errors",
 ]
 
@@ -194,6 +196,14 @@ def parse_config(text: str) -> tuple[ConstraintsConfig, frozenset[str]] | Config
     return config, frozenset(value)
 
 
+def read_only_patterns(text: bytes | None) -> tuple[str, ...]:
+    """The ``readOnlyFiles`` of a config's text; none for an absent or invalid config."""
+    if text is None:
+        return ()
+    parsed = parse_config(text.decode("utf-8", "replace"))
+    return () if isinstance(parsed, ConfigError) else parsed[0].read_only_files
+
+
 def _parse_formatting(value: dict[str, Any], errors: list[str]) -> Formatting | None:
     if "formatting" not in value:
         return None
@@ -303,10 +313,13 @@ def _missing_index(path: str, paths: set[str]) -> str | None:
     return None
 
 
-def _read_only_errors(
+def read_only_errors(
     index: Mapping[str, Entry], accepted: Mapping[str, Entry], patterns: Sequence[str]
 ) -> list[str]:
-    compiled = [compile_glob(p) for p in patterns]
+    """One line for each path a pattern covers that differs between ``accepted`` and ``index``."""
+    if not patterns:
+        return []
+    compiled = [compile_glob(p) for p in dict.fromkeys(patterns)]
     errors: list[str] = []
     for path in [*accepted, *(p for p in index if p not in accepted)]:
         if not any(c.fullmatch(path) for c in compiled):
@@ -343,7 +356,7 @@ def tree_constraint_errors(
             if missing:
                 errors.append(f"{path}: missing required index {missing}")
     if config.read_only_files:
-        errors.extend(_read_only_errors(index, accepted, config.read_only_files))
+        errors.extend(read_only_errors(index, accepted, config.read_only_files))
     core = 0
     count_core = layout == ROOT_MARKER and config.max_core_memory_characters is not None
     for path in memory_files:

@@ -875,6 +875,31 @@ class LocalRepo:
             return {}
         return {path: (mode, oid) for path, mode, oid in self.files(resolved[1])}
 
+    def file_map(self, revision: str) -> dict[str, tuple[str, str]]:
+        """``{path: (mode, oid)}`` of every file at ``revision`` (empty when it names no commit)."""
+        return self._file_map(revision)
+
+    def overlay_commit(self, revision: str, entries: Mapping[str, tuple[str, str] | None], message: str) -> str:
+        """A commit (on no branch) whose parent is ``revision`` and whose tree is ``revision``'s with
+        each path of ``entries`` set to ``(mode, oid)`` or removed (None). Its author, committer and
+        time are fixed, so the same overlay is the same commit (and rendered once by the compiler)."""
+        pygit2 = _pygit2()
+        try:
+            commit = self._repo.revparse_single(revision).peel(pygit2.Commit)
+            index = pygit2.Index()
+            index.read_tree(commit.tree)
+            for path, entry in entries.items():
+                if entry is None:
+                    if path in index:
+                        index.remove(path)
+                else:
+                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry[1]), int(entry[0], 8)))
+            tree = index.write_tree(self._repo)
+            signature = pygit2.Signature("reverie", "reverie@localhost", 0, 0)
+            return str(self._repo.create_commit(None, signature, signature, message, tree, [commit.id]))
+        except (KeyError, ValueError, pygit2.GitError) as error:
+            raise self._fail("commit-tree", error) from error
+
     def set_ref(self, name: str, new: str, *, expected: str | None = None) -> bool:
         """``git update-ref name new [expected]``: ``expected`` ``""`` creates only, an oid must
         match the current value; False when that condition does not hold. The condition is checked

@@ -144,6 +144,9 @@ def _read_blobs(repo: Path, oids: Iterable[str]) -> dict[str, bytes]:
 
 def _needed_blobs(index: dict[str, Entry], head: dict[str, Entry] | None, changes: dict[str, str]) -> set[str]:
     wanted = {e.oid for p, e in index.items() if p.endswith(".md") or p == ".memfs.config.json"}
+    accepted_config = (head or _EMPTY).get(".memfs.config.json")
+    if accepted_config is not None:
+        wanted.add(accepted_config.oid)  # an audit keeps the accepted protection in force
     for path in changes:
         entry = (head or _EMPTY).get(path)
         if entry is not None and path.endswith(".md"):

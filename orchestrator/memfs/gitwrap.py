@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 
 from orchestrator.memfs.locks import LOCK_FILE_NAME, common_dir_sync
-from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
+from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME, REVERIE_FOLDER
 
 __all__ = ["LOCK_HELD_ENV", "SHELL_SOURCE", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
 
@@ -356,7 +356,7 @@ def _write(target: Path, text: str, mode: int) -> None:
 def ensure_wrapper(common_dir: Path) -> Path:
     """Write the wrapper (the shell script ``git`` and the Python wrapper it hands the rest to) and
     the lock file it looks for into ``common_dir``; the wrapper's directory (blocking)."""
-    folder = common_dir / "reverie" / "bin"
+    folder = common_dir / REVERIE_FOLDER / "bin"
     folder.mkdir(parents=True, exist_ok=True)
     readable = stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH
     _write(folder / _SLOW_NAME, _source(), readable)

@@ -15,8 +15,10 @@ Trust: the service runs outside the sandbox and the sandboxed command can reach 
 answers only for a directory reverie handed to a tool as the memory directory (:func:`hook_socket`
 registers it) and only for an index file inside that repository's own git directory; anything else
 is declined and the hook validates by itself, inside the sandbox. The request carries nothing else
-that reaches git (no paths, no configuration): the approval variables are the only environment it
-forwards.
+that reaches git (no paths, no configuration). The hook forwards the approval variables, but they do
+not count here: only the bash tool hands out this socket, so every request comes from a command of
+the agent, and an agent never approves a change of its own constraints (a hook that validates by
+itself in the sandbox cannot record an approval either, ``memfs.protection``). The reply says so.
 
 Threads, not the event loop: ``socketserver`` serves each connection on its own daemon thread and
 validation is blocking work. One service per process, started on first use; its socket lives in a
@@ -47,7 +49,7 @@ from typing import Any, Final
 from orchestrator.memfs import gitsnapshot
 from orchestrator.memfs.git import GitError, open_repo
 from orchestrator.memfs.hook import UNREADABLE
-from orchestrator.memfs.policy import APPROVAL_ENV, APPROVAL_ENV_ALIAS
+from orchestrator.memfs.policy import AGENT_APPROVAL, APPROVAL_ENV, APPROVAL_ENV_ALIAS, NEEDS_APPROVAL
 
 __all__ = ["HookService", "hook_socket"]
 
@@ -133,10 +135,14 @@ class HookService:
                 snapshot = gitsnapshot.read_staged_snapshot_local(local, index or None)
         except (GitError, OSError):
             return {"code": 1, "report": UNREADABLE}
-        result = validate_snapshot(snapshot, policy, approvals)
+        # every request comes from a command of the agent's bash tool: its approvals do not count
+        result = validate_snapshot(snapshot, policy, {})
         with self._lock:
             self.answered += 1
-        return {"code": 0 if result.ok else 1, "report": format_report(result)}
+        report = format_report(result)
+        if approvals and NEEDS_APPROVAL in result.errors:
+            report += f"{AGENT_APPROVAL}\n"
+        return {"code": 0 if result.ok else 1, "report": report}
 
 
 def _wire(reply: dict[str, Any]) -> bytes:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BRANCH_PREFIX", "COMMIT_FAILED_FILE_NAME", "LOCK_FILE_NAME", "OWNER_FILE_NAME", "PRE_REBASE_REF_PREFIX", "WORKTREE_LOCK_FILE_NAME"]
+__all__ = [
+    "ACCEPTED_FILE",
+    "APPROVALS_FILE",
+    "BRANCH_PREFIX",
+    "COMMIT_FAILED_FILE_NAME",
+    "LOCK_FILE_NAME",
+    "OWNER_FILE_NAME",
+    "PRE_REBASE_REF_PREFIX",
+    "REVERIE_FOLDER",
+    "WORKTREE_LOCK_FILE_NAME",
+]
 
 BRANCH_PREFIX: Final = "reverie/"
 """Every branch a subagent's worktree commits on: ``reverie/<kind>/<id>``."""
@@ -20,3 +30,10 @@ OWNER_FILE_NAME: Final = "reverie-merge.owner.json"
 WORKTREE_LOCK_FILE_NAME: Final = "reverie-worktrees.lock"
 COMMIT_FAILED_FILE_NAME: Final = "reverie-commit-failed.json"
 """The git wrapper's record of the agent's last failed commit (``memfs.gitwrap``)."""
+REVERIE_FOLDER: Final = "reverie"
+"""Reverie's own folder in the git common directory (the git wrapper's ``bin``, the records below);
+the bash tool's sandbox mounts it read-only (``tools/sandbox.py``)."""
+ACCEPTED_FILE: Final = f"{REVERIE_FOLDER}/accepted-revision"
+"""The last commit the audit before the model accepted (``memfs.protection``)."""
+APPROVALS_FILE: Final = f"{REVERIE_FOLDER}/config-approvals"
+"""The ``.memfs.config.json`` changes a user approved from their own shell (``memfs.protection``)."""

@@ -13,6 +13,8 @@ from orchestrator.base.errors import UsageError
 __all__ = [
     "APPROVAL_ENV",
     "APPROVAL_ENV_ALIAS",
+    "AGENT_APPROVAL",
+    "NEEDS_APPROVAL",
     "LEGACY_ONLY",
     "POLICIES",
     "POLICY_FILE_NAME",
@@ -27,6 +29,10 @@ __all__ = [
 # passed on by the hook (which is written at every start, so they live here, not with the rules).
 APPROVAL_ENV: Final = "REVERIE_MEMORY_CONSTRAINTS_UPDATE"
 APPROVAL_ENV_ALIAS: Final = "LETTA_MEMORY_CONSTRAINTS_UPDATE"
+NEEDS_APPROVAL: Final = ".memfs.config.json is protected and requires human approval to change"
+"""The reference's error line for a config change without the approval (M7)."""
+AGENT_APPROVAL: Final = "an approval counts only from the user's own shell, never from the agent's commands"
+"""Why an approval variable set in the agent's bash command was not honoured (``memfs.protection``)."""
 
 LayoutPolicy = Literal["legacy-only", "root-marker", "shared-memory"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
@@ -36,9 +36,11 @@ from orchestrator.memfs.constraints import (
     ConfigError,
     change_approved,
     parse_config,
+    read_only_errors,
+    read_only_patterns,
     tree_constraint_errors,
 )
-from orchestrator.memfs.policy import ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
+from orchestrator.memfs.policy import NEEDS_APPROVAL, ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
 from orchestrator.memfs.rules import (
     legacy_frontmatter_errors,
     markup_errors,
@@ -78,6 +80,11 @@ _BLOCKED_TAIL: Final = (
     "Do not raise or disable these limits unless the user explicitly approves it.\n"
 )
 _UNREADABLE: Final = "Memory validation could not read Git contents. No files were committed."
+_UNAPPROVED: Final = (
+    f"{CONFIG_PATH}: changed since the last accepted revision without the user's approval, so its protection "
+    "stays in force (the user approves a change by committing it from their own shell with "
+    "REVERIE_MEMORY_CONSTRAINTS_UPDATE=1)"
+)
 
 
 @dataclass(frozen=True)
@@ -185,29 +192,44 @@ def _legacy_frontmatter(snapshot: Snapshot, *, audit: bool) -> list[str]:
 
 
 def _constraints(
-    snapshot: Snapshot, policy: LayoutPolicy, env: Mapping[str, str], *, audit: bool, require_root_marker: bool
+    snapshot: Snapshot,
+    policy: LayoutPolicy,
+    env: Mapping[str, str],
+    *,
+    audit: bool,
+    require_root_marker: bool,
+    config_approved: bool | None = None,
 ) -> list[str]:
-    """The validator script's flow (MEMFS-4.6), from the protection check to the tree check."""
+    """The validator script's flow (MEMFS-4.6), from the protection check to the tree check.
+
+    An audit keeps the accepted tree's ``readOnlyFiles`` in force beside the new ones, so a change
+    that drops a pattern is judged by it (``memfs.protection``); ``config_approved`` False reports a
+    config change as unapproved, None leaves approval unjudged (an audit against the first parent)."""
     index, head = snapshot.index, snapshot.head or {}
     errors: list[str] = []
     if not audit and index.get(CONFIG_PATH) != head.get(CONFIG_PATH) and not change_approved(env):
-        errors.append(f"{CONFIG_PATH} is protected and requires human approval to change")
+        errors.append(NEEDS_APPROVAL)
+    kept = read_only_patterns(snapshot.head_bytes(CONFIG_PATH)) if audit else ()
+    if audit and config_approved is False and index.get(CONFIG_PATH) != head.get(CONFIG_PATH):
+        errors.append(_UNAPPROVED)
     has_config = CONFIG_PATH in index
     has_v2_root = policy == ROOT_MARKER and ("MEMORY.md" in index or require_root_marker)
     if not has_config and not has_v2_root:
-        return errors
+        return [*errors, *read_only_errors(index, head, kept)]
     config = DEFAULT_CONFIG
     if has_config:
         if not index[CONFIG_PATH].is_regular:
-            return [*errors, f"{CONFIG_PATH}: constraint config must be a regular file"]
+            return [*errors, f"{CONFIG_PATH}: constraint config must be a regular file", *read_only_errors(index, head, kept)]
         parsed = parse_config(_text(snapshot, CONFIG_PATH))
         if isinstance(parsed, ConfigError):
-            return [*errors, *parsed.errors]
-        if errors:
+            return [*errors, *parsed.errors, *read_only_errors(index, head, kept)]
+        if errors and not audit:
             return errors
         config, present = parsed
         if policy == ROOT_MARKER:
             config = config.overlay_on(DEFAULT_CONFIG, present)
+    if kept:
+        config = replace(config, read_only_files=(*config.read_only_files, *kept))
 
     def read(path: str) -> bytes:
         data = snapshot.staged_bytes(path)
@@ -254,11 +276,15 @@ def validate_snapshot(
     return ValidationResult(tuple(errors), "constraints" if errors else "none", policy)
 
 
-def audit_snapshot(snapshot: Snapshot, policy: LayoutPolicy) -> ValidationResult:
+def audit_snapshot(
+    snapshot: Snapshot, policy: LayoutPolicy, *, config_approved: bool | None = None
+) -> ValidationResult:
     """Audit a committed tree (``snapshot.index``) against the tree before it (``snapshot.head``).
 
     Runs the frontmatter rules and the tree constraints together (S13) and reports every error in
-    the audit format; flat skills are judged on what changed since the accepted tree.
+    the audit format; flat skills are judged on what changed since the accepted tree, read-only
+    files by the accepted tree's patterns and the committed ones. ``config_approved``: see
+    ``_constraints``.
     """
     marker = "MEMORY.md" in snapshot.index
     use_v2 = policy == SHARED_MEMORY or (policy == ROOT_MARKER and marker)
@@ -268,7 +294,9 @@ def audit_snapshot(snapshot: Snapshot, policy: LayoutPolicy) -> ValidationResult
     try:
         errors = _v2_frontmatter(snapshot, policy) if use_v2 else _legacy_frontmatter(snapshot, audit=True)
         if _run_constraints(snapshot, policy, marker):
-            errors += _constraints(snapshot, policy, {}, audit=True, require_root_marker=marker)
+            errors += _constraints(
+                snapshot, policy, {}, audit=True, require_root_marker=marker, config_approved=config_approved
+            )
     except _Unreadable as missing:
         return ValidationResult((f"git show failed for {missing}",), "fatal", policy)
     return ValidationResult(tuple(errors), "audit" if errors else "none", policy)
@@ -294,12 +322,17 @@ def validate_staged(
 
 
 def audit_head(
-    repo_dir: str | os.PathLike[str], *, revision: str = "HEAD", base: str | None = None
+    repo_dir: str | os.PathLike[str],
+    *,
+    revision: str = "HEAD",
+    base: str | None = None,
+    config_approved: bool | None = None,
 ) -> ValidationResult:
     """Audit a committed revision (M8): frontmatter rules and tree constraints, audit report.
 
     ``base`` is the accepted tree read-only files are compared with; default the revision's first
-    parent (an empty tree for a root commit). A repository without commits is valid. The policy is
+    parent (an empty tree for a root commit). ``config_approved`` False: a config change since
+    ``base`` is an error (``audit_snapshot``). A repository without commits is valid. The policy is
     resolved as the reference's audit does (MEMFS-1.5).
     """
     repo = Path(repo_dir)
@@ -307,7 +340,7 @@ def audit_head(
     if snapshot is None:
         return ValidationResult((), "none", gitsnapshot.read_policy(repo))
     policy = gitsnapshot.audit_policy(repo, revision, "MEMORY.md" in snapshot.index)
-    return audit_snapshot(snapshot, policy)
+    return audit_snapshot(snapshot, policy, config_approved=config_approved)
 
 
 def validate_head(repo_dir: str | os.PathLike[str]) -> ValidationResult:

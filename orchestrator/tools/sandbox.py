@@ -50,7 +50,7 @@ from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.memfs.indexlock import clear_stale_git_locks, git_lock_files
 from orchestrator.memfs.locks import LockBusy, merge_lock_sync
-from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
+from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, REVERIE_FOLDER, WORKTREE_LOCK_FILE_NAME
 from orchestrator.memfs.repo import index_corrupt, repair_index
 from orchestrator.tools.context import ToolContext, ToolError
 
@@ -272,11 +272,12 @@ def git_dirs(repo: Path) -> tuple[Path, Path] | None:
 
 
 _COMMON_READ_ONLY = (
-    "hooks", "config", "config.worktree", "info", "objects/info", "reverie", "worktrees", "modules",
+    "hooks", "config", "config.worktree", "info", "objects/info", REVERIE_FOLDER, "worktrees", "modules",
     _POLICY_FILE, LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME,
 )
 """What git reads in the common directory as configuration or as a path, and reverie's own files
-(the wrapper's folder, the lock it flocks): read-only, and, being mount points, not movable. What a
+(the wrapper's folder, which also holds the audit's accepted revision and the user's config
+approvals, ``memfs.protection``; the lock it flocks): read-only, and, being mount points, not movable. What a
 commit writes (objects, refs, logs, the index, ``HEAD``, the lock files git makes beside them) stays
 writable; a ``commondir`` the command creates is followed by no git outside (``memfs.guard``)."""
 _RECORD_READ_ONLY = ("commondir", "gitdir", "config.worktree")
