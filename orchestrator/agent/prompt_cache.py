@@ -193,10 +193,28 @@ async def resolve_system_prompt(
         return ResolvedPrompt(row.content, action, revision, previous_revision=row.memfs_revision)
     history = await store.in_context(conversation_id)
     audited = await _compile(memory_dir, raw_system, agent_id, conversation_id, revision, len(history))
-    compiled = audited.compiled
-    previous = row.memfs_revision if row is not None else None
-    if audited.errors:
+    if audited.errors and not audited.repaired:
         return await _refuse_invalid(store, conversation_id, agent_id, row, action, audited, turn_id)
+    resolved = await _use_compiled(store, conversation_id, agent_id, row, action, revision, audited.compiled, history, turn_id)
+    if audited.repaired:
+        await _remind_invalid(store, conversation_id, audited, turn_id)
+    return resolved
+
+
+async def _use_compiled(
+    store: Store,
+    conversation_id: str,
+    agent_id: str,
+    row: PromptRecord | None,
+    action: PromptAction,
+    revision: str | None,
+    compiled: CompiledPrompt,
+    history: Sequence[StoredMessage],
+    turn_id: str | None,
+) -> ResolvedPrompt:
+    """Rows R1-R4 for a compile that may reach the model: the prompt row set, with a
+    ``<memory_update>`` when the memory a sent prompt shows has changed."""
+    previous = row.memfs_revision if row is not None else None
     if action is PromptAction.MEMORY_CHANGED:
         assert row is not None and revision is not None
         moved = replace(row, memfs_revision=revision, compiled_at=compiled.compiled_at)
@@ -298,6 +316,16 @@ async def _refuse_invalid(
     )
     previous = row.memfs_revision if row is not None else None
     return ResolvedPrompt(record.content, action, invalid, previous_revision=previous)
+
+
+async def _remind_invalid(store: Store, conversation_id: str, audited: AuditedCompile, turn_id: str | None) -> None:
+    """S12's MEMORY INVALID reminder after a repaired compile: the model hears what was kept out,
+    by file name, once per revision (the row now records the revision as seen)."""
+    invalid = audited.invalid_revision
+    assert invalid is not None
+    reminder = Message(role="user", content=memory_invalid_reminder(invalid[:7], audited.errors), kind="reminder")
+    metadata = {"memfs_revision": invalid, "memory_invalid": True}
+    await store.append_message(conversation_id, reminder, turn_id=turn_id, metadata=metadata)
 
 
 def _update_message(revision: str, core_memory: str) -> Message:
