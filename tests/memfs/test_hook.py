@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memfs.hook import hook_script, install_hook
+from orchestrator.memfs.names import APPROVALS_FILE
+from orchestrator.memfs.policy import AGENT_APPROVAL, NEEDS_APPROVAL
 from orchestrator.memfs.validator import format_report, validate_staged
 
 
@@ -93,6 +95,26 @@ def test_config_approval_with_reverie_variable(repo: Path) -> None:
     assert "  .memfs.config.json is protected and requires human approval to change\n" in denied.stderr
     approved = _git(repo, "commit", "-q", "-m", "cfg", env={"REVERIE_MEMORY_CONSTRAINTS_UPDATE": "1"}, check=False)
     assert approved.returncode == 0, approved.stderr
+
+
+def test_an_approved_config_change_is_recorded_for_the_audit(repo: Path) -> None:
+    (repo / ".memfs.config.json").write_text('{"version": 1, "maxDepth": 3}\n')
+    _git(repo, "add", ".memfs.config.json")
+    _git(repo, "commit", "-q", "-m", "cfg", env={"LETTA_MEMORY_CONSTRAINTS_UPDATE": "1"})
+    blob = _git(repo, "rev-parse", "HEAD:.memfs.config.json").stdout.strip()
+    assert (repo / ".git" / APPROVALS_FILE).read_text() == f"- {blob}\n"
+
+
+def test_an_approval_that_cannot_be_recorded_refuses_the_commit(repo: Path) -> None:
+    """As inside the bash tool's sandbox, where reverie's folder is mounted read-only (here a file
+    stands where the folder goes, since the tests may run as root)."""
+    (repo / ".git" / "reverie").write_text("")
+    (repo / ".memfs.config.json").write_text('{"version": 1, "maxDepth": 3}\n')
+    _git(repo, "add", ".memfs.config.json")
+    refused = _git(repo, "commit", "-q", "-m", "cfg", env={"REVERIE_MEMORY_CONSTRAINTS_UPDATE": "1"}, check=False)
+    assert refused.returncode == 1
+    assert f"  {NEEDS_APPROVAL}\n" in refused.stderr and f"{AGENT_APPROVAL}\n" in refused.stderr
+    assert _git(repo, "log", "-1", "--format=%s").stdout.strip() == "init"
 
 
 def test_hook_runs_in_linked_worktrees(repo: Path, tmp_path: Path) -> None:

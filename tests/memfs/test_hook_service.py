@@ -16,6 +16,8 @@ from orchestrator.memfs.git import open_repo
 from orchestrator.memfs.gitsnapshot import read_staged_snapshot, read_staged_snapshot_local
 from orchestrator.memfs.hook import SOCKET_ENV, install_hook
 from orchestrator.memfs.hook_service import HookService
+from orchestrator.memfs.names import APPROVALS_FILE
+from orchestrator.memfs.policy import AGENT_APPROVAL, NEEDS_APPROVAL
 from orchestrator.memfs.validator import format_report, validate_staged
 
 REFUSED_NOTE = "  notes/b.md: missing required index notes/MEMORY.md\n"
@@ -155,3 +157,15 @@ def test_a_temporary_directory_too_long_for_a_socket_falls_back_to_tmp(
     assert address is not None and address.startswith("/tmp/rvh-") and len(address) < 108
     assert hook_service._service is not None
     hook_service._service.close()
+
+
+def test_an_approval_sent_to_the_service_does_not_count(repo: Path, service: HookService) -> None:
+    """Only the bash tool hands out the socket: an approval arriving there is the agent's own."""
+    service.allow(repo)
+    (repo / ".memfs.config.json").write_text('{"version": 1, "maxDepth": 3}\n')
+    _git(repo, "add", ".memfs.config.json")
+    env = {SOCKET_ENV: str(service.address), "REVERIE_MEMORY_CONSTRAINTS_UPDATE": "1"}
+    refused = _git(repo, "commit", "-qm", "cfg", env=env, check=False)
+    assert refused.returncode == 1 and service.answered == 1
+    assert f"  {NEEDS_APPROVAL}\n" in refused.stderr and refused.stderr.endswith(f"{AGENT_APPROVAL}\n")
+    assert not (repo / ".git" / APPROVALS_FILE).exists()
