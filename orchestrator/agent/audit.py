@@ -172,6 +172,8 @@ def judge(memory_dir: str | os.PathLike[str], revision: str, *, common_dir: Path
         if not errors:
             _advance(repo, common, revision)
         return Verdict(revision, errors, None)
+    if recorded == revision:
+        return Verdict(revision, (), recorded)
     accepted = _walk(repo, common, recorded, revision)
     if accepted != recorded:
         _advance(repo, common, accepted)
