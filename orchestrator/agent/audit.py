@@ -167,13 +167,13 @@ def judge(memory_dir: str | os.PathLike[str], revision: str, *, common_dir: Path
     repo = Path(memory_dir)
     common = common_dir if common_dir is not None else Path(_repository(repo))
     recorded = protection.read_accepted(common)
+    if recorded == revision:
+        return Verdict(revision, (), recorded)
     if recorded is None or not _is_commit(repo, recorded):
         errors = _parent_audit(repo, revision, common_dir=common)
         if not errors:
             _advance(repo, common, revision)
         return Verdict(revision, errors, None)
-    if recorded == revision:
-        return Verdict(revision, (), recorded)
     accepted = _walk(repo, common, recorded, revision)
     if accepted != recorded:
         _advance(repo, common, accepted)
