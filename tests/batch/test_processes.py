@@ -328,6 +328,7 @@ async def test_cancelling_kills_the_commands_a_worker_started(
 
     with LoopbackOpenAI(fallback=_looping_model(command)) as server:
         monkeypatch.setenv("REVERIE_BASE_URL", server.base_url)
+        monkeypatch.setenv("REVERIE_MODEL", "loopback-model")
         executor = ProcessExecutor(2, processes=2)
         try:
             with anyio.fail_after(180), anyio.CancelScope() as scope:

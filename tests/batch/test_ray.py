@@ -259,6 +259,7 @@ def test_a_remote_task_s_events_reach_the_run_directory_while_it_runs(
 
     with LoopbackOpenAI(fallback=held) as server:
         monkeypatch.setenv("REVERIE_BASE_URL", server.base_url)
+        monkeypatch.setenv("REVERIE_MODEL", "loopback-model")
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
         async def go() -> tuple[Any, list[Any], list[str]]:

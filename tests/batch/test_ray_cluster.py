@@ -302,7 +302,7 @@ def test_two_nodes_no_shared_disk_then_a_lost_node(
     }
 
     with LoopbackOpenAI(fallback=held) as server:
-        os.environ.update({"REVERIE_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test"})
+        os.environ.update({"REVERIE_BASE_URL": server.base_url, "REVERIE_MODEL": "loopback-model", "OPENAI_API_KEY": "sk-test"})
 
         async def kill_when_held() -> None:
             for event in held.arrived.values():

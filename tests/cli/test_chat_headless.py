@@ -151,7 +151,7 @@ def test_exit_codes_for_max_steps_and_a_model_error(tmp_path: Path) -> None:
     assert json.loads(stopped.stdout)["status"] == "max_steps"
     with LoopbackOpenAI() as server:
         server.enqueue(http_error(400, "model 'nope' does not exist"))
-        failed = reverie(tmp_path, "chat", "-p", "hi", REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test")
+        failed = reverie(tmp_path, "chat", "-p", "hi", REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-test")
     assert failed.returncode == 1
     assert "Traceback" not in failed.stderr and "reverie: error:" in failed.stderr
 
@@ -161,7 +161,7 @@ def test_sigint_interrupts_the_turn_keeps_the_streamed_text_and_exits_130(tmp_pa
         server.enqueue(stall("partial answer that never ends", after=2, seconds=30))
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "chat", "-p", "go", "--output-format", "stream-json"],
-            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
+            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert proc.stdout is not None
@@ -225,7 +225,7 @@ def test_sigint_during_a_tool_ends_the_tool_and_its_children(tmp_path: Path, bac
         server.enqueue(tool_call_reply("bash", json.dumps({"command": command})))
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "chat", "-p", "go", "--output-format", "stream-json"],
-            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
+            env=_env(tmp_path, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-test", REVERIE_BACKEND=backend),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert proc.stdout is not None

@@ -119,7 +119,7 @@ def _modules_at_first_request(script: str, args: list[str], tmp_path: Path, name
         return text_reply("(loopback) hi")
 
     with LoopbackOpenAI(fallback=respond) as server:
-        env = _env(tmp_path, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", SNAPSHOT=str(snapshot))
+        env = _env(tmp_path, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-test", SNAPSHOT=str(snapshot))
         if warm_up:
             _warm_up(env)
         child["proc"] = subprocess.Popen(
