@@ -26,6 +26,7 @@ from orchestrator.base import blocking
 from orchestrator.memfs.git import GitError
 from orchestrator.memfs.guard import RepositoryRefused, drain_findings, locate, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
+from orchestrator.memfs.operations import record_sync, settle
 from orchestrator.memfs.remote import ahead_of_upstream, pull_rebase, push_head
 from orchestrator.memfs.repo import (
     RepoStatus,
@@ -170,6 +171,8 @@ def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | No
     layout = locate(memory_dir) if (memory_dir / ".git").exists() else None
     if audit is None:
         audit = partial(_audit_head, common_dir=None if layout is None else layout.common_dir)
+    if layout is not None:
+        settle(layout)  # an operation reverie did not start is never reported as a conflict to finish
     repaired = repair_index(memory_dir, layout=layout) if layout is not None else False
     status = repo_status(memory_dir, layout=layout)
     if not status.initialized:
@@ -259,6 +262,7 @@ def _push(memory_dir: Path, status: RepoStatus, audit: Callable[[Path, str], tup
             return SyncResult("invalid", summary, where, False, rebased, errors)
         _network(push_head, memory_dir)
     except GitError as exc:
+        record_sync(memory_dir)  # a rebase the pull left stopped is reverie's own (memfs.operations)
         after = repo_status(memory_dir)
         if after.in_conflict:
             return SyncResult("conflict", conflict_summary(after), where, False, after.revision)

@@ -62,12 +62,22 @@ def repo_in_trouble(repo: Path) -> str | None:
     """Why the checkout cannot be worked on now (a rebase or merge stopped half-way, unmerged files),
     with the git commands that finish or undo it; None when it is fine. Nothing is changed."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.memfs.operations import present, started_by_reverie
     from orchestrator.memfs.repo import repo_status
 
     status = repo_status(repo)
     if not status.in_conflict:
         return None
     files = f" (unmerged: {', '.join(status.conflicted)})" if status.conflicted else ""
+    found = present(repo / ".git")
+    if found and not started_by_reverie(repo):
+        # its state can name commands (an exec line, a branch to reset): never advise running it
+        shown = ", ".join(f".git/{name}" for name in found)
+        return (
+            f"{repo}: {status.operation or 'an operation in progress'} that reverie did not start ({shown}){files}; "
+            "its state can name commands, so reverie neither continues nor aborts it, and removes it at the "
+            "agent's next turn"
+        )
     if status.operation == "rebase in progress":
         how = f"finish it with `git -C {repo} rebase --continue` or undo it with `git -C {repo} rebase --abort`"
     elif status.operation == "merge in progress":

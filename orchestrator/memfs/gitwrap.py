@@ -246,9 +246,10 @@ case $command in
         exec "$git" "$@" ;;
 esac
 common=
+own=
 if [ "$1" = "$command" ] && [ -z "${GIT_DIR+x}${GIT_COMMON_DIR+x}${GIT_WORK_TREE+x}" ]; then
     if [ -d .git ]; then
-        [ -f .git/HEAD ] && [ ! -e .git/commondir ] && common=.git
+        [ -f .git/HEAD ] && [ ! -e .git/commondir ] && common=.git && own=.git
     elif [ -f .git ]; then
         line=
         read -r line < .git || :
@@ -256,6 +257,7 @@ if [ "$1" = "$command" ] && [ -z "${GIT_DIR+x}${GIT_COMMON_DIR+x}${GIT_WORK_TREE
             "gitdir: "*)
                 gitdir=${line#gitdir: }
                 if [ -f "$gitdir/HEAD" ]; then
+                    own=$gitdir
                     if [ -f "$gitdir/commondir" ]; then
                         read -r shared < "$gitdir/commondir" || :
                         case $shared in
@@ -285,7 +287,7 @@ case $command in
     {commits}) ;;
     *) exec "$git" "$@" ;;
 esac
-said=$common/reverie-git.$$.stderr
+said=$own/reverie-git.$$.stderr
 "$git" "$@" 2>"$said"
 code=$?
 [ -s "$said" ] && cat -- "$said" >&2
@@ -301,8 +303,8 @@ there, no ``-C``/``--git-dir``/``GIT_DIR``-like variables) finds the common dire
 would, from ``.git`` itself (no ``rev-parse`` process), takes the lock with ``flock(1)`` and
 becomes git, which inherits the locked descriptor: the lock is held for as long as git runs,
 whatever happens to the wrapper (and by what git leaves running in the background, such as a
-detached ``git maintenance``, until it ends). A commit's stderr is kept in a file beside the lock (shown when
-git ends) for the failure record, which the Python wrapper writes. Anything else (global options
+detached ``git maintenance``, until it ends). A commit's stderr is kept in a file in the checkout's own git folder
+(a subagent's sandbox cannot write the common one; shown when git ends) for the failure record, which the Python wrapper writes. Anything else (global options
 before a write, a repository found by searching up, no ``flock``) runs the Python wrapper."""
 
 _SLOW_NAME = "git-wrapper.py"

@@ -68,6 +68,7 @@ from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
 from orchestrator.base.faults import fault_point
+from orchestrator.memfs import operations
 from orchestrator.memfs.combined import REASON_INVALID, REASON_INVALID_COMBINED, judge_combination
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_repo
@@ -272,7 +273,16 @@ async def _abort_rebase(worktree: Path, branch: str) -> None:
     committed, TURN-5.15) are discarded and it is tried once more. A rebase that could not
     write its own state (no ``onto``) cannot be aborted at all ("invalid onto"): it is dropped with
     ``--quit`` and ``branch`` checked out again. Either way the branch ref itself is untouched: git
-    moves it only when a rebase finishes."""
+    moves it only when a rebase finishes.
+
+    A state that is not what reverie's own git left (``memfs.operations``: a command planted or
+    changed it) is never handed to git, whose abort would reset the branch ``head-name`` names to
+    ``orig-head``: it is dropped unread and ``branch`` checked out again."""
+    if await operations.in_progress(worktree) and not await operations.intact(worktree):
+        await operations.drop(worktree)
+        await run_git(worktree, "checkout", "-q", "-f", branch, "--")
+        await run_git(worktree, "clean", "-q", "-fd", check=False)
+        return
     aborted = await run_git(worktree, "rebase", "--abort", check=False)
     if await _rebasing(worktree):
         await run_git(worktree, "reset", "-q", "--hard", check=False)
@@ -286,6 +296,7 @@ async def _abort_rebase(worktree: Path, branch: str) -> None:
     if await _rebasing(worktree):
         said = aborted.stderr.strip() or "the rebase in progress is still there"
         raise GitError(("rebase", "--abort"), aborted.returncode or 1, said, worktree)
+    await operations.record(worktree)  # nothing left in progress: the record goes
 
 
 async def _clean_worktree(worktree: Path, branch: str) -> str:
@@ -297,7 +308,7 @@ async def _clean_worktree(worktree: Path, branch: str) -> str:
     ``HEAD`` on the rebase's detached, half-replayed copies, and a merge from there brings in only
     the commits replayed so far and leaves the sequencer armed in a worktree still in use (O9:
     the full-disk stress's commits dropped from, or folded into, the merged copies)."""
-    if await _rebasing(worktree):
+    if await operations.in_progress(worktree):
         await _abort_rebase(worktree, branch)
     if await ask(worktree, _on_branch) != branch:
         # Detached (a rebase dropped with --quit whose checkout of the branch failed): back on it.
@@ -502,6 +513,8 @@ class _Merge:
                 await ask(self.worktree, lambda repo: repo.checkout_head())
                 self.stale_checkout = False
             rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
+            if not rebase.ok:
+                await operations.record(self.worktree)  # what reverie's git left, to check before going on
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
             if not conflicted:

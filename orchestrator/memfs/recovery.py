@@ -6,7 +6,8 @@ without dropping a commit:
 
 1. release a stale merge-lock owner record (the OS lock died with its process);
 2. under the merge lock: remove git's lock files that no process holds (``memfs.indexlock``); abort a half-done rebase in any of reverie's own worktrees (the branch
-   returns to its pre-rebase tip, which is also pinned by ``refs/reverie/pre-rebase/<id>``);
+   returns to its pre-rebase tip, which is also pinned by ``refs/reverie/pre-rebase/<id>``); a
+   state reverie's git did not leave there is dropped unread instead (``memfs.operations``);
 3. remove reverie's worktrees that no live run owns (``active`` names those that are running)
    and ``git worktree prune``;
 4. delete ``reverie/*`` branches whose commits are all in ``HEAD``, and pre-rebase pins whose
@@ -26,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from orchestrator.base import blocking
+from orchestrator.memfs import operations
 from orchestrator.memfs.git import arun, open_repo
 from orchestrator.memfs.indexlock import clear_stale_git_locks
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
@@ -93,6 +95,9 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
             wid = id_from_branch(branch) if branch is not None else id_from_worktree_dir(path)
             if wid is None or wid in active:
                 continue
+            if await operations.in_progress(path) and not await operations.intact(path):
+                await operations.drop(path)  # not what reverie's git left: never handed to git
+                aborted.append(path)
             if await blocking.run_sync("git", partial(_rebase_in_progress, path)):
                 await arun(path, "rebase", "--abort", check=False, harness=True)
                 aborted.append(path)

@@ -3,9 +3,11 @@
 With the ``resolve`` merge policy, a conflict met while merge-back rebases a branch is handed to
 a *resolver*: any callable taking a :class:`Conflict` (the composition root wires in the resolver
 subagent; the core never imports it, D9). The resolver edits the conflicting files in the
-worktree, stages them and may continue the rebase itself; the harness drives whatever is left
+worktree and stages them (the rebase's state is read-only to its commands); the harness drives what is left
 (``rebase --continue``, one round per replayed commit that conflicts), then checks the history is
-linear and contains ``HEAD`` (R3: no merge commit). Anything short of that raises
+linear and contains ``HEAD`` (R3: no merge commit). Before each ``--continue`` the rebase's own
+state must be what reverie's git left (``memfs.operations``): a todo list the resolver's command
+changed would run its ``exec`` lines outside the sandbox. Anything short of that raises
 :class:`ResolverFailed` with a one-line reason; merge-back then aborts the rebase and keeps the
 branch with D3's reason text.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from anyio import Path as AsyncPath
 
+from orchestrator.memfs import operations
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
@@ -33,6 +36,10 @@ __all__ = [
 ]
 
 _MARKERS = ("<<<<<<< ", ">>>>>>> ")
+_CHANGED = (
+    "the rebase's own state (its todo list, or what git reads to go on) was changed during the resolver's turn; "
+    "reverie did not continue it"
+)
 
 
 @dataclass(frozen=True)
@@ -128,13 +135,17 @@ async def resolve_rebase(
                 raise ResolverFailed(f"conflict markers left in {', '.join(marked)}")
             if not await rebase_in_progress(worktree):
                 return tuple(dict.fromkeys(resolved))
+        if not await operations.intact(worktree):
+            raise ResolverFailed(_CHANGED)
         step = await retrying_git(worktree, "rebase", "--continue", check=False)
+        await operations.record(worktree)
         if step.ok or await conflicted_files(worktree):
             continue
         nothing_staged = (await run_git(worktree, "diff", "--cached", "--quiet", "HEAD", check=False)).ok
         if nothing_staged:
             # The resolution equals HEAD's side: keep the commit (empty) so old and new pair up.
             await retrying_git(worktree, "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD")
+            await operations.record(worktree)
             continue
         said = [line for line in (step.stderr or step.stdout).splitlines() if line.strip()]
         raise ResolverFailed(f"git rebase --continue failed: {said[0] if said else step.returncode}")

@@ -50,8 +50,16 @@ from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.memfs.indexlock import clear_stale_git_locks, git_lock_files
 from orchestrator.memfs.locks import LockBusy, merge_lock_sync
-from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, REVERIE_FOLDER, WORKTREE_LOCK_FILE_NAME
+from orchestrator.memfs.names import (
+    BRANCH_PREFIX,
+    LOCK_FILE_NAME,
+    OWNER_FILE_NAME,
+    REVERIE_FOLDER,
+    WORKTREE_LOCK_FILE_NAME,
+)
+from orchestrator.memfs.operations import STATE_NAMES, present, settle
 from orchestrator.memfs.repo import index_corrupt, repair_index
+from orchestrator.memfs.worktrees import id_from_worktree_dir
 from orchestrator.tools.context import ToolContext, ToolError
 
 __all__ = [
@@ -281,6 +289,9 @@ approvals, ``memfs.protection``; the lock it flocks): read-only, and, being moun
 commit writes (objects, refs, logs, the index, ``HEAD``, the lock files git makes beside them) stays
 writable; a ``commondir`` the command creates is followed by no git outside (``memfs.guard``)."""
 _RECORD_READ_ONLY = ("commondir", "gitdir", "config.worktree")
+_OPERATION_STATE = STATE_NAMES
+"""What git reads to go on with a rebase, cherry-pick or merge it stopped (``memfs.operations``):
+read-only to a subagent's command once it exists, since reverie continues it outside the sandbox."""
 
 
 def _mounts(ctx: ToolContext, env: Mapping[str, str], real: Callable[[Path | str], str | None]) -> _Mounts:
@@ -293,13 +304,11 @@ def _mounts(ctx: ToolContext, env: Mapping[str, str], real: Callable[[Path | str
         dirs = git_dirs(ctx.memory_dir)
         if dirs is not None:
             gitdir, common = dirs
-            writable.append(real(common))
-            readonly.extend(real(common / protected) for protected in _COMMON_READ_ONLY)
-            if real(gitdir) != real(common):
-                # a linked worktree: its own record takes its index, HEAD and logs; not its pointers
-                reopened.append(real(gitdir))
-                sealed.extend(real(gitdir / name) for name in _RECORD_READ_ONLY)
-                sealed.append(real(ctx.memory_dir / ".git"))
+            if real(gitdir) == real(common):
+                writable.append(real(common))
+                readonly.extend(real(common / protected) for protected in _COMMON_READ_ONLY)
+            else:
+                _subagent_git(ctx.memory_dir, gitdir, common, real, writable, readonly, reopened, sealed)
     if ctx.overflow_dir is not None:
         readonly.append(real(ctx.overflow_dir))
     for value in ctx.extra_env.values():
@@ -319,6 +328,40 @@ def _mounts(ctx: ToolContext, env: Mapping[str, str], real: Callable[[Path | str
         reopened=tuple(dict.fromkeys(p for p in reopened if p is not None)),
         sealed=tuple(dict.fromkeys(p for p in sealed if p is not None)),
     )
+
+
+def _subagent_git(
+    checkout: Path, gitdir: Path, common: Path, real: Callable[[Path | str], str | None],
+    writable: list[str | None], readonly: list[str | None], reopened: list[str | None], sealed: list[str | None],
+) -> None:
+    """A linked worktree is a subagent's: the common directory stays read-only but for ``objects``,
+    the worktree's own record (its index, ``HEAD`` and logs, not its pointers nor an operation
+    git stopped, :data:`_OPERATION_STATE`) and the folders of its own branch's ref and reflog, in
+    which every other entry is sealed. So it commits on its branch and moves nothing else: not the
+    parent's branches, ``packed-refs``, index or reflogs (docs/architecture.md, "Subagents")."""
+    writable.append(real(common / "objects"))
+    readonly.append(real(common / "objects" / "info"))
+    reopened.append(real(gitdir))
+    sealed.extend(real(gitdir / name) for name in _RECORD_READ_ONLY)
+    sealed.extend(real(gitdir / name) for name in _OPERATION_STATE if os.path.lexists(gitdir / name))
+    sealed.append(real(checkout / ".git"))
+    wid = id_from_worktree_dir(Path(real(checkout) or checkout))
+    if wid is None:
+        return
+    for top in ("refs/heads", "logs/refs/heads"):
+        kinds = common / top / BRANCH_PREFIX.rstrip("/")
+        try:
+            folders = [kinds / kind for kind in sorted(os.listdir(kinds))]
+        except OSError:
+            continue
+        for folder in folders:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            if wid in names:
+                reopened.append(real(folder))
+                sealed.extend(real(folder / name) for name in names if name != wid)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -426,7 +469,8 @@ def sandbox_refusal(ctx: ToolContext, returncode: int, output: str) -> SandboxUn
 def after_command(ctx: ToolContext) -> None:
     """Settle the memory repository once the command is over (blocking): what it planted in
     ``.git`` (a ``commondir``) is removed now, before the user's own ``git status`` in that folder
-    could follow it (``memfs.guard``), and lock files a git killed with the call left behind (its
+    could follow it (``memfs.guard``), so is an operation in progress in the main checkout that
+    reverie did not start (``memfs.operations``: nothing may advise continuing it), and lock files a git killed with the call left behind (its
     timeout, a cancelled turn) are removed when nothing holds them (``memfs.indexlock``) and a
     corrupt index is rebuilt from ``HEAD`` (``memfs.repo``), so the next commit works. Each repair
     is one warning line; a busy repository lock leaves them to the post-turn check."""
@@ -439,10 +483,13 @@ def after_command(ctx: ToolContext) -> None:
     if layout is None:
         return
     locks = git_lock_files(layout.common_dir)
-    if not locks and not index_corrupt(layout.git_dir / "index"):
+    operation = not layout.linked and bool(present(layout.git_dir))
+    if not locks and not operation and not index_corrupt(layout.git_dir / "index"):
         return
     try:
         with merge_lock_sync(layout.top, timeout=0, common_dir=layout.common_dir):
+            if operation:
+                settle(layout)
             if locks:
                 clear_stale_git_locks(layout.common_dir, layout.top)
             repair_index(layout.top)
