@@ -9,6 +9,8 @@ read-only payload file (``TRANSCRIPT_PATH``), and runs a small agent loop with
 the same pre-commit hook as the main agent's. Finalisation rebases onto the parent's HEAD and
 fast-forwards under the per-repository lock (``orchestrator.memfs.merge``); a conflict, a dirty
 parent or a failure keeps the branch, records it and reminds the launching conversation (S12).
+The parent's branch is watched across the run (``orchestrator.memfs.parent``): one the reflection
+moved is put back before merge-back, with a ``memory.warning``.
 
 Choices: one reflection per agent at a time in this process; a launch declined because one runs,
 or because the parent checkout is dirty, leaves the trigger pending for the next turn. The
@@ -34,7 +36,7 @@ from orchestrator.agent.context import ReadsSessionContext, SessionContext
 from orchestrator.agent.turn import TurnOutcome, TurnRunner
 from orchestrator.base import blocking
 from orchestrator.base.errors import ReverieError, error_line
-from orchestrator.base.events import Event, ModelCalled, Publisher
+from orchestrator.base.events import Event, MemoryWarning, ModelCalled, Publisher
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
@@ -252,6 +254,8 @@ class ReflectionCoordinator(ReadsSessionContext):
         # deferred: merge-back loads when a reflection runs, not before a chat's first request
         from orchestrator.base.subagent_events import ReflectionMerging
         from orchestrator.memfs.merge import finalize_worktree
+        from orchestrator.memfs.parent import settle as settle_parent
+        from orchestrator.memfs.parent import watch
 
         conversation_id = cast(str, record.conversation_id)
         payload: Path | None = None
@@ -262,7 +266,14 @@ class ReflectionCoordinator(ReadsSessionContext):
                 payload = await blocking.run_sync(
                     "files", partial(self._write_payload, worktree.id, conversation_id, render_transcript(slice_))
                 )
-                await self._reflect(worktree, payload, conversation_id)
+                watched = await watch(worktree.path, f"reflection-{worktree.id}")
+                try:
+                    await self._reflect(worktree, payload, conversation_id)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        displaced = await settle_parent(watched, own_branch=worktree.branch)
+                        if displaced is not None:
+                            await self._emit(MemoryWarning(displaced.message), conversation_id)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             with anyio.CancelScope(shield=True):

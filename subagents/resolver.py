@@ -5,19 +5,27 @@ confined to the branch's worktree, which is stopped inside the rebase. The reque
 ``prompts/resolver.md`` (its rules, plus the user's ``[reflection] merge_instructions``) and every
 conflicting file as a ``<conflict path="...">`` block with the ``HEAD`` side and the branch's side
 (stages 2 and 3 of the index). The harness (``orchestrator.memfs.resolution``) checks what it did:
-nothing left conflicted, no markers, linear history containing HEAD, the audit; anything else keeps
-the branch with D3's reason. The composition root builds one with :func:`make_resolver` and hands
+nothing left conflicted, no markers, linear history containing HEAD, the audit, the rebase's own
+state unchanged (``memfs.operations``) and the parent's branch where the main agent and reverie left
+it (``memfs.parent``: one the resolver moved is put back, with a warning); anything else keeps the
+branch with D3's reason. The composition root builds one with :func:`make_resolver` and hands
 it to merge-back as a plain callable, so the core never imports this module (D9).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.base import blocking
 from orchestrator.memfs.conflicts import mark_resolved, side_of, unmerged_paths
 from orchestrator.memfs.gitwrap import LOCK_HELD_ENV, lock_held_value
+from orchestrator.memfs.guard import report
+from orchestrator.memfs.parent import settle as settle_parent
+from orchestrator.memfs.parent import watch
 from orchestrator.memfs.resolution import Conflict, Resolver, ResolverFailed
 from orchestrator.models.types import Message, ModelClient, ModelRequest
 from orchestrator.tools import ToolContext, run_tool, tool_specs
@@ -77,6 +85,22 @@ class ResolverSubagent:
             extra_env={} if conflict.lock_held is None else {LOCK_HELD_ENV: lock_held_value(conflict.lock_held)},
         )
         messages: list[Message] = [Message(role="user", content=await conflict_request_text(conflict))]
+        # a caller holding the repository's lock cannot have the parent settled under it
+        watched = await watch(conflict.worktree, f"resolver-{conflict.commit[:12]}") if conflict.lock_held is None else None
+        try:
+            await self._loop(ctx, messages)
+        finally:
+            with CancelScope(shield=True):
+                displaced = await settle_parent(watched, own_branch=conflict.branch)
+        if displaced is not None:
+            await blocking.run_sync("files", partial(report, conflict.worktree, displaced.message, restored=True))
+            raise ResolverFailed(displaced.message)
+        await self._stage_clean_edits(conflict)
+        said = " ".join(messages[-1].content.split())[:200] if messages[-1].role == "assistant" else ""
+        if await unmerged_paths(conflict.worktree):
+            raise ResolverFailed(said or "the resolver left the files conflicted")
+
+    async def _loop(self, ctx: ToolContext, messages: list[Message]) -> None:
         specs = tool_specs(list(_TOOLS))
         system = self.system_prompt()
         for _ in range(RESOLVER_MAX_STEPS):
@@ -91,10 +115,6 @@ class ResolverSubagent:
                 messages.append(Message(role="tool", content=result.output, tool_call_id=call.id, name=call.name))
         else:
             raise ResolverFailed(f"the resolver did not finish within {RESOLVER_MAX_STEPS} steps")
-        await self._stage_clean_edits(conflict)
-        said = " ".join(messages[-1].content.split())[:200] if messages[-1].role == "assistant" else ""
-        if await unmerged_paths(conflict.worktree):
-            raise ResolverFailed(said or "the resolver left the files conflicted")
 
     async def _stage_clean_edits(self, conflict: Conflict) -> None:
         """A file the model rewrote without markers but forgot to stage is staged for it."""

@@ -76,6 +76,7 @@ from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
+from orchestrator.memfs.parent import witness
 from orchestrator.memfs.resolution import (
     Resolver,
     ResolverFailed,
@@ -478,6 +479,7 @@ class _Merge:
             ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
             files = await _changed_files(self.worktree, head, self.tip)
         if ff is not None and ff.ok:
+            await blocking.run_sync("files", partial(witness, self.repo, self.tip))
             await fault_point("after-ff")
             await self.unpin()
             status: MergeStatus = "resolved" if self.resolved_files else "merged"

@@ -14,6 +14,7 @@ __all__ = [
     "APPROVALS_FILE",
     "BRANCH_PREFIX",
     "COMMIT_FAILED_FILE_NAME",
+    "DISPLACED_REF_PREFIX",
     "LOCK_FILE_NAME",
     "OWNER_FILE_NAME",
     "PRE_REBASE_REF_PREFIX",
@@ -25,6 +26,8 @@ BRANCH_PREFIX: Final = "reverie/"
 """Every branch a subagent's worktree commits on: ``reverie/<kind>/<id>``."""
 PRE_REBASE_REF_PREFIX: Final = "refs/reverie/pre-rebase/"
 """Merge-back pins a branch's tip here before rebasing it, so a crash mid-rebase loses nothing."""
+DISPLACED_REF_PREFIX: Final = "refs/reverie/displaced/"
+"""What a subagent left on the parent's branch, kept when reverie puts the branch back (``memfs.parent``)."""
 LOCK_FILE_NAME: Final = "reverie-merge.lock"
 OWNER_FILE_NAME: Final = "reverie-merge.owner.json"
 WORKTREE_LOCK_FILE_NAME: Final = "reverie-worktrees.lock"

@@ -58,6 +58,7 @@ from orchestrator.memfs.names import (
     WORKTREE_LOCK_FILE_NAME,
 )
 from orchestrator.memfs.operations import STATE_NAMES, present, settle
+from orchestrator.memfs.parent import witness
 from orchestrator.memfs.repo import index_corrupt, repair_index
 from orchestrator.memfs.worktrees import id_from_worktree_dir
 from orchestrator.tools.context import ToolContext, ToolError
@@ -482,6 +483,8 @@ def after_command(ctx: ToolContext) -> None:
         return  # reported by the guard; every later git call there is refused the same way
     if layout is None:
         return
+    if not layout.linked:
+        witness(layout.top)  # the main agent's own commits are legitimate moves of its branch
     locks = git_lock_files(layout.common_dir)
     operation = not layout.linked and bool(present(layout.git_dir))
     if not locks and not operation and not index_corrupt(layout.git_dir / "index"):
