@@ -69,10 +69,51 @@ def test_rebase_in_progress_is_a_conflict(repo: Path) -> None:
     _git(repo, "commit", "--no-verify", "-qam", "main")
     subprocess.run(["git", "rebase", "side"], cwd=repo, capture_output=True)
     result = check_memory(repo)
+    # a rebase reverie did not start goes (memfs.operations); its unmerged files are still a conflict
     assert result.status == "conflict"
-    assert result.summary == "rebase in progress; conflicted file(s): human.md"
+    assert result.summary == "conflicted file(s): human.md"
+    assert not (repo / ".git" / "rebase-merge").exists()
+    assert any("did not start" in line for line in result.warnings), result.warnings
     reminder = sync_reminder_for(result)
     assert reminder is not None and reminder.startswith("<system-reminder>\nMEMORY GIT CONFLICT")
+
+
+def test_a_planted_rebase_folder_is_removed_not_reported_as_a_conflict(repo: Path, tmp_path: Path) -> None:
+    """A rebase-in-progress folder a command wrote itself: every check would report a conflict and
+    advise finishing it, which runs its todo. It is removed with a warning; nothing of it runs."""
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nthe agent's\n")
+    _git(repo, "commit", "--no-verify", "-qam", "the agent's commit")
+    first = _git(repo, "rev-list", "--max-parents=0", "HEAD").stdout.strip()
+    head = _git(repo, "rev-parse", "HEAD").stdout.strip()
+    marker = tmp_path / "pwned"
+    state = repo / ".git" / "rebase-merge"
+    state.mkdir()
+    for name, text in (("git-rebase-todo", f"exec touch {marker}\n"), ("head-name", "refs/heads/main\n"),
+                       ("orig-head", first + "\n"), ("onto", first + "\n"), ("interactive", "")):
+        (state / name).write_text(text)
+    result = check_memory(repo)
+    assert result.status == "skipped" and sync_reminder_for(result) is None
+    assert [line for line in result.warnings if "did not start" in line and ".git/rebase-merge" in line]
+    assert not state.exists() and not marker.exists()
+    assert _git(repo, "rev-parse", "main").stdout.strip() == head
+
+
+def test_a_pull_that_stops_on_a_conflict_is_reverie_s_own_and_stays(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    _git(repo, "remote", "add", "origin", str(remote))
+    _git(repo, "push", "-qu", "origin", "main")
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(remote), str(other)], check=True)
+    (other / "human.md").write_text("---\nname: human\ndescription: d\n---\nremote\n")
+    _git(other, "commit", "--no-verify", "-qam", "remote")
+    _git(other, "push", "-q")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nlocal\n")
+    _git(repo, "commit", "--no-verify", "-qam", "local")
+    result = check_memory(repo)
+    assert (result.status, result.summary) == ("conflict", "rebase in progress; conflicted file(s): human.md")
+    again = check_memory(repo)
+    assert again.status == "conflict" and again.summary == result.summary and not again.warnings
 
 
 def test_remote_push_and_rebase_on_non_fast_forward(repo: Path, tmp_path: Path) -> None:

@@ -97,7 +97,9 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False).stdout
 
 
-def test_a_memory_repo_mid_rebase_is_named_and_left_alone(home: Path) -> None:
+def test_a_memory_repo_mid_rebase_is_named_and_never_advised_on(home: Path) -> None:
+    """A rebase reverie did not start is named, never advised on (its todo could run anything: see
+    memfs.operations), and the next turn removes it with a warning; no commit or branch moves."""
     assert reverie(home, "chat", "-p", "hi").returncode == 0
     memory = home / "agents" / "agent-default" / "memory"
     _git(memory, "checkout", "-q", "-b", "side")
@@ -112,17 +114,21 @@ def test_a_memory_repo_mid_rebase_is_named_and_left_alone(home: Path) -> None:
     _git(memory, "rebase", "side")
     assert (memory / ".git" / "rebase-merge").exists()
 
-    one_line_error(reverie(home, "memory", "validate"), "rebase in progress (unmerged: human.md)", "rebase --abort")
+    validate = reverie(home, "memory", "validate")
+    one_line_error(validate, "rebase in progress that reverie did not start (.git/rebase-merge) (unmerged: human.md)")
+    assert "--continue" not in validate.stderr and "--abort" not in validate.stderr
     _git(memory, "branch", "reverie/reflection/20260101T000000Z-bbbbbbbb", main_tip)
     merge = reverie(home, "reflections", "merge", "20260101T000000Z-bbbbbbbb")
     one_line_error(merge, "rebase in progress", "the branch is kept")
     chat = reverie(home, "chat", "-p", "hello")
     assert chat.returncode == 0, chat.stderr
+    assert "removed an operation in progress that reverie did not start (.git/rebase-merge)" in chat.stderr
     assert "⚠ memory repository has a rebase or merge stopped half-way (details: `reverie memory validate`)" in chat.stderr, "activity goes to stderr"
     tree = reverie(home, "memory", "tree")
-    assert tree.returncode == 0 and "reverie: warning:" in tree.stderr and "rebase in progress" in tree.stderr
+    assert tree.returncode == 0 and "reverie: warning:" in tree.stderr and "unmerged: human.md" in tree.stderr
+    assert "--continue" not in tree.stderr + chat.stderr and "--abort" not in tree.stderr + chat.stderr
 
-    assert (memory / ".git" / "rebase-merge").exists(), "the user's rebase is left for the user"
+    assert not (memory / ".git" / "rebase-merge").exists()
     assert _git(memory, "rev-parse", "main").strip() == main_tip
     assert _git(memory, "rev-parse", "--verify", "-q", "reverie/reflection/20260101T000000Z-bbbbbbbb").strip() == main_tip
 

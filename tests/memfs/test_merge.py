@@ -472,3 +472,60 @@ async def test_a_worktree_left_detached_merges_the_branch_as_committed(repo: Pat
     outcome = await merge_back(repo, wt.path, wt.branch)
     assert (outcome.status, outcome.commit_count) == ("merged", 3)
     assert [s for s in (await _git(repo, "log", "-3", "--format=%s")).split()] == ["w2", "w1", "w0"]
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write(text)
+
+
+def _hot_lines(*lines: str) -> str:
+    return "---\nname: hot\ndescription: shared\n---\n" + "".join(f"{line}\n" for line in lines)
+
+
+@pytest.mark.anyio
+async def test_a_resolver_that_appends_to_its_rebases_todo_runs_nothing_and_keeps_the_branch(
+    repo: Path, tmp_path: Path
+) -> None:
+    """No sandbox here (a resolver that is plain code): reverie itself checks the rebase's state
+    against what its git left before ``--continue`` (memfs.operations), so the ``exec`` line is
+    never run, the merge is not ``resolved`` and the branch keeps its commits."""
+    wt = await create_worktree(repo, agent_id="a")
+    r1 = await _commit(wt.path, "notes/hot.md", _hot_lines("base", "branch"), "r1")
+    head = await _commit(repo, "notes/hot.md", _hot_lines("base", "agent"), "main")
+    marker = tmp_path / "pwned"
+
+    async def resolver(conflict: Conflict) -> None:
+        todo = (await _git(conflict.worktree, "rev-parse", "--path-format=absolute", "--git-path", "rebase-merge/git-rebase-todo")).strip()
+        await anyio.to_thread.run_sync(lambda: _append(Path(todo), f"exec touch {marker}\n"))
+        await anyio.to_thread.run_sync(write, conflict.worktree / "notes/hot.md", _hot_lines("base", "agent", "branch"))
+        await _git(conflict.worktree, "add", "notes/hot.md")
+
+    outcome = await finalize_worktree(repo, wt, resolver=resolver)
+    assert not marker.exists()
+    assert (outcome.status, outcome.reason_code, outcome.commits) == ("kept", "conflict", (r1,))
+    assert outcome.reason is not None and "rebase's own state" in outcome.reason
+    assert (await _git(repo, "rev-parse", wt.branch)).strip() == r1
+    assert (await _git(repo, "rev-parse", "main")).strip() == head
+    assert (await _git(repo, "for-each-ref", "refs/reverie/")) == ""
+
+
+@pytest.mark.anyio
+async def test_a_rebase_planted_in_a_reflection_worktree_is_dropped_unread_not_aborted(repo: Path, tmp_path: Path) -> None:
+    """``git rebase --abort`` resets the branch a state's ``head-name`` names to its ``orig-head``:
+    a state reverie's git did not leave is dropped instead, so ``main`` stays and nothing runs."""
+    first = (await _git(repo, "rev-list", "--max-parents=0", "HEAD")).strip()
+    head = (await _git(repo, "rev-parse", "HEAD")).strip()
+    wt = await create_worktree(repo, agent_id="a")
+    r1 = await _commit(wt.path, "notes/w.md", note("w", "x"), "r1")
+    state = Path((await _git(wt.path, "rev-parse", "--path-format=absolute", "--git-dir")).strip()) / "rebase-merge"
+    state.mkdir()
+    marker = tmp_path / "pwned"
+    for name, text in (
+        ("git-rebase-todo", f"exec touch {marker}\n"), ("head-name", "refs/heads/main\n"),
+        ("orig-head", first + "\n"), ("onto", first + "\n"), ("interactive", ""),
+    ):
+        (state / name).write_text(text, encoding="utf-8")
+    outcome = await finalize_worktree(repo, wt)
+    assert outcome.status == "merged" and not marker.exists()
+    assert (await _git(repo, "rev-list", "--max-count=2", "main")).split() == [r1, head]

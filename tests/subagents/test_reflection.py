@@ -219,3 +219,68 @@ def test_the_reflection_transcript_holds_the_turns_not_what_the_harness_added() 
         stored(4, Message("assistant", "Noted.")),
     ])  # fmt: skip
     assert text == "[user] I moved to Porto\n[assistant] Noted.\n"
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "off"])
+async def test_a_reflection_that_moves_main_and_expires_the_reflog_loses_nothing(tmp_path: Path, sandbox: str) -> None:
+    """The red-team case: while the main agent commits, a reflection's command points ``main`` at the
+    first commit and expires every reflog. Confined, it cannot (the parent's refs and logs are
+    read-only to it); unconfined, reverie finds ``main`` displaced when the reflection ends, puts it
+    back with the main agent's commit, keeps what was there on a named ref and says so in the log."""
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse
+
+    gate = anyio.Event()
+    attacked = anyio.Event()
+    rules = ScriptedModel()
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if request.purpose == "reflect":
+            if last.role == "tool":
+                attacked.set()
+                return ModelResponse(Message("assistant", "Reflection: nothing to add"))
+            await gate.wait()
+            command = (
+                'cd "$MEMORY_DIR" && git update-ref refs/heads/main "$(git rev-list --max-parents=0 HEAD)"; '
+                "git reflog expire --expire=now --all"
+            )
+            return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+        if request.purpose == "chat" and last.role == "user" and "commit this" in last.content:
+            command = (
+                "cd \"$MEMORY_DIR\" && sed -i 's/Nothing recorded yet./The user is Barbara./' human.md "
+                "&& git commit -qam 'the main agent remembers Barbara'"
+            )
+            return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+        if request.purpose == "chat" and last.role == "tool":
+            return ModelResponse(Message("assistant", "committed"))
+        return await rules.complete(request)
+
+    seen = Seen()
+    model = ScriptedModel(script=[respond] * 40)
+    cli = {**STEP3, "sandbox": sandbox}
+    async with ChatSession.open(agent_id="r10", workspace=tmp_path, cli=cli, observer=seen, model=model) as session:
+        memory = session.agent.memory_dir
+        for text in ("my name is Barbara Liskov", "ok", "fine"):
+            await session.send(text)
+        assert seen.kinds().count("reflection.launch") == 1
+        await session.send("commit this")
+        agent_commit = (await _git(memory, "rev-parse", "HEAD")).strip()
+        assert "the main agent remembers Barbara" in await _git(memory, "log", "-1", "--format=%s")
+        gate.set()
+        with anyio.fail_after(60):
+            await attacked.wait()
+        assert await session.supervisor.drain(30)
+        assert (await _git(memory, "rev-parse", "main")).strip() == agent_commit
+        assert "The user is Barbara." in (memory / "human.md").read_text(encoding="utf-8")
+        assert (await _git(memory, "status", "--porcelain")) == ""
+        warnings = [e.payload["message"] for e in await session.runtime.store.events(kinds=["memory.warning"])]
+        displaced = await _git(memory, "for-each-ref", "--format=%(refname) %(objectname)", "refs/reverie/displaced/")
+        first = (await _git(memory, "rev-list", "--max-parents=0", "HEAD")).strip()
+        if sandbox == "bwrap":
+            assert not displaced and not [w for w in warnings if "moved main" in w]
+            assert agent_commit in await _git(memory, "reflog", "--format=%H", "main")
+        else:
+            assert displaced.split()[1:] == [first], displaced
+            named = [w for w in warnings if "reflection-" in w and "moved main" in w and displaced.split()[0] in w]
+            assert named, warnings

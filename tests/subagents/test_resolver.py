@@ -139,3 +139,34 @@ async def test_an_agent_commit_never_waits_for_the_resolvers_model(repo: Path) -
     assert (await _git(repo, "log", "--format=%s")).split("\n")[:3] == ["r1", "agent commit", "main"]
     assert await anyio.Path(repo / "notes" / "hot.md").read_text() == resolved_text
     assert (await _git(repo, "status", "--porcelain")) == ""
+
+
+async def test_a_resolver_command_that_appends_exec_to_its_todo_runs_nothing_outside_the_sandbox(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The red-team case: the model's bash appends ``exec`` to the stopped rebase's todo, then
+    resolves as asked. The rebase's state is read-only in its sandbox, so the line never lands,
+    and reverie's ``--continue`` (outside the sandbox) runs nothing the model wrote."""
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse, ToolCall
+
+    wt = await create_worktree(repo, agent_id="a")
+    await anyio.to_thread.run_sync(commit_file, wt.path, "notes/hot.md", _hot("base", "branch"), "r1")
+    await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", _hot("base", "agent"), "main")
+    marker = tmp_path / "pwned"
+    said: list[str] = []
+    command = (
+        f"printf 'exec touch {marker}\\n' >> \"$(git rev-parse --path-format=absolute --git-path rebase-merge/git-rebase-todo)\"; "
+        "printf -- '---\\nname: hot\\ndescription: shared\\n---\\nbase\\nagent\\nbranch\\n' > notes/hot.md && git add notes/hot.md"
+    )
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].role == "tool":
+            said.append(request.messages[-1].content)
+            return ModelResponse(Message("assistant", "resolved"))
+        return ModelResponse(Message("assistant", "", tool_calls=(ToolCall("c1", "bash", json.dumps({"command": command})),)))
+
+    outcome = await finalize_worktree(repo, wt, resolver=ResolverSubagent(ScriptedModel(script=[respond] * 4), "a"))
+    assert not marker.exists()
+    assert said and "Read-only file system" in said[0], said
+    assert outcome.status == "resolved", outcome
+    assert await anyio.Path(repo / "notes" / "hot.md").read_text() == _hot("base", "agent", "branch")

@@ -385,3 +385,87 @@ def _run_probe_in_venv(venv: Path, tmp_path: Path) -> None:
     done = subprocess.run([str(python), "-c", probe, str(tmp_path / "ws")], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("True") and "42" in done.stdout, done.stdout
+
+
+def _plant_rebase(git_dir: str, marker: Path, orig_head: str) -> str:
+    """A shell line that writes a rebase-in-progress folder of its own: an ``exec`` line to run and
+    a branch to reset, for whoever continues or aborts it."""
+    return (
+        f'mkdir -p {git_dir}/rebase-merge && cd {git_dir}/rebase-merge && printf "exec touch {marker}\\n" > git-rebase-todo '
+        f'&& echo refs/heads/main > head-name && echo {orig_head} > orig-head && echo {orig_head} > onto '
+        "&& : > interactive && echo planted"
+    )
+
+
+async def test_a_rebase_planted_in_the_main_checkout_is_removed_after_the_command(tmp_path: Path) -> None:
+    from orchestrator.memfs.guard import drain_findings
+
+    repo = await _memory(tmp_path)
+    first = await _git(repo, "rev-list", "--max-parents=0", "HEAD")
+    head = await _git(repo, "rev-parse", "HEAD")
+    marker = tmp_path / "pwned"
+    drain_findings()
+    planted = await run_bash(_plant_rebase('"$MEMORY_DIR/.git"', marker, first), _ctx(tmp_path, memory=repo))
+    assert planted.ok and planted.output.endswith("planted"), planted.output
+    assert not (repo / ".git" / "rebase-merge").exists()
+    found = [f.message for f in drain_findings(repo)]
+    assert any("did not start" in line and ".git/rebase-merge" in line for line in found), found
+    assert await _git(repo, "rev-parse", "HEAD") == head and not marker.exists()
+
+
+async def test_a_subagent_moves_nothing_of_the_parent_but_commits_on_its_own_branch(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    first = await _git(repo, "rev-list", "--max-parents=0", "HEAD")
+    (repo / "human.md").write_text("---\nname: human\ndescription: d\n---\nthe agent's own\n")
+    await _git(repo, "commit", "-qam", "the main agent's commit")
+    head = await _git(repo, "rev-parse", "HEAD")
+    other = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    git_dir = repo / ".git"
+    index, reflog = (git_dir / "index").read_bytes(), (git_dir / "logs" / "refs" / "heads" / "main").read_bytes()
+    ctx = _ctx(tmp_path, memory=worktree.path, workspace=worktree.path)
+    for attack in (
+        f"git update-ref refs/heads/main {first}",
+        f"/usr/bin/git update-ref refs/heads/main {first}",
+        f"git update-ref refs/heads/{other.branch} {first}",
+        f"git update-ref -d refs/heads/{other.branch}",
+        "git pack-refs --all",
+        f"echo {first} > {git_dir}/refs/heads/main",
+        f"printf '{first} refs/heads/main\\n' >> {git_dir}/packed-refs",
+        f"cp {git_dir}/index /dev/null && : > {git_dir}/index",
+        "git reflog expire --expire=now --all && test ! -s " + str(git_dir / "logs" / "refs" / "heads" / "main"),
+        f"git --git-dir={git_dir} --work-tree={repo} reset -q --hard {first}",
+    ):
+        assert not (await run_bash(attack, ctx)).ok, attack
+    assert await _git(repo, "rev-parse", "main") == head
+    assert await _git(repo, "rev-parse", other.branch) == head
+    assert (git_dir / "index").read_bytes() == index
+    assert (git_dir / "logs" / "refs" / "heads" / "main").read_bytes() == reflog
+    commit = await run_bash(
+        'printf -- "---\\nname: own\\ndescription: own\\n---\\nmine\\n" > own.md && git add own.md && git commit -q -m own '
+        "&& git commit -q --amend -m own2 && git log -1 --format=%s",
+        ctx,
+    )
+    assert commit.ok and commit.output.endswith("own2"), commit.output
+    assert await _git(repo, "log", "-1", "--format=%s", worktree.branch) == "own2"
+
+
+async def test_a_rebase_stopped_in_a_worktree_is_read_only_to_its_commands(tmp_path: Path) -> None:
+    repo = await _memory(tmp_path)
+    worktree = await create_worktree(repo, agent_id="agent-1", root=tmp_path / "worktrees")
+    for checkout, side in ((worktree.path, "branch"), (repo, "main")):
+        (checkout / "human.md").write_text(f"---\nname: human\ndescription: d\n---\n{side}\n")
+        await _git(checkout, "commit", "-qam", side)
+    stopped = await anyio.to_thread.run_sync(lambda: run(worktree.path, "rebase", "main", check=False, harness=True))
+    assert not stopped.ok
+    todo = await _git(worktree.path, "rev-parse", "--path-format=absolute", "--git-path", "rebase-merge/git-rebase-todo")
+    before = await anyio.Path(todo).read_bytes()
+    ctx = _ctx(tmp_path, memory=worktree.path, workspace=worktree.path)
+    appended = await run_bash(f"printf 'exec touch {tmp_path}/pwned\\n' >> {todo}", ctx)
+    assert not appended.ok and "Read-only file system" in appended.output, appended.output
+    assert not (await run_bash(f"rm -rf {Path(todo).parent}", ctx)).ok
+    assert await anyio.Path(todo).read_bytes() == before
+    resolved = await run_bash(
+        'printf -- "---\\nname: human\\ndescription: d\\n---\\nmain\\nbranch\\n" > human.md && git add human.md', ctx
+    )
+    assert resolved.ok, resolved.output
