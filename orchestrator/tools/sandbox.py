@@ -9,13 +9,16 @@ Why these choices:
   the user lists in ``[tools] env``. A value equal to the configured API key is dropped whatever its
   name.
 * **bubblewrap** (``sandbox = auto | bwrap``): the whole file system read-only, a private ``/tmp``,
-  the workspace and the memory directory writable. For a memory repo (or a worktree of one) the git
+  the workspace and the memory directory writable. For the memory repo (the main checkout) the git
   common directory stays writable, because commits write objects, refs, logs and the index, but what
   git reads there as configuration or as a path (``hooks``, ``config``, ``info``, ``objects/info``,
   ``worktrees``), the layout policy file, the wrapper's folder and reverie's lock files are mounted
   read-only over it (``_COMMON_READ_ONLY``), so a command cannot disable the validation hook or move
-  the wrapper aside. A linked worktree's own record stays writable except its pointers. Overflow files (D6) and reverie's ``config.toml`` are
-  read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
+  the wrapper aside. A linked worktree is a subagent's: there only ``objects``, the worktree's own
+  record (not its pointers, nor the state of a rebase reverie stopped there) and the folders of its
+  own branch's ref and reflog are writable, every other branch in them sealed, so it cannot move
+  ``main``, rewrite the parent's index or expire reflogs (docs/architecture.md, "Invariants").
+  Overflow files (D6) and reverie's ``config.toml`` are read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
   the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
   and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
 * Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
@@ -339,7 +342,7 @@ def _subagent_git(
     the worktree's own record (its index, ``HEAD`` and logs, not its pointers nor an operation
     git stopped, :data:`_OPERATION_STATE`) and the folders of its own branch's ref and reflog, in
     which every other entry is sealed. So it commits on its branch and moves nothing else: not the
-    parent's branches, ``packed-refs``, index or reflogs (docs/architecture.md, "Subagents")."""
+    parent's branches, ``packed-refs``, index or reflogs (docs/architecture.md, "Invariants")."""
     writable.append(real(common / "objects"))
     readonly.append(real(common / "objects" / "info"))
     reopened.append(real(gitdir))
