@@ -316,6 +316,7 @@ class ReflectionCoordinator(ReadsSessionContext):
             sandbox=self.settings.sandbox,
             network=self.settings.network,
             env_names=self.settings.tool_env,
+            write_limit_mb=self.settings.write_limit_mb,
             secrets=(self.settings.api_key,) if self.settings.api_key else (),
             extra_env={"TRANSCRIPT_PATH": str(payload)},
             read_roots=(payload.parent,),

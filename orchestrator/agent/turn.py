@@ -398,6 +398,7 @@ class TurnRunner(ReadsSessionContext):
             sandbox=self.settings.sandbox,
             network=self.settings.network,
             env_names=self.settings.tool_env,
+            write_limit_mb=self.settings.write_limit_mb,
             secrets=(self.settings.api_key,) if self.settings.api_key else (),
             overflow_dir=overflow,
             middle_truncate=self.settings.middle_truncate,

@@ -54,6 +54,9 @@ class Settings:
     tool_env: tuple[str, ...] = ()
     overflow_to_file: bool = True
     middle_truncate: bool = True
+    write_limit_mb: int = 1024
+    """MiB one bash command may write into one file, and into its sandbox's private ``/tmp`` (and
+    ``/dev/shm``, each); see ``orchestrator.tools.sandbox``."""
     reflection_merge: str = "resolve"
     reflection_merge_instructions: str | None = None
     price_in: float | None = None
@@ -115,6 +118,7 @@ _KEYS: Mapping[str, str] = {
     "tools.env": "tool_env",
     "tools.overflow_to_file": "overflow_to_file",
     "tools.middle_truncate": "middle_truncate",
+    "tools.write_limit_mb": "write_limit_mb",
     "reflection.merge": "reflection_merge",
     "reflection.merge_instructions": "reflection_merge_instructions",
 }
@@ -131,6 +135,7 @@ _ENV: Mapping[str, str] = {
     "REVERIE_SANDBOX": "sandbox",
     "REVERIE_TOOL_OVERFLOW_TO_FILE": "overflow_to_file",
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
+    "REVERIE_WRITE_LIMIT_MB": "write_limit_mb",
 }
 _CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings) if f.name != "sources")
@@ -148,6 +153,7 @@ _MAXIMUM: Mapping[str, float] = {
     "summary_reserve": 10_000_000,
     "reflection_step_count": 1_000_000,
     "max_response_chars": 100_000_000,
+    "write_limit_mb": 1024 * 1024,
 }
 """Upper bounds: a value past them is a typo or a unit mistake (``1e308`` seconds), never intended."""
 _SANDBOX_MODES = ("auto", "bwrap", "off")

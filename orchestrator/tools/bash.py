@@ -58,6 +58,11 @@ ARGV_COMMAND_BYTES = 64 * 1024
 
 _MAX_COLLECT_BYTES = 16 * 1024 * 1024
 _DRAIN_GRACE_SECONDS = 0.5
+# SIGXFSZ ended the command (RLIMIT_FSIZE, sandbox.write_limit_bytes): bwrap's and bash's way of
+# saying so, and the signal itself when nothing stands between it and Popen
+_FILE_TOO_LARGE = (128 + signal.SIGXFSZ, -signal.SIGXFSZ)
+_NO_SPACE = "No space left on device"
+_TOO_LARGE = "File size limit exceeded"
 
 
 @dataclass
@@ -252,10 +257,31 @@ def _render(outcome: _Outcome, ctx: ToolContext, timeout: float) -> ToolResult:
     if outcome.timed_out:
         head = f"Command timed out after {timeout:g} seconds; its process group was killed."
         return ToolResult(False, f"{head}\n{shown}" if shown else head)
+    note = _limit_note(outcome, ctx)
     if outcome.returncode != 0:
-        head = f"Command failed with exit code {outcome.returncode}."
+        if note is not None and outcome.returncode in _FILE_TOO_LARGE:
+            head = f"Command stopped: {note}"
+        else:
+            head = f"Command failed with exit code {outcome.returncode}." + (f" Note: {note}" if note else "")
         return ToolResult(False, f"{head}\n{shown}" if shown else head)
-    return ToolResult(True, shown)
+    return ToolResult(True, f"Note: {note}\n{shown}" if note else shown)
+
+
+def _limit_note(outcome: _Outcome, ctx: ToolContext) -> str | None:
+    """What to tell the model when the command ran into ``[tools] write_limit_mb``: a file cut at
+    the limit (SIGXFSZ), or a full private ``/tmp`` (a full disk reads the same; the note says where
+    the room is)."""
+    if outcome.returncode in _FILE_TOO_LARGE or _TOO_LARGE in outcome.output:
+        return (
+            f"a file was cut at the write limit, {ctx.write_limit_mb:,} MiB per file ([tools] write_limit_mb), "
+            "and the process writing it was stopped."
+        )
+    if ctx.sandbox != "off" and _NO_SPACE in outcome.output:
+        return (
+            f"the sandbox's private /tmp and /dev/shm hold {ctx.write_limit_mb:,} MiB each "
+            "([tools] write_limit_mb); write large files into the workspace."
+        )
+    return None
 
 
 async def run_bash(command: str, ctx: ToolContext, *, time_limit: float | None = None) -> ToolResult:

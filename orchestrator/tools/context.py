@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
 from orchestrator.tools.truncation import BASH_OUTPUT_CHARS
 
@@ -33,6 +34,7 @@ class ToolContext:
     (D11; ``orchestrator.tools.sandbox``); no variable whose value is one of ``secrets``
     (the configured API key) reaches a command. ``read_roots`` are directories ``read_file`` may
     read but no tool may write (D5, D6: a reflection's transcript, the overflow files).
+    ``write_limit_mb`` is ``[tools] write_limit_mb``: what one command may write (``tools.sandbox``).
     """
 
     workspace: Path
@@ -51,6 +53,7 @@ class ToolContext:
     env_names: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()
     read_roots: tuple[Path, ...] = ()
+    write_limit_mb: int = Settings.write_limit_mb
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,20 @@ Why these choices:
   Overflow files (D6) and reverie's ``config.toml`` are read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
   the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
   and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
+* **No privilege, whoever runs reverie**: bubblewrap started by root leaves the command nearly every
+  capability, enough to unmount the mask over ``config.toml``, unmount ``/proc`` (under it lies the
+  host's, with every process's environment) or remount ``/`` writable. So every sandbox gets a user
+  namespace of its own (the same uid inside), ``--cap-drop ALL`` (effective, permitted, inheritable,
+  ambient and bounding sets all empty, so not even a setuid program gives one back) and
+  ``--disable-userns`` (no nested namespace in which to mount). A host where bubblewrap cannot make a
+  user namespace gets the one-line refusal below, not a sandbox with privilege.
+* **Bounded writes** (``[tools] write_limit_mb``, default 1024): no file a command writes grows past
+  the limit (``RLIMIT_FSIZE``, set by a ``ulimit -f`` in front of the command, sandboxed or not; the
+  writer gets ``SIGXFSZ`` and the file is cut at the limit), and the private ``/tmp`` and
+  ``/dev/shm`` are RAM-backed tmpfs of that size each (``--size``), the rest of ``/dev`` read-only.
+  The bash tool tells the model which limit it hit. Not bounded: the sum of many files in the
+  workspace or memory directory, each under the limit (bubblewrap 0.8 has no overlay, and a host
+  directory has no size of its own); the call's timeout is what ends such a command.
 * Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
   visible: their top-level ``/tmp`` entry is bound read-only first, then the writable roots inside
   it, so ``echo > ../outside.txt`` fails instead of landing in the private ``/tmp``.
@@ -77,6 +91,7 @@ __all__ = [
     "plan_command",
     "sandbox_refusal",
     "tool_environment",
+    "write_limit_bytes",
 ]
 
 BASE_ENV_NAMES: tuple[str, ...] = (
@@ -102,6 +117,7 @@ _KEY_VARIABLES = ("OPENAI_API_KEY",)
 _POLICY_FILE = "letta-memory-layout-policy"
 _TMP = "/tmp"
 _PROBE_TIMEOUT = 15.0
+_PROBE_TMP_BYTES = 1024 * 1024
 
 _probe_lock = threading.Lock()
 _probe_result: list[str | None] = []
@@ -145,7 +161,7 @@ def _probe() -> str | None:
     binary = shutil.which("bwrap")
     if binary is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    argv = [binary, *_base_args(), "--unshare-pid", "--die-with-parent", "--", "true"]
+    argv = [binary, *_base_args(_PROBE_TMP_BYTES), "--unshare-pid", "--die-with-parent", "--", "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -185,8 +201,34 @@ class _Mounts:
     sealed: tuple[str, ...] = ()
 
 
-def _base_args() -> list[str]:
-    return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+_NO_PRIVILEGE = ("--unshare-user", "--disable-userns", "--cap-drop", "ALL")
+"""No capability in the sandbox, for root too: bubblewrap run by root keeps nearly every
+capability unless told otherwise, and with them a command could unmount the mask over
+``config.toml``, unmount ``/proc`` or remount ``/`` writable. A user namespace of its own empties
+the bounding set as well, and the command may not make another one."""
+
+
+def _base_args(tmp_bytes: int) -> list[str]:
+    """The root of every sandbox: the host read-only, a fresh ``/dev`` read-only but for its
+    ``shm``, and a private ``/tmp``; both RAM-backed tmpfs hold ``tmp_bytes`` at most."""
+    size = str(tmp_bytes)
+    return [
+        "--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+        "--proc", "/proc", "--size", size, "--tmpfs", "/tmp", *_NO_PRIVILEGE,
+    ]  # fmt: skip
+
+
+def write_limit_bytes(ctx: ToolContext) -> int:
+    """``[tools] write_limit_mb`` in bytes: the most one command may write into one file, and into
+    the private ``/tmp`` (and ``/dev/shm``) of its sandbox."""
+    return ctx.write_limit_mb * 1024 * 1024
+
+
+def _limited(ctx: ToolContext, command: Sequence[str]) -> list[str]:
+    """``command`` under ``RLIMIT_FSIZE`` (bash's ``ulimit -f`` sets soft and hard limits, in KiB;
+    without ``CAP_SYS_RESOURCE`` nothing inside raises it again): one ``exec`` more, and ``$0``,
+    error prefixes and inherited descriptors stay what the command would have had."""
+    return ["bash", "-c", f'ulimit -f {write_limit_bytes(ctx) // 1024} && exec "$@"', "bash", *command]
 
 
 class _Resolver:
@@ -402,7 +444,7 @@ def bwrap_argv(ctx: ToolContext, env: Mapping[str, str], command: Sequence[str])
     """The bubblewrap command line that runs ``command`` confined (see the module docstring)."""
     real = _Resolver().real
     mounts = _mounts(ctx, env, real)
-    argv = ["bwrap", *_base_args()]
+    argv = ["bwrap", *_base_args(write_limit_bytes(ctx))]
     visible = [*_interpreter_paths(real), real(env["HOME"]) if env.get("HOME") else None]
     for top in _tmp_tops([*mounts.writable, *mounts.readonly, *(p for p in visible if p is not None)]):
         argv += ["--ro-bind", top, top]
@@ -436,9 +478,10 @@ def plan_command(ctx: ToolContext, command: Sequence[str]) -> tuple[list[str], d
     chat's edit-and-commit step included. A command bubblewrap could not start is told apart
     afterwards (:func:`sandbox_refusal`), which probes then."""
     env = tool_environment(ctx)
+    command = _limited(ctx, command)
     if ctx.sandbox == "off":
         _warn_unconfined()
-        return list(command), env
+        return command, env
     with _probe_lock:
         known = _probe_result[0] if _probe_result else None
         probed = bool(_probe_result)

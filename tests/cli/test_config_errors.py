@@ -71,6 +71,9 @@ def test_step_count_trigger_takes_its_count_inline(tmp_path: Path) -> None:
         ('[tools]\nenv = ["GITHUB_TOKEN"]\n', "GITHUB_TOKEN looks like a secret"),
         ('[tools]\nenv = ["not a name"]\n', "'not a name' is not an environment variable name"),
         ("[tools]\nenv = 5\n", "tools.env = 5: expected a list of environment variable names"),
+        ("[tools]\nwrite_limit_mb = 0\n", "tools.write_limit_mb = 0: must be positive"),
+        ("[tools]\nwrite_limit_mb = 0.5\n", "tools.write_limit_mb = 0.5: expected a whole number"),
+        ("[tools]\nwrite_limit_mb = 1e20\n", "tools.write_limit_mb = 1e+20: must be at most 1,048,576"),
     ],
 )
 def test_bounds_and_tool_settings_name_the_key(tmp_path: Path, toml: str, needle: str) -> None:
@@ -132,3 +135,11 @@ def test_an_endpoint_without_a_model_name_is_refused_before_any_request(isolated
         )
         assert named.returncode == 0, named.stderr
         assert [body["model"] for body in server.chat_bodies] == ["m"]
+
+
+def test_the_write_limit_is_a_setting(tmp_path: Path) -> None:
+    assert load_settings(environ={}, path=tmp_path / "none.toml").write_limit_mb == 1024
+    assert _load(tmp_path, "[tools]\nwrite_limit_mb = 64\n").write_limit_mb == 64  # type: ignore[attr-defined]
+    assert _load(tmp_path, "[tools]\nwrite_limit_mb = 64\n", REVERIE_WRITE_LIMIT_MB="8").write_limit_mb == 8  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"^REVERIE_WRITE_LIMIT_MB = 'lots': expected a whole number$"):
+        _load(tmp_path, None, REVERIE_WRITE_LIMIT_MB="lots")
