@@ -20,7 +20,12 @@ from orchestrator.models.types import ToolSpec
 from orchestrator.tools.context import ToolContext, ToolError, ToolResult
 from orchestrator.tools.files import edit_file, read_file, write_file
 from orchestrator.tools.overflow import write_overflow
-from orchestrator.tools.search import DEFAULT_SEARCH_LIMIT, conversation_search
+from orchestrator.tools.search import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_LIMIT,
+    conversation_search,
+)
 from orchestrator.tools.truncation import TOOL_RETURN_MAX_CHARS, truncate_by_chars
 
 __all__ = ["MAX_MODEL_TIMEOUT", "TOOL_NAMES", "parse_arguments", "run_tool", "tool_specs"]
@@ -141,9 +146,9 @@ _TOOLS: dict[str, _Tool] = {
             "Returns a JSON array of matching messages, best first.",
             _schema(
                 {
-                    "query": _str('Distinctive keywords and/or "quoted phrases".'),
-                    "limit": _int(f"Maximum results (default {DEFAULT_SEARCH_LIMIT})."),
-                    "start_date": _str("Only messages on or after this ISO-8601 date/time."),
+                    "query": _str(f'Distinctive keywords and/or "quoted phrases" (at most {MAX_QUERY_CHARS} characters).'),
+                    "limit": _int(f"Maximum results, 1 to {MAX_SEARCH_LIMIT} (default {DEFAULT_SEARCH_LIMIT})."),
+                    "start_date": _str("Only messages on or after this ISO-8601 date/time (YYYY-MM-DD[THH:MM[:SS]][Z])."),
                     "end_date": _str(
                         "Only messages on or before this ISO-8601 date/time (a date covers the whole day)."
                     ),
