@@ -13,7 +13,9 @@ The parent's branch is watched across the run (``orchestrator.memfs.parent``): o
 moved is put back before merge-back, with a ``memory.warning``.
 
 Choices: one reflection per agent at a time in this process; a launch declined because one runs,
-or because the parent checkout is dirty, leaves the trigger pending for the next turn. The
+or because the parent checkout is dirty, leaves the trigger pending for the next turn. A dirty
+checkout can hold every reflection back for as long as it stays dirty, and only the user may know
+why it is, so that case is a ``reflection.held`` warning the terminal shows, once per condition. The
 reflection loop's step limit grows with the transcript (``reflection_reader.BASE_STEPS`` plus two
 per slice). Nothing here raises into the main agent's turn; failures are recorded and counted for
 the backoff of S17. The trigger policy, the reader and reflection's events load at the first turn
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
+_HELD_PATHS = 5
 
 
 class ReflectionError(ReverieError, RuntimeError):
@@ -181,15 +184,31 @@ class ReflectionCoordinator(ReadsSessionContext):
         try:
             status = await blocking.run_sync("git", partial(repo_status, self.agent.memory_dir))
             if status.in_conflict:
-                return f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
+                reason = f"the memory repository has an unfinished operation ({status.operation or 'conflicted files'})"
+                return await self._held(conversation_id, reason, "conflict", status.conflicted, manual=manual)
             if status.dirty:
-                return "the memory repository has uncommitted changes"
+                paths = tuple(line[3:] for line in status.porcelain)
+                return await self._held(conversation_id, "the memory repository has uncommitted changes", "dirty", paths, manual=manual)
             await self._launch(conversation_id, slice_, steps, "manual" if manual else mode)
             handed_off = True
             return decision.reason
         finally:
             if not handed_off:
                 self._active = False
+
+    async def _held(self, conversation_id: str, reason: str, code: str, paths: Sequence[str], *, manual: bool) -> str:
+        """A launch held back by the main checkout: ``reflection.held`` once per condition, so the
+        user learns why reflection stopped without a line every turn. Again only after a launch or
+        for another reason; asked of the event log, so a run of one-shot chats says it once too. A
+        manual request prints the returned reason itself."""
+        # deferred: see the module docstring
+        from orchestrator.base.subagent_events import ReflectionHeld, ReflectionLaunched
+
+        if not manual:
+            last = await self.store.last_event(agent_id=self.agent.agent_id, kinds=(ReflectionHeld.kind, ReflectionLaunched.kind))
+            if last is None or last.kind != ReflectionHeld.kind or last.payload.get("reason_code") != code:
+                await self._emit(ReflectionHeld(reason, code, tuple(paths[:_HELD_PATHS])), conversation_id)
+        return reason
 
     async def _launch(self, conversation_id: str, slice_: list[StoredMessage], steps: int, trigger: str) -> None:
         """Create the worktree, record the run and hand it to the supervisor.

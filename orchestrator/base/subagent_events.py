@@ -21,6 +21,7 @@ __all__ = [
     "CompactionSuperseded",
     "ReflectionBypassed",
     "ReflectionFailed",
+    "ReflectionHeld",
     "ReflectionKept",
     "ReflectionLaunched",
     "ReflectionMerged",
@@ -112,6 +113,20 @@ class ReflectionLaunched(Event):
     reflection_id: str
     branch: str
     trigger: str
+
+
+@dataclass(frozen=True)
+class ReflectionHeld(Event):
+    """A reflection was due but not launched: the memory repository's main checkout is not clean
+    (``reason_code`` ``dirty``: uncommitted changes, a few of them in ``paths``; ``conflict``: a
+    rebase or merge stopped half-way). The trigger stays armed, so it launches at the first turn end
+    after the checkout is clean. Published once per condition (``subagents.reflection``): a
+    checkout left dirty would hold back every reflection, and the user is the one who can clean it."""
+
+    kind: ClassVar[str] = "reflection.held"
+    reason: str
+    reason_code: str
+    paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

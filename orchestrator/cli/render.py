@@ -105,6 +105,12 @@ _MAIN_ARGUMENT = {
 }
 
 
+_HELD_FIX = {
+    "dirty": "commit or discard them (`git status` in `reverie memory path`) and reflection resumes at the next turn end",
+    "conflict": "finish or abort it (`reverie memory validate`) and reflection resumes at the next turn end",
+}
+
+
 def compacted_line(evicted: int, tokens_before: int, tokens_after: int) -> str:
     """The same words the chat renderer prints for a ``compaction.done`` event."""
     return f"↻ compacted {evicted} messages ({tokens_before} → {tokens_after} tokens)"
@@ -271,6 +277,7 @@ class TerminalRenderer:
             CompactionProgress,
             ReflectionBypassed,
             ReflectionFailed,
+            ReflectionHeld,
             ReflectionKept,
             ReflectionMerged,
             ReflectionOutcome,
@@ -298,6 +305,9 @@ class TerminalRenderer:
         elif isinstance(event, ReflectionKept):
             files = f" ({', '.join(event.files)})" if event.files else ""
             self.notice(f"  ⚠ reflection conflict: kept on {event.branch}{files}; `reverie reflections list`")
+        elif isinstance(event, ReflectionHeld):
+            paths = f" ({', '.join(event.paths)})" if event.paths else ""
+            self.notice(f"  ⚠ reflection held back: {one_line(event.reason, 120)}{paths}; {_HELD_FIX.get(event.reason_code, '')}")
         elif isinstance(event, ReflectionOutcome | ReflectionPending) and self.quiet_outcomes:
             return
         elif isinstance(event, ReflectionOutcome) and event.outcome == "no_changes":

@@ -104,6 +104,20 @@ class Events(StoreJobs):
 
         return await self._run(job)
 
+    async def last_event(self, *, agent_id: str, kinds: Sequence[str]) -> Event | None:
+        """The agent's newest event of one of ``kinds``, or None (one indexed row, however long the log)."""
+        kind_list = list(kinds)
+
+        def job(conn: sqlite3.Connection) -> Event | None:
+            row = conn.execute(
+                "SELECT id, at, kind, agent_id, conversation_id, payload FROM events WHERE agent_id = ? "
+                f"AND kind IN ({','.join('?' * len(kind_list))}) ORDER BY id DESC LIMIT 1",
+                [agent_id, *kind_list],
+            ).fetchone()
+            return None if row is None else _event(row)
+
+        return await self._run(job)
+
     async def last_event_id(self) -> int:
         """The newest event's id (0 for none): a mark to read what happens from now on."""
 

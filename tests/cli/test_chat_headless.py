@@ -302,3 +302,15 @@ def test_an_interrupted_session_still_ends_every_background_job(tmp_path: Path, 
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert all(not v for v in _unended(tmp_path).values()), _unended(tmp_path)
+
+
+def test_text_output_says_once_that_a_dirty_memory_holds_reflection_back(tmp_path: Path) -> None:
+    """One-shot chats are one process per turn: the warning is said once across them, on stderr."""
+    (tmp_path / "config.toml").write_text('[reflection]\ntrigger = "step-count:1"\n', encoding="utf-8")
+    first = reverie(tmp_path, "chat", "-p", "hi")
+    assert first.returncode == 0 and "reflection held back" not in first.stderr, first.stderr
+    memory = Path(reverie(tmp_path, "memory", "path").stdout.strip())
+    with (memory / "human.md").open("a", encoding="utf-8") as human:
+        human.write("An edit not committed yet.\n")
+    said = [reverie(tmp_path, "chat", "-p", f"turn {i}").stderr for i in range(3)]
+    assert [s.count("⚠ reflection held back: the memory repository has uncommitted changes (human.md)") for s in said] == [1, 0, 0], said

@@ -30,6 +30,22 @@ async def test_events(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_last_event_is_the_agents_newest_of_the_kinds(tmp_path: Path) -> None:
+    store, conv = await open_with_conversation(tmp_path)
+    try:
+        assert await store.last_event(agent_id="a1", kinds=["x.held", "x.launch"]) is None
+        await store.record_event("x.held", {"n": 1}, agent_id="a1", conversation_id=conv)
+        await store.record_event("x.launch", agent_id="a1")
+        held = await store.record_event("x.held", {"n": 2}, agent_id="a1")
+        await store.record_event("x.other", agent_id="a1")
+        await store.record_event("x.held", {"n": 3}, agent_id="a2")
+        assert await store.last_event(agent_id="a1", kinds=["x.held", "x.launch"]) == held
+        launch = await store.last_event(agent_id="a1", kinds=["x.launch"])
+        assert launch is not None and launch.kind == "x.launch"
+    finally:
+        await store.close()
+
+
 async def test_a_follower_sees_every_recorded_event_in_order_until_it_stops(tmp_path: Path) -> None:
     store, conv = await open_with_conversation(tmp_path)
     try:

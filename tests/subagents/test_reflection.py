@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -202,6 +204,58 @@ async def test_a_resolved_conflict_counts_the_resolver_calls(tmp_path: Path) -> 
         resolve = [c for c in calls if c.payload["purpose"] == "resolve"]
         assert [r.status for r in records] == ["resolved"], records
         assert resolve and all(c.agent_id == "r9" and c.conversation_id == session.conversation_id for c in resolve)
+
+
+async def test_a_dirty_checkout_holding_reflection_back_is_said_once(tmp_path: Path) -> None:
+    """A reflection due while the main checkout has uncommitted changes is held back: one warning
+    the terminal prints, not one per turn nor per session, and again only once a launch has run."""
+    from orchestrator.cli.render import TerminalRenderer
+
+    seen = Seen()
+    shown = io.StringIO()
+    renderer = TerminalRenderer(shown)
+
+    async def observe(event: Event) -> None:
+        await seen(event)
+        await renderer(event)
+
+    every_step = {"reflection_trigger": "step-count", "reflection_step_count": 1}
+    async with ChatSession.open(agent_id="h1", workspace=tmp_path, cli=every_step, observer=observe) as session:
+        memory = session.agent.memory_dir
+        human = anyio.Path(memory / "human.md")
+        original = await human.read_text(encoding="utf-8")
+        await human.write_text(original + "An edit the user has not committed.\n", encoding="utf-8")
+        for text in ("one", "two", "three"):
+            await session.send(text)
+        held = [e for e in seen.events if e.kind == "reflection.held"]
+        assert [(e.reason_code, e.paths) for e in held] == [("dirty", ("human.md",))]  # type: ignore[attr-defined]
+        assert "reflection.launch" not in seen.kinds()
+        lines = [line for line in shown.getvalue().splitlines() if "reflection held back" in line]
+        assert lines == [
+            "  ⚠ reflection held back: the memory repository has uncommitted changes (human.md); commit or discard "
+            "them (`git status` in `reverie memory path`) and reflection resumes at the next turn end"
+        ]
+    async with ChatSession.open(agent_id="h1", workspace=tmp_path, cli=every_step, observer=seen) as session:
+        await session.send("four")
+        assert seen.kinds().count("reflection.held") == 1, "a new session says it no more than a new turn does"
+        await _git(memory, "commit", "-qam", "the user commits their edit")
+        await session.send("five")
+        assert seen.kinds().count("reflection.launch") == 1
+        assert await session.supervisor.drain(30)
+        await human.write_text(original + "Another uncommitted edit.\n", encoding="utf-8")
+        await session.send("six")
+        await session.send("seven")
+        assert seen.kinds().count("reflection.held") == 2, "held again after a launch: said again, once"
+        assert seen.kinds().count("reflection.launch") == 1
+    stored = await _stored_kinds(tmp_path, "h1")
+    assert stored.count("reflection.held") == 2
+
+
+async def _stored_kinds(tmp_path: Path, agent_id: str) -> list[str]:
+    from orchestrator.store import Store
+
+    async with Store.opened(Path(os.environ["REVERIE_HOME"]) / "reverie.sqlite3") as store:
+        return [e.kind for e in await store.events(agent_id=agent_id)]
 
 
 def test_the_reflection_transcript_holds_the_turns_not_what_the_harness_added() -> None:
