@@ -49,7 +49,13 @@ import anyio
 from orchestrator.base import blocking
 from orchestrator.tools.context import ToolContext, ToolResult
 from orchestrator.tools.overflow import write_overflow
-from orchestrator.tools.sandbox import SandboxUnavailable, after_command, plan_command, sandbox_refusal
+from orchestrator.tools.sandbox import (
+    SandboxUnavailable,
+    after_command,
+    lacks_option,
+    plan_command,
+    sandbox_refusal,
+)
 from orchestrator.tools.truncation import truncate_by_chars
 
 __all__ = ["ARGV_COMMAND_BYTES", "run_bash"]
@@ -147,7 +153,8 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
     """Run the command; started again, planned anew, when bubblewrap itself could not set up the
     sandbox (``bwrap: Can't …``, exit 1, before the command ran): a path it was to protect that git
     removed between the look-up and the mount (an empty ``.git/worktrees`` pruned as a background
-    worktree goes) is not the command's failure. Bubblewrap that cannot run here at all is the
+    worktree goes) is not the command's failure, nor a bubblewrap before 0.8 that does not know
+    ``--disable-userns`` (``sandbox.lacks_option``). Bubblewrap that cannot run here at all is the
     one-line refusal (``sandbox_refusal``)."""
     attempt = 1
     while True:
@@ -156,6 +163,7 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
         if refusal is not None:
             raise refusal
         setup_failed = outcome.returncode == 1 and outcome.output.startswith("bwrap: Can't") and not outcome.timed_out
+        setup_failed = setup_failed or lacks_option(outcome.returncode, outcome.output)
         if not setup_failed or attempt == _SETUP_ATTEMPTS:
             return outcome
         with run.lock:

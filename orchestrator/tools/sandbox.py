@@ -26,8 +26,10 @@ Why these choices:
   host's, with every process's environment) or remount ``/`` writable. So every sandbox gets a user
   namespace of its own (the same uid inside), ``--cap-drop ALL`` (effective, permitted, inheritable,
   ambient and bounding sets all empty, so not even a setuid program gives one back) and
-  ``--disable-userns`` (no nested namespace in which to mount). A host where bubblewrap cannot make a
-  user namespace gets the one-line refusal below, not a sandbox with privilege.
+  ``--disable-userns`` (no nested namespace; a bubblewrap before 0.8 lacks the option, and the
+  first command that meets that is planned again without it: the kernel keeps the sandbox's mounts
+  locked against a nested namespace anyway). A host where bubblewrap cannot make a user namespace
+  gets the one-line refusal below, not a sandbox with privilege.
 * **Bounded writes** (``[tools] write_limit_mb``, default 1024): no file a command writes grows past
   the limit (``RLIMIT_FSIZE``, set by a ``ulimit -f`` in front of the command, sandboxed or not; the
   writer gets ``SIGXFSZ`` and the file is cut at the limit), and the private ``/tmp`` and
@@ -88,6 +90,7 @@ __all__ = [
     "bwrap_argv",
     "bwrap_problem",
     "git_dirs",
+    "lacks_option",
     "plan_command",
     "sandbox_refusal",
     "tool_environment",
@@ -161,11 +164,15 @@ def _probe() -> str | None:
     binary = shutil.which("bwrap")
     if binary is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    argv = [binary, *_base_args(_PROBE_TMP_BYTES), "--unshare-pid", "--die-with-parent", "--", "true"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not start: {exc}"
+    for _ in range(2):
+        argv = [binary, *_base_args(_PROBE_TMP_BYTES), "--unshare-pid", "--die-with-parent", "--", "true"]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bwrap could not start: {exc}"
+        if not _unknown_option(done.returncode, done.stderr.decode("utf-8", "replace")):
+            break
+        _without_nested_userns_option[:] = [True]  # the caller holds _probe_lock
     if done.returncode != 0:
         detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"bwrap fails here: {detail[-1] if detail else f'exit status {done.returncode}'}"
@@ -201,11 +208,30 @@ class _Mounts:
     sealed: tuple[str, ...] = ()
 
 
-_NO_PRIVILEGE = ("--unshare-user", "--disable-userns", "--cap-drop", "ALL")
+_NO_PRIVILEGE = ("--unshare-user", "--cap-drop", "ALL")
 """No capability in the sandbox, for root too: bubblewrap run by root keeps nearly every
 capability unless told otherwise, and with them a command could unmount the mask over
 ``config.toml``, unmount ``/proc`` or remount ``/`` writable. A user namespace of its own empties
-the bounding set as well, and the command may not make another one."""
+the bounding set as well."""
+_NO_NESTED_USERNS = "--disable-userns"
+"""No user namespace inside the sandbox either (bubblewrap 0.8+). Without it (an older bubblewrap)
+a nested namespace still cannot touch the sandbox's mounts, which the kernel locks; it only widens
+what of the kernel a command can reach."""
+_without_nested_userns_option: list[bool] = []
+
+
+def lacks_option(returncode: int, output: str) -> bool:
+    """Whether bubblewrap refused to start because it does not know ``--disable-userns`` (before
+    0.8); then it is left out from now on in this process, and True says to plan the command again."""
+    if not _unknown_option(returncode, output):
+        return False
+    with _probe_lock:
+        _without_nested_userns_option[:] = [True]
+    return True
+
+
+def _unknown_option(returncode: int, output: str) -> bool:
+    return returncode == 1 and output.startswith(f"bwrap: Unknown option {_NO_NESTED_USERNS}")
 
 
 def _base_args(tmp_bytes: int) -> list[str]:
@@ -215,6 +241,7 @@ def _base_args(tmp_bytes: int) -> list[str]:
     return [
         "--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
         "--proc", "/proc", "--size", size, "--tmpfs", "/tmp", *_NO_PRIVILEGE,
+        *(() if _without_nested_userns_option else (_NO_NESTED_USERNS,)),
     ]  # fmt: skip
 
 

@@ -5,14 +5,17 @@ and what one command may write is bounded (``[tools] write_limit_mb``). Real bub
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from orchestrator.tools import ToolContext, run_bash
+from orchestrator.tools import sandbox as sandbox_module
 from orchestrator.tools.sandbox import bwrap_problem
 
 pytestmark = pytest.mark.anyio
@@ -87,6 +90,43 @@ async def test_no_new_namespace_to_mount_in(tmp_path: Path) -> None:
     assert not result.ok, result.output
 
 
+@pytest.fixture
+def bwrap_before_0_8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A bubblewrap that does not know ``--disable-userns`` (Ubuntu 22.04 ships 0.6), as such a
+    bwrap refuses it; a fresh probe and a fresh memory of which options work. Returns its start log."""
+    real = shutil.which("bwrap")
+    assert real is not None
+    bindir = tmp_path / "bin-old-bwrap"
+    bindir.mkdir()
+    log = tmp_path / "bwrap.log"
+    fake = bindir / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do if [ "$a" = --disable-userns ]; then\n'
+        f"  echo refused >> {log}; echo 'bwrap: Unknown option --disable-userns' >&2; exit 1\n"
+        "fi; done\n"
+        f'echo start >> {log}\nexec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setattr(sandbox_module, "_probe_result", [])
+    monkeypatch.setattr(sandbox_module, "_without_nested_userns_option", [])
+    yield log
+
+
+async def test_a_bubblewrap_before_0_8_runs_commands_without_privilege_all_the_same(
+    tmp_path: Path, bwrap_before_0_8: Path, config_with_key: Path
+) -> None:
+    result = await run_bash("grep ^CapEff /proc/self/status", _ctx(tmp_path))
+    assert result.ok and result.output == "CapEff:\t0000000000000000", result.output
+    log = anyio.Path(bwrap_before_0_8)
+    assert (await log.read_text()).splitlines()[0] == "refused"
+    await log.write_text("")
+    result = await run_bash(f"unshare --user --map-root-user --mount sh -c 'umount -l {config_with_key}; cat {config_with_key}'; echo end", _ctx(tmp_path))
+    assert result.output.endswith("end") and KEY not in result.output, result.output
+    assert (await log.read_text()).splitlines() == ["start"], "the option is left out from then on"
+
+
 async def test_a_normal_command_is_unaffected_by_the_write_limit(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, write_limit_mb=1)
     result = await run_bash("head -c 900000 /dev/zero > big; head -c 900000 /dev/zero > /tmp/t; wc -c < big", ctx)
@@ -97,13 +137,13 @@ async def test_a_normal_command_is_unaffected_by_the_write_limit(tmp_path: Path)
 async def test_a_file_written_past_the_limit_is_cut_and_its_writer_stopped(tmp_path: Path, sandbox: str) -> None:
     ctx = _ctx(tmp_path, write_limit_mb=1, sandbox=sandbox)
     result = await run_bash("head -c 3000000 /dev/zero > big; echo still-here $?", ctx)
-    assert (ctx.workspace / "big").stat().st_size == 1024 * 1024
+    assert (await anyio.Path(ctx.workspace / "big").stat()).st_size == 1024 * 1024
     assert result.ok, "the shell goes on after its child was stopped"
     assert result.output.startswith("Note: a file was cut at the write limit, 1 MiB per file ([tools] write_limit_mb)")
     assert "still-here 153" in result.output
     result = await run_bash("printf %3000000s x > also", ctx)
     assert not result.ok and result.output.startswith("Command stopped: a file was cut at the write limit, 1 MiB"), result.output
-    assert (ctx.workspace / "also").stat().st_size == 1024 * 1024
+    assert (await anyio.Path(ctx.workspace / "also").stat()).st_size == 1024 * 1024
 
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
