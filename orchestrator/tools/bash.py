@@ -52,7 +52,7 @@ from orchestrator.tools.overflow import write_overflow
 from orchestrator.tools.sandbox import (
     SandboxUnavailable,
     after_command,
-    lacks_option,
+    older_bubblewrap,
     plan_command,
     sandbox_refusal,
 )
@@ -154,7 +154,7 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
     sandbox (``bwrap: Can't …``, exit 1, before the command ran): a path it was to protect that git
     removed between the look-up and the mount (an empty ``.git/worktrees`` pruned as a background
     worktree goes) is not the command's failure, nor a bubblewrap before 0.8 that does not know
-    ``--disable-userns`` (``sandbox.lacks_option``). Bubblewrap that cannot run here at all is the
+    ``--size`` (``sandbox.older_bubblewrap``). Bubblewrap that cannot run here at all is the
     one-line refusal (``sandbox_refusal``)."""
     attempt = 1
     while True:
@@ -163,7 +163,7 @@ def _execute(command: str, ctx: ToolContext, timeout: float, run: _Run) -> _Outc
         if refusal is not None:
             raise refusal
         setup_failed = outcome.returncode == 1 and outcome.output.startswith("bwrap: Can't") and not outcome.timed_out
-        setup_failed = setup_failed or lacks_option(outcome.returncode, outcome.output)
+        setup_failed = setup_failed or older_bubblewrap(outcome.returncode, outcome.output)
         if not setup_failed or attempt == _SETUP_ATTEMPTS:
             return outcome
         with run.lock:

@@ -26,15 +26,17 @@ Why these choices:
   host's, with every process's environment) or remount ``/`` writable. So every sandbox gets a user
   namespace of its own (the same uid inside), ``--cap-drop ALL`` (effective, permitted, inheritable,
   ambient and bounding sets all empty, so not even a setuid program gives one back) and
-  ``--disable-userns`` (no nested namespace; a bubblewrap before 0.8 lacks the option, and the
-  first command that meets that is planned again without it: the kernel keeps the sandbox's mounts
-  locked against a nested namespace anyway). A host where bubblewrap cannot make a user namespace
+  ``--disable-userns`` (no nested namespace). A host where bubblewrap cannot make a user namespace
   gets the one-line refusal below, not a sandbox with privilege.
 * **Bounded writes** (``[tools] write_limit_mb``, default 1024): no file a command writes grows past
   the limit (``RLIMIT_FSIZE``, set by a ``ulimit -f`` in front of the command, sandboxed or not; the
   writer gets ``SIGXFSZ`` and the file is cut at the limit), and the private ``/tmp`` and
   ``/dev/shm`` are RAM-backed tmpfs of that size each (``--size``), the rest of ``/dev`` read-only.
-  The bash tool tells the model which limit it hit. Not bounded: the sum of many files in the
+  The bash tool tells the model which limit it hit. A bubblewrap before 0.8 (or a setuid one) has
+  neither ``--size`` nor ``--disable-userns``: the first command it refuses is planned again
+  without them, with one warning, so such a host keeps a sandbox without privilege whose ``/tmp``
+  is unbounded but for ``RLIMIT_FSIZE`` (the kernel keeps the sandbox's mounts locked against a
+  nested user namespace anyway). Not bounded: the sum of many files in the
   workspace or memory directory, each under the limit (bubblewrap 0.8 has no overlay, and a host
   directory has no size of its own); the call's timeout is what ends such a command.
 * Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
@@ -90,7 +92,7 @@ __all__ = [
     "bwrap_argv",
     "bwrap_problem",
     "git_dirs",
-    "lacks_option",
+    "older_bubblewrap",
     "plan_command",
     "sandbox_refusal",
     "tool_environment",
@@ -170,9 +172,9 @@ def _probe() -> str | None:
             done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bwrap could not start: {exc}"
-        if not _unknown_option(done.returncode, done.stderr.decode("utf-8", "replace")):
+        if not _refuses_0_8_options(done.returncode, done.stderr.decode("utf-8", "replace")):
             break
-        _without_nested_userns_option[:] = [True]  # the caller holds _probe_lock
+        _note_before_0_8()  # the caller holds _probe_lock
     if done.returncode != 0:
         detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"bwrap fails here: {detail[-1] if detail else f'exit status {done.returncode}'}"
@@ -214,34 +216,54 @@ capability unless told otherwise, and with them a command could unmount the mask
 ``config.toml``, unmount ``/proc`` or remount ``/`` writable. A user namespace of its own empties
 the bounding set as well."""
 _NO_NESTED_USERNS = "--disable-userns"
-"""No user namespace inside the sandbox either (bubblewrap 0.8+). Without it (an older bubblewrap)
-a nested namespace still cannot touch the sandbox's mounts, which the kernel locks; it only widens
-what of the kernel a command can reach."""
-_without_nested_userns_option: list[bool] = []
+"""No user namespace inside the sandbox either. Without it a nested namespace still cannot touch
+the sandbox's mounts (the kernel locks them); it only widens what of the kernel a command reaches."""
+_SINCE_0_8 = ("bwrap: Unknown option --size", "bwrap: Unknown option --disable-userns", "bwrap: The --size option")
+"""How a bubblewrap before 0.8 (Ubuntu 22.04 ships 0.6) or a setuid one refuses ``--size`` and
+``--disable-userns``."""
+_before_0_8: list[bool] = []
 
 
-def lacks_option(returncode: int, output: str) -> bool:
-    """Whether bubblewrap refused to start because it does not know ``--disable-userns`` (before
-    0.8); then it is left out from now on in this process, and True says to plan the command again."""
-    if not _unknown_option(returncode, output):
+def older_bubblewrap(returncode: int, output: str) -> bool:
+    """Whether bubblewrap refused to start over an option it has only since 0.8: then this process
+    leaves them out from now on, with one warning naming what that costs, and True says to plan the
+    command again. The privilege drop (``_NO_PRIVILEGE``) stays: older versions have it."""
+    if not _refuses_0_8_options(returncode, output):
         return False
     with _probe_lock:
-        _without_nested_userns_option[:] = [True]
+        _note_before_0_8()
     return True
 
 
-def _unknown_option(returncode: int, output: str) -> bool:
-    return returncode == 1 and output.startswith(f"bwrap: Unknown option {_NO_NESTED_USERNS}")
+def _refuses_0_8_options(returncode: int, output: str) -> bool:
+    return returncode == 1 and output.startswith(_SINCE_0_8)
+
+
+def _note_before_0_8() -> None:
+    """Called holding ``_probe_lock``."""
+    if _before_0_8:
+        return
+    _before_0_8.append(True)
+    sys.stderr.write(
+        "reverie: warning: bubblewrap is older than 0.8 (or setuid): the bash sandbox's private /tmp and "
+        "/dev/shm have no size limit ([tools] write_limit_mb still bounds each file) and commands may make "
+        "nested user namespaces; install bubblewrap 0.8 or later\n"
+    )
+    sys.stderr.flush()
 
 
 def _base_args(tmp_bytes: int) -> list[str]:
     """The root of every sandbox: the host read-only, a fresh ``/dev`` read-only but for its
     ``shm``, and a private ``/tmp``; both RAM-backed tmpfs hold ``tmp_bytes`` at most."""
+    if _before_0_8:
+        return [
+            "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+            "--proc", "/proc", "--tmpfs", "/tmp", *_NO_PRIVILEGE,
+        ]  # fmt: skip
     size = str(tmp_bytes)
     return [
         "--ro-bind", "/", "/", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-        "--proc", "/proc", "--size", size, "--tmpfs", "/tmp", *_NO_PRIVILEGE,
-        *(() if _without_nested_userns_option else (_NO_NESTED_USERNS,)),
+        "--proc", "/proc", "--size", size, "--tmpfs", "/tmp", *_NO_PRIVILEGE, _NO_NESTED_USERNS,
     ]  # fmt: skip
 
 

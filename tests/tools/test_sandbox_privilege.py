@@ -92,8 +92,8 @@ async def test_no_new_namespace_to_mount_in(tmp_path: Path) -> None:
 
 @pytest.fixture
 def bwrap_before_0_8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A bubblewrap that does not know ``--disable-userns`` (Ubuntu 22.04 ships 0.6), as such a
-    bwrap refuses it; a fresh probe and a fresh memory of which options work. Returns its start log."""
+    """A bubblewrap without ``--size`` and ``--disable-userns`` (Ubuntu 22.04 ships 0.6), refusing
+    them as it does; a fresh probe and a fresh memory of the version. Returns its start log."""
     real = shutil.which("bwrap")
     assert real is not None
     bindir = tmp_path / "bin-old-bwrap"
@@ -102,29 +102,35 @@ def bwrap_before_0_8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     fake = bindir / "bwrap"
     fake.write_text(
         "#!/bin/sh\n"
-        'for a in "$@"; do if [ "$a" = --disable-userns ]; then\n'
-        f"  echo refused >> {log}; echo 'bwrap: Unknown option --disable-userns' >&2; exit 1\n"
-        "fi; done\n"
+        'for a in "$@"; do case "$a" in --size|--disable-userns)\n'
+        f'  echo refused >> {log}; echo "bwrap: Unknown option $a" >&2; exit 1;;\n'
+        "esac; done\n"
         f'echo start >> {log}\nexec {real} "$@"\n'
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setattr(sandbox_module, "_probe_result", [])
-    monkeypatch.setattr(sandbox_module, "_without_nested_userns_option", [])
+    monkeypatch.setattr(sandbox_module, "_before_0_8", [])
     yield log
 
 
 async def test_a_bubblewrap_before_0_8_runs_commands_without_privilege_all_the_same(
-    tmp_path: Path, bwrap_before_0_8: Path, config_with_key: Path
+    tmp_path: Path, bwrap_before_0_8: Path, config_with_key: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    result = await run_bash("grep ^CapEff /proc/self/status", _ctx(tmp_path))
+    ctx = _ctx(tmp_path, write_limit_mb=1)
+    result = await run_bash("grep ^CapEff /proc/self/status", ctx)
     assert result.ok and result.output == "CapEff:\t0000000000000000", result.output
     log = anyio.Path(bwrap_before_0_8)
     assert (await log.read_text()).splitlines()[0] == "refused"
     await log.write_text("")
-    result = await run_bash(f"unshare --user --map-root-user --mount sh -c 'umount -l {config_with_key}; cat {config_with_key}'; echo end", _ctx(tmp_path))
+    attack = f"unshare --user --map-root-user --mount sh -c 'umount -l {config_with_key}; cat {config_with_key}'; echo end"
+    result = await run_bash(attack, ctx)
     assert result.output.endswith("end") and KEY not in result.output, result.output
-    assert (await log.read_text()).splitlines() == ["start"], "the option is left out from then on"
+    result = await run_bash("head -c 3000000 /dev/zero > /tmp/big", ctx)
+    assert result.output.startswith("Command stopped: a file was cut at the write limit, 1 MiB"), result.output
+    assert (await log.read_text()).splitlines() == ["start", "start"], "the options are left out from then on"
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "older than 0.8" in line]
+    assert len(warnings) == 1 and "no size limit" in warnings[0] and "install bubblewrap 0.8" in warnings[0]
 
 
 async def test_a_normal_command_is_unaffected_by_the_write_limit(tmp_path: Path) -> None:
