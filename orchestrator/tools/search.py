@@ -2,10 +2,9 @@
 calling agent, returning the 8.5 result objects as a JSON array.
 
 Every argument is checked before the store is asked, and a bad one is one error naming it: the
-store's own rules (COMPACTION-8.2, COMPACTION-8.4: a limit of 0 returns nothing, an unparseable
-date disables its filter) suit a command line, but a model that wrote ``2026-02-30`` or
-``limit: 1e20`` should hear so rather than get every message or an ``OverflowError``. The ranges
-are here, and in the tool's schema.
+store's own rules (COMPACTION-8: a limit of 0 returns nothing, an unparseable date disables its
+filter) suit a command line, but a model that wrote ``2026-02-30`` or ``limit: 1e20`` should hear
+so rather than get every message or an ``OverflowError``. The ranges are here, and in the schema.
 """
 
 from __future__ import annotations
