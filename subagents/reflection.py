@@ -15,9 +15,9 @@ moved is put back before merge-back, with a ``memory.warning``.
 Choices: one reflection per agent at a time in this process; a launch declined because one runs,
 or because the parent checkout is dirty, leaves the trigger pending for the next turn. A dirty
 checkout can hold every reflection back for as long as it stays dirty, and only the user may know
-why it is, so that case is a ``reflection.held`` warning the terminal shows, once per condition. The
-reflection loop's step limit grows with the transcript (``reflection_reader.BASE_STEPS`` plus two
-per slice). Nothing here raises into the main agent's turn; failures are recorded and counted for
+why it is, so that case is a ``reflection.held`` warning the terminal shows, once per condition
+(O12). The reflection loop's step limit grows with the transcript (``reflection_reader.BASE_STEPS``
+plus two per slice). Nothing here raises into the main agent's turn; failures are recorded and counted for
 the backoff of S17. The trigger policy, the reader and reflection's events load at the first turn
 end, after a chat's first request (P1).
 """

@@ -21,7 +21,7 @@ Why these choices:
   Overflow files (D6) and reverie's ``config.toml`` are read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
   the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
   and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
-* **No privilege, whoever runs reverie**: bubblewrap started by root leaves the command nearly every
+* **No privilege, whoever runs reverie** (A10): bubblewrap started by root leaves the command nearly every
   capability, enough to unmount the mask over ``config.toml``, unmount ``/proc`` (under it lies the
   host's, with every process's environment) or remount ``/`` writable. So every sandbox gets a user
   namespace of its own (the same uid inside), ``--cap-drop ALL`` (effective, permitted, inheritable,
