@@ -57,6 +57,16 @@ async def test_max_steps_stops_the_tool_loop(tmp_path: Path) -> None:
         assert calls == answered == ["a", "b"]
 
 
+async def test_the_write_limit_setting_reaches_the_bash_tool(tmp_path: Path) -> None:
+    model = ScriptedModel(script=[_bash("head -c 3000000 /dev/zero > big"), ModelResponse(Message("assistant", "done"))])
+    async with ChatSession.open(agent_id="a1", model=model, workspace=tmp_path, cli={"write_limit_mb": 2}) as session:
+        await session.send("write a big file")
+        history = await session.runtime.store.in_context(session.conversation_id)
+        [result] = [m.message.content for m in history if m.message.role == "tool"]
+        assert result.startswith("Error: Command stopped: a file was cut at the write limit, 2 MiB per file"), result
+        assert (await anyio.Path(tmp_path / "big").stat()).st_size == 2 * 1024 * 1024
+
+
 async def test_memory_commit_mid_turn_reaches_the_next_request_once(tmp_path: Path) -> None:
     seen: list[ModelRequest] = []
 
