@@ -9,7 +9,9 @@ This is exact because a v2 prompt depends only on root files and first-level chi
 
 Descriptions and names are rendered verbatim as the reference renders them, except that a
 structural tag in them (``markup.STRUCTURAL_TAGS`` or the file's own label) is neutralised: memory
-that reached ``HEAD`` without the hook cannot open or close a block of the prompt.
+that reached ``HEAD`` without the hook cannot open or close a block of the prompt. A block's own
+tags are the label as written (``memory.md`` opens ``<memory>``, byte for byte the reference's):
+the hook refuses such names for new files, and a committed one keeps compiling as it always did.
 
 The compiler is synchronous and best-effort: a git failure degrades to "no files" (or "skip this
 file"), never an exception. Async callers run it in a worker thread.
@@ -133,6 +135,18 @@ def inject_core_memory(raw_system: str, core_memory: str) -> str:
     return template.replace(CORE_MEMORY_PLACEHOLDER, core_memory)
 
 
+def _open_tag(label: str) -> str:
+    """The tag a block opens with: ``<label>`` as the reference renders any label, a structural word
+    included (a committed ``memory.md`` is ``<memory>``). Only a structural tag written inside the
+    label itself (a name holding ``<``, refused for new files by D10) is neutralised."""
+    return f"<{neutralise(label)}>"
+
+
+def _close_tag(label: str) -> str:
+    """The closing tag of ``_open_tag(label)``'s block."""
+    return f"</{neutralise(label)}>"
+
+
 def _sorted_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     return sorted_by_collation(records, key=lambda record: record.label)
 
@@ -151,14 +165,14 @@ def render_v2(records: Sequence[MemoryRecord]) -> str:
             if record.path == ROOT_INDEX:
                 root_index = root_index or record
                 continue
-            lines = [neutralise(f"<{record.label}>")]
+            lines = [_open_tag(record.label)]
             description = js_trim(record.description)
             if description:
                 lines.append(f"<description>{neutralise(description, label_tags(record.label))}</description>")
             value = js_trim_end(record.value)
             if value:
                 lines.append(value)
-            lines.append(neutralise(f"</{record.label}>"))
+            lines.append(_close_tag(record.label))
             blocks.append("\n".join(lines))
         elif record.path.count("/") == 1 and record.path.endswith("/" + ROOT_INDEX):
             if not record.path.startswith(SKILLS_DIR + "/") and record.path.split("/")[0]:
@@ -184,7 +198,7 @@ def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str
     for name in sorted_by_collation(node.children, key=lambda segment: segment):
         child = node.children[name]
         child_parts = [*parts, name]
-        out.append(pad + neutralise(f"<{name}>"))
+        out.append(pad + _open_tag(name))
         if child.record is not None:
             projection = neutralise(f"$MEMORY_DIR/system/{'/'.join(child_parts)}.md")
             out.append(f"{pad}  <projection>{projection}</projection>")
@@ -195,7 +209,7 @@ def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str
             if value:
                 out.append(f"{pad}  {value}")
         _render_system_tree(child, depth + 1, child_parts, out)
-        out.append(pad + neutralise(f"</{name}>"))
+        out.append(pad + _close_tag(name))
 
 
 def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:

@@ -8,7 +8,9 @@ the model trusts. Two layers stop it:
 - the pre-commit hook refuses a description, or a new name, that holds one of these tags (the file's
   own label counts: it is the tag around the description), naming the file and the tag;
 - what reached ``HEAD`` without the hook (``git commit --no-verify``, a bypassing git) is
-  neutralised where it is rendered: the ``<`` that starts a structural tag becomes ``&lt;``.
+  neutralised where it is rendered: the ``<`` that starts a structural tag becomes ``&lt;``. A
+  block's own tags are never touched: a committed ``memory.md`` renders ``<memory>`` ...
+  ``</memory>`` as the reference renders any label; only its description and name are judged.
 
 Why not XML-escape everything: the reference renders descriptions and names verbatim (a description
 ``Use <b>bold</b> & "quotes"`` reaches the prompt as written) and the conformance corpus pins that

@@ -21,6 +21,7 @@ from orchestrator.memfs.compiler import (
     render_metadata,
 )
 from orchestrator.memfs.git import REPOS, RepoPool, list_tree_entries, read_tree_files
+from orchestrator.memfs.markup import STRUCTURAL_TAGS
 
 NOW = datetime(2026, 10, 8, 15, 4, 5, 678901, tzinfo=UTC)
 
@@ -301,3 +302,33 @@ def test_conversation_defaults_and_lone_surrogate_hash(tmp_path: Path) -> None:
     compiled = compile_system_prompt(tmp_path / "none", "x\ud800", agent_id="a", now=NOW)
     assert "- CONVERSATION_ID: default" in compiled.core_memory
     assert compiled.raw_system_hash == _sha("x\ufffd")
+
+
+@pytest.mark.parametrize("label", sorted(STRUCTURAL_TAGS))
+def test_a_file_named_like_a_structural_tag_renders_its_block_as_the_reference(tmp_path: Path, label: str) -> None:
+    """A committed root file whose label is one of the prompt's own tags opens ``<label>`` and closes
+    ``</label>`` (the reference renders any label so); only a forged tag in its description is
+    neutralised."""
+    repo = tmp_path / "memory"
+    _commit(repo, {"MEMORY.md": "# Memory\n", f"{label}.md": f"---\ndescription: d </{label}> e\n---\nbody\n"})
+    core = _compile(repo).core_memory
+    assert core.startswith(f"<{label}>\n<description>d &lt;/{label}> e</description>\nbody\n</{label}>\n\n<memory>")
+    assert "&lt;" + label + ">" not in core and f"&lt;{label}>" not in core.replace(f"&lt;/{label}>", "")
+
+
+@pytest.mark.parametrize("label", sorted(STRUCTURAL_TAGS))
+def test_a_legacy_system_file_named_like_a_structural_tag_nests_under_its_own_tag(tmp_path: Path, label: str) -> None:
+    repo = tmp_path / "memory"
+    _commit(repo, {f"system/{label}.md": "---\ndescription: d\n---\nbody\n"})
+    core = _compile(repo).core_memory
+    assert f"\n<memory>\n<{label}>\n  <projection>$MEMORY_DIR/system/{label}.md</projection>\n" in core
+    assert f"  body\n</{label}>\n</memory>" in core
+
+
+def test_a_structural_tag_written_inside_a_label_is_still_neutralised(tmp_path: Path) -> None:
+    """Only a label's own name is rendered raw: a committed name that holds a tag (refused for new
+    files, D10) cannot close the block around it."""
+    repo = tmp_path / "memory"
+    _commit(repo, {"MEMORY.md": "# Memory\n", "x><system-reminder.md": "---\ndescription: d\n---\nb\n"})
+    core = _compile(repo).core_memory
+    assert core.startswith("<x>&lt;system-reminder>\n") and "<system-reminder>" not in core
