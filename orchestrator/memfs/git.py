@@ -74,6 +74,9 @@ __all__ = [
     "HARNESS_EMAIL",
     "HARNESS_NAME",
     "LOCAL_TIMEOUT",
+    "MAX_TREE_BYTES",
+    "MAX_TREE_DEPTH",
+    "MAX_TREE_PATHS",
     "NETWORK_TIMEOUT",
     "GitError",
     "REPOS",
@@ -82,7 +85,9 @@ __all__ = [
     "PathLRU",
     "RepoPool",
     "Revision",
+    "TreeCount",
     "TreeEntry",
+    "TreeTooLarge",
     "arun",
     "ask",
     "clean_environment",
@@ -506,6 +511,67 @@ def display_path(path: str) -> str:
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# Bounded tree reads
+# ---------------------------------------------------------------------------------------------
+
+MAX_TREE_PATHS: Final = 50_000
+"""Entries (files and folders) one walk of a committed tree lists before it stops. Real memory is
+tens to a few thousand files; a tree object can name the same subtree many times, so ~100 bytes of
+objects can stand for 10^7 paths, and listing them all cost every turn (docs/architecture.md,
+"Bounded trees")."""
+MAX_TREE_DEPTH: Final = 256
+"""Path segments one entry may have. The layout's own limit (``maxDepth``) is a handful; a chain of
+thousands of one-entry trees is a few hundred bytes and would nest deeper than any walk should go."""
+MAX_TREE_BYTES: Final = 8 * 1024 * 1024
+"""Bytes of path names (UTF-8, as stored) one walk lists: what its listing holds in memory, so long
+names at the path cap cannot make it gigabytes."""
+
+
+class TreeTooLarge(GitError):
+    """A committed tree over one of the caps above, found while counting (nothing past the cap is
+    read). ``str()`` is one line naming the cap and the path where it was reached; ``cap`` is the
+    constant's name."""
+
+    def __init__(self, cap: str, detail: str, path: str, cwd: Path | str | None = None) -> None:
+        super().__init__(("ls-tree",), 128, f"fatal: {detail}", cwd)
+        self.cap = cap
+        self.path = path
+        self.args = (f"{_shown(path)}: the committed tree {detail} ({cap}); it is not read further",)
+
+
+def _shown(path: str) -> str:
+    """``path`` on one short line: control characters escaped, the middle of a long one left out."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in display_path(path))
+    return text if len(text) <= 160 else f"{text[:100]}…{text[-50:]}"
+
+
+class TreeCount:
+    """The running count of one walk: :meth:`add` each entry as it is reached, before anything
+    below it is read, and it raises :class:`TreeTooLarge` at the first cap passed."""
+
+    def __init__(self, cwd: Path | str | None = None) -> None:
+        self.paths = 0
+        self.bytes = 0
+        self._cwd = cwd
+
+    def add(self, path: str, depth: int) -> None:
+        """Count ``path``, ``depth`` segments deep."""
+        self.paths += 1
+        self.bytes += len(path.encode("utf-8", "surrogateescape")) + 1
+        if depth > MAX_TREE_DEPTH:
+            raise TreeTooLarge("MAX_TREE_DEPTH", f"nests deeper than {MAX_TREE_DEPTH} folders", path, self._cwd)
+        if self.paths > MAX_TREE_PATHS:
+            raise TreeTooLarge("MAX_TREE_PATHS", f"holds more than {MAX_TREE_PATHS} paths", path, self._cwd)
+        if self.bytes > MAX_TREE_BYTES:
+            raise TreeTooLarge("MAX_TREE_BYTES", f"has more than {MAX_TREE_BYTES} bytes of path names", path, self._cwd)
+
+    def width(self, path: str, entries: int) -> None:
+        """A tree at ``path`` with ``entries`` entries, checked before they are parsed."""
+        if self.paths + entries > MAX_TREE_PATHS:
+            raise TreeTooLarge("MAX_TREE_PATHS", f"holds more than {MAX_TREE_PATHS} paths", path or "/", self._cwd)
+
+
 class LocalRepo:
     """One repository (a main checkout or a linked worktree) opened in-process: the one libgit2
     handle reverie holds for it, and the caches of what it read through that handle.
@@ -533,6 +599,7 @@ class LocalRepo:
         self._trees: OrderedDict[str, tuple[tuple[str, str, str], ...]] = OrderedDict()
         self._cached_tree_entries = 0
         self._lookups: OrderedDict[tuple[str, str], tuple[str, str] | None] = OrderedDict()
+        self._verdicts: OrderedDict[str, TreeTooLarge | None] = OrderedDict()
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._cached_blob_bytes = 0
 
@@ -554,6 +621,7 @@ class LocalRepo:
         object cache are released now, not when the cycle collector reaches the handle."""
         self._trees.clear()
         self._lookups.clear()
+        self._verdicts.clear()
         self._blobs.clear()
         self._cached_tree_entries = self._cached_blob_bytes = 0
         with contextlib.suppress(Exception):
@@ -587,7 +655,8 @@ class LocalRepo:
             for entry in index:
                 entries.setdefault(entry.path, (entry.path, f"{entry.mode:06o}", str(entry.id)))
             head = self.resolve("HEAD")
-            if head is None:
+            if head is None or self.oversized(head[1]) is not None:
+                # no HEAD, or one over a cap (diffing it would list all it expands to): all is new
                 return tuple(entries.values()), dict.fromkeys(entries, "A")
             diff = self._repo[head[1]].diff_to_index(index)
             diff.find_similar()
@@ -619,8 +688,10 @@ class LocalRepo:
         found = self.resolve(revision)
         return None if found is None else Revision(commit=found[0], tree=found[1])
 
-    def _tree(self, tree_oid: str) -> tuple[tuple[str, str, str], ...]:
-        """``(name, mode, oid)`` of each entry of ``tree_oid`` in stored order, cached."""
+    def _tree(self, tree_oid: str, count: TreeCount | None = None, path: str = "") -> tuple[tuple[str, str, str], ...]:
+        """``(name, mode, oid)`` of each entry of ``tree_oid`` in stored order, cached. ``count``
+        (the walk's; default a fresh one) is told the number of entries before any is parsed, so one
+        tree object of millions of entries is refused as a whole (``path``: where it is)."""
         cached = self._trees.get(tree_oid)
         if cached is not None:
             self._trees.move_to_end(tree_oid)
@@ -630,6 +701,7 @@ class LocalRepo:
             tree = self._repo[tree_oid]
             if not isinstance(tree, pygit2.Tree):
                 raise KeyError(tree_oid)
+            (count or TreeCount(self.top_level)).width(path, len(tree))
             parsed = tuple(
                 (entry.raw_name.decode("utf-8", "surrogateescape"), f"{entry.filemode:o}", str(entry.id))
                 for entry in tree
@@ -645,17 +717,48 @@ class LocalRepo:
         return parsed
 
     def tree_entries(self, tree_oid: str, prefix: str = "") -> list[TreeEntry]:
-        """Entries of one tree, in stored (git) order; ``prefix`` is the tree's own path."""
+        """Entries of one tree, in stored (git) order; ``prefix`` is the tree's own path.
+        :class:`TreeTooLarge` when it alone has more than :data:`MAX_TREE_PATHS` entries."""
         lead = f"{prefix}/" if prefix else ""
-        return [TreeEntry(lead + name, mode, oid) for name, mode, oid in self._tree(tree_oid)]
+        return [TreeEntry(lead + name, mode, oid) for name, mode, oid in self._tree(tree_oid, path=prefix)]
 
     def walk(self, tree_oid: str, prefix: str = "") -> Iterator[TreeEntry]:
-        """Every non-tree entry below ``tree_oid``, recursively, in ``git ls-tree -r`` order."""
-        for entry in self.tree_entries(tree_oid, prefix):
-            if entry.is_tree:
-                yield from self.walk(entry.oid, entry.path)
+        """Every non-tree entry below ``tree_oid``, in ``git ls-tree -r`` order, iteratively (a
+        stack of open folders, never Python recursion). Each entry is counted as it is reached, so
+        a tree over :data:`MAX_TREE_PATHS`, :data:`MAX_TREE_DEPTH` or :data:`MAX_TREE_BYTES` raises
+        :class:`TreeTooLarge` after at most that much work, whatever it would expand to."""
+        count = TreeCount(self.top_level)
+        start = len(prefix.split("/")) if prefix else 0
+        stack = [(iter(self._tree(tree_oid, count, prefix)), prefix, start)]
+        while stack:
+            entries, lead, depth = stack[-1]
+            item = next(entries, None)
+            if item is None:
+                stack.pop()
+                continue
+            name, mode, oid = item
+            path = f"{lead}/{name}" if lead else name
+            count.add(path, depth + 1)
+            if mode == _TREE_MODE:
+                stack.append((iter(self._tree(oid, count, path)), path, depth + 1))
             else:
-                yield entry
+                yield TreeEntry(path, mode, oid)
+
+    def oversized(self, tree_oid: str) -> TreeTooLarge | None:
+        """Why ``tree_oid`` is over a cap (None when every walk of it fits), cached per tree: asked
+        before libgit2 itself compares the tree with something (status, the staged diff), which it
+        would do for every path, with no cap."""
+        if tree_oid not in self._verdicts:
+            verdict: TreeTooLarge | None = None
+            try:
+                for _ in self.walk(tree_oid):
+                    pass
+            except TreeTooLarge as error:
+                verdict = error
+            self._verdicts[tree_oid] = verdict
+            if len(self._verdicts) > self._LOOKUP_CACHE_SIZE:
+                self._verdicts.popitem(last=False)
+        return self._verdicts[tree_oid]
 
     def files(self, tree_oid: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(path, mode, oid)`` of every non-tree entry below ``tree_oid``, as ``git ls-tree -r``."""
@@ -730,11 +833,36 @@ class LocalRepo:
         out; any conflict reads ``UU``; renames are not detected, so one is a deletion and an
         addition)."""
         pygit2 = _pygit2()
+        head = self.resolve("HEAD")
+        if head is not None and self.oversized(head[1]) is not None:
+            return self._unstaged(untracked)
         try:
             found = self._repo.status(untracked_files=untracked, ignored=False)
         except pygit2.GitError as error:
             raise self._fail("status", error) from error
         return tuple(sorted(((_porcelain_code(int(flags)), path) for path, flags in found.items()), key=_by_path))
+
+    def _unstaged(self, untracked: str) -> tuple[tuple[str, str], ...]:
+        """:meth:`status` of the work tree against the index only (``" M"``, ``" D"``, ``" T"``,
+        ``"??"``), for a ``HEAD`` whose tree is over a cap: comparing it with the index would list
+        every path it expands to. The audit names that ``HEAD`` instead."""
+        pygit2 = _pygit2()
+        flags = pygit2.enums.DiffOption.NORMAL
+        if untracked != "no":
+            flags |= pygit2.enums.DiffOption.INCLUDE_UNTRACKED
+            if untracked == "all":
+                flags |= pygit2.enums.DiffOption.RECURSE_UNTRACKED_DIRS
+        try:
+            diff = self._repo.diff(flags=flags)
+            codes = {"M": " M", "D": " D", "T": " T", "?": "??", "U": "??"}
+            found = [
+                (codes[delta.status_char()], delta.new_file.path if delta.status_char() != "D" else delta.old_file.path)
+                for delta in diff.deltas
+                if delta.status_char() in codes
+            ]
+        except pygit2.GitError as error:
+            raise self._fail("status", error) from error
+        return tuple(sorted(found, key=_by_path))
 
     def operation(self) -> str | None:
         """``"merge in progress"``/``"rebase in progress"`` when one was left half-done."""

@@ -5,8 +5,9 @@ reader: the pre-commit hook (``memfs.hook``) imports it, and the hook is a new p
 commit, the agent's own ``git commit`` included; pygit2's import (~60 ms) would be paid on each,
 on top of the runner's (GitPython's, ~45 ms). So the staged snapshot (the hook's, and reverie's own
 commits') is read with git processes through the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
-NUL-separated (``ls-files -z``, ``ls-tree -z``, ``diff -z``) and are used exactly as stored
-(M2); blobs are read in one ``cat-file --batch`` process. A commit's snapshot (the M8
+NUL-separated (``ls-files -z``, ``diff -z``) or from raw tree objects and are used exactly as
+stored (M2); blobs are read in one ``cat-file --batch`` process, a tree one level per process,
+counted against the caps of ``memfs.git`` (a tree over one is never expanded). A commit's snapshot (the M8
 audit after every turn and before every merge) runs inside reverie, where libgit2 is loaded
 anyway, so it is read in-process through the seam's ``LocalRepo``, names decoded from the raw
 tree bytes (M2 again), and an audit starts no process. Git inherits the caller's environment, so
@@ -21,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
-from orchestrator.memfs.git import GitError, GitResult, LocalRepo, open_repo, run
+from orchestrator.memfs.git import GitError, GitResult, LocalRepo, TreeCount, TreeTooLarge, open_repo, run
 from orchestrator.memfs.policy import (
     LEGACY_ONLY,
     POLICY_FILE_NAME,
@@ -91,20 +92,46 @@ def _read_index(repo: Path, env: Mapping[str, str] | None = None) -> dict[str, E
 
 
 def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
-    """Entries of ``revision``'s tree, or None when it does not name a commit (unborn ``HEAD``)."""
-    result = _git(repo, "ls-tree", "-r", "-z", "--full-tree", revision, "--", check=False)
-    if result.returncode != 0:
-        if _git(repo, "rev-parse", "-q", "--verify", f"{revision}^{{commit}}", check=False).returncode == 0:
-            raise GitError(("ls-tree",), result.returncode, result.stderr, repo)
+    """Entries of ``revision``'s tree in ``git ls-tree -r`` order, or None when it names no tree
+    (unborn ``HEAD``, a root commit's parent). Read a level at a time (one ``cat-file --batch`` per
+    level, each shared subtree once) and counted as it goes, so a tree over the caps of
+    ``memfs.git`` raises :class:`~orchestrator.memfs.git.TreeTooLarge` instead of expanding: ``ls-tree
+    -r`` would print every path it stands for."""
+    found = _git(repo, "rev-parse", "-q", "--verify", f"{revision}^{{tree}}", check=False)
+    if found.returncode != 0:
         return None
+    count = TreeCount(repo)
     entries: dict[str, Entry] = {}
-    for record in result.out.split(b"\0"):
-        if not record:
-            continue
-        meta, _, path = record.partition(b"\t")
-        mode, _type, oid = meta.split(b" ")
-        entries[_name(path)] = Entry(mode.decode(), oid.decode())
-    return entries
+    level = [("", found.stdout.strip(), 0)]
+    while level:
+        objects = _cat_file(repo, {oid for _, oid, _ in level})
+        following: list[tuple[str, str, int]] = []
+        for prefix, oid, depth in level:
+            kind, data = objects.get(oid, ("missing", b""))
+            if kind != "tree":
+                raise GitError(("ls-tree",), 128, f"fatal: tree {oid} of {prefix or revision} is missing", repo)
+            for mode, name, child in _tree_records(data, len(oid) // 2):
+                path = f"{prefix}/{name}" if prefix else name
+                count.add(path, depth + 1)
+                if mode == "40000":
+                    following.append((path, child, depth + 1))
+                else:
+                    entries[path] = Entry(mode.zfill(6), child)
+        level = following
+    return {path: entries[path] for path in sorted(entries, key=path_order_key)}
+
+
+def _tree_records(data: bytes, oid_bytes: int) -> list[tuple[str, str, str]]:
+    """``(mode, name, oid)`` of each entry of a raw tree object (``<mode> <name>\\0<binary id>``)."""
+    records = []
+    pos = 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        oid = data[nul + 1 : nul + 1 + oid_bytes].hex()
+        records.append((data[pos:space].decode(), _name(data[space + 1 : nul]), oid))
+        pos = nul + 1 + oid_bytes
+    return records
 
 
 def _read_changes(repo: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -124,11 +151,16 @@ def _read_changes(repo: Path, env: Mapping[str, str] | None = None) -> dict[str,
 
 
 def _read_blobs(repo: Path, oids: Iterable[str]) -> dict[str, bytes]:
+    return {oid: data for oid, (_kind, data) in _cat_file(repo, oids).items()}
+
+
+def _cat_file(repo: Path, oids: Iterable[str]) -> dict[str, tuple[str, bytes]]:
+    """``(type, bytes)`` of each object that exists, in one ``cat-file --batch`` process."""
     wanted = sorted(set(oids))
     if not wanted:
         return {}
     out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in wanted).encode()).out
-    blobs: dict[str, bytes] = {}
+    found: dict[str, tuple[str, bytes]] = {}
     pos = 0
     for oid in wanted:
         eol = out.index(b"\n", pos)
@@ -137,9 +169,9 @@ def _read_blobs(repo: Path, oids: Iterable[str]) -> dict[str, bytes]:
         if len(header) != 3:
             continue
         size = int(header[2])
-        blobs[oid] = out[pos : pos + size]
+        found[oid] = (header[1].decode(), out[pos : pos + size])
         pos += size + 1
-    return blobs
+    return found
 
 
 def _needed_blobs(index: dict[str, Entry], head: dict[str, Entry] | None, changes: dict[str, str]) -> set[str]:
@@ -180,7 +212,11 @@ def read_staged_snapshot(repo: Path, index_file: str | None = None) -> Snapshot:
     staged changes of ``repo``, with the blobs validation reads."""
     env = None if index_file is None else {"GIT_INDEX_FILE": index_file}
     index = _read_index(repo, env)
-    head = _read_tree(repo, "HEAD")
+    try:
+        head = _read_tree(repo, "HEAD")
+    except TreeTooLarge:
+        # the audit names such a HEAD; the index is judged on its own, as a first commit's is
+        return _snapshot(index, None, diff_status(index, None), partial(_read_blobs, repo))
     return _snapshot(index, head, _read_changes(repo, env), partial(_read_blobs, repo))
 
 
@@ -189,13 +225,19 @@ def read_staged_snapshot_local(local: LocalRepo, index_file: str | None = None) 
     libgit2 loaded already (the hook's service in reverie, ``memfs/hook_service.py``)."""
     entries, changes = local.staged(index_file)
     index = {path: Entry(mode, oid) for path, mode, oid in entries}
-    return _snapshot(index, _local_tree(local, "HEAD"), changes, partial(_local_blobs, local))
+    try:
+        head = _local_tree(local, "HEAD")
+    except TreeTooLarge:  # as read_staged_snapshot: the index judged on its own (``staged`` agrees)
+        head = None
+    return _snapshot(index, head, changes, partial(_local_blobs, local))
 
 
 def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapshot | None:
     """``revision``'s tree as the "index" and ``base`` (default its first parent) as accepted tree.
 
     None when ``revision`` names no commit (a repository without commits).
+    :class:`~orchestrator.memfs.git.TreeTooLarge` when ``revision``'s tree is over a cap; an accepted
+    tree over one is replaced by the tree itself (the tree judged on its own, no change-based rule).
     """
     parent = base if base is not None else f"{revision}^"
     with open_repo(repo) as local:
@@ -203,13 +245,20 @@ def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapsho
             tree = _local_tree(local, revision)
             if tree is None:
                 return None
-            known = _local_tree(local, parent) or {}
+            known = _accepted(partial(_local_tree, local, parent), tree)
             return _snapshot(tree, known, diff_status(tree, known), partial(_local_blobs, local))
     tree = _read_tree(repo, revision)
     if tree is None:
         return None
-    accepted = _read_tree(repo, parent) or {}
+    accepted = _accepted(partial(_read_tree, repo, parent), tree)
     return _snapshot(tree, accepted, diff_status(tree, accepted), partial(_read_blobs, repo))
+
+
+def _accepted(read: Callable[[], dict[str, Entry] | None], tree: dict[str, Entry]) -> dict[str, Entry]:
+    try:
+        return read() or {}
+    except TreeTooLarge:
+        return tree
 
 
 def _local_tree(local: LocalRepo, revision: str) -> dict[str, Entry] | None:

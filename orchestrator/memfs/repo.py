@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, LocalRepo, arun, open_repo, run
+from orchestrator.memfs.git import (
+    MAX_TREE_DEPTH,
+    MAX_TREE_PATHS,
+    GitError,
+    LocalRepo,
+    TreeTooLarge,
+    arun,
+    open_repo,
+    run,
+)
 from orchestrator.memfs.guard import Layout, RepositoryRefused, locate, report, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import (
@@ -492,7 +501,8 @@ _MISSING: dict[tuple[str, str], tuple[str, ...]] = {}
 
 def missing_objects(path: Path, revision: str) -> tuple[str, ...]:
     """The paths of ``revision``'s tree whose objects are missing from the repository (a tree's as
-    ``dir/``), checked once per commit and process. Blocking."""
+    ``dir/``), checked once per commit and process, each object once (at most ``MAX_TREE_PATHS``
+    of them, ``MAX_TREE_DEPTH`` deep: a tree over the caps is the audit's to name). Blocking."""
     key = (str(path), revision)
     if key not in _MISSING:
         with open_repo(path) as local:
@@ -508,17 +518,27 @@ def _missing_in(local: LocalRepo, revision: str) -> tuple[str, ...]:
     if resolved is None:
         return (f"the tree of {revision[:12]}",)
     missing: list[str] = []
-    pending = [("", resolved[1])]
-    while pending:
-        prefix, tree = pending.pop()
-        read = local.read(tree)
-        if read is None:
+    pending = [("", resolved[1], 0)]
+    seen: set[str] = set()
+    while pending and len(seen) < MAX_TREE_PATHS:
+        prefix, tree, depth = pending.pop()
+        if tree in seen:
+            continue  # a subtree named twice is checked once: a tree of shared subtrees stays small
+        seen.add(tree)
+        if local.read(tree) is None:
             missing.append(prefix or "/")
             continue
-        for entry in local.tree_entries(tree):
+        try:
+            entries = local.tree_entries(tree)
+        except TreeTooLarge:
+            continue  # the audit names it
+        for entry in entries:
             name, mode, oid = entry.path, entry.mode, entry.oid
             if mode == "40000":
-                pending.append((f"{prefix}{name}/", oid))
-            elif mode != "160000" and local.read(oid) is None:
-                missing.append(f"{prefix}{name}")
+                if depth < MAX_TREE_DEPTH:
+                    pending.append((f"{prefix}{name}/", oid, depth + 1))
+            elif mode != "160000" and oid not in seen:
+                seen.add(oid)
+                if local.read(oid) is None:
+                    missing.append(f"{prefix}{name}")
     return tuple(sorted(missing))

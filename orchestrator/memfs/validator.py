@@ -40,6 +40,7 @@ from orchestrator.memfs.constraints import (
     read_only_patterns,
     tree_constraint_errors,
 )
+from orchestrator.memfs.git import TreeTooLarge
 from orchestrator.memfs.policy import NEEDS_APPROVAL, ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
 from orchestrator.memfs.rules import (
     legacy_frontmatter_errors,
@@ -328,7 +329,9 @@ def audit_head(
     base: str | None = None,
     config_approved: bool | None = None,
 ) -> ValidationResult:
-    """Audit a committed revision (M8): frontmatter rules and tree constraints, audit report.
+    """Audit a committed revision (M8): frontmatter rules and tree constraints, audit report. A tree
+    over a cap of ``memfs.git`` (``MAX_TREE_PATHS``…) is invalid with one line naming the cap, found
+    without expanding it.
 
     ``base`` is the accepted tree read-only files are compared with; default the revision's first
     parent (an empty tree for a root commit). ``config_approved`` False: a config change since
@@ -336,7 +339,10 @@ def audit_head(
     resolved as the reference's audit does (MEMFS-1.5).
     """
     repo = Path(repo_dir)
-    snapshot = gitsnapshot.read_commit_snapshot(repo, revision, base)
+    try:
+        snapshot = gitsnapshot.read_commit_snapshot(repo, revision, base)
+    except TreeTooLarge as over:
+        return ValidationResult((str(over),), "audit", gitsnapshot.read_policy(repo))
     if snapshot is None:
         return ValidationResult((), "none", gitsnapshot.read_policy(repo))
     policy = gitsnapshot.audit_policy(repo, revision, "MEMORY.md" in snapshot.index)
