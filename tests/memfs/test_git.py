@@ -15,8 +15,19 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.memfs.git import GitError, RepoPool, ask, open_repo, run, using_repo
+from orchestrator.memfs.git import (
+    MAX_TREE_DEPTH,
+    MAX_TREE_PATHS,
+    GitError,
+    RepoPool,
+    TreeTooLarge,
+    ask,
+    open_repo,
+    run,
+    using_repo,
+)
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
+from tests.memfs.tree_bombs import plant
 
 
 def _cli(repo: Path, *args: str) -> bytes:
@@ -424,3 +435,65 @@ def test_libgit2_is_loaded_without_the_ca_bundle_only_while_it_is_the_only_threa
         assert seen["file"] is None and seen["dir"], "no CA file parsed; the lazy directory stays"
     else:
         assert seen["file"] == expected, "another thread: the plain import, with the bundle"
+
+
+# A tree of shared subtrees: bounded walks (docs/architecture.md, "Bounded trees")
+
+
+def test_a_tree_of_ten_million_paths_stops_at_the_path_cap_without_expanding(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    head = plant(repo, fanout=10, levels=7)
+    with open_repo(repo) as local:
+        assert local is not None
+        tree = local.resolve(head)[1]  # type: ignore[index]
+        seen = 0
+        with pytest.raises(TreeTooLarge) as caught:
+            for _ in local.walk(tree):
+                seen += 1
+        assert seen <= MAX_TREE_PATHS
+        assert caught.value.cap == "MAX_TREE_PATHS" and caught.value.path.startswith("bomb/d0/")
+        assert local.oversized(tree) is not None and local.oversized(local.resolve("HEAD~1")[1]) is None  # type: ignore[index]
+    message = str(caught.value)
+    assert "\n" not in message and f"more than {MAX_TREE_PATHS} paths (MAX_TREE_PATHS)" in message
+
+
+def test_a_file_five_thousand_folders_deep_stops_at_the_depth_cap_without_recursion(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    plant(repo, fanout=1, levels=5000)
+    with open_repo(repo) as local:
+        assert local is not None
+        with pytest.raises(TreeTooLarge) as caught:
+            list(local.walk(local.resolve("HEAD")[1]))  # type: ignore[index]
+    assert caught.value.cap == "MAX_TREE_DEPTH" and caught.value.path.count("/") == MAX_TREE_DEPTH
+    assert len(str(caught.value)) < 300 and "…" in str(caught.value)
+
+
+def test_long_names_stop_at_the_byte_cap_below_the_path_cap(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    plant(repo, fanout=2, levels=15, name="n" * 200)  # 2^15 paths of ~3,000 bytes each
+    with open_repo(repo) as local:
+        assert local is not None
+        with pytest.raises(TreeTooLarge) as caught:
+            list(local.walk(local.resolve("HEAD")[1]))  # type: ignore[index]
+    assert caught.value.cap == "MAX_TREE_BYTES"
+
+
+def test_a_real_sized_tree_walks_whole_in_ls_tree_order(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    plant(repo, fanout=10, levels=3)  # 1,000 files under 1,110 folders, well inside every cap
+    expected = [line.split("\t", 1)[1] for line in _cli(repo, "ls-tree", "-r", "HEAD").decode().splitlines()]
+    with open_repo(repo) as local:
+        assert local is not None
+        assert [entry.path for entry in local.walk(local.resolve("HEAD")[1])] == expected  # type: ignore[index]
+
+
+def test_status_of_an_over_cap_head_compares_only_the_work_tree_with_the_index(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    plant(repo, fanout=10, levels=7)
+    (repo / "notes" / "hot.md").write_text("changed\n", encoding="utf-8")
+    (repo / "new.md").write_text("new\n", encoding="utf-8")
+    with open_repo(repo) as local:
+        assert local is not None
+        assert local.status() == ((" M", "notes/hot.md"), ("??", "new.md"))
+        entries, changes = local.staged()
+    assert set(changes.values()) == {"A"} and len(changes) == len(entries) < 10

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from orchestrator.memfs.snapshot import Symlink, build_snapshot
 from orchestrator.memfs.validator import (
     ValidationResult,
@@ -15,6 +17,7 @@ from orchestrator.memfs.validator import (
     validate_snapshot,
     validate_staged,
 )
+from tests.memfs.tree_bombs import plant
 
 HEAD = {"MEMORY.md": "# Memory\n"}
 BLOCKED = (
@@ -232,3 +235,37 @@ def test_audit_of_empty_repository_is_ok(tmp_path: Path) -> None:
     repo.mkdir()
     _git(repo, "init", "-q")
     assert audit_head(repo).ok
+
+
+BOMBS = [pytest.param(10, 7, "MAX_TREE_PATHS", id="ten-million-paths"), pytest.param(1, 5000, "MAX_TREE_DEPTH", id="5000-deep")]
+
+
+@pytest.mark.parametrize(("fanout", "levels", "cap"), BOMBS)
+def test_a_head_over_a_tree_cap_is_invalid_in_one_line_and_its_fix_is_valid(
+    tmp_path: Path, fanout: int, levels: int, cap: str
+) -> None:
+    """The audit names the cap and where it was reached, without expanding the tree; a commit that
+    drops the bomb is judged on its own tree (its parent cannot be listed to compare with)."""
+    repo = _repo(tmp_path)
+    plant(repo, fanout=fanout, levels=levels)
+    result = audit_head(repo)
+    assert result.kind == "audit" and len(result.errors) == 1
+    assert result.errors[0].startswith("bomb/") and f"({cap})" in result.errors[0] and "\n" not in result.errors[0]
+    assert audit_head(repo, revision="HEAD~1").ok
+    fixed = _git(repo, "commit-tree", "-p", "HEAD", "-m", "drop it", _git(repo, "rev-parse", "HEAD~1^{tree}").strip())
+    _git(repo, "update-ref", "HEAD", fixed.strip())
+    assert audit_head(repo).ok
+
+
+@pytest.mark.parametrize(("fanout", "levels", "cap"), BOMBS)
+def test_the_hook_judges_the_index_on_its_own_under_a_head_over_a_cap(
+    tmp_path: Path, fanout: int, levels: int, cap: str
+) -> None:
+    """The hook's git-process path reads HEAD a level at a time and stops at the cap (``ls-tree -r``
+    would print every path); the index is then checked as a first commit's is."""
+    repo = _repo(tmp_path)
+    plant(repo, fanout=fanout, levels=levels)
+    assert validate_staged(repo).ok
+    (repo / "notes.md").write_text("no frontmatter")
+    _git(repo, "add", "notes.md")
+    assert validate_staged(repo).errors == ("notes.md: missing frontmatter (must start with ---)",)
