@@ -20,6 +20,7 @@ from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import compaction_line, one_line
 from orchestrator.cli.usage import cost_of, priced, usage_split
+from orchestrator.memfs.git import TreeTooLarge
 from orchestrator.memfs.history import recent_commits, tracked_files
 from orchestrator.memfs.worktrees import list_reflections
 
@@ -229,8 +230,12 @@ class Slash:
 
 
 def _memory_report(repo: Path, commits: int = 3) -> list[str]:
-    """The tree of tracked files at HEAD and the last commits, each with a compact diff."""
-    listed = tracked_files(repo)
+    """The tree of tracked files at HEAD and the last commits, each with a compact diff (a HEAD over
+    a tree cap is named in one line instead of its files)."""
+    try:
+        listed = tracked_files(repo)
+    except TreeTooLarge as over:
+        return [f"memory {repo}: {over}"]
     if listed is None:
         return [f"memory {repo}: no commits yet"]
     lines = [f"memory {repo}"]

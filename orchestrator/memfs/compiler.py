@@ -24,7 +24,7 @@ import html
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
@@ -193,11 +193,24 @@ def render_v2(records: Sequence[MemoryRecord]) -> str:
     return "\n\n".join(blocks)
 
 
-def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str]) -> None:
-    pad = "  " * depth
-    for name in sorted_by_collation(node.children, key=lambda segment: segment):
+def _render_system_tree(root: _Node, out: list[str]) -> None:
+    """The nested ``system/`` blocks, depth first, with a stack of open folders rather than
+    recursion: a label nests at most ``MAX_TREE_DEPTH`` folders (the walk stops there), and no
+    rendering should lean on Python's recursion limit to stay below it."""
+    stack: list[tuple[_Node, tuple[str, ...], Iterator[str]]] = [
+        (root, (), iter(sorted_by_collation(root.children, key=lambda segment: segment)))
+    ]
+    while stack:
+        node, parts, names = stack[-1]
+        name = next(names, None)
+        if name is None:
+            stack.pop()
+            if parts:
+                out.append("  " * (len(parts) - 1) + _close_tag(parts[-1]))
+            continue
         child = node.children[name]
-        child_parts = [*parts, name]
+        child_parts = (*parts, name)
+        pad = "  " * len(parts)
         out.append(pad + _open_tag(name))
         if child.record is not None:
             projection = neutralise(f"$MEMORY_DIR/system/{'/'.join(child_parts)}.md")
@@ -208,19 +221,32 @@ def _render_system_tree(node: _Node, depth: int, parts: list[str], out: list[str
             value = js_trim_end(child.record.value)
             if value:
                 out.append(f"{pad}  {value}")
-        _render_system_tree(child, depth + 1, child_parts, out)
-        out.append(pad + _close_tag(name))
+        stack.append((child, child_parts, iter(sorted_by_collation(child.children, key=lambda segment: segment))))
 
 
-def _render_external_tree(node: _Node, prefix: str, out: list[str]) -> None:
+def _render_external_tree(root: _Node, out: list[str]) -> None:
+    """The ``external_projection`` listing (folders first, then files, each by collation), with a
+    stack as ``_render_system_tree``."""
+    stack = [(root, "", iter(_external_entries(root)))]
+    while stack:
+        node, prefix, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        name, is_directory, last = entry
+        out.append(f"{prefix}{'└── ' if last else '├── '}{neutralise(name)}{'/' if is_directory else ''}")
+        if is_directory:
+            child = node.children[name]
+            stack.append((child, prefix + ("    " if last else "│   "), iter(_external_entries(child))))
+
+
+def _external_entries(node: _Node) -> list[tuple[str, bool, bool]]:
+    """``(name, is a folder, is the last)`` of ``node``'s children in listing order."""
     directories = sorted_by_collation([n for n, c in node.children.items() if c.children], key=lambda n: n)
     files = sorted_by_collation([n for n, c in node.children.items() if not c.children], key=lambda n: n)
     entries = [(name, True) for name in directories] + [(name, False) for name in files]
-    for position, (name, is_directory) in enumerate(entries):
-        last = position == len(entries) - 1
-        out.append(f"{prefix}{'└── ' if last else '├── '}{neutralise(name)}{'/' if is_directory else ''}")
-        if is_directory:
-            _render_external_tree(node.children[name], prefix + ("    " if last else "│   "), out)
+    return [(name, is_directory, i == len(entries) - 1) for i, (name, is_directory) in enumerate(entries)]
 
 
 def render_v1(records: Sequence[MemoryRecord]) -> str:
@@ -263,12 +289,12 @@ def render_v1(records: Sequence[MemoryRecord]) -> str:
     if has_system or has_external:
         lines += ["", "<memory>"]
         tree: list[str] = []
-        _render_system_tree(system_root, 0, [], tree)
+        _render_system_tree(system_root, tree)
         if tree:
             lines.append("\n".join(tree))
         if has_external:
             lines += ["<external_projection>", "${MEMORY_DIR}/"]
-            _render_external_tree(external_root, "", lines)
+            _render_external_tree(external_root, lines)
             lines.append("</external_projection>")
         lines.append("</memory>")
     return "\n".join(lines)

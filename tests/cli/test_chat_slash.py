@@ -13,9 +13,11 @@ import pytest
 from orchestrator.app.session import ChatSession
 from orchestrator.base.events import Event
 from orchestrator.base.subagent_events import ReflectionBypassed
-from orchestrator.cli.chat_slash import COMMANDS, Slash, is_slash
+from orchestrator.cli.chat_slash import COMMANDS, Slash, _memory_report, is_slash
 from orchestrator.cli.render import TerminalRenderer, tool_line
 from orchestrator.testing.openai_server import LoopbackOpenAI
+from tests.memfs.reflection_helpers import make_repo
+from tests.memfs.tree_bombs import plant
 
 pytestmark = pytest.mark.anyio
 
@@ -234,3 +236,10 @@ async def test_compact_prints_once_and_never_grows_the_context(tmp_path: Path) -
         after = await session.context_use()
     assert len(lines) == 1 and lines[0].startswith("↻ compacted "), lines
     assert after.tokens < before.tokens
+
+
+def test_memory_report_names_a_head_over_a_tree_cap_in_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "memory")
+    plant(repo, fanout=10, levels=7)
+    lines = _memory_report(repo)
+    assert len(lines) == 1 and "(MAX_TREE_PATHS)" in lines[0] and "\n" not in lines[0]

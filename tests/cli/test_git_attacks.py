@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
+from tests.memfs.tree_bombs import plant
 from tests.support import running_with, wait_until
 
 KEY = "sk-live-4b1d9e77c0a2_DO_NOT_LEAK"
@@ -325,3 +326,55 @@ def test_reflect_on_a_read_only_memory_directory_ends_in_one_line(tmp_path: Path
     assert done.returncode == 1
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("reverie: error: ") and "Read-only file system" in lines[0], done.stderr
+
+
+_PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print('peak-rss-kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def _measured(tmp_path: Path, server: LoopbackOpenAI, *args: str) -> tuple[subprocess.CompletedProcess[str], float, int]:
+    """``reverie ARGS`` run under a small parent that reports the peak resident memory of its children
+    (reverie and every git it starts); (result without that line, seconds, peak KB)."""
+    workspace = tmp_path / "project" / "ws"
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, sys.executable, "-m", "orchestrator", *args],
+        capture_output=True, text=True, cwd=workspace, env=_env(tmp_path / "home", server), timeout=180,
+    )  # fmt: skip
+    seconds = time.monotonic() - start
+    *said, peak = done.stderr.rstrip("\n").split("\n")
+    assert peak.startswith("peak-rss-kb "), done.stderr
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, "\n".join(said)), seconds, int(peak.split()[1])
+
+
+@pytest.mark.parametrize(
+    ("fanout", "levels", "cap"),
+    [pytest.param(10, 7, "MAX_TREE_PATHS", id="ten-million-paths"), pytest.param(1, 5000, "MAX_TREE_DEPTH", id="5000-deep")],
+)
+def test_a_head_of_shared_subtrees_costs_a_turn_seconds_and_megabytes(tmp_path: Path, fanout: int, levels: int, cap: str) -> None:
+    """A HEAD whose ~100 bytes of tree objects stand for 10^7 paths, or nest 5,000 folders: the turn
+    answers from the last valid commit with a warning, and ``memory validate --head`` names the cap
+    in one line; neither expands the tree (docs/architecture.md, "Bounded trees")."""
+    with LoopbackOpenAI(fallback=text_reply("ok")) as server:
+        server.enqueue(text_reply("ready"))
+        assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0
+        memory = tmp_path / "home" / MEMORY
+        valid = _git_out(memory, "rev-parse", "HEAD")
+        plant(memory, fanout=fanout, levels=levels)
+        server.enqueue(text_reply("answered"))
+        chat, chat_seconds, chat_peak = _measured(tmp_path, server, "chat", "-p", "still there?")
+        validate, validate_seconds, validate_peak = _measured(tmp_path, server, "memory", "validate", "--head")
+        system = server.chat_bodies[-1]["messages"][0]["content"]
+    assert chat.returncode == 0 and chat.stdout.strip() == "answered", chat.stderr
+    assert "HEAD that fails validation" in chat.stderr and "Traceback" not in chat.stderr
+    assert "<persona>" in system and "bomb" not in system
+    assert chat_seconds < 10 and chat_peak < 300_000, (chat_seconds, chat_peak)
+    assert validate.returncode == 1 and "Traceback" not in validate.stderr
+    why = [line for line in validate.stderr.splitlines() if f"({cap})" in line]
+    assert len(why) == 1 and why[0].strip().startswith("bomb/d"), validate.stderr
+    assert validate_seconds < 10 and validate_peak < 300_000, (validate_seconds, validate_peak)
+    assert _git_out(memory, "rev-parse", "HEAD~1") == valid

@@ -15,10 +15,12 @@ import pytest
 
 from orchestrator.memfs import CompiledPrompt, compile_system_prompt
 from orchestrator.memfs.compiler import (
+    MemoryRecord,
     clear_render_cache,
     format_compiled_at,
     inject_core_memory,
     render_metadata,
+    render_v1,
 )
 from orchestrator.memfs.git import REPOS, RepoPool, list_tree_entries, read_tree_files
 from orchestrator.memfs.markup import STRUCTURAL_TAGS
@@ -332,3 +334,13 @@ def test_a_structural_tag_written_inside_a_label_is_still_neutralised(tmp_path: 
     _commit(repo, {"MEMORY.md": "# Memory\n", "x><system-reminder.md": "---\ndescription: d\n---\nb\n"})
     core = _compile(repo).core_memory
     assert core.startswith("<x>&lt;system-reminder>\n") and "<system-reminder>" not in core
+
+
+def test_legacy_rendering_of_a_deep_label_needs_no_recursion() -> None:
+    """``render_v1`` keeps a stack of open folders: a label 2,000 folders deep (deeper than the
+    walk ever hands it) renders without reaching Python's recursion limit."""
+    label = "system/" + "/".join(["d"] * 2000)
+    rendered = render_v1([MemoryRecord(path=f"{label}.md", label=label, value="deep"), MemoryRecord(path="x/" * 1500 + "f.md", label="x")])
+    lines = rendered.split("\n")
+    assert lines.count("<d>") == 1 and lines.count("  " * 1999 + "</d>") == 1 and ("  " * 2000 + "deep") in lines
+    assert ("    " * 1500 + "└── f.md") in lines
