@@ -518,8 +518,7 @@ def display_path(path: str) -> str:
 MAX_TREE_PATHS: Final = 50_000
 """Entries (files and folders) one walk of a committed tree lists before it stops. Real memory is
 tens to a few thousand files; a tree object can name the same subtree many times, so ~100 bytes of
-objects can stand for 10^7 paths, and listing them all cost every turn (docs/architecture.md,
-"Bounded trees")."""
+objects can stand for 10^7 paths, and listing them all cost every turn (A11)."""
 MAX_TREE_DEPTH: Final = 256
 """Path segments one entry may have. The layout's own limit (``maxDepth``) is a handful; a chain of
 thousands of one-entry trees is a few hundred bytes and would nest deeper than any walk should go."""

@@ -358,7 +358,7 @@ def _measured(tmp_path: Path, server: LoopbackOpenAI, *args: str) -> tuple[subpr
 def test_a_head_of_shared_subtrees_costs_a_turn_seconds_and_megabytes(tmp_path: Path, fanout: int, levels: int, cap: str) -> None:
     """A HEAD whose ~100 bytes of tree objects stand for 10^7 paths, or nest 5,000 folders: the turn
     answers from the last valid commit with a warning, and ``memory validate --head`` names the cap
-    in one line; neither expands the tree (docs/architecture.md, "Bounded trees")."""
+    in one line; neither expands the tree (A11; docs/architecture.md, "Bounded trees")."""
     with LoopbackOpenAI(fallback=text_reply("ok")) as server:
         server.enqueue(text_reply("ready"))
         assert _reverie(tmp_path, server, "chat", "-p", "hello").returncode == 0

@@ -437,7 +437,7 @@ def test_libgit2_is_loaded_without_the_ca_bundle_only_while_it_is_the_only_threa
         assert seen["file"] == expected, "another thread: the plain import, with the bundle"
 
 
-# A tree of shared subtrees: bounded walks (docs/architecture.md, "Bounded trees")
+# A tree of shared subtrees: bounded walks (A11; docs/architecture.md, "Bounded trees")
 
 
 def test_a_tree_of_ten_million_paths_stops_at_the_path_cap_without_expanding(tmp_path: Path) -> None:
