@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orchestrator.memfs import protection
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import TreeTooLarge, open_repo
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.history import first_parents
 
@@ -227,7 +227,10 @@ def _repaired(repo: Path, accepted: str, target: str) -> str | None:
     """The commit to compile for ``target`` when what fails is only a protected file or an
     unapproved config change: ``target`` with those put back as ``accepted`` has them, once that
     passes; the user is warned once per revision. None when something else fails too."""
-    repair = protection.repaired_commit(repo, accepted, target)
+    try:
+        repair = protection.repaired_commit(repo, accepted, target)
+    except TreeTooLarge:
+        return None  # a tree over a cap is not read, so not repaired either: the accepted one is compiled
     if repair is None:
         return None
     common = Path(_repository(repo))
