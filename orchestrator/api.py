@@ -32,7 +32,7 @@ from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession, ContextUse
 from orchestrator.app.stress import StressConfig, StressReport, run_stress
 from orchestrator.base import blocking
-from orchestrator.base.config import Settings, load_settings
+from orchestrator.base.config import Settings, load_settings, parameter_value
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event, ModelCalled, Observer
 from orchestrator.base.paths import (
@@ -255,6 +255,7 @@ def open_session(
     _check_text(agent, "agent")
     if conversation is not None:
         _check_text(conversation, "conversation")
+    price_in, price_out = parameter_value("price_in", price_in), parameter_value("price_out", price_out)
     where = current_home() if home is None else as_home(home)
     place = None if workspace is None else as_path(workspace, "workspace")
     return _open_session(
@@ -351,7 +352,7 @@ async def run_suite(
 
 async def sweep(
     suite: PathArg,
-    triggers: Sequence[str] | None = None,
+    triggers: str | Sequence[str] | None = None,
     out: PathArg | None = None,
     *,
     concurrency: int | None = None,
@@ -373,14 +374,15 @@ async def sweep(
     judge_base_url: str | None = None,
 ) -> SweepReport:
     """``reverie sweep`` as a function: the suite under each reflection-trigger setting
-    (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``), one run each under ``out``, compared
+    (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``; one string is one trigger, a refusal
+    names ``triggers`` and the allowed values), one run each under ``out``, compared
     and decided (``report.summary``: quality with its interval, cost, the Pareto front and the
     recommended setting). ``epochs`` runs every task that many times per setting; tasks that pin
     their own trigger are left out unless ``override_pinned``; ``resume=True`` reuses what the sweep
     recorded (settings, epochs, prices, judge) unless given again."""
     suite = as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
-    settings = expand_triggers(list(triggers)) if triggers else None
+    settings = expand_triggers(triggers) if triggers else None
     plan = await blocking.run_sync("files", partial(
         plan_sweep, suite, settings, out, concurrency=concurrency, executor=executor, processes=processes,
         resume=resume, tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,

@@ -140,7 +140,7 @@ def test_settings_name_each_value_source(tmp_path: Path, monkeypatch: pytest.Mon
     rows = {key: (value, source) for key, value, source in settings.explain()}
     assert rows["model.name"] == ("from-env", "REVERIE_MODEL")
     assert rows["turn.max_steps"] == ("9", "agent setting max_steps")
-    assert rows["compaction.context_window"] == ("9000", "--context-window")
+    assert rows["compaction.context_window"] == ("9000", "context_window")  # a library parameter, not a flag
     assert rows["turn.bash_timeout"] == ("120.0", "default")
 
 

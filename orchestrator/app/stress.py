@@ -69,6 +69,7 @@ from orchestrator.app.stress_faults import (
     small_disk,
 )
 from orchestrator.base import blocking
+from orchestrator.base.config import MERGE_POLICIES
 from orchestrator.base.errors import UsageError
 from orchestrator.memfs.constraints import CONFIG_PATH
 from orchestrator.memfs.git import GitError, LocalRepo, ask
@@ -100,7 +101,6 @@ from orchestrator.memfs.worktrees import Worktree, create_worktree, git_common_d
 __all__ = [
     "BATCH_SIZE",
     "HOT_FILE",
-    "MERGE_POLICIES",
     "VERDICT_OK",
     "ProgressFn",
     "StressConfig",
@@ -111,7 +111,6 @@ __all__ = [
 
 BATCH_SIZE = 5
 HOT_FILE = "notes/hot.md"
-MERGE_POLICIES = ("resolve", "keep")
 VERDICT_OK: Final = "OK: nothing lost, memory valid"
 ProgressFn = Callable[[int, int], None]
 """Called with ``(commits made by the session writers, their total)``."""
@@ -138,8 +137,8 @@ class StressConfig:
     faults: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.merge_policy not in MERGE_POLICIES:
-            raise UsageError(f"--merge-policy must be resolve or keep, got {self.merge_policy!r}")
+        if self.merge_policy not in MERGE_POLICIES.names:
+            raise UsageError(f"merge_policy {self.merge_policy!r}: use {MERGE_POLICIES.allowed()}")
         if self.writers < 1:
             raise UsageError(f"--writers must be at least 1, got {self.writers}")
         if self.commits < 1:

@@ -4,9 +4,15 @@ Precedence, highest first: CLI flag > environment > per-agent settings > ``$REVE
 > defaults. Every value remembers where it came from, so a bad one is reported in the words the user
 wrote it in: ``config.toml: turn.max_steps``, ``REVERIE_MAX_STEPS``, ``--context-window``.
 
+A value is checked by one parser, ``parse_setting``, whichever way it came in (the config file,
+the environment, flags, an agent's settings, a suite's ``settings``, a sweep's ``--trigger``, the
+library's parameters); a setting that takes one of a few names declares them once here as
+``Choices`` (``CHOICES``), and its refusal lists them. Values given to the library are named as
+its parameters (``context_window``); the command line passes ``Flags``, named as its flags.
+
 Choices made here (the specs leave them open): integers must be whole (``1.5`` is refused rather
-than truncated), the context window has the same 256-token floor as ``--context-window`` and suite
-settings, and ``reflection.trigger`` also takes ``step-count:N`` as suites and ``reverie sweep`` do.
+than truncated), the context window has a 256-token floor everywhere, and ``reflection.trigger``
+also takes ``step-count:N`` (which sets ``reflection.step_count``).
 """
 
 from __future__ import annotations
@@ -18,14 +24,48 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.choices import BadValue, Choice, Choices
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import config_path
 
-__all__ = ["SETTING_NAMES", "ConfigError", "Settings", "load_settings", "read_config_file"]
+__all__ = [
+    "CHOICES",
+    "COMPACTION_MODES",
+    "MERGE_POLICIES",
+    "REFLECTION_TRIGGERS",
+    "SANDBOX_MODES",
+    "SETTING_NAMES",
+    "ConfigError",
+    "Flags",
+    "Settings",
+    "load_settings",
+    "parameter_value",
+    "parse_setting",
+    "read_config_file",
+]
 
 
 class ConfigError(ReverieError, ValueError):
     """A bad setting; the message names the source and the key."""
+
+
+class Flags(dict[str, Any]):
+    """Settings given on the command line: a refusal names them as flags (``--context-window``),
+    where a plain mapping's (the library's) are named as parameters (``context_window``)."""
+
+
+REFLECTION_TRIGGERS = Choices((
+    Choice("off"),
+    Choice("compaction-event"),
+    Choice("step-count", "N", "reflection_step_count"),
+))
+"""``reflection.trigger``: when reflection starts by itself (the policy: ``subagents/triggers.py``)."""
+COMPACTION_MODES = Choices.of("sliding_window", "all")
+"""``compaction.mode``: what a compaction summarises (compaction.md)."""
+MERGE_POLICIES = Choices.of("resolve", "keep")
+"""``reflection.merge``: what a conflicting reflection branch gets (DECISIONS D3)."""
+SANDBOX_MODES = Choices.of("auto", "bwrap", "off")
+"""``tools.sandbox``: how the bash tool confines its commands (``tools/sandbox.py``)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +177,6 @@ _ENV: Mapping[str, str] = {
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
     "REVERIE_WRITE_LIMIT_MB": "write_limit_mb",
 }
-_CLI_FLAGS: Mapping[str, str] = {"context_window": "--context-window", "model": "--model"}
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings) if f.name != "sources")
 """Every setting's attribute name, in declaration order (``sources`` is bookkeeping, not a setting)."""
 _TYPES = {f.name: f.type for f in fields(Settings) if f.name != "sources"}
@@ -156,12 +195,16 @@ _MAXIMUM: Mapping[str, float] = {
     "write_limit_mb": 1024 * 1024,
 }
 """Upper bounds: a value past them is a typo or a unit mistake (``1e308`` seconds), never intended."""
-_SANDBOX_MODES = ("auto", "bwrap", "off")
+_PRICES = ("price_in", "price_out")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"API_?KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
-_TRIGGERS = ("off", "compaction-event", "step-count")
-_MODES = ("sliding_window", "all")
-_MERGE_POLICIES = ("resolve", "keep")
+CHOICES: Mapping[str, Choices] = {
+    "reflection_trigger": REFLECTION_TRIGGERS,
+    "compaction_mode": COMPACTION_MODES,
+    "reflection_merge": MERGE_POLICIES,
+    "sandbox": SANDBOX_MODES,
+}
+"""The settings that take one of a few names, with their declaration."""
 _FILE_KEY = {attr: dotted for dotted, attr in _KEYS.items()}
 
 
@@ -195,71 +238,102 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     return flat
 
 
-def _coerce(name: str, value: Any, where: str) -> Any:
-    """``value`` as the setting's type, or a ConfigError that starts with ``where``."""
+def parse_setting(name: str, value: Any) -> dict[str, Any]:
+    """The one parser of a setting's value: ``{name: value}`` as the setting's type, with what the
+    value also sets (``step-count:5`` sets ``reflection_step_count`` too). A refusal is ``BadValue``
+    with the reason alone; the caller names where the value was written (module docstring)."""
+    if name not in _TYPES:
+        raise BadValue(f"unknown setting (known: {', '.join(SETTING_NAMES)})")
+    choices = CHOICES.get(name)
+    if choices is None or not isinstance(value, str) or not value.strip():
+        return {name: _value(name, value)}
+    choice, argument = choices.parse(value)
+    if argument is None:
+        return {name: choice.name}
+    try:
+        return {name: choice.name, choice.into: _value(choice.into, argument)}
+    except BadValue as exc:
+        raise BadValue(f"{choice.spelled}: {exc}") from None
+
+
+def parameter_value(name: str, value: Any) -> Any:
+    """A library parameter that is a setting (``price_in=``), through the setting's parser; None
+    passes. A refusal is a ``ConfigError`` naming the parameter (``price_in = -1: ...``)."""
+    if value is None:
+        return None
+    try:
+        return parse_setting(name, value)[name]
+    except BadValue as exc:
+        raise ConfigError(f"{name} = {value!r}: {exc}") from None
+
+
+def _value(name: str, value: Any) -> Any:
+    """``value`` as the setting's type, or ``BadValue`` saying why not."""
     kind = str(_TYPES[name])
-
-    def bad(reason: str) -> ConfigError:
-        return ConfigError(f"{where} = {value!r}: {reason}")
-
     if value is None or (isinstance(value, str) and not value.strip()):
         if "None" in kind:
             return None
-        raise bad("must not be empty")
+        raise BadValue("must not be empty")
     if kind.startswith("int"):
         if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
-            raise bad("expected a whole number")
+            raise BadValue("expected a whole number")
         try:
             number = int(value.strip()) if isinstance(value, str) else int(value)
         except (TypeError, ValueError):
-            raise bad("expected a whole number") from None
+            raise BadValue("expected a whole number") from None
         if number < _MINIMUM.get(name, 1):
-            raise bad(f"must be at least {_MINIMUM[name]}" if name in _MINIMUM else "must be positive")
+            raise BadValue(f"must be at least {_MINIMUM[name]}" if name in _MINIMUM else "must be positive")
         if name in _MAXIMUM and number > _MAXIMUM[name]:
-            raise bad(f"must be at most {_MAXIMUM[name]:,.0f}")
+            raise BadValue(f"must be at most {_MAXIMUM[name]:,.0f}")
         return number
     if kind.startswith("float"):
         if isinstance(value, bool):
-            raise bad("expected a number")
+            raise BadValue("expected a number")
         try:
             real = float(value)
         except (TypeError, ValueError):
-            raise bad("expected a number") from None
+            raise BadValue("expected a number") from None
+        if name in _PRICES and real == 0:
+            return real
         if not real > 0 or real == float("inf"):
-            raise bad("must be a positive number")
+            raise BadValue("must be zero or more" if name in _PRICES else "must be a positive number")
         if name in _MAXIMUM and real > _MAXIMUM[name]:
-            raise bad(f"must be at most {_MAXIMUM[name]:,.0f}")
+            raise BadValue(f"must be at most {_MAXIMUM[name]:,.0f}")
+        if name == "sliding_percentage" and real > 1:
+            raise BadValue("must be in (0, 1]")
         return real
     if kind.startswith("bool"):
-        return _boolean(value, bad)
+        return _boolean(value)
     if kind.startswith("tuple"):
-        return _names(value, bad)
+        return _names(value)
     if not isinstance(value, str):
-        raise bad("expected a string (in quotes)")
+        raise BadValue("expected a string (in quotes)")
+    if name == "base_url" and not re.match(r"^https?://[^\s/]+", value):
+        raise BadValue("expected an http:// or https:// URL")
     return value
 
 
-def _boolean(value: Any, bad: Any) -> bool:
+def _boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
         return True
     if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
         return False
-    raise bad("expected true or false")
+    raise BadValue("expected true or false")
 
 
-def _names(value: Any, bad: Any) -> tuple[str, ...]:
+def _names(value: Any) -> tuple[str, ...]:
     """``[tools] env``: environment variable names passed to the bash tool; secrets never are."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
-        raise bad("expected a list of environment variable names")
+        raise BadValue("expected a list of environment variable names")
     names = tuple(item.strip() for item in items if item.strip())
     for name in names:
         if not _ENV_NAME.match(name):
-            raise bad(f"{name!r} is not an environment variable name")
+            raise BadValue(f"{name!r} is not an environment variable name")
         if _SECRET_NAME.search(name):
-            raise bad(f"{name} looks like a secret; the bash tool never receives API keys or tokens")
+            raise BadValue(f"{name} looks like a secret; the bash tool never receives API keys or tokens")
     return names
 
 
@@ -267,7 +341,9 @@ def _where(source: str, name: str) -> str:
     if source == "environment":
         return next(var for var, attr in _ENV.items() if attr == name)
     if source == "command line":
-        return _CLI_FLAGS.get(name, f"--{name.replace('_', '-')}")
+        return f"--{name.replace('_', '-')}"
+    if source == "settings":
+        return name
     if source == "agent settings":
         return f"agent setting {name}"
     return f"{source}: {_FILE_KEY.get(name, name)}"
@@ -280,7 +356,8 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     path: Path | None = None,
 ) -> Settings:
-    """Resolve the settings; ``None`` values in ``cli`` mean "flag not given"."""
+    """Resolve the settings; ``None`` values in ``cli`` mean "not given". ``cli`` ranks highest and
+    is named as flags when it is ``Flags`` (the command line), else as parameters (the library)."""
     environ = os.environ if environ is None else environ
     settings = Settings()
     origin: dict[str, str] = {}
@@ -288,49 +365,19 @@ def load_settings(
         (str(path or config_path()), read_config_file(path)),
         ("agent settings", dict(agent or {})),
         ("environment", {attr: environ[var] for var, attr in _ENV.items() if environ.get(var)}),
-        ("command line", {k: v for k, v in (cli or {}).items() if v is not None}),
+        ("command line" if isinstance(cli, Flags) else "settings", {k: v for k, v in (cli or {}).items() if v is not None}),
     ]
     for source, values in layers:
         updates: dict[str, Any] = {}
         for name, value in values.items():
             if name not in _TYPES:
-                raise ConfigError(f"{source}: unknown setting {name!r}")
+                raise ConfigError(f"{source}: unknown setting {name!r} (known: {', '.join(SETTING_NAMES)})")
             where = _where(source, name)
-            if name == "reflection_trigger" and isinstance(value, str) and ":" in value:
-                value, count = _split_trigger(value, where)
-                updates["reflection_step_count"] = count
-                origin["reflection_step_count"] = where
-            updates[name] = _coerce(name, value, where)
-            origin[name] = where
+            try:
+                parsed = parse_setting(name, value)
+            except BadValue as exc:
+                raise ConfigError(f"{where} = {value!r}: {exc}") from None
+            updates.update(parsed)
+            origin.update(dict.fromkeys(parsed, where))
         settings = replace(settings, **updates)
-    _check_choices(settings, origin)
     return replace(settings, sources=origin)
-
-
-def _split_trigger(value: str, where: str) -> tuple[str, int]:
-    base, _, count = value.partition(":")
-    if base != "step-count" or not count.strip().isdigit() or int(count) <= 0:
-        raise ConfigError(f"{where} = {value!r}: only step-count takes :N (a positive whole number)")
-    return base, int(count)
-
-
-def _check_choices(settings: Settings, origin: Mapping[str, str]) -> None:
-    def where(name: str) -> str:
-        return origin.get(name, f"default {name}")
-
-    if settings.sandbox not in _SANDBOX_MODES:
-        raise ConfigError(f"{where('sandbox')} = {settings.sandbox!r}: use {', '.join(_SANDBOX_MODES)}")
-    if settings.compaction_mode not in _MODES:
-        raise ConfigError(f"{where('compaction_mode')} = {settings.compaction_mode!r}: use {' or '.join(_MODES)}")
-    if not 0 < settings.sliding_percentage <= 1:
-        raise ConfigError(f"{where('sliding_percentage')} = {settings.sliding_percentage}: must be in (0, 1]")
-    if settings.reflection_trigger not in _TRIGGERS:
-        raise ConfigError(
-            f"{where('reflection_trigger')} = {settings.reflection_trigger!r}: use {', '.join(_TRIGGERS)} or step-count:N"
-        )
-    if settings.reflection_merge not in _MERGE_POLICIES:
-        raise ConfigError(
-            f"{where('reflection_merge')} = {settings.reflection_merge!r}: use {' or '.join(_MERGE_POLICIES)}"
-        )
-    if settings.base_url is not None and not re.match(r"^https?://[^\s/]+", settings.base_url):
-        raise ConfigError(f"{where('base_url')} = {settings.base_url!r}: expected an http:// or https:// URL")

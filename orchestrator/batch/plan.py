@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.base.config import load_settings
+from orchestrator.base.config import REFLECTION_TRIGGERS, load_settings, parameter_value
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import config_path
 from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
@@ -126,6 +126,7 @@ def run_options(
     """The options every task gets; a broken config file stops the run here (D15), in chat's one line,
     and so does a judge without an endpoint (before any task pays for an answer it cannot grade)."""
     overrides = {k: v for k, v in {"model": model, "context_window": window}.items() if v is not None}
+    price_in, price_out = parameter_value("price_in", price_in), parameter_value("price_out", price_out)
     config = config_file or config_path()
     settings = load_settings(cli=overrides, path=config)
     if judge_model and not (judge_base_url or settings.base_url):
@@ -345,7 +346,7 @@ def plan_sweep(
     elif resume:
         raise UsageError(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
     else:
-        raise UsageError("give at least one --trigger (off, compaction-event or step-count:N[,N...])")
+        raise UsageError(f"give at least one reflection trigger to compare ({REFLECTION_TRIGGERS.allowed()})")
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs {epochs}: run every task at least once per setting")
     rounds = epochs or int(sweep_meta.get("epochs") or 1)

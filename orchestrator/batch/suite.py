@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.choices import BadValue
+from orchestrator.base.config import REFLECTION_TRIGGERS, parse_setting
 from orchestrator.base.errors import ReverieError
 
 __all__ = [
@@ -35,25 +37,24 @@ __all__ = [
 ]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_TRIGGERS = ("off", "compaction-event", "step-count")
-_MODES = ("sliding_window", "all")
 _TASK_KEYS = ("id", "turns", "template", "settings", "checks", "description", "history", "grade")
 _GRADE_KEYS = ("answer", "accept", "ability")
 ABILITIES = ("extraction", "multi-session", "temporal", "knowledge-update", "abstention")
 """LongMemEval's five memory abilities, as a graded task names them (``grade.ability``)."""
 _CHECK_KEYS = ("where", "file", "contains", "regex", "negate")
 
-SETTING_KEYS: Mapping[str, type] = {
-    "max_steps": int,
-    "context_window": int,
-    "model": str,
-    "reflection_trigger": str,
-    "reflection_step_count": int,
-    "compaction_mode": str,
-    "sliding_percentage": float,
-    "summarizer_model": str,
-}
-"""Per-task settings: names of ``orchestrator.base.config.Settings`` fields a suite may set."""
+SETTING_KEYS: tuple[str, ...] = (
+    "max_steps",
+    "context_window",
+    "model",
+    "reflection_trigger",
+    "reflection_step_count",
+    "compaction_mode",
+    "sliding_percentage",
+    "summarizer_model",
+)
+"""Per-task settings: names of ``orchestrator.base.config.Settings`` fields a suite may set; their
+values are checked by the settings' own parser (``parse_setting``)."""
 
 
 class SuiteError(ReverieError, ValueError):
@@ -127,30 +128,18 @@ class Task:
         trigger = self.settings.get("reflection_trigger")
         if trigger is None:
             return None
-        count = self.settings.get("reflection_step_count")
-        return f"{trigger}:{count}" if trigger == "step-count" and count else str(trigger)
+        choice = REFLECTION_TRIGGERS.parse(str(trigger))[0]
+        argument = self.settings.get(choice.into) if choice.into else None
+        return f"{trigger}:{argument}" if argument else str(trigger)
 
 
 def _fail(where: str, line: int, fieldname: str, message: str) -> SuiteError:
     return SuiteError(f"{where}:{line}: {fieldname}: {message}")
 
 
-def _setting(value: Any, kind: type, fail: Any) -> Any:
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise fail(f"expected a positive integer, got {value!r}")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise fail(f"expected a positive number, got {value!r}")
-        return float(value)
-    if not isinstance(value, str) or not value.strip():
-        raise fail(f"expected a non-empty string, got {value!r}")
-    return value
-
-
 def parse_settings(raw: Any, fail_at: Any) -> dict[str, Any]:
-    """Validate a settings object; ``reflection_trigger`` also accepts ``step-count:N``."""
+    """Validate a settings object through the settings' one parser (``step-count:5`` also sets
+    ``reflection_step_count``); a refusal names the field and gives the parser's reason."""
     if not isinstance(raw, dict):
         raise fail_at("settings", f"expected an object, got {type(raw).__name__}")
     out: dict[str, Any] = {}
@@ -158,23 +147,10 @@ def parse_settings(raw: Any, fail_at: Any) -> dict[str, Any]:
         name = f"settings.{key}"
         if key not in SETTING_KEYS:
             raise fail_at(name, f"unknown setting (known: {', '.join(SETTING_KEYS)})")
-        out[key] = _setting(value, SETTING_KEYS[key], lambda msg, n=name: fail_at(n, msg))
-    trigger = out.get("reflection_trigger")
-    if trigger is not None:
-        base, _, count = str(trigger).partition(":")
-        if base not in _TRIGGERS:
-            raise fail_at("settings.reflection_trigger", f"{trigger!r}: use {', '.join(_TRIGGERS)} or step-count:N")
-        if count:
-            if base != "step-count" or not count.isdigit() or int(count) <= 0:
-                raise fail_at("settings.reflection_trigger", f"{trigger!r}: only step-count takes :N (N > 0)")
-            out["reflection_step_count"] = int(count)
-        out["reflection_trigger"] = base
-    if "compaction_mode" in out and out["compaction_mode"] not in _MODES:
-        raise fail_at("settings.compaction_mode", f"{out['compaction_mode']!r}: use {' or '.join(_MODES)}")
-    if "sliding_percentage" in out and not 0 < out["sliding_percentage"] <= 1:
-        raise fail_at("settings.sliding_percentage", f"{out['sliding_percentage']}: must be in (0, 1]")
-    if "context_window" in out and out["context_window"] < 256:
-        raise fail_at("settings.context_window", f"{out['context_window']}: must be at least 256 tokens")
+        try:
+            out.update(parse_setting(key, value))
+        except BadValue as exc:
+            raise fail_at(name, f"{value!r}: {exc}") from None
     return out
 
 

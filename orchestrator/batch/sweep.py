@@ -30,6 +30,8 @@ from typing import Any
 
 from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
+from orchestrator.base.choices import BadValue
+from orchestrator.base.config import REFLECTION_TRIGGERS, parse_setting
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
 from orchestrator.batch.protocol import Executor, HeldAcrossRuns
@@ -79,31 +81,27 @@ class SweepSetting:
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
-def expand_triggers(specs: Sequence[str]) -> list[SweepSetting]:
-    """``off``, ``compaction-event``, ``step-count:5,10,25`` (one setting per count), in order,
-    duplicates once. A bad spec is a ``ValueError`` naming it."""
+def expand_triggers(specs: str | Sequence[str], *, name: str = "triggers") -> list[SweepSetting]:
+    """One setting per trigger, in order, duplicates once: ``off``, ``compaction-event``, and one per
+    argument of a trigger that takes one (``step-count:5,10,25``). A single string is one trigger.
+    Each is checked by the setting's own parser (``parse_setting``); a refusal is a ``UsageError``
+    naming ``name`` (the library's parameter; the command line passes ``--trigger``)."""
     settings: list[SweepSetting] = []
     seen: set[str] = set()
-
-    def add(setting: SweepSetting) -> None:
-        if setting.label not in seen:
-            seen.add(setting.label)
-            settings.append(setting)
-
-    for spec in specs:
-        base, _, counts = spec.strip().partition(":")
-        if base in ("off", "compaction-event") and not counts:
-            add(SweepSetting(base, {"reflection_trigger": base}))
-        elif base == "step-count" and counts:
-            for raw in counts.split(","):
-                if not raw.strip().isdigit() or int(raw) <= 0:
-                    raise UsageError(f"--trigger {spec!r}: step counts must be positive integers, got {raw!r}")
-                n = int(raw)
-                add(SweepSetting(f"step-count-{n}", {"reflection_trigger": "step-count", "reflection_step_count": n}))
-        else:
-            raise UsageError(f"--trigger {spec!r}: use off, compaction-event or step-count:N[,N...]")
+    for spec in [specs] if isinstance(specs, str) else specs:
+        trigger, colon, arguments = spec.strip().partition(":")
+        for argument in arguments.split(",") if colon else [None]:
+            value = trigger if argument is None else f"{trigger}:{argument.strip()}"
+            try:
+                overrides = parse_setting("reflection_trigger", value)
+            except BadValue as exc:
+                raise UsageError(f"{name} {spec!r}: {exc}") from None
+            label = value.replace(":", "-")
+            if label not in seen:
+                seen.add(label)
+                settings.append(SweepSetting(label, overrides))
     if not settings:
-        raise UsageError("give at least one --trigger")
+        raise UsageError(f"give at least one reflection trigger to compare ({name}: {REFLECTION_TRIGGERS.allowed()})")
     return settings
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from orchestrator.base.config import REFLECTION_TRIGGERS
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.aio import run_async
@@ -266,7 +267,8 @@ def sweep(
         list[str] | None,
         typer.Option(
             "--trigger", "-t",
-            help="off, compaction-event or step-count:N[,N...]; repeat for more settings (--resume: the sweep's own).",
+            help=f"{REFLECTION_TRIGGERS.allowed()} (a list compares each: step-count:5,10); repeat for more settings "
+            "(--resume: the sweep's own).",
         ),
     ] = None,
     concurrency: Annotated[
@@ -311,7 +313,7 @@ def sweep(
     with _refused():
         check_free(out or Path("runs") / f"{suite.stem}-sweep")
         try:
-            given = expand_triggers(trigger) if trigger else None
+            given = expand_triggers(trigger, name="--trigger") if trigger else None
         except ValueError as exc:
             fail(str(exc))
         plan = plan_sweep(

@@ -16,13 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator.base.choices import Choices
+from orchestrator.base.config import Flags
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.errors import UserError
 
-__all__ = ["ChatArgs", "parse_chat_args", "run_fast", "start_chat"]
+__all__ = ["INPUT_FORMATS", "OUTPUT_FORMATS", "ChatArgs", "parse_chat_args", "run_fast", "start_chat"]
 
-_OUTPUT_FORMATS = ("text", "json", "stream-json")
-_INPUT_FORMATS = ("text", "stream-json")
+OUTPUT_FORMATS = Choices.of("text", "json", "stream-json")
+"""``--output-format`` of a headless chat (described in ``orchestrator.cli.chat``)."""
+INPUT_FORMATS = Choices.of("text", "stream-json")
+"""``--input-format``: a terminal's or piped text, or stream-json lines."""
 _MIN_CONTEXT_WINDOW = 256
 
 # option spelling -> parameter name, for the options that take a value
@@ -123,10 +127,11 @@ def start_chat(args: ChatArgs) -> int:
         if args.input_format == "stream-json":
             raise UserError("--input-format stream-json reads the messages from stdin: leave out -p")
         args = replace(args, prompt=_read_stdin_prompt())
-    if args.output_format is not None and args.output_format not in _OUTPUT_FORMATS:
-        raise UserError(f"--output-format {args.output_format!r}: use one of {', '.join(_OUTPUT_FORMATS)}")
-    if args.input_format not in _INPUT_FORMATS:
-        raise UserError(f"--input-format {args.input_format!r}: use one of {', '.join(_INPUT_FORMATS)}")
+    for flag, value, choices in (
+        ("--output-format", args.output_format, OUTPUT_FORMATS), ("--input-format", args.input_format, INPUT_FORMATS)
+    ):
+        if value is not None and value not in choices.names:
+            raise UserError(f"{flag} {value!r}: use {choices.allowed()}")
     if args.prompt is not None and not args.prompt.strip():
         raise UserError("--prompt is empty: give the message to send")
     if args.prompt is not None:
@@ -137,7 +142,7 @@ def start_chat(args: ChatArgs) -> int:
     fmt = args.output_format or ("stream-json" if streaming_input else "text")
     if args.output_format is not None and args.prompt is None and not streaming_input:
         raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
-    cli = {"context_window": args.context_window, "model": args.model}
+    cli = Flags(context_window=args.context_window, model=args.model)
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import load_pygit2
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from orchestrator.base.choices import BadValue
+from orchestrator.base.config import COMPACTION_MODES, Flags, parse_setting
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.commands import require_agent_in_home
@@ -21,20 +23,22 @@ from orchestrator.cli.render import compaction_line
 
 __all__ = ["compact", "register"]
 
-_MODES = ("all", "sliding_window")
 
 
 def compact(
     agent: AgentOption = DEFAULT_AGENT_ID,
     conversation: ConversationOption = None,
     mode: Annotated[
-        str | None, typer.Option("--mode", help="all | sliding_window (default: the configured mode).")
+        str | None, typer.Option("--mode", help=f"{COMPACTION_MODES.allowed()} (default: the configured mode).")
     ] = None,
     context_window: ContextWindowOption = None,
 ) -> None:
     """Compact a conversation now: summarise older messages, keep the recent ones."""
-    if mode is not None and mode not in _MODES:
-        raise UserError(f"--mode {mode!r}: use one of {', '.join(_MODES)}")
+    if mode is not None:
+        try:
+            parse_setting("compaction_mode", mode)
+        except BadValue as exc:
+            raise UserError(f"--mode {mode!r}: {exc}") from None
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
     from subagents.compaction import CompactionSubagent
@@ -42,7 +46,7 @@ def compact(
     async def main() -> Any:
         await require_agent_in_home(agent)
         async with ChatSession.open(
-            agent_id=agent, conversation_id=conversation, cli={"context_window": context_window}
+            agent_id=agent, conversation_id=conversation, cli=Flags(context_window=context_window)
         ) as session:
             compactor = session.runner.compactor
             if not isinstance(compactor, CompactionSubagent):

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.base import blocking
-from orchestrator.base.config import SETTING_NAMES, load_settings
+from orchestrator.base.config import SETTING_NAMES, Flags, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, config_path, reverie_home, store_path
 from orchestrator.cli.aio import run_async
@@ -117,7 +117,7 @@ def config(
 ) -> None:
     """Print the effective settings and where each came from (flag > environment > agent > config file > default)."""
     stored = run_async(partial(_agent_settings, agent)) if agent is not None else None
-    settings = load_settings(cli={"model": model, "context_window": context_window}, agent=stored, path=config_path())
+    settings = load_settings(cli=Flags(model=model, context_window=context_window), agent=stored, path=config_path())
     if as_json:
         # lazy: only --json needs it
         import json

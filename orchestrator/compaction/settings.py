@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from orchestrator.base.config import Settings
+from orchestrator.base.config import COMPACTION_MODES, Settings
 from orchestrator.base.errors import ReverieError
 
 __all__ = ["DEFAULT_CLIP_CHARS", "CompactionMode", "CompactionSettings", "CompactionSettingsError"]
 
 CompactionMode = Literal["sliding_window", "all"]
+"""``COMPACTION_MODES`` (``base/config.py``, where they are declared) as a type; a test keeps the two equal."""
 DEFAULT_CLIP_CHARS = 50_000
 
 
@@ -52,7 +53,7 @@ class CompactionSettings:
     clip_chars: int | None = DEFAULT_CLIP_CHARS
 
     def __post_init__(self) -> None:
-        if self.mode not in ("sliding_window", "all"):
+        if self.mode not in COMPACTION_MODES.names:
             raise CompactionSettingsError(_MODE_ERROR.format(mode=self.mode))
         if isinstance(self.sliding_percentage, bool) or not isinstance(self.sliding_percentage, int | float):
             raise CompactionSettingsError(

@@ -25,7 +25,7 @@ def test_bad_line_names_line_and_field_and_nothing_starts(cli: typer.Typer, tmp_
     suite = write_suite(tmp_path / "s.jsonl", bad)
     result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1
-    assert f"{suite}:2: settings.max_steps: expected a positive integer" in result.output
+    assert f"{suite}:2: settings.max_steps: -1: must be positive" in result.output
     assert not (tmp_path / "out").exists()
 
 

@@ -28,7 +28,7 @@ def _suite(*lines: object) -> str:
         ({**GOOD, "checks": [{"contains": "x", "regex": "y"}]}, ":2: checks[0]: give exactly one"),
         ({**GOOD, "checks": [{"regex": "("}]}, ":2: checks[0].regex: invalid regular expression"),
         ({**GOOD, "checks": [{"contains": "a", "colour": 1}]}, ":2: checks[0].colour: unknown field"),
-        ({**GOOD, "settings": {"max_steps": "ten"}}, ":2: settings.max_steps: expected a positive integer"),
+        ({**GOOD, "settings": {"max_steps": "ten"}}, ":2: settings.max_steps: 'ten': expected a whole number"),
         ({**GOOD, "settings": {"max_steps": 0}}, ":2: settings.max_steps:"),
         ({**GOOD, "settings": {"temperature": 1}}, ":2: settings.temperature: unknown setting"),
         ({**GOOD, "settings": {"reflection_trigger": "sometimes"}}, ":2: settings.reflection_trigger:"),

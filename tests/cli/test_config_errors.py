@@ -65,7 +65,7 @@ def test_step_count_trigger_takes_its_count_inline(tmp_path: Path) -> None:
         ("[model]\nrequest_timeout = 1e9\n", "model.request_timeout = 1000000000.0: must be at most 86,400"),
         ("[model]\nmax_response_chars = 0\n", "model.max_response_chars = 0: must be positive"),
         ("[model]\nstream_idle_timeout = inf\n", "model.stream_idle_timeout = inf: must be a positive number"),
-        ('[tools]\nsandbox = "docker"\n', "tools.sandbox = 'docker': use auto, bwrap, off"),
+        ('[tools]\nsandbox = "docker"\n', "tools.sandbox = 'docker': use auto, bwrap or off"),
         ('[tools]\nnetwork = "maybe"\n', "tools.network = 'maybe': expected true or false"),
         ('[tools]\nenv = ["OPENAI_API_KEY"]\n', "OPENAI_API_KEY looks like a secret"),
         ('[tools]\nenv = ["GITHUB_TOKEN"]\n', "GITHUB_TOKEN looks like a secret"),
