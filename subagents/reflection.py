@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from orchestrator.memfs.worktrees import Worktree
     from orchestrator.store import Store
     from subagents.reflection_merge import BranchRetrier
-    from subagents.triggers import TriggerMode
 
 __all__ = ["ReflectionCoordinator", "ReflectionError", "recover_reflections", "render_transcript"]
 
@@ -108,13 +107,21 @@ class ReflectionCoordinator(ReadsSessionContext):
     """Decides, launches and finishes reflections for one agent's conversations."""
 
     def __init__(
-        self, *, context: SessionContext, supervisor: Spawner, resolver: Resolver | None = None
+        self,
+        *,
+        context: SessionContext,
+        supervisor: Spawner,
+        resolver: Resolver | None = None,
+        idle_wait: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self.context = context
         self.supervisor = supervisor
         self.resolver = resolver
+        self.idle_wait = idle_wait
+        """How the session waits out an idle spell (``anyio.sleep``; tests give one they release)."""
         self._active = False
         self._retrier: BranchRetrier | None = None
+        self._idle_scope: anyio.CancelScope | None = None
 
     @property
     def retrier(self) -> BranchRetrier:
@@ -135,14 +142,23 @@ class ReflectionCoordinator(ReadsSessionContext):
         return self._active
 
     async def on_event(self, event: Event, conversation_id: str | None) -> None:
-        """Compaction events arm the trigger (and lift a failure pause, S17)."""
-        if event.kind == "compaction.done" and conversation_id:
+        """Compaction events arm the trigger (and lift a failure pause, S17); a turn's start ends
+        the idle spell the last turn's end began."""
+        if event.kind == "turn.start":
+            self._stop_idle_watch()
+        elif event.kind == "compaction.done" and conversation_id:
             # deferred (here and below): see the module docstring
             from subagents.triggers import after_compaction
 
             await self.store.update_reflection_state(conversation_id, self.agent.agent_id, after_compaction)
 
     async def after_turn(self, runner: TurnRunner, outcome: TurnOutcome) -> None:
+        try:
+            await self._after_turn(outcome)
+        finally:
+            self._watch_idle(outcome.conversation_id)
+
+    async def _after_turn(self, outcome: TurnOutcome) -> None:
         records, state = await self.store.reflections_and_state(self.agent.agent_id, outcome.conversation_id)
         # merge-back is imported only when there is a branch to retry: a one-shot rarely has one
         retried = await self.retrier.retry(turn_end=True, records=records) if any(r.retryable for r in records) else []
@@ -155,20 +171,58 @@ class ReflectionCoordinator(ReadsSessionContext):
                 return
         await self.maybe_launch(outcome.conversation_id)
 
+    async def idle(self, conversation_id: str, seconds: float) -> str | None:
+        """The session has been idle ``seconds``: a wait between turns, or the recorded gap between
+        two sessions of a replayed history. A trigger that asks to be consulted after that long
+        (``triggers.idle_after``) is; the reason for what happened, or None when none asks."""
+        # deferred: see the module docstring
+        from subagents.triggers import idle_after
+
+        wanted = idle_after(self.settings)
+        if wanted is None or seconds < wanted:
+            return None
+        return await self.maybe_launch(conversation_id, idle_seconds=seconds)
+
+    def _watch_idle(self, conversation_id: str) -> None:
+        """After a turn: if the trigger asks to be consulted once the session has been idle a while,
+        wait that long (``idle_wait``) unless the next turn starts first, then ask it."""
+        # deferred: see the module docstring
+        from subagents.triggers import idle_after
+
+        self._stop_idle_watch()
+        wanted = idle_after(self.settings)
+        if wanted is None:
+            return
+        scope = self._idle_scope = anyio.CancelScope()
+
+        async def watch() -> None:
+            with scope:
+                await self.idle_wait(wanted)
+                self._idle_scope = None
+                await self.idle(conversation_id, wanted)
+
+        self.supervisor.watch(f"idle watch of {conversation_id}", watch)
+
+    def _stop_idle_watch(self) -> None:
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+            self._idle_scope = None
+
     async def retry_waiting(self, *, turn_end: bool = True) -> None:
         """D2: pending branches are retried at every turn end (and start-up); kept ones once HEAD moved."""
         await self.retrier.retry(turn_end=turn_end)
 
-    async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
-        """Launch if the trigger says so; returns the reason for what happened."""
+    async def maybe_launch(self, conversation_id: str, *, manual: bool = False, idle_seconds: float = 0.0) -> str:
+        """Launch if the trigger says so (after ``idle_seconds`` of an idle session, see ``idle``);
+        returns the reason for what happened."""
         # deferred: reflection's trigger policy loads at the first turn end (P1)
-        from subagents.triggers import after_success, decide_launch
+        from subagents.triggers import Moment, after_success, decide_launch
 
         state = await self.store.reflection_state(conversation_id, self.agent.agent_id)
         slice_ = await self.store.transcript(conversation_id, state.reflected_through_seq)
         steps = _steps(slice_)
-        mode = cast("TriggerMode", self.settings.reflection_trigger)
-        decision = decide_launch(mode, self.settings.reflection_step_count, state, steps, manual=manual)
+        mode = self.settings.reflection_trigger
+        decision = decide_launch(self.settings, state, Moment(steps, idle_seconds), manual=manual)
         if not decision.launch:
             if state.compaction_pending and steps == 0:
                 await self.store.update_reflection_state(

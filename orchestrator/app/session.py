@@ -10,7 +10,7 @@ here, so the turn runner, the reflection coordinator and the next turn's reminde
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -120,7 +120,10 @@ class ChatSession:
         store_path: Path | None = None,
         suite: Mapping[str, Any] | None = None,
         config_file: Path | None = None,
+        idle_wait: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> AsyncIterator[ChatSession]:
+        """``idle_wait`` is how the session waits out an idle spell between turns (a trigger may
+        ask for one, ``subagents.triggers``); tests give one that waits on their event."""
         async with Runtime.open(
             cli=cli,
             model=model,
@@ -159,6 +162,7 @@ class ChatSession:
                     context=context,
                     supervisor=supervisor,
                     resolver=merge_resolver(MeteredModel(model, resolver_call), context),
+                    idle_wait=idle_wait,
                 )
                 supervisor.after_turn_hooks.append(reflection.after_turn)
                 if observer is not None and hasattr(rt.model, "on_retry"):
@@ -199,6 +203,11 @@ class ChatSession:
         instead of a model call, everything else (steps, context, compaction, the post-turn sync,
         reflection triggers) runs as live (``orchestrator.agent.replay``). ``at`` dates both messages."""
         return await self.supervisor.run_turn(self.runner, self.conversation_id, user, at=at, recorded=assistant)
+
+    async def idle(self, seconds: float) -> str | None:
+        """The conversation has been idle ``seconds`` (a replayed history's gap between recorded
+        sessions): the reflection trigger is asked, as after a live idle spell (``idle_wait``)."""
+        return await self.reflection.idle(self.conversation_id, seconds)
 
     async def reflect_now(self) -> str:
         """A manual reflection (``reverie reflect``): ignores the trigger and any failure pause."""

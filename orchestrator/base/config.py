@@ -61,9 +61,9 @@ REFLECTION_TRIGGERS = Choices((
 ))
 """``reflection.trigger``: when reflection starts by itself (the policy: ``subagents/triggers.py``)."""
 COMPACTION_MODES = Choices.of("sliding_window", "all")
-"""``compaction.mode``: what a compaction summarises (compaction.md)."""
+"""``compaction.mode``: what a compaction summarises (COMPACTION-2.2)."""
 MERGE_POLICIES = Choices.of("resolve", "keep")
-"""``reflection.merge``: what a conflicting reflection branch gets (DECISIONS D3)."""
+"""``reflection.merge``: what a conflicting reflection branch gets (D3)."""
 SANDBOX_MODES = Choices.of("auto", "bwrap", "off")
 """``tools.sandbox``: how the bash tool confines its commands (``tools/sandbox.py``)."""
 

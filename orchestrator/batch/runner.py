@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -399,6 +400,14 @@ def _cost(tokens_in: int, tokens_out: int, options: RunOptions) -> float:
     return round(tokens_in * (options.price_in or 0.0) / 1e6 + tokens_out * (options.price_out or 0.0) / 1e6, 6)
 
 
+def _gap(earlier: str, later: str) -> float:
+    """Seconds between two recorded sessions' dates (``suite.py`` writes them as UTC ISO 8601)."""
+    def moment(date: str) -> datetime:
+        return datetime.fromisoformat(date.replace("Z", "+00:00"))
+
+    return (moment(later) - moment(earlier)).total_seconds()
+
+
 def _now() -> str:
     return utc_now()
 
@@ -470,6 +479,9 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
                 return f"{label}: {outcome.error}" if outcome.status == "error" else None
 
             for number, recorded in enumerate(task.history, start=1):
+                if number > 1:
+                    # the recorded gap between two sessions is idle time (docs/suite-format.md)
+                    await session.idle(_gap(task.history[number - 2].date, recorded.date))
                 await session.new_conversation()
                 for user, assistant in recorded.exchanges:
                     outcome = await session.replay(user, assistant, at=recorded.date)

@@ -35,9 +35,12 @@ AfterTurnHook = Callable[[TurnRunner, TurnOutcome], Awaitable[None]]
 
 class Spawner(Protocol):
     """The part of the supervisor a subagent uses: start a child task whose failure is contained
-    (recorded as ``subagent.failed``) and whose cancellation follows the supervisor's."""
+    (recorded as ``subagent.failed``) and whose cancellation follows the supervisor's; ``watch``
+    starts one that is not subagent work (an idle timer)."""
 
     def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None: ...
+
+    def watch(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None: ...
 
 
 class StartupRecovery(Protocol):

@@ -152,20 +152,30 @@ class Supervisor:
         async def child() -> None:
             try:
                 async with self.capacity:
-                    await fn()
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                message = f"{name} failed: {type(exc).__name__}: {exc}"
-                self.failures.append(message)
-                with anyio.CancelScope(shield=True):
-                    await self.store.record_event("subagent.failed", {"name": name, "error": message})
+                    await self._contained(name, fn)
             finally:
                 self._running -= 1
                 if self._running == 0:
                     self._idle.set()
 
         self._tg.start_soon(child, name=name)
+
+    def watch(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Start a wait that is not subagent work (reflection's idle timer): ``running`` does not
+        count it and ``drain`` does not wait for it, so a one-shot chat ends without it; closing the
+        supervisor cancels it. A failure is contained as a subagent's is."""
+        self._tg.start_soon(self._contained, name, fn, name=name)
+
+    async def _contained(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await fn()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            message = f"{name} failed: {type(exc).__name__}: {exc}"
+            self.failures.append(message)
+            with anyio.CancelScope(shield=True):
+                await self.store.record_event("subagent.failed", {"name": name, "error": message})
 
     async def drain(self, seconds: float = math.inf) -> bool:
         """Wait until no subagent runs (True) or ``seconds`` pass (False)."""
