@@ -9,6 +9,8 @@ declaration there and its policy here.
 * ``off``: never automatically. ``compaction-event``: a compaction of the conversation leaves a
   pending flag that stays until a reflection actually starts or finds nothing to do.
   ``step-count``: once the unreflected transcript holds ``step_count`` assistant steps.
+  ``idle``: once the session has been idle ``idle_seconds`` with something unreflected: no input
+  for that long in a live session, or that much time between two recorded sessions of a replay.
 * A policy may also ask to be consulted once the session has been idle a while (``idle_after``):
   the coordinator then waits that long between turns, or counts a replayed history's gap between
   recorded sessions as that wait (docs/suite-format.md).
@@ -88,10 +90,22 @@ def _step_count(settings: Settings, _state: ReflectionState, moment: Moment) -> 
     return LaunchDecision(False, f"{steps} of {wanted} steps")
 
 
+def _idle(settings: Settings, _state: ReflectionState, moment: Moment) -> LaunchDecision:
+    wanted = settings.reflection_idle_seconds
+    if moment.idle_seconds >= wanted:
+        return LaunchDecision(True, f"idle for {moment.idle_seconds:g} s")
+    return LaunchDecision(False, f"waiting for {wanted:g} s without input")
+
+
+def _idle_seconds(settings: Settings) -> float:
+    return settings.reflection_idle_seconds
+
+
 POLICIES: Mapping[str, Policy] = {
     "off": Policy(_off),
     "compaction-event": Policy(_compaction_event),
     "step-count": Policy(_step_count),
+    "idle": Policy(_idle, idle_after=_idle_seconds),
 }
 """Each trigger of ``REFLECTION_TRIGGERS`` (``base/config.py``) and how it decides."""
 

@@ -58,6 +58,7 @@ REFLECTION_TRIGGERS = Choices((
     Choice("off"),
     Choice("compaction-event"),
     Choice("step-count", "N", "reflection_step_count"),
+    Choice("idle", "SECONDS", "reflection_idle_seconds"),
 ))
 """``reflection.trigger``: when reflection starts by itself (the policy: ``subagents/triggers.py``)."""
 COMPACTION_MODES = Choices.of("sliding_window", "all")
@@ -86,6 +87,8 @@ class Settings:
     fallback_summarizer_model: str | None = None
     reflection_trigger: str = "compaction-event"
     reflection_step_count: int = 25
+    reflection_idle_seconds: float = 300.0
+    """``idle:SECONDS``: how long a session waits without input before it reflects."""
     request_timeout: float = 600.0
     model_attempts: int = 4
     max_response_chars: int = 1_000_000
@@ -148,6 +151,7 @@ _KEYS: Mapping[str, str] = {
     "compaction.fallback_summarizer_model": "fallback_summarizer_model",
     "reflection.trigger": "reflection_trigger",
     "reflection.step_count": "reflection_step_count",
+    "reflection.idle_seconds": "reflection_idle_seconds",
     "model.request_timeout": "request_timeout",
     "model.attempts": "model_attempts",
     "model.max_response_chars": "max_response_chars",
@@ -191,6 +195,7 @@ _MAXIMUM: Mapping[str, float] = {
     "context_window": 100_000_000,
     "summary_reserve": 10_000_000,
     "reflection_step_count": 1_000_000,
+    "reflection_idle_seconds": _DAY,
     "max_response_chars": 100_000_000,
     "write_limit_mb": 1024 * 1024,
 }

@@ -66,3 +66,20 @@ class HoldingModel:
             self.arrived[text].set()
             self.release.wait(HOLD_SECONDS)
         return Planned(text=f"(loopback) {text}")
+
+
+def two_sessions_an_hour_apart(task_id: str = "gap", **settings: Any) -> dict[str, Any]:
+    """A task whose history is two recorded sessions, dated an hour apart, then one question."""
+    def session(date: str, user: str, assistant: str) -> dict[str, Any]:
+        return {"date": date, "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+
+    return {
+        "id": task_id,
+        "history": [
+            session("2023-05-20T10:00:00Z", "my name is Ada Lovelace", "Nice to meet you, Ada."),
+            session("2023-05-20T11:00:00Z", "what a nice day it is", "It is."),
+        ],
+        "turns": ["what is my name?"],
+        "checks": [{"regex": "."}],
+        **({"settings": settings} if settings else {}),
+    }

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from orchestrator.cli.batch import register
-from tests.batch.helpers import TINY, write_suite
+from tests.batch.helpers import TINY, two_sessions_an_hour_apart, write_suite
 
 
 @pytest.fixture
@@ -121,3 +121,12 @@ def test_sweep_over_the_example_suite_flags_its_pinned_tasks(cli: typer.Typer, t
     only_pinned = CliRunner().invoke(cli, ["sweep", str(example), "--trigger", "off", "--task", "reflect-off",
                                            "--out", str(tmp_path / "none")])
     assert only_pinned.exit_code == 1 and "every task pins its own reflection trigger" in only_pinned.output
+
+
+def test_sweep_compares_the_idle_trigger_between_recorded_sessions(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.jsonl", [two_sessions_an_hour_apart()])
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(cli, ["sweep", str(suite), "-t", "idle:30", "-t", "off", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "comparison.json").read_text())
+    assert [(r["setting"], r["reflections"]) for r in rows] == [("idle-30", 1), ("off", 0)]

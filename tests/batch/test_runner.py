@@ -13,13 +13,17 @@ from orchestrator.base.paths import current_home, using_home
 from orchestrator.batch.eventlog import read_events
 from orchestrator.batch.runner import (
     BATCH_GC_THRESHOLDS,
+    RunOptions,
     _EventPump,
     batch_process,
     batch_sqlite_lanes,
     run_home,
+    run_task,
 )
+from orchestrator.batch.suite import parse_task
 from orchestrator.store.schema import STORE_SYNC_VARIABLE, batch_store
 from orchestrator.store.worker import LANES_VARIABLE, SQLITE_LANES
+from tests.batch.helpers import two_sessions_an_hour_apart
 
 pytestmark = pytest.mark.anyio
 
@@ -94,3 +98,15 @@ async def test_the_event_log_is_appended_at_most_once_a_second_and_always_at_the
     await pump.local("task.end", {}, "2026-01-01T00:00:03Z")
     assert await logged("seq") == [1, 2, 3, 4]
 
+
+
+@pytest.mark.parametrize(("trigger", "launched"), [("idle:1800", 1), ("idle:7200", 0)])
+async def test_a_recorded_gap_between_sessions_counts_as_idle_time(tmp_path: Path, trigger: str, launched: int) -> None:
+    task = parse_task(two_sessions_an_hour_apart(reflection_trigger=trigger))
+    result = await run_task(task, RunOptions(out_dir=tmp_path))
+    assert result.status == "passed", result.error
+    assert result.reflections_launched == launched
+    kinds = [e.kind for e in await anyio.to_thread.run_sync(lambda: read_events(tmp_path, task=task.id))]
+    if launched:
+        # between the sessions: after the first one's turn, before the second one's
+        assert kinds.index("reflection.launch") < [i for i, k in enumerate(kinds) if k == "turn.start"][1]

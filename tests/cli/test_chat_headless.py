@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -314,3 +315,30 @@ def test_text_output_says_once_that_a_dirty_memory_holds_reflection_back(tmp_pat
         human.write("An edit not committed yet.\n")
     said = [reverie(tmp_path, "chat", "-p", f"turn {i}").stderr for i in range(3)]
     assert [s.count("⚠ reflection held back: the memory repository has uncommitted changes (human.md)") for s in said] == [1, 0, 0], said
+
+
+def test_a_stream_json_session_idle_past_the_threshold_reflects(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "config.toml").write_text('[reflection]\ntrigger = "idle:0.2"\n', encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "chat", "--input-format", "stream-json"],
+        env=_env(tmp_path, REVERIE_BACKEND=backend), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"type": "user", "text": "my name is Ada Lovelace"}) + "\n")
+        proc.stdin.flush()
+        kinds = []
+        for line in proc.stdout:  # stdin stays open: the session is idle, waiting for input
+            kinds.append(json.loads(line)["type"])
+            if kinds[-1] == "reflection.launch":
+                break
+        assert kinds[-1] == "reflection.launch", kinds
+        assert kinds.index("result") < kinds.index("reflection.launch"), "it reflected after the turn, while idle"
+        proc.communicate(timeout=60)  # closes stdin: the session ends after S23's wait
+    finally:
+        watchdog.cancel()
+    assert proc.returncode == 0
+    assert _db(tmp_path, "SELECT trigger, status FROM reflections") == [("idle", "merged")]

@@ -338,3 +338,64 @@ async def test_a_reflection_that_moves_main_and_expires_the_reflog_loses_nothing
             assert displaced.split()[1:] == [first], displaced
             named = [w for w in warnings if "reflection-" in w and "moved main" in w and displaced.split()[0] in w]
             assert named, warnings
+
+
+class IdleWait:
+    """The session's idle wait (``ChatSession.open(idle_wait=...)``), ended by the test: it tells
+    when the session starts waiting, what for, and whether a turn cut the wait short."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.cut_short = 0
+        self.waiting = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.waiting.set()
+        try:
+            await self.release.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cut_short += 1
+            raise
+
+
+class Launches(Seen):
+    def __init__(self) -> None:
+        super().__init__()
+        self.launched = anyio.Event()
+
+    async def __call__(self, event: Event) -> None:
+        await super().__call__(event)
+        if event.kind == "reflection.launch":
+            self.launched.set()
+
+
+async def test_a_session_idle_past_the_threshold_reflects(tmp_path: Path) -> None:
+    seen, idle = Launches(), IdleWait()
+    cli = {"reflection_trigger": "idle:30"}
+    async with ChatSession.open(agent_id="idle", workspace=tmp_path, cli=cli, observer=seen, idle_wait=idle) as session:
+        await session.send("my name is Ada Lovelace")
+        await idle.waiting.wait()
+        assert idle.waits == [30.0] and "reflection.launch" not in seen.kinds()
+        assert session.supervisor.running == 0, "an idle wait is not subagent work: a one-shot does not wait for it"
+        idle.release.set()
+        await seen.launched.wait()
+        assert await session.supervisor.drain(30)
+        records = await session.runtime.store.reflections("idle")
+        assert [(r.trigger, r.status) for r in records] == [("idle", "merged")]
+        assert "Ada Lovelace" in (session.agent.memory_dir / "human.md").read_text(encoding="utf-8")
+
+
+async def test_input_before_the_threshold_starts_the_idle_wait_again(tmp_path: Path) -> None:
+    seen, idle = Launches(), IdleWait()
+    cli = {"reflection_trigger": "idle:30"}
+    async with ChatSession.open(agent_id="busy", workspace=tmp_path, cli=cli, observer=seen, idle_wait=idle) as session:
+        await session.send("my name is Ada Lovelace")
+        await idle.waiting.wait()
+        idle.waiting = anyio.Event()
+        await session.send("what a nice day")
+        await idle.waiting.wait()
+        assert idle.waits == [30.0, 30.0] and idle.cut_short == 1
+        assert "reflection.launch" not in seen.kinds()
+        assert await session.runtime.store.reflections("busy") == []

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
-
-from typing import Any
 
 from orchestrator.base.config import REFLECTION_TRIGGERS, Settings
 from orchestrator.store import ReflectionState
@@ -16,6 +16,7 @@ from subagents.triggers import (
     after_success,
     backoff_steps,
     decide_launch,
+    idle_after,
 )
 
 STATE = ReflectionState("c", "a")
@@ -68,3 +69,14 @@ def test_backoff_doubles_and_has_a_floor(step_count: int, failures: int) -> None
     wait = backoff_steps(step_count, failures)
     assert wait >= 5
     assert backoff_steps(step_count, failures + 1) == 2 * wait
+
+
+def test_idle_fires_once_the_session_was_idle_long_enough() -> None:
+    idle = Settings(reflection_trigger="idle", reflection_idle_seconds=30.0)
+    assert idle_after(idle) == 30.0
+    assert not decide_launch(idle, STATE, Moment(4)).launch, "a turn's end is no idle time"
+    assert not decide_launch(idle, STATE, Moment(4, 29.5)).launch
+    assert decide_launch(idle, STATE, Moment(4, 30.0)).launch
+    assert not decide_launch(idle, STATE, Moment(0, 3600.0)).launch, "nothing to reflect on"
+    assert not decide_launch(idle, after_failure(after_failure(after_failure(STATE, 1), 2), 3), Moment(9, 60.0)).launch
+    assert idle_after(Settings(reflection_trigger="step-count")) is None
