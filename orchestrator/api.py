@@ -210,7 +210,9 @@ class Session:
         return fresh[-1] if fresh else None
 
     async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
-        """Compact the conversation now (as ``reverie compact``), between turns."""
+        """Compact the conversation now (as ``reverie compact``), between turns; ``mode`` as the
+        ``compaction_mode`` setting takes it (``COMPACTION_MODES``)."""
+        mode = parameter_value("compaction_mode", mode)
         compactor = self._chat.runner.compactor
         if not isinstance(compactor, CompactionSubagent):
             raise UsageError("compaction is not available in this session")

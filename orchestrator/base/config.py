@@ -177,6 +177,8 @@ _ENV: Mapping[str, str] = {
     "REVERIE_MODEL_ATTEMPTS": "model_attempts",
     "REVERIE_MAX_RESPONSE_CHARS": "max_response_chars",
     "REVERIE_SANDBOX": "sandbox",
+    "REVERIE_REFLECTION_TRIGGER": "reflection_trigger",
+    "REVERIE_COMPACTION_MODE": "compaction_mode",
     "REVERIE_TOOL_OVERFLOW_TO_FILE": "overflow_to_file",
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
     "REVERIE_WRITE_LIMIT_MB": "write_limit_mb",
