@@ -96,7 +96,7 @@ def test_errors_on_both_paths_are_one_line(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert fast.returncode == 1
-    assert fast.stderr == "reverie: error: --output-format 'xml': use one of text, json, stream-json\n"
+    assert fast.stderr == "reverie: error: --output-format 'xml': use text, json or stream-json\n"
     slow = subprocess.run(
         [sys.executable, "-m", "orchestrator", "chat", "-p", "hi", "--context-window", "10"],
         capture_output=True, text=True, env=env, timeout=120,
