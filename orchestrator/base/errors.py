@@ -17,6 +17,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   └── ArchiveError                  batch/task_archive.py: a Ray task's archive names a file outside
     │                                     the task's paths, or cannot be read
     ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
+    ├── BadValue (ValueError)             orchestrator/base/choices.py: a value a setting does not take (the reason alone)
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     │   └── StoreDamaged (sqlite3.DatabaseError)  store/records.py: SQLite refused mid-query (damaged file, full disk)
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
