@@ -45,11 +45,13 @@ from orchestrator.base.paths import (
     using_home,
 )
 from orchestrator.batch.executors import make_executor
+from orchestrator.batch.importers import CONTEXT_WINDOW, ImportOptions, import_benchmark, suite_text
 from orchestrator.batch.plan import plan_run, plan_sweep
 from orchestrator.batch.report_html import write_report
 from orchestrator.batch.run import RunReport
 from orchestrator.batch.run import run_suite as _run_suite
 from orchestrator.batch.runner import ProgressSink
+from orchestrator.batch.suite import parse_suite
 from orchestrator.batch.sweep import SweepReport, expand_triggers, run_sweep
 from orchestrator.compaction import CompactionMode
 from orchestrator.models.types import ModelClient
@@ -60,9 +62,11 @@ __all__ = [
     "CompactionResult",
     "ContextUse",
     "ReflectionRecord",
+    "ImportedSuite",
     "Session",
     "TurnOutcome",
     "Usage",
+    "import_suite",
     "load_effective_settings",
     "open_session",
     "report",
@@ -429,3 +433,45 @@ def _check_text(value: object, parameter: str) -> None:
     """An id the library takes is a ``str``: anything else is refused at the call, naming it."""
     if not isinstance(value, str):
         raise TypeError(f"{parameter} must be a str, not {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class ImportedSuite:
+    """What ``import_suite`` wrote: the suite file, its task count and the count per ability."""
+
+    path: Path
+    tasks: int
+    abilities: Mapping[str, int]
+
+
+async def import_suite(
+    benchmark: str,
+    source: Path,
+    out: Path,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    abilities: Sequence[str] = (),
+    context_window: int | None = None,
+) -> ImportedSuite:
+    """``reverie suite import`` as a function: read ``source`` as ``benchmark`` publishes it
+    (``longmemeval``, ``locomo``, ``memoryagentbench``, ``memory-arena``) and write the suite to
+    ``out``; ``sample`` questions spread over the abilities, chosen by ``seed`` (reproducible).
+    A malformed record is a one-line ``SuiteError`` naming it; nothing is written then."""
+    options = ImportOptions(
+        sample=sample, seed=seed, abilities=tuple(abilities),
+        context_window=CONTEXT_WINDOW if context_window is None else context_window,
+    )
+
+    def write() -> ImportedSuite:
+        tasks = import_benchmark(benchmark, Path(source), options)
+        text = suite_text(tasks)
+        parse_suite(text, source=str(out))  # what it wrote must be a suite reverie runs
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text, encoding="utf-8")
+        counts: dict[str, int] = {}
+        for task in tasks:
+            counts[task["grade"]["ability"]] = counts.get(task["grade"]["ability"], 0) + 1
+        return ImportedSuite(Path(out), len(tasks), dict(sorted(counts.items())))
+
+    return await blocking.run_sync("files", write)

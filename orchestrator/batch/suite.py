@@ -38,9 +38,13 @@ __all__ = [
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _TASK_KEYS = ("id", "turns", "template", "settings", "checks", "description", "history", "grade")
-_GRADE_KEYS = ("answer", "accept", "ability")
+_GRADE_KEYS = ("answer", "accept", "ability", "evidence")
 ABILITIES = ("extraction", "multi-session", "temporal", "knowledge-update", "abstention")
-"""LongMemEval's five memory abilities, as a graded task names them (``grade.ability``)."""
+"""LongMemEval's five memory abilities; ``grade.ability`` may name these or any other label
+(``ABILITY``) a benchmark reports scores by (LoCoMo's ``multi-hop``, MemoryAgentBench's
+``conflict-resolution``)."""
+ABILITY = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+"""An ability label: lower-case letters, digits and ``-``."""
 _CHECK_KEYS = ("where", "file", "contains", "regex", "negate")
 
 SETTING_KEYS: tuple[str, ...] = (
@@ -95,16 +99,19 @@ class RecordedSession:
 
     date: str
     exchanges: tuple[tuple[str, str], ...]
+    id: str = ""
 
 
 @dataclass(frozen=True)
 class Grade:
     """The answer key of a graded task (``orchestrator.batch.grading``): ``answer`` as the key gives
-    it, ``accept`` further accepted answers, ``ability`` one of ``ABILITIES`` (or empty)."""
+    it, ``accept`` further accepted answers, ``ability`` its label (or empty), ``evidence`` the ids
+    of the ``history`` sessions that hold the answer."""
 
     answer: str
     accept: tuple[str, ...] = ()
     ability: str = ""
+    evidence: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,9 +220,12 @@ def _parse_history(raw: Any, fail_at: Any) -> tuple[RecordedSession, ...]:
     sessions: list[RecordedSession] = []
     for index, item in enumerate(raw):
         name = f"history[{index}]"
-        if not isinstance(item, dict) or set(item) - {"date", "messages"}:
-            raise fail_at(name, "expected an object with 'date' and 'messages'")
+        if not isinstance(item, dict) or set(item) - {"date", "messages", "id"}:
+            raise fail_at(name, "expected an object with 'date' and 'messages' (and an optional 'id')")
         date = _parse_date(item.get("date"), f"{name}.date", fail_at)
+        session_id = item.get("id", "")
+        if not isinstance(session_id, str):
+            raise fail_at(f"{name}.id", f"expected a string, got {session_id!r}")
         messages = item.get("messages")
         if not isinstance(messages, list) or not messages or len(messages) % 2:
             raise fail_at(f"{name}.messages", "expected a non-empty list of user/assistant pairs")
@@ -234,7 +244,7 @@ def _parse_history(raw: Any, fail_at: Any) -> tuple[RecordedSession, ...]:
                     raise fail_at(f"{where}.content", "expected a non-empty string")
                 pair.append(content)
             exchanges.append((pair[0], pair[1]))
-        sessions.append(RecordedSession(date, tuple(exchanges)))
+        sessions.append(RecordedSession(date, tuple(exchanges), session_id))
     return tuple(sessions)
 
 
@@ -251,9 +261,14 @@ def _parse_grade(raw: Any, fail_at: Any) -> Grade:
     if not isinstance(accept, list) or not all(isinstance(a, str) and a.strip() for a in accept):
         raise fail_at("grade.accept", "expected a list of accepted answers (non-empty strings)")
     ability = raw.get("ability", "")
-    if ability and ability not in ABILITIES:
-        raise fail_at("grade.ability", f"{ability!r}: use one of {', '.join(ABILITIES)}")
-    return Grade(answer=answer, accept=tuple(accept), ability=ability)
+    if ability and not (isinstance(ability, str) and ABILITY.match(ability)):
+        raise fail_at(
+            "grade.ability", f"{ability!r}: a label of lower-case letters, digits and '-' (e.g. {', '.join(ABILITIES)})"
+        )
+    evidence = raw.get("evidence", [])
+    if not isinstance(evidence, list) or not all(isinstance(e, str) and e for e in evidence):
+        raise fail_at("grade.evidence", "expected a list of history session ids")
+    return Grade(answer=answer, accept=tuple(accept), ability=ability, evidence=tuple(evidence))
 
 
 def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
@@ -293,6 +308,11 @@ def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
     settings = parse_settings(raw.get("settings", {}), fail_at)
     grade = _parse_grade(raw["grade"], fail_at) if "grade" in raw else None
     history = _parse_history(raw["history"], fail_at) if "history" in raw else ()
+    if grade is not None:
+        known = {s.id for s in history if s.id}
+        for at, session_id in enumerate(grade.evidence):
+            if session_id not in known:
+                raise fail_at(f"grade.evidence[{at}]", f"{session_id!r}: no history session has this id")
     checks_raw = raw.get("checks", [] if grade is not None else None)
     if not isinstance(checks_raw, list) or (not checks_raw and grade is None):
         raise fail_at("checks", "expected a non-empty list of checks (or a 'grade')")
@@ -314,21 +334,37 @@ def parse_task(raw: Any, *, source: str = "<suite>", line: int = 0) -> Task:
 
 
 def parse_suite(text: str, *, source: str = "<suite>") -> list[Task]:
-    """All tasks of a suite, or the first error. Blank lines are skipped; ids must be unique."""
+    """All tasks of a suite. Blank lines are skipped; ids must be unique. Every line is checked
+    before the verdict, so one error names every problem in the file, a line each (the last says
+    how many), and a suite is fixed in one pass."""
     tasks: list[Task] = []
     seen: dict[str, int] = {}
+    problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise _fail(source, number, "(line)", f"not valid JSON: {exc.msg} at column {exc.colno}") from None
-        task = parse_task(raw, source=source, line=number)
+            problems.append(str(_fail(source, number, "(line)", f"not valid JSON: {exc.msg} at column {exc.colno}")))
+            continue
+        try:
+            task = parse_task(raw, source=source, line=number)
+        except SuiteError as exc:
+            problems.append(str(exc))
+            raw_id = raw.get("id") if isinstance(raw, dict) else None
+            if isinstance(raw_id, str) and raw_id not in seen:
+                seen[raw_id] = number
+            continue
         if task.id in seen:
-            raise _fail(source, number, "id", f"duplicate id {task.id!r} (first on line {seen[task.id]})")
+            problems.append(str(_fail(source, number, "id", f"duplicate id {task.id!r} (first on line {seen[task.id]})")))
+            continue
         seen[task.id] = number
         tasks.append(task)
+    if len(problems) == 1:
+        raise SuiteError(problems[0])
+    if problems:
+        raise SuiteError("\n".join([*problems, f"{source}: {len(problems)} problems"]))
     if not tasks:
         raise SuiteError(f"{source}: the suite has no tasks")
     return tasks
@@ -376,7 +412,7 @@ def task_to_json(task: Task) -> dict[str, Any]:
         out["description"] = task.description
     if task.history:
         out["history"] = [
-            {"date": s.date, "messages": [
+            {"date": s.date, **({"id": s.id} if s.id else {}), "messages": [
                 {"role": role, "content": text} for pair in s.exchanges for role, text in zip(("user", "assistant"), pair, strict=True)
             ]}
             for s in task.history
@@ -387,6 +423,8 @@ def task_to_json(task: Task) -> dict[str, Any]:
             grade["accept"] = list(task.grade.accept)
         if task.grade.ability:
             grade["ability"] = task.grade.ability
+        if task.grade.evidence:
+            grade["evidence"] = list(task.grade.evidence)
         out["grade"] = grade
     return out
 

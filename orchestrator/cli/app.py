@@ -57,7 +57,7 @@ COMMANDS: dict[str, str] = {
     "agents": "orchestrator.cli.home",
 }
 # command groups: name -> module whose ``app`` is the group
-GROUPS: dict[str, str] = {"memory": "orchestrator.cli.memory"}
+GROUPS: dict[str, str] = {"memory": "orchestrator.cli.memory", "suite": "orchestrator.cli.suite"}
 
 _HELP = "Agents whose memory is Markdown in git, with background reflection and compaction."
 

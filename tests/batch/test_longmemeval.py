@@ -1,4 +1,4 @@
-"""The shipped LongMemEval-S benchmark: the vendored data and its converter, a graded run of replayed
+"""The shipped LongMemEval-S benchmark: the vendored data and its importer, a graded run of replayed
 history on the embedded model, the score's honesty (answer keys it never saw), a sweep's decision."""
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ def test_vendored_data_licences_and_converted_suite_are_in_step(tmp_path: Path) 
     questions = (BENCH / "data" / "questions.jsonl").read_text().splitlines()
     sessions = (BENCH / "data" / "sessions.jsonl").read_text().splitlines()
     assert len(questions) == 16 and len(sessions) == 82
-    check = subprocess.run([sys.executable, str(BENCH / "convert.py"), "--check"], capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
     again = tmp_path / "again.jsonl"
-    subprocess.run([sys.executable, str(BENCH / "convert.py"), "--out", str(again)], check=True, capture_output=True)
-    assert again.read_bytes() == SUITE.read_bytes()  # re-runnable, byte for byte
+    subprocess.run(
+        [sys.executable, "-m", "orchestrator", "suite", "import", "memory-arena", str(BENCH / "data"), "-o", str(again)],
+        check=True, capture_output=True,
+    )
+    assert again.read_bytes() == SUITE.read_bytes()  # the shipped suite is what the importer writes, byte for byte
     tasks = load_suite(SUITE)
     abilities = [t.grade.ability for t in tasks if t.grade is not None]
     assert {a: abilities.count(a) for a in set(abilities)} == {
