@@ -50,7 +50,11 @@ def _suite(*lines: object) -> str:
                                                                   {"role": "assistant", "content": " "}]}]},
          ":2: history[0].messages[1].content:"),
         ({**GOOD, "grade": {"answer": ""}}, ":2: grade.answer:"),
-        ({**GOOD, "grade": {"answer": "x", "ability": "telepathy"}}, ":2: grade.ability: 'telepathy'"),
+        ({**GOOD, "grade": {"answer": "x", "ability": "Tele pathy"}}, ":2: grade.ability: 'Tele pathy'"),
+        ({**GOOD, "grade": {"answer": "x", "evidence": ["s9"]}, "history": [
+            {"date": "2023-05-20", "id": "s1", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+        ]}, ":2: grade.evidence[0]: 's9': no history session has this id"),
+        ({**GOOD, "history": [{"date": "2023-05-20", "id": 3, "messages": []}]}, ":2: history[0].id: expected a string"),
         ({**GOOD, "grade": {"answer": "x", "accept": "y"}}, ":2: grade.accept:"),
         ({**GOOD, "grade": {"answer": "x", "key": "y"}}, ":2: grade.key: unknown field"),
         ({"id": "t2", "turns": ["hi"]}, ":2: checks: expected a non-empty list of checks (or a 'grade')"),
@@ -127,3 +131,17 @@ def test_history_and_grade_round_trip_and_replace_checks() -> None:
     assert task.pinned_trigger is None
     pinned = parse_suite(json.dumps({**GOOD, "settings": {"reflection_trigger": "step-count:2"}}))[0]
     assert pinned.pinned_trigger == "step-count:2"
+
+
+def test_every_problem_of_a_suite_is_named_in_one_pass() -> None:
+    text = _suite(
+        GOOD, "{bad json", {**GOOD, "id": "t2", "colour": "red"}, {"turns": ["hi"], "checks": [{"contains": "x"}]},
+        {**GOOD, "id": "t3"}, {**GOOD, "id": "t1"}, {**GOOD, "id": "t4", "checks": [{"contains": "x", "shade": 1}]},
+    )
+    with pytest.raises(SuiteError) as info:
+        parse_suite(text, source="s.jsonl")
+    lines = str(info.value).splitlines()
+    assert [line.split(":")[1] for line in lines[:-1]] == ["2", "3", "4", "6", "7"], lines
+    assert "not valid JSON" in lines[0] and "colour: unknown field" in lines[1] and "id:" in lines[2]
+    assert "duplicate id 't1' (first on line 1)" in lines[3] and "checks[0].shade: unknown field" in lines[4]
+    assert lines[-1] == "s.jsonl: 5 problems"
