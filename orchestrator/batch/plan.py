@@ -350,6 +350,11 @@ def plan_sweep(
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs {epochs}: run every task at least once per setting")
     rounds = epochs or int(sweep_meta.get("epochs") or 1)
+    if rounds > 1 and not load_settings(cli={"model": model} if model else None, path=config_file or config_path()).uses_endpoint:
+        notes.append(
+            f"--epochs {rounds}: the embedded model is deterministic, so every epoch repeats the same answers; "
+            "they add no information (the paired comparison counts each question once)"
+        )
     override = override_pinned or bool(sweep_meta.get("override_pinned"))
     reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
                         judge_model, judge_base_url)

@@ -383,7 +383,9 @@ def load_suite(path: Path) -> list[Task]:
 
 def select_tasks(tasks: list[Task], ids: tuple[str, ...] | list[str] = (), limit: int | None = None) -> list[Task]:
     """``--task ID`` (repeatable) and ``--limit N``: the named tasks (all when none are named), in
-    suite order, then the first ``limit`` of them. An unknown id is a ``SuiteError`` naming it."""
+    suite order, then ``limit`` of them: the first ones, or, when the tasks are graded by ability,
+    the first of each ability in turn (so a limited run measures every ability the suite has),
+    kept in suite order. An unknown id is a ``SuiteError`` naming it."""
     known = {t.id for t in tasks}
     unknown = [i for i in ids if i not in known]
     if unknown:
@@ -391,7 +393,20 @@ def select_tasks(tasks: list[Task], ids: tuple[str, ...] | list[str] = (), limit
         raise SuiteError(f"--task {unknown[0]!r}: no such task in the suite (tasks: {shown})")
     wanted = set(ids)
     chosen = [t for t in tasks if not wanted or t.id in wanted]
-    return chosen if limit is None else chosen[:limit]
+    if limit is None or limit >= len(chosen):
+        return chosen
+    by_ability: dict[str, list[Task]] = {}
+    for task in chosen:
+        by_ability.setdefault(task.grade.ability if task.grade else "", []).append(task)
+    if len(by_ability) == 1:
+        return chosen[:limit]
+    taken: set[str] = set()
+    rounds = max(len(group) for group in by_ability.values())
+    for index in range(rounds):
+        for group in by_ability.values():
+            if index < len(group) and len(taken) < limit:
+                taken.add(group[index].id)
+    return [t for t in chosen if t.id in taken]
 
 
 def task_to_json(task: Task) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Task
-from orchestrator.batch.sweep_stats import pareto_front, recommend, setting_stats
+from orchestrator.batch.paired import Paired, compare_with_best, question_scores
+from orchestrator.batch.sweep_stats import exercised, pareto_front, recommend, setting_stats
 
 __all__ = [
     "COMPARISON_FILE",
@@ -188,6 +189,29 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
                 for a in abilities
             ]
             lines.append(f"| {r['setting']} | " + " | ".join(cells) + " |")
+    paired = summary.get("paired") or []
+    if paired:
+        lines += [
+            "",
+            f"Paired with the best setting, {paired[0]['versus']}, question by question (exact McNemar test; "
+            "difference in score points with its 95% bootstrap interval):",
+            "",
+            "| setting | questions | only the best passed | only this passed | difference [95% interval] | p | detectable |",
+            "|" + "---|" * 7,
+        ]
+        for c in paired:
+            if c["setting"] == c["versus"]:
+                continue
+            lines.append(
+                f"| {c['setting']} | {c['n']} | {c['best_only']} | {c['setting_only']} "
+                f"| {c['difference']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] | {c['p']:.3g} | {'yes' if c['detectable'] else 'no'} |"
+            )
+    if summary.get("detectable"):
+        lines += ["", summary["detectable"][0].upper() + summary["detectable"][1:] + "."]
+    if summary.get("not_exercised"):
+        lines.append(
+            f"Not exercised (the trigger never fired on this suite; kept off the front): {', '.join(summary['not_exercised'])}"
+        )
     lines += ["", f"Pareto front (quality against {summary['cost_unit']}; * above): {', '.join(summary['front'])}"]
     rec = summary.get("recommendation")
     if rec:
@@ -200,19 +224,52 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
 
 
 def decide(
-    rows: Sequence[Mapping[str, Any]], *, pinned: Mapping[str, str], override_pinned: bool, epochs: int
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    pinned: Mapping[str, str],
+    override_pinned: bool,
+    epochs: int,
+    scores: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
-    """Pure: the sweep's summary (``SUMMARY_FILE``): rows, front, recommendation, pinned tasks."""
-    recommendation = recommend(rows)
+    """Pure: the sweep's summary (``SUMMARY_FILE``): rows, front, the paired comparison with the best
+    setting (``scores``: label -> question -> score, ``batch/paired.py``), recommendation, pinned tasks."""
+    paired: list[Paired] = []
+    not_worse: list[str] | None = None
+    measured = [r for r in rows if exercised(r)]
+    if scores and measured:
+        best = str(max(measured, key=lambda r: r["quality"]["mean"] if r.get("quality") else 0.0)["setting"])
+        paired = compare_with_best({str(r["setting"]): scores.get(str(r["setting"]), {}) for r in measured}, best)
+        not_worse = [p.setting for p in paired if not (p.detectable and p.difference < 0)]
+    recommendation = recommend(rows, not_worse)
     return {
         "settings": [dict(r) for r in rows],
         "cost_unit": "cost" if rows and all(r.get("cost") is not None for r in rows) else "tokens",
         "front": pareto_front(rows),
+        "paired": [p.to_json() for p in paired],
+        "detectable": _detectable_sentence(paired),
         "recommendation": None if recommendation is None else recommendation.to_json(),
+        "not_exercised": [str(r["setting"]) for r in rows if not exercised(r)],
         "pinned": dict(pinned),
         "override_pinned": override_pinned,
         "epochs": epochs,
     }
+
+
+def _detectable_sentence(paired: Sequence[Paired]) -> str:
+    """What the paired test can tell at this many questions, in one sentence."""
+    others = [p for p in paired if p.setting != p.versus]
+    if not others:
+        return ""
+    found = [p for p in others if p.detectable]
+    if found:
+        return "detectable differences from the best, " + others[0].versus + ": " + ", ".join(
+            f"{p.setting} {p.difference:+.3f} (p={p.p:.3g})" for p in found
+        )
+    needed = max(p.needed for p in others)
+    return (
+        f"no detectable difference from the best, {others[0].versus}, at n={others[0].n} questions; "
+        f"about {needed} questions would detect a 10-point one"
+    )
 
 
 @dataclass(frozen=True)
@@ -342,6 +399,9 @@ async def _run_settings(
             if on_setting_done is not None:
                 await on_setting_done(setting, report)
     rows = [{**row, **extra} for row, extra in zip(comparison_rows(done), stats, strict=True)]
-    summary = decide(rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs)
+    for row, setting in zip(rows, settings, strict=True):
+        row["exercised"] = setting.overrides.get("reflection_trigger") == "off" or row["reflections"] > 0
+    scores = {setting.label: question_scores(report.results) for setting, report in zip(settings, runs, strict=True)}
+    summary = decide(rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs, scores=scores)
     charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows, summary))
     return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts), summary=summary)

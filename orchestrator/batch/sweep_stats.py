@@ -14,14 +14,17 @@ Choices, written down because each is open:
 * **Cost tolerance**: costs within ``COST_TOLERANCE`` (5%) of each other count as equal. The same
   sweep run twice moves token counts by about 1% (background compaction is timed by the clock), so
   a smaller difference must not decide anything.
-* **Pareto front**: the settings no other setting beats: one beats another when its quality is at
-  least as high and its cost clearly lower (by more than the tolerance), or its quality higher and
-  its cost about the same or lower.
-* **Recommendation**: among the settings whose quality is within the best setting's interval
-  (mean at least the best's lower bound, so no better than noise can tell), the cheapest; settings
-  within the tolerance of that cost tie, and a tie goes to the higher quality, then to the order
-  the settings were given in (so list the simplest first: ``--trigger off`` first). It is always on
-  the front.
+* **Exercised**: a reflection trigger that never fired on the suite (no reflection launched) was
+  not measured at all: its row is marked ``exercised: false`` and kept off the front and out of the
+  recommendation (``off`` is exercised by definition).
+* **Pareto front**: the exercised settings no other setting beats: one beats another when its
+  quality is at least as high and its cost clearly lower (by more than the tolerance), or its
+  quality higher and its cost about the same or lower.
+* **Recommendation**: among the exercised settings not detectably worse than the best one (the
+  paired test of ``batch/paired.py``; without it, those whose mean is within the best one's
+  interval), the cheapest; settings within the tolerance of that cost tie, and a tie goes to the
+  higher quality, then to the order the settings were given in (so list the simplest first:
+  ``--trigger off`` first). It is always on the front.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "Interval",
     "Recommendation",
     "base_task_id",
+    "exercised",
     "mean_interval",
     "pareto_front",
     "recommend",
@@ -160,9 +164,15 @@ def _beats(o: Mapping[str, Any], r: Mapping[str, Any]) -> bool:
     return (qo >= qr and _clearly_cheaper(co, cr)) or (qo > qr and _about_as_cheap(co, cr))
 
 
+def exercised(row: Mapping[str, Any]) -> bool:
+    """Whether the setting's trigger was put to the test (module docstring)."""
+    return bool(row.get("exercised", True))
+
+
 def pareto_front(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The labels of the settings on the quality-cost front, in the rows' order (module docstring)."""
-    return [str(r["setting"]) for r in rows if not any(_beats(o, r) for o in rows if o is not r)]
+    measured = [r for r in rows if exercised(r)]
+    return [str(r["setting"]) for r in measured if not any(_beats(o, r) for o in measured if o is not r)]
 
 
 @dataclass(frozen=True)
@@ -182,13 +192,18 @@ def _describe(row: Mapping[str, Any]) -> str:
     return f"{row['setting']} (quality {q['mean']:.3f} [{q['low']:.3f}, {q['high']:.3f}], {spent})"
 
 
-def recommend(rows: Sequence[Mapping[str, Any]]) -> Recommendation | None:
-    """The module docstring's rule; None without rows."""
+def recommend(rows: Sequence[Mapping[str, Any]], not_worse: Sequence[str] | None = None) -> Recommendation | None:
+    """The module docstring's rule; None without an exercised row. ``not_worse``: the labels the
+    paired test cannot tell from the best (the best among them)."""
+    rows = [r for r in rows if exercised(r)]
     if not rows:
         return None
     best = max(rows, key=_quality)
-    floor = float(best["quality"]["low"]) if best.get("quality") else 0.0
-    close = [r for r in rows if _quality(r) >= floor]
+    if not_worse is not None:
+        close = [r for r in rows if r["setting"] in not_worse or r is best]
+    else:
+        floor = float(best["quality"]["low"]) if best.get("quality") else 0.0
+        close = [r for r in rows if _quality(r) >= floor]
     cheapest = min(_cost(r) for r in close)
     tied = [r for r in close if _about_as_cheap(_cost(r), cheapest)]
     chosen = min(tied, key=lambda r: (-_quality(r), rows.index(r)))
@@ -204,8 +219,6 @@ def recommend(rows: Sequence[Mapping[str, Any]]) -> Recommendation | None:
             reason += f" at the lowest {unit}"
     else:
         saved = 1 - _cost(chosen) / _cost(best) if _cost(best) else 0.0
-        reason = (
-            f"{_describe(chosen)}: quality within the interval of the best, {_describe(best)}, "
-            f"for {saved:.0%} less {unit}"
-        )
+        within = "not detectably worse than" if not_worse is not None else "quality within the interval of"
+        reason = f"{_describe(chosen)}: {within} the best, {_describe(best)}, for {saved:.0%} less {unit}"
     return Recommendation(str(chosen["setting"]), reason + tie)

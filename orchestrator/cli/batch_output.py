@@ -312,6 +312,16 @@ def decision_lines(summary: Mapping[str, Any]) -> list[str]:
         if abilities:
             cells = ", ".join(f"{a} {r['abilities'][a]['mean']:.2f}" for a in abilities if a in r["abilities"])
             lines.append(f"abilities {r['setting']}: {cells}")
+    for c in summary.get("paired") or []:
+        if c["setting"] != c["versus"]:
+            lines.append(
+                f"paired {c['setting']} vs {c['versus']}: {c['difference']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] "
+                f"over {c['n']} questions, p={c['p']:.3g}{' (detectable)' if c['detectable'] else ''}"
+            )
+    if summary.get("detectable"):
+        lines.append(summary["detectable"])
+    if summary.get("not_exercised"):
+        lines.append("not exercised (the trigger never fired; off the front): " + ", ".join(summary["not_exercised"]))
     lines.append(f"Pareto front (quality vs {summary['cost_unit']}, * in the table): {', '.join(summary['front'])}")
     rec = summary.get("recommendation")
     if rec:

@@ -145,3 +145,16 @@ def test_every_problem_of_a_suite_is_named_in_one_pass() -> None:
     assert "not valid JSON" in lines[0] and "colour: unknown field" in lines[1] and "id:" in lines[2]
     assert "duplicate id 't1' (first on line 1)" in lines[3] and "checks[0].shade: unknown field" in lines[4]
     assert lines[-1] == "s.jsonl: 5 problems"
+
+
+def test_a_limit_takes_every_ability_in_turn_and_keeps_suite_order() -> None:
+    from orchestrator.batch.suite import select_tasks
+
+    graded = [
+        {"id": f"{ability}-{i}", "turns": ["q?"], "grade": {"answer": "a", "ability": ability}}
+        for ability in ("extraction", "temporal", "abstention") for i in range(3)
+    ]
+    tasks = parse_suite(_suite(*graded))
+    assert [t.id for t in select_tasks(tasks, limit=4)] == ["extraction-0", "extraction-1", "temporal-0", "abstention-0"]
+    plain = parse_suite(_suite(GOOD, {**GOOD, "id": "t2"}, {**GOOD, "id": "t3"}))
+    assert [t.id for t in select_tasks(plain, limit=2)] == ["t1", "t2"]
