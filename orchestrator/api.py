@@ -400,7 +400,7 @@ async def sweep(
     return await run_sweep(
         list(plan.tasks), list(plan.settings), plan.options, lambda: chosen, resume=plan.resume,
         progress_for=progress_for or (lambda _: None), suite_name=str(plan.suite),
-        epochs=plan.epochs, override_pinned=plan.override_pinned,
+        epochs=plan.epochs, override_pinned=plan.override_pinned, references=plan.references,
     )
 
 
@@ -464,8 +464,9 @@ async def import_suite(
     )
 
     def write() -> ImportedSuite:
-        tasks = import_benchmark(benchmark, Path(source), options)
-        text = suite_text(tasks)
+        lines = import_benchmark(benchmark, Path(source), options)
+        text = suite_text(lines)
+        tasks = [line for line in lines if "reference" not in line]
         parse_suite(text, source=str(out))  # what it wrote must be a suite reverie runs
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text, encoding="utf-8")

@@ -266,6 +266,31 @@ def _memory_arena(path: Path, options: ImportOptions) -> list[tuple[str, dict[st
     return out
 
 
+def arena_references(folder: Path) -> list[dict[str, Any]]:
+    """Reference lines from memory-arena's ``results_snapshot/*_summary.json`` (one per memory
+    system it ran on these questions), labelled with the model that answered; none without it."""
+    snapshot = folder / "results_snapshot"
+    lines = []
+    for path in sorted(snapshot.glob("*_summary.json")) if snapshot.is_dir() else []:
+        raw = _read_json(path)
+        record = _Record(path, "summary")
+        if raw.get("status") != "ok" or raw.get("accuracy") is None:
+            continue
+        models = (raw.get("metadata") or {}).get("models") or {}
+        abilities = {
+            _ARENA_ABILITY[name]: round(float(v["accuracy"]), 4)
+            for name, v in sorted((raw.get("accuracy_by_category") or {}).items()) if name in _ARENA_ABILITY
+        }
+        lines.append({"reference": {
+            "system": record.get(raw, "strategy", str),
+            "model": str(models.get("anthropic_generate") or "unknown"),
+            "quality": round(float(raw["accuracy"]), 4),
+            "abilities": abilities,
+            "source": f"memory-arena results_snapshot, {raw.get('n_seeds', 1)} seed(s)",
+        }})
+    return lines
+
+
 # -- LoCoMo ------------------------------------------------------------------------------------
 
 _LOCOMO_ABILITY: Final = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "abstention"}
@@ -444,7 +469,8 @@ def _sample(items: list[tuple[str, dict[str, Any]]], size: int, seed: int) -> li
 
 
 def import_benchmark(kind: str, source: Path, options: ImportOptions = ImportOptions()) -> list[dict[str, Any]]:
-    """The suite lines (as objects) of ``source`` read as benchmark ``kind``. Blocking."""
+    """The suite lines (as objects) of ``source`` read as benchmark ``kind`` (memory-arena's
+    published results first, as reference lines). Blocking."""
     reader = BENCHMARKS.get(kind)
     if reader is None:
         raise SuiteError(f"unknown benchmark {kind!r}: use one of {', '.join(BENCHMARKS)}")
@@ -460,7 +486,7 @@ def import_benchmark(kind: str, source: Path, options: ImportOptions = ImportOpt
             raise SuiteError(f"sample: expected a positive number of questions, got {options.sample}")
         items = _sample(items, options.sample, options.seed)
     seen: set[str] = set()
-    tasks = []
+    tasks = arena_references(source) if kind == "memory-arena" else []
     for _, task in items:
         if task["id"] in seen:
             raise SuiteError(f"{source}: two questions import as task {task['id']!r}")

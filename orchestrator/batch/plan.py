@@ -23,7 +23,7 @@ from orchestrator.base.paths import config_path
 from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
-from orchestrator.batch.suite import SuiteError, Task, load_suite, select_tasks
+from orchestrator.batch.suite import Reference, SuiteError, Task, load_suite, references, select_tasks
 from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, epoch_tasks, split_pinned
 from orchestrator.batch.template_check import check_templates
 
@@ -80,6 +80,7 @@ class SweepPlan:
     per_setting: int = 0
     kept: Mapping[str, tuple[TaskResult, ...]] = field(default_factory=dict)
     """Per setting label, the recorded results a resumed sweep keeps (its progress starts from them)."""
+    references: tuple[Reference, ...] = ()
 
     def pinned_line(self) -> str | None:
         """What happens to the pinned tasks, for the user; None when no task pins its trigger."""
@@ -382,4 +383,5 @@ def plan_sweep(
         executor=reused.kind, concurrency=reused.jobs, processes=spread, processes_given=given, resume=resume,
         notes=tuple(notes), epochs=rounds, override_pinned=override, pinned=pinned, per_setting=len(compared) * rounds,
         kept=kept,
+        references=tuple(references(suite.read_text(encoding="utf-8"), source=str(suite))),
     )

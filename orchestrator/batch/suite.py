@@ -25,12 +25,14 @@ __all__ = [
     "Check",
     "Grade",
     "RecordedSession",
+    "Reference",
     "SuiteError",
     "Task",
     "load_suite",
     "parse_settings",
     "parse_suite",
     "parse_task",
+    "references",
     "select_tasks",
     "task_from_json",
     "task_to_json",
@@ -112,6 +114,45 @@ class Grade:
     accept: tuple[str, ...] = ()
     ability: str = ""
     evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published result shown beside a sweep's own (``{"reference": {...}}`` lines of a suite):
+    what ``system`` scored on this suite's questions (``quality``, 0..1, per ``abilities`` where
+    published) with ``model``, from ``source``; never run, never compared by the decision."""
+
+    system: str
+    model: str
+    quality: float
+    abilities: Mapping[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"system": self.system, "model": self.model, "quality": self.quality,
+                "abilities": dict(self.abilities), "source": self.source}
+
+
+_REFERENCE_KEYS = ("system", "model", "quality", "abilities", "source")
+
+
+def _parse_reference(raw: Any, fail_at: Any) -> Reference:
+    if not isinstance(raw, dict):
+        raise fail_at("reference", "expected an object with system, model and quality")
+    for key in raw:
+        if key not in _REFERENCE_KEYS:
+            raise fail_at(f"reference.{key}", f"unknown field (known: {', '.join(_REFERENCE_KEYS)})")
+    for key in ("system", "model"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise fail_at(f"reference.{key}", "expected a non-empty string")
+    scores = {"quality": raw.get("quality"), **{f"abilities.{k}": v for k, v in dict(raw.get("abilities") or {}).items()}}
+    for key, value in scores.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise fail_at(f"reference.{key}", f"expected a score between 0 and 1, got {value!r}")
+    if not isinstance(raw.get("abilities", {}), dict) or not isinstance(raw.get("source", ""), str):
+        raise fail_at("reference", "abilities is an object of scores, source a string")
+    return Reference(raw["system"], raw["model"], float(raw["quality"]),
+                     {k: float(v) for k, v in dict(raw.get("abilities") or {}).items()}, raw.get("source", ""))
 
 
 @dataclass(frozen=True)
@@ -349,6 +390,9 @@ def parse_suite(text: str, *, source: str = "<suite>") -> list[Task]:
             problems.append(str(_fail(source, number, "(line)", f"not valid JSON: {exc.msg} at column {exc.colno}")))
             continue
         try:
+            if isinstance(raw, dict) and "reference" in raw:
+                _reference_line(raw, source, number)
+                continue
             task = parse_task(raw, source=source, line=number)
         except SuiteError as exc:
             problems.append(str(exc))
@@ -368,6 +412,26 @@ def parse_suite(text: str, *, source: str = "<suite>") -> list[Task]:
     if not tasks:
         raise SuiteError(f"{source}: the suite has no tasks")
     return tasks
+
+
+def _reference_line(raw: dict[str, Any], source: str, line: int) -> Reference:
+    def fail_at(fieldname: str, message: str) -> SuiteError:
+        return _fail(source, line, fieldname, message)
+
+    if set(raw) != {"reference"}:
+        raise fail_at("reference", "a reference line holds only 'reference'")
+    return _parse_reference(raw["reference"], fail_at)
+
+
+def references(text: str, *, source: str = "<suite>") -> list[Reference]:
+    """The published results a suite carries beside its tasks (already validated by ``parse_suite``)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if '"reference"' in line:
+            raw = json.loads(line)
+            if isinstance(raw, dict) and "reference" in raw:
+                found.append(_reference_line(raw, source, number))
+    return found
 
 
 def load_suite(path: Path) -> list[Task]:

@@ -34,13 +34,13 @@ from orchestrator.base.choices import BadValue
 from orchestrator.base.config import REFLECTION_TRIGGERS, parse_setting
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
+from orchestrator.batch.paired import Paired, compare_with_best, question_scores
 from orchestrator.batch.protocol import Executor, HeldAcrossRuns
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
-from orchestrator.batch.suite import Task
-from orchestrator.batch.paired import Paired, compare_with_best, question_scores
+from orchestrator.batch.suite import Reference, Task
 from orchestrator.batch.sweep_stats import exercised, pareto_front, recommend, setting_stats
 
 __all__ = [
@@ -212,6 +212,12 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"Not exercised (the trigger never fired on this suite; kept off the front): {', '.join(summary['not_exercised'])}"
         )
+    if summary.get("references"):
+        lines += ["", "Published results on these questions (reference rows, not run here):", "",
+                  "| system | model | quality | per ability | source |", "|---|---|---|---|---|"]
+        for ref in summary["references"]:
+            per = ", ".join(f"{k} {v:.3f}" for k, v in ref["abilities"].items()) or "-"
+            lines.append(f"| {ref['system']} | {ref['model']} | {ref['quality']:.3f} | {per} | {ref['source']} |")
     lines += ["", f"Pareto front (quality against {summary['cost_unit']}; * above): {', '.join(summary['front'])}"]
     rec = summary.get("recommendation")
     if rec:
@@ -230,6 +236,7 @@ def decide(
     override_pinned: bool,
     epochs: int,
     scores: Mapping[str, Mapping[str, float]] | None = None,
+    references: Sequence[Reference] = (),
 ) -> dict[str, Any]:
     """Pure: the sweep's summary (``SUMMARY_FILE``): rows, front, the paired comparison with the best
     setting (``scores``: label -> question -> score, ``batch/paired.py``), recommendation, pinned tasks."""
@@ -249,6 +256,7 @@ def decide(
         "detectable": _detectable_sentence(paired),
         "recommendation": None if recommendation is None else recommendation.to_json(),
         "not_exercised": [str(r["setting"]) for r in rows if not exercised(r)],
+        "references": [r.to_json() for r in references],
         "pinned": dict(pinned),
         "override_pinned": override_pinned,
         "epochs": epochs,
@@ -308,6 +316,7 @@ async def run_sweep(
     suite_name: str = "",
     epochs: int = 1,
     override_pinned: bool = False,
+    references: Sequence[Reference] = (),
 ) -> SweepReport:
     """Run every setting one after another, owning ``options.out_dir`` (``rundir``) throughout; see
     ``_run_sweep``. A directory another process runs into is refused with ``RunDirBusy``."""
@@ -315,7 +324,7 @@ async def run_sweep(
         return await _run_sweep(
             tasks, settings, options, make_executor, resume=resume, progress_for=progress_for,
             on_result_for=on_result_for, on_setting_done=on_setting_done, suite_name=suite_name,
-            epochs=epochs, override_pinned=override_pinned,
+            epochs=epochs, override_pinned=override_pinned, references=references,
         )
 
 
@@ -332,6 +341,7 @@ async def _run_sweep(
     suite_name: str = "",
     epochs: int = 1,
     override_pinned: bool = False,
+    references: Sequence[Reference] = (),
 ) -> SweepReport:
     """Run every setting one after another, each with the executor ``make_executor`` gives (a new
     one or the same again: the command line gives one whose workers were forked for every setting
@@ -343,7 +353,7 @@ async def _run_sweep(
     async with workflow(f"sweep {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):
         return await _run_settings(
             tasks, settings, options, make_executor, resume, progress_for, on_result_for, on_setting_done,
-            suite_name, epochs, override_pinned,
+            suite_name, epochs, override_pinned, references,
         )
 
 
@@ -359,6 +369,7 @@ async def _run_settings(
     suite_name: str,
     epochs: int,
     override_pinned: bool,
+    references: Sequence[Reference],
 ) -> SweepReport:
     compared, pinned = split_pinned(tasks, override_pinned)
     if not compared:
@@ -402,6 +413,8 @@ async def _run_settings(
     for row, setting in zip(rows, settings, strict=True):
         row["exercised"] = setting.overrides.get("reflection_trigger") == "off" or row["reflections"] > 0
     scores = {setting.label: question_scores(report.results) for setting, report in zip(settings, runs, strict=True)}
-    summary = decide(rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs, scores=scores)
+    summary = decide(
+        rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs, scores=scores, references=references
+    )
     charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows, summary))
     return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts), summary=summary)

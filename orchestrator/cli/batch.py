@@ -383,7 +383,7 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
             return await run_sweep(
                 list(tasks), list(settings), options, lambda: chosen, resume=resume,
                 progress_for=progress_for, on_result_for=on_result_for, suite_name=str(suite),
-                epochs=plan.epochs, override_pinned=plan.override_pinned,
+                epochs=plan.epochs, override_pinned=plan.override_pinned, references=plan.references,
             )
 
         try:

@@ -322,6 +322,8 @@ def decision_lines(summary: Mapping[str, Any]) -> list[str]:
         lines.append(summary["detectable"])
     if summary.get("not_exercised"):
         lines.append("not exercised (the trigger never fired; off the front): " + ", ".join(summary["not_exercised"]))
+    for ref in summary.get("references") or []:
+        lines.append(f"reference {ref['system']} ({ref['model']}): quality {ref['quality']:.3f} (published, not run here)")
     lines.append(f"Pareto front (quality vs {summary['cost_unit']}, * in the table): {', '.join(summary['front'])}")
     rec = summary.get("recommendation")
     if rec:

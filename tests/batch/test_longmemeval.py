@@ -120,3 +120,20 @@ async def test_sweep_over_the_benchmark_decides_and_counts_tasks_as_they_finish(
     assert str(rows[summary["recommendation"]["setting"]]["quality"]["mean"])[:4] in summary["recommendation"]["reason"]
     markdown = (tmp_path / "sweep" / "summary.md").read_text()
     assert "Recommended:" in markdown and "no_changes" in markdown
+
+
+async def test_a_sweep_of_the_shipped_subset_shows_the_published_references_and_a_paired_decision(tmp_path: Path) -> None:
+    from orchestrator import report, sweep
+
+    result = await sweep(SUITE, ["off", "step-count:2"], tmp_path / "sweep", tasks=SAMPLE[:2])
+    refs = {r["system"]: r for r in result.summary["references"]}
+    assert len(refs) == 16 and refs["mem0"]["model"] == "claude-sonnet-4-6" and refs["mem0"]["quality"] == 0.4071
+    assert refs["mem0"]["abilities"]["extraction"] == 0.6167
+    paired = {c["setting"]: c for c in result.summary["paired"]}
+    assert set(paired) == {"off", "step-count-2"} and all(c["test"] == "mcnemar-exact" and c["n"] == 2 for c in paired.values())
+    assert result.summary["detectable"]
+    page = (await report(tmp_path / "sweep")).read_text(encoding="utf-8")
+    assert 'id="references"' in page and '"system":"mem0"' in page and "claude-sonnet-4-6" in page
+    assert 'id="paired"' in page and '"test":"mcnemar-exact"' in page
+    markdown = (tmp_path / "sweep" / "summary.md").read_text()
+    assert "| mem0 | claude-sonnet-4-6 | 0.407 |" in markdown and "exact McNemar" in markdown
