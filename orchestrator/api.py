@@ -329,6 +329,7 @@ async def run_suite(
     progress: ProgressSink | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
+    estimate: bool = False,
 ) -> RunReport:
     """``reverie run`` as a function: run ``suite``'s tasks into ``out`` and return the report.
 
@@ -338,6 +339,8 @@ async def run_suite(
     into a directory in use is refused (``RunDirBusy``); other refusals are one-line ``ReverieError``s.
     A task with an answer key is graded deterministically, or by ``judge_model`` (an
     OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``).
+    ``estimate=True`` runs the plan on the embedded model into ``out/estimate`` and writes
+    ``out/estimate.json`` (calls, tokens, cost); a real run into ``out`` later reports it beside its spend.
     """
     suite = None if suite is None else as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
@@ -348,6 +351,7 @@ async def run_suite(
         processes=processes, resume=resume, retry_failed=out if retry_failed else None, tasks=tasks, limit=limit,
         model=model, context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
         config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
+        estimate=estimate,
     ))
     chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
     return await _run_suite(
@@ -378,6 +382,7 @@ async def sweep(
     progress_for: Callable[[Any], ProgressSink | None] | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
+    estimate: bool = False,
 ) -> SweepReport:
     """``reverie sweep`` as a function: the suite under each reflection-trigger setting
     (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``; one string is one trigger, a refusal
@@ -394,6 +399,7 @@ async def sweep(
         resume=resume, tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
         context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
         config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
+        estimate=estimate,
     ))
     plan.check_compared()
     chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)

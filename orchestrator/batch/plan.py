@@ -12,14 +12,16 @@ Blocking (reads files): call it off the event loop.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.base.config import REFLECTION_TRIGGERS, load_settings, parameter_value
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import config_path
+from orchestrator.batch.estimate import ESTIMATE_DIR
 from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
@@ -97,6 +99,14 @@ class SweepPlan:
             raise UsageError(
                 "every task pins its own reflection trigger: nothing to compare; give --override-pinned (nothing was run)"
             )
+
+
+def _estimate_dir(out_dir: Path) -> Path:
+    """A fresh ``OUT/estimate`` (an earlier estimate's run is replaced). Blocking."""
+    target = out_dir / ESTIMATE_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    return target
 
 
 def load_tasks(suite: Path) -> list[Task]:
@@ -246,9 +256,13 @@ def plan_run(
     config_file: Path | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
+    estimate: bool = False,
 ) -> RunPlan:
     """Decide a run (see the module docstring). ``retry_failed`` is the run directory whose failed and
-    errored tasks rerun in place; ``suite`` may then be None (the run's own)."""
+    errored tasks rerun in place; ``suite`` may then be None (the run's own). ``estimate`` runs the
+    plan on the embedded model into ``OUT/estimate`` (``batch/estimate.py``)."""
+    if estimate and (resume or retry_failed is not None):
+        raise UsageError("--estimate plans a new run: drop --resume and --retry-failed")
     if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
         raise UsageError("--retry-failed reruns tasks in place: give the run directory once (drop --out)")
     out_dir = retry_failed or out
@@ -262,10 +276,14 @@ def plan_run(
     if out_dir is None:
         out_dir = Path("runs") / suite.stem
         meta = recorded_run(out_dir, required=False) if resume else {}
+    if estimate:
+        out_dir = _estimate_dir(out_dir)
     reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
                         judge_model, judge_base_url)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
                           reused.latency, config_file, reused.judge_model, reused.judge_base_url)
+    if estimate:
+        options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     given, blame, note = _resumed_processes(
         None if processes is None else str(processes), meta, out_dir / "run.json", reused.kind,
         "retrying" if retry_failed else "resuming",
@@ -330,6 +348,7 @@ def plan_sweep(
     config_file: Path | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
+    estimate: bool = False,
 ) -> SweepPlan:
     """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded; so too
     ``epochs`` and ``override_pinned`` (``sweep.json``) and the prices and judge (a setting's
@@ -337,6 +356,10 @@ def plan_sweep(
     pins its own trigger is refused unless ``override_pinned``."""
     selected = _select(load_tasks(suite), tasks, limit)
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
+    if estimate:
+        if resume:
+            raise UsageError("--estimate plans a new sweep: drop --resume")
+        out_dir = _estimate_dir(out_dir)
     recorded, meta, run_file, sweep_meta = _recorded_sweep(out_dir) if resume else ([], {}, out_dir, {})
     notes: list[str] = []
     if settings:
@@ -361,6 +384,8 @@ def plan_sweep(
                         judge_model, judge_base_url)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
                           reused.latency, config_file, reused.judge_model, reused.judge_base_url)
+    if estimate:
+        options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     compared, pinned = split_pinned(selected, override)
     given, blame, note = _resumed_processes(
         None if processes is None else str(processes), meta, run_file, reused.kind, "resuming"

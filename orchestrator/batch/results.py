@@ -119,6 +119,8 @@ class TaskResult:
     memory_bytes: int | None = None
     grade: Mapping[str, Any] | None = None
     quality: float | None = None
+    model_calls: int = 0
+    subagent_calls: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -201,6 +203,8 @@ _SUMS = (
     "wall_time",
     "replayed_turns",
     "replayed_tokens",
+    "model_calls",
+    "subagent_calls",
 )
 
 

@@ -21,6 +21,7 @@ import anyio
 from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
+from orchestrator.batch.estimate import estimate_row, read_estimate, write_estimate
 from orchestrator.batch.protocol import Executor
 from orchestrator.batch.report_html import write_report
 from orchestrator.batch.results import (
@@ -261,6 +262,11 @@ async def _run_tasks(
     summary["executor"] = executor.name
     summary["concurrency"] = executor.concurrency
     summary["resumed"] = len(tasks) - len(todo)
+    if options.estimate:
+        row = estimate_row(summary, options.price_in, options.price_out)
+        await blocking.run_sync("files", partial(write_estimate, out_dir.parent, {"run": row}))
+    else:
+        summary["estimate"] = await blocking.run_sync("files", partial(read_estimate, out_dir))
     await blocking.run_sync("files", partial(write_summary, out_dir / SUMMARY_FILE, summary))
     if again:
         await blocking.run_sync("files", partial(compact_results, results_path))

@@ -113,7 +113,8 @@ COUNTED_KINDS: Mapping[str, str] = {
 @dataclass(frozen=True)
 class RunOptions:
     """What a run adds to every task. ``latency`` > 0 gives the scripted model a simulated latency
-    (benchmarks); prices are USD per million tokens and make ``cost`` appear in results."""
+    (benchmarks); prices are USD per million tokens and make ``cost`` appear in results;
+    ``estimate`` runs every task on the embedded model whatever is configured (``batch/estimate.py``)."""
 
     out_dir: Path
     overrides: Mapping[str, Any] = field(default_factory=dict)
@@ -123,9 +124,11 @@ class RunOptions:
     config_file: str | None = None
     judge_model: str | None = None
     judge_base_url: str | None = None
+    estimate: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "estimate": self.estimate,
             "judge_model": self.judge_model,
             "judge_base_url": self.judge_base_url,
             "config_file": self.config_file,
@@ -147,6 +150,7 @@ class RunOptions:
             config_file=raw.get("config_file"),
             judge_model=raw.get("judge_model"),
             judge_base_url=raw.get("judge_base_url"),
+            estimate=bool(raw.get("estimate")),
         )
 
 
@@ -283,6 +287,8 @@ class _EventPump:
         self.subagent_in = 0
         self.subagent_out = 0
         self.replayed_tokens = 0
+        self.calls = 0
+        self.subagent_calls = 0
         self._lock = anyio.Lock()
 
     def _count_call(self, payload: Mapping[str, Any]) -> None:
@@ -296,9 +302,11 @@ class _EventPump:
             return
         self.tokens_in += prompt
         self.tokens_out += completion
+        self.calls += 1
         if purpose != "chat":
             self.subagent_in += prompt
             self.subagent_out += completion
+            self.subagent_calls += 1
 
     async def local(self, kind: str, payload: Mapping[str, Any], at: str) -> None:
         """A line the runner writes itself (``task.end``), after what is pending."""
@@ -449,7 +457,8 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         start = pump.first("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
         base = await blocking.run_sync("git", partial(_reset, paths, task.memory_files, start))
         await pump.announce(start)
-        model: ModelClient | None = ScriptedModel(latency=options.latency) if options.latency > 0 else None
+        embedded = options.latency > 0 or options.estimate
+        model: ModelClient | None = ScriptedModel(latency=options.latency) if embedded else None
         session_cm = ChatSession.open(
             agent_id=task.id,
             new=True,
@@ -567,6 +576,8 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         memory_bytes=memory_bytes,
         grade=grade,
         quality=quality,
+        model_calls=pump.calls,
+        subagent_calls=pump.subagent_calls,
     )
     try:
         await pump.local("task.end", {"status": status, "checks_passed": passed, "error": error}, _now())

@@ -34,6 +34,7 @@ from orchestrator.base.choices import BadValue
 from orchestrator.base.config import REFLECTION_TRIGGERS, parse_setting
 from orchestrator.base.errors import UsageError
 from orchestrator.batch.charts import write_charts
+from orchestrator.batch.estimate import estimate_row, read_estimate, write_estimate
 from orchestrator.batch.paired import Paired, compare_with_best, question_scores
 from orchestrator.batch.protocol import Executor, HeldAcrossRuns
 from orchestrator.batch.results import TaskResult
@@ -416,5 +417,13 @@ async def _run_settings(
     summary = decide(
         rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs, scores=scores, references=references
     )
+    if options.estimate:
+        figures = {
+            setting.label: estimate_row(report.summary, options.price_in, options.price_out)
+            for setting, report in zip(settings, runs, strict=True)
+        }
+        await blocking.run_sync("files", partial(write_estimate, options.out_dir.parent, figures))
+    else:
+        summary["estimate"] = await blocking.run_sync("files", partial(read_estimate, options.out_dir))
     charts = await blocking.run_sync("files", partial(_save, options.out_dir, rows, summary))
     return SweepReport(rows=tuple(rows), runs=tuple(runs), charts=tuple(charts), summary=summary)

@@ -26,6 +26,8 @@ from orchestrator.cli.batch_output import (
     RunProgress,
     command_line,
     decision_lines,
+    estimate_lines,
+    estimate_table,
     failure_lines,
     progress_bar,
     quality_line,
@@ -84,6 +86,10 @@ ScriptedLatencyOption = Annotated[
     ),
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
+EstimateOption = Annotated[
+    bool,
+    typer.Option("--estimate", help="Run the plan on the embedded model (free) and print the calls, tokens and, with prices, dollars it would spend."),
+]
 JudgeModelOption = Annotated[
     str | None,
     typer.Option("--judge-model", metavar="MODEL", help="Grade answer keys with this LLM judge (OpenAI-compatible) instead of the deterministic grader."),
@@ -165,6 +171,7 @@ def run(
     write_report: ReportOption = False,
     judge_model: JudgeModelOption = None,
     judge_base_url: JudgeBaseUrlOption = None,
+    estimate: EstimateOption = False,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -180,7 +187,7 @@ def run(
             suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
             price_in=price_in, price_out=price_out, latency=scripted_latency, judge_model=judge_model,
-            judge_base_url=judge_base_url,
+            judge_base_url=judge_base_url, estimate=estimate,
         )
         for note in plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
@@ -245,6 +252,9 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
             print(resume_line, file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     summary = report.summary
+    if options.estimate:
+        _print_estimate(out_dir.parent)
+        return
     _out.print(results_table(report.results, summary, f"{suite} · {chosen.name} executor · concurrency {jobs}",
                              width=_out.width))
     for line in failure_lines(report.results):
@@ -256,9 +266,21 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
         verb = "kept" if retry_failed else "already done"
         _out.print(f"{'retried' if retry_failed else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
     _out.print(f"results: {out_dir / RESULTS_FILE}   summary: {out_dir / SUMMARY_FILE}   events: {out_dir / 'events'}")
+    for line in estimate_lines(summary.get("estimate"), {"run": summary}):
+        _out.print(line, markup=False)
     after_run(out_dir, write=write_report)
     if summary["failed"] or summary["error"]:
         raise typer.Exit(1)
+
+
+def _print_estimate(out_dir: Path) -> None:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.batch.estimate import ESTIMATE_FILE, read_estimate
+
+    figures = read_estimate(out_dir)
+    if figures is not None:
+        _out.print(estimate_table(figures))
+        _out.print(f"estimate: {out_dir / ESTIMATE_FILE} (the embedded model's calls; a real model's subagents may make more)")
 
 
 def sweep(
@@ -299,6 +321,7 @@ def sweep(
     judge_base_url: JudgeBaseUrlOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
+    estimate: EstimateOption = False,
 ) -> None:
     """Run the suite under each reflection-trigger setting, compare them and recommend one.
 
@@ -320,7 +343,7 @@ def sweep(
             suite, given, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             tasks=task, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
             context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-            judge_model=judge_model, judge_base_url=judge_base_url,
+            judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
         )
         for note in plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
@@ -403,10 +426,16 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
                 "--quiet": quiet, "--report": write_report,
             }), file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
+    if options.estimate:
+        _print_estimate(out_dir.parent)
+        return
     _out.print(sweep_table(report.summary, f"sweep of {suite}", width=_out.width))
     for line in decision_lines(report.summary):
         _out.print(line, markup=False)
     _out.print(f"summary: {out_dir / SUMMARY_FILE}   charts: {', '.join(str(p) for p in report.charts)}")
+    by_setting = {str(row["setting"]): row for row in report.summary["settings"]}
+    for line in estimate_lines(report.summary.get("estimate"), by_setting):
+        _out.print(line, markup=False)
     after_run(out_dir, write=write_report)
 
 

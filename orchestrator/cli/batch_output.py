@@ -332,3 +332,32 @@ def decision_lines(summary: Mapping[str, Any]) -> list[str]:
         verb = "compared (--override-pinned)" if summary.get("override_pinned") else "left out (--override-pinned compares them)"
         lines.append(f"pinned, {verb}: " + ", ".join(f"{k} ({v})" for k, v in summary["pinned"].items()))
     return lines
+
+
+def estimate_table(figures: Mapping[str, Any]) -> Table:
+    """``--estimate``'s figures: a row per setting (``run`` for a plain run) and the total."""
+    table = Table(title="estimate (the embedded model ran the plan; nothing was spent)", title_justify="left")
+    for name in ("setting", "model calls", "of them subagents'", "prompt tokens", "completion tokens", "cost"):
+        table.add_column(name, justify="left" if name == "setting" else "right", no_wrap=True)
+    rows = [*figures["settings"].items(), ("total", figures["total"])]
+    for label, row in rows:
+        cost = "-" if row.get("cost") is None else f"${row['cost']:.4f}"
+        table.add_row(label, f"{row['calls']:,}", f"{row['subagent_calls']:,}", f"{row['prompt_tokens']:,}",
+                      f"{row['completion_tokens']:,}", cost)
+    return table
+
+
+def estimate_lines(estimate: Mapping[str, Any] | None, actual: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A real run's spend next to the estimate made before it (``OUT/estimate.json``), per setting."""
+    if not estimate:
+        return []
+    lines = []
+    for label, figures in estimate["settings"].items():
+        row = actual.get(label)
+        if row is None:
+            continue
+        spent = int(row.get("tokens_in", row.get("main_tokens_in", 0) + row.get("subagent_tokens_in", 0)) or 0)
+        planned = int(figures["prompt_tokens"])
+        change = f" ({(spent - planned) / planned:+.0%})" if planned else ""
+        lines.append(f"estimate {label}: {planned:,} prompt tokens estimated, {spent:,} spent{change}")
+    return lines
