@@ -44,7 +44,9 @@ def estimate_row(summary: Mapping[str, Any], price_in: float | None, price_out: 
 
 def write_estimate(out_dir: Path, rows: Mapping[str, Mapping[str, Any]]) -> Path:
     """``OUT/estimate.json``: setting (``run`` for a plain run) -> its row, and the total. Blocking."""
-    total = {k: sum(int(r[k]) for r in rows.values()) for k in ("calls", "subagent_calls", "prompt_tokens", "completion_tokens")}
+    total: dict[str, Any] = {
+        k: sum(int(r[k]) for r in rows.values()) for k in ("calls", "subagent_calls", "prompt_tokens", "completion_tokens")
+    }
     costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
     total["cost"] = round(sum(costs), 6) if costs else None
     out_dir.mkdir(parents=True, exist_ok=True)
