@@ -421,17 +421,20 @@ class CompactionSubagent(ReadsSessionContext):
         state.preparing = done
         fixed = self._fixed(system)
         self.supervisor.spawn(
-            f"compaction-prepare-{conversation_id}", partial(self._prepare, conversation_id, fixed, done)
+            f"compaction-prepare-{conversation_id}", partial(self._prepare, conversation_id, fixed, done, tuple(history))
         )
 
-    async def _prepare(self, conversation_id: str, fixed: int, done: anyio.Event) -> None:
-        """Background (C4): plan and summarise a snapshot; the trigger applies it if still valid."""
+    async def _prepare(
+        self, conversation_id: str, fixed: int, done: anyio.Event, history: Sequence[StoredMessage]
+    ) -> None:
+        """Background (C4): plan and summarise the snapshot the trigger saw (not what the store holds
+        when the job starts, so the same conversation always prepares the same summary); the trigger
+        applies it if still valid."""
         # deferred: the subagent's events load with its first run (P1)
         from orchestrator.base.subagent_events import CompactionFailed, CompactionStarted
 
         state = self._state(conversation_id)
         try:
-            history = await self.store.in_context(conversation_id)
             messages = [m.message for m in history]
             plan = self._plan(messages, fixed, None)
             if plan.evicted_count == 0 or plan.refused:

@@ -494,6 +494,9 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
                 await session.new_conversation()
                 for user, assistant in recorded.exchanges:
                     outcome = await session.replay(user, assistant, at=recorded.date)
+                    # no one waits on a recorded exchange: the subagents it started finish before the
+                    # next one, so a replay's compactions and reflections, and its tokens, repeat exactly
+                    await session.supervisor.drain()
                     replayed += 1
                     steps += outcome.steps
                     error = await after(outcome, f"history session {number}")

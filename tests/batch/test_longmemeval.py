@@ -137,3 +137,13 @@ async def test_a_sweep_of_the_shipped_subset_shows_the_published_references_and_
     assert 'id="paired"' in page and '"test":"mcnemar-exact"' in page
     markdown = (tmp_path / "sweep" / "summary.md").read_text()
     assert "| mem0 | claude-sonnet-4-6 | 0.407 |" in markdown and "exact McNemar" in markdown
+
+
+async def test_identical_runs_report_identical_token_totals(tmp_path: Path) -> None:
+    tasks = select_tasks(await anyio.to_thread.run_sync(load_suite, SUITE), SAMPLE[:2])
+    options = {"reflection_trigger": "step-count", "reflection_step_count": 2}
+    totals = []
+    for name in ("one", "two"):
+        report = await run_suite(tasks, RunOptions(out_dir=tmp_path / name, overrides=options), LocalExecutor(2))
+        totals.append({r.id: (r.tokens_in, r.tokens_out, r.model_calls, r.reflections_launched) for r in report.results})
+    assert totals[0] == totals[1] and all(calls for _, _, calls, _ in totals[0].values())
