@@ -115,6 +115,18 @@ _REMEMBER = (
     re.compile(r"^(?:设定|记住)\s*[:：]\s*(.+)$", re.S),
 )
 _FACT = re.compile(r"^(?:my name is|i prefer|i like|i use|call me|我叫|我喜欢|我更喜欢|我习惯|我用)", re.I)
+_ABOUT_ME = re.compile(
+    r"^(?:i(?:'m|'ve| am| was| have| had| live| lived| work| worked| moved| graduated| bought| got| started"
+    r"| finished| own| spent| visited| went| recently| just| usually| always| never| love| hate| enjoy)\b"
+    r"|my\s+(?:[a-z'-]+\s+){0,2}(?:is|was|are|were)\b)",
+    re.I,
+)
+"""A sentence in which the user states something about themselves, in the first person."""
+_SENTENCE_END = re.compile(r"(?<=[.!])\s+")
+ABOUT_ME_MAX = 160
+"""Longer first-person sentences are narration, not a fact worth a memory line."""
+ABOUT_ME_PER_REFLECTION = 6
+"""At most this many such sentences per reflection: memory keeps the user's facts, not the transcript."""
 _PERSONA_WORDS = re.compile(
     r"\b(?:answers?|repl(?:y|ies)|respon(?:d|ses?)|you|your|yourself)\b|回答|回复|你", re.I
 )
@@ -652,11 +664,28 @@ _NUMBERED = re.compile(r"^\s*\d+\t", re.M)
 
 def _new_items(lines: Iterable[str], known: set[str]) -> list[str]:
     items: list[str] = []
+    about_me = 0
     for line in lines:
         rule = _stated_rule(line) or (" ".join(line.split()).rstrip(".。") if _FACT.match(line) else None)
-        if rule and rule.casefold() not in known and rule not in items:
-            items.append(rule)
+        found = [rule] if rule else []
+        if not found and about_me < ABOUT_ME_PER_REFLECTION:
+            found = [s for s in _about_me(line) if s.casefold() not in known][: ABOUT_ME_PER_REFLECTION - about_me]
+            about_me += len(found)
+        for item in found:
+            if item.casefold() not in known and item not in items:
+                items.append(item)
     return items
+
+
+def _about_me(line: str) -> list[str]:
+    """The first-person statements of fact in a user line (``_ABOUT_ME``), not its questions."""
+    out = []
+    for sentence in _SENTENCE_END.split(" ".join(line.split())):
+        sentence = sentence.strip()
+        if "?" in sentence or len(sentence) > ABOUT_ME_MAX or not _ABOUT_ME.match(sentence):
+            continue
+        out.append(sentence.rstrip(".!"))
+    return out
 
 
 def _slice_items(result: Message) -> list[str]:

@@ -345,6 +345,27 @@ async def test_reflection_commits_new_items_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_reflection_keeps_what_the_user_states_about_themselves() -> None:
+    transcript = "\n".join(
+        [
+            "[user] I graduated with a degree in Business Administration. Can you suggest some careers?",
+            "[assistant] I am an assistant and I like lists.",
+            "[user] My daily commute is 45 minutes each way! What podcasts fit that?",
+            "[user] Do I have time for a course? " + "I went to many places and " * 10 + "it was long.",
+            "[user] The weather is nice today.",
+        ]
+    )
+    response = await reply(reflect_request(Message("user", transcript)))
+    (call,) = response.message.tool_calls
+    command = json.loads(call.arguments)["command"]
+    assert "- I graduated with a degree in Business Administration" in command
+    assert "- My daily commute is 45 minutes each way" in command
+    assert "assistant" not in command.split("&&")[0] and "podcasts" not in command and "weather" not in command
+    assert "went to many places" not in command  # narration past the length cap is not a fact
+    assert "remember 2 item(s)" in command
+
+
+@pytest.mark.anyio
 async def test_reflection_with_nothing_new_does_not_commit() -> None:
     records = json.dumps(
         [{"kind": "user", "text": "I use pnpm"}, {"kind": "assistant", "text": "my name is bot"}]
