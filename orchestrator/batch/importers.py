@@ -23,7 +23,17 @@ from typing import Any, Final
 
 from orchestrator.batch.suite import SuiteError
 
-__all__ = ["BENCHMARKS", "CONTEXT_WINDOW", "ImportOptions", "import_benchmark", "suite_text"]
+__all__ = [
+    "BENCHMARKS",
+    "CONTEXT_WINDOW",
+    "LOCOMO_ABSTAIN",
+    "MAB_CHUNK",
+    "MAB_SPLITS",
+    "ImportOptions",
+    "arena_references",
+    "import_benchmark",
+    "suite_text",
+]
 
 CONTEXT_WINDOW: Final = 4000
 """Each imported task's window, so compaction happens inside the replayed history as in a long chat."""

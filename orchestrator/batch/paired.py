@@ -31,7 +31,16 @@ from typing import Any, Final
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.sweep_stats import base_task_id
 
-__all__ = ["ALPHA", "EFFECT", "Paired", "compare_with_best", "mcnemar_exact", "question_scores", "questions_needed"]
+__all__ = [
+    "ALPHA",
+    "EFFECT",
+    "RESAMPLES",
+    "Paired",
+    "compare_with_best",
+    "mcnemar_exact",
+    "question_scores",
+    "questions_needed",
+]
 
 ALPHA: Final = 0.05
 EFFECT: Final = 0.10

@@ -21,6 +21,7 @@ from orchestrator.base.errors import ReverieError
 
 __all__ = [
     "ABILITIES",
+    "ABILITY",
     "SETTING_KEYS",
     "Check",
     "Grade",

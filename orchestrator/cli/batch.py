@@ -38,11 +38,12 @@ from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
 
 __all__ = [
-    "MAX_CONCURRENCY",
     "ConcurrencyOption",
+    "EstimateOption",
     "ExecutorOption",
     "JudgeBaseUrlOption",
     "JudgeModelOption",
+    "MAX_CONCURRENCY",
     "ModelOption",
     "PriceInOption",
     "PriceOutOption",

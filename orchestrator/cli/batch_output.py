@@ -30,6 +30,8 @@ __all__ = [
     "RunProgress",
     "command_line",
     "decision_lines",
+    "estimate_lines",
+    "estimate_table",
     "failure_lines",
     "program",
     "progress_bar",

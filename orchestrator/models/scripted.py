@@ -53,6 +53,8 @@ from .types import (
 )
 
 __all__ = [
+    "ABOUT_ME_MAX",
+    "ABOUT_ME_PER_REFLECTION",
     "CONFIRMATION",
     "CONFIRMATION_ZH",
     "LATENCY_ENV",
