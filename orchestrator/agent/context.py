@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from orchestrator.agent.budget import Meter
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, Observer, Publisher, ignore_event
 from orchestrator.models.types import ModelClient
@@ -46,6 +47,9 @@ class SessionContext:
     settings: Settings
     agent: AgentProfile
     observer: Observer = ignore_event
+    meter: Meter | None = None
+    """The session's spend against ``[limits] session_*`` (B1): every turn's and subagent launch's
+    meter charges it too. ``None``: nothing is metered (a library caller's bare context)."""
 
     async def publish(self, event: Event, conversation_id: str | None) -> None:
         """Record ``event`` (unless transient), then show it: the one way every part publishes."""

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import ReadsSessionContext, SessionContext
 from orchestrator.agent.prompt_cache import (
     HeadRead,
@@ -69,6 +70,7 @@ from orchestrator.base.events import (
     TurnEnded,
     TurnStarted,
 )
+from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.compaction.planner import ContextWindowTooSmall
 from orchestrator.models.types import (
     Message,
@@ -187,7 +189,8 @@ class TurnRunner(ReadsSessionContext):
             events=[(started.kind, started.payload())],
             user_metadata={"created_at": at} if at else None,
         )
-        state = _TurnState(at=at, model=None if recorded is None else RecordedReply(self.model, recorded))
+        model = self._budgeted()
+        state = _TurnState(at=at, model=model if recorded is None else RecordedReply(model, recorded))
         status: TurnStatus = "error"
         error: str | None = None
         sync: SyncResult | None = None
@@ -227,6 +230,15 @@ class TurnRunner(ReadsSessionContext):
             sync=sync,
             tool_calls=tuple(state.tool_calls),
         )
+
+    def _budgeted(self) -> ModelClient:
+        """The model behind this turn's budget (B1): the turn's limits over the session's; the bare
+        model when no limit of either is set, so an unlimited turn pays no estimate."""
+        settings = self.settings
+        meter = Meter(limits_for(settings, "turn"), Prices.of(settings), parent=self.context.meter)
+        if not any(m.limits.any for m in meter.chain()):
+            return self.model
+        return BudgetedModel(self.model, meter, window=settings.context_window)
 
     async def _close(
         self,
@@ -297,6 +309,9 @@ class TurnRunner(ReadsSessionContext):
             await self.store.mark_prompt_sent(conversation_id)
             try:
                 response = await (state.model or self.model).complete(request, on_text=self._text_sink(state))
+            except LimitReached as exc:
+                await self._stage(exc.event(), conversation_id)
+                return "limit", str(exc)
             except ModelError as exc:
                 if exc.context_overflow and self.compactor and overflow_retries < _OVERFLOW_RETRIES:
                     overflow_retries += 1

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from orchestrator.agent.budget import Meter
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.app.telemetry import Telemetry, open_telemetry
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
+from orchestrator.base.limits import Prices, limits_for
 from orchestrator.compaction.tokens import (
     context_size,
     system_prompt_tokens,
@@ -148,7 +150,7 @@ class ChatSession:
             async def resolver_call(event: ModelCalled) -> None:
                 await Publisher(rt.store, agent.agent_id, shown)(event, current["conversation"])
 
-            async with Supervisor.open(rt.store, observer=shown) as supervisor:
+            async with Supervisor.open(rt.store, observer=shown, capacity=settings.max_subagents) as supervisor:
                 reflection: ReflectionCoordinator | None = None
 
                 async def observe(event: Event) -> None:
@@ -157,7 +159,10 @@ class ChatSession:
                     if reflection is not None:
                         await reflection.on_event(event, current["conversation"])
 
-                context = SessionContext(store=rt.store, model=model, settings=settings, agent=agent, observer=observe)
+                meter = Meter(limits_for(settings, "session"), Prices.of(settings))
+                context = SessionContext(
+                    store=rt.store, model=model, settings=settings, agent=agent, observer=observe, meter=meter
+                )
                 reflection = ReflectionCoordinator(
                     context=context,
                     supervisor=supervisor,

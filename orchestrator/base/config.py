@@ -35,6 +35,8 @@ __all__ = [
     "REFLECTION_TRIGGERS",
     "SANDBOX_MODES",
     "SETTING_NAMES",
+    "SUBAGENT_SECONDS_FLOOR",
+    "SUBAGENT_TOKENS_PER_WINDOW",
     "ConfigError",
     "Flags",
     "Settings",
@@ -106,6 +108,29 @@ class Settings:
     """USD per million prompt tokens; with ``price_out`` it makes chat show cost (``/cost``, json's ``cost``)."""
     price_out: float | None = None
     """USD per million completion tokens."""
+    limit_turn_tokens: int | None = None
+    """``[limits]`` (B1, ``docs/design.md``): caps named ``limit_<scope>_<measure>``; ``None`` is no
+    cap, except a subagent's tokens and seconds, which default to a share of the window (B2)."""
+    limit_turn_seconds: float | None = None
+    limit_session_tokens: int | None = None
+    limit_session_cost: float | None = None
+    limit_reflection_tokens: int | None = None
+    limit_reflection_calls: int | None = None
+    limit_reflection_seconds: float | None = None
+    limit_reflection_cost: float | None = None
+    limit_compaction_tokens: int | None = None
+    limit_compaction_calls: int | None = None
+    limit_compaction_seconds: float | None = None
+    limit_compaction_cost: float | None = None
+    limit_resolver_tokens: int | None = None
+    limit_resolver_calls: int | None = None
+    limit_resolver_seconds: float | None = None
+    limit_resolver_cost: float | None = None
+    limit_task_tokens: int | None = None
+    limit_task_cost: float | None = None
+    limit_task_seconds: float | None = None
+    max_subagents: int = 4
+    """Background subagents one agent's session runs at once (the supervisor's capacity)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each value that is not the default came from, as the user wrote it (``--model``,
     ``REVERIE_MODEL``, ``config.toml: model.name``, ``agent setting model``); not a setting itself."""
@@ -121,15 +146,24 @@ class Settings:
         way) and where it came from (``default`` when nothing set it). What ``reverie config`` prints."""
         rows: list[tuple[str, Any, str]] = []
         for name in SETTING_NAMES:
-            value = getattr(self, name)
+            value = self.effective(name)
             if name == "api_key" and value:
                 shown: Any = "***"
             elif typed:
                 shown = list(value) if isinstance(value, tuple) else value
             else:
                 shown = "(not set)" if value is None else ", ".join(value) if isinstance(value, tuple) else str(value)
-            rows.append((_FILE_KEY.get(name, name), shown, self.sources.get(name, "default")))
+            source = self.sources.get(name) or (f"default: {_DERIVED[name][1]}" if name in _DERIVED else "default")
+            rows.append((_FILE_KEY.get(name, name), shown, source))
         return tuple(rows)
+
+    def effective(self, name: str) -> Any:
+        """The value in force: the setting, or for a subagent's unset token and time caps the
+        default derived from the context window (B2)."""
+        value = getattr(self, name)
+        if value is None and name in _DERIVED:
+            return _DERIVED[name][0](self)
+        return value
 
     def with_value(self, name: str, value: Any, source: str) -> Settings:
         """This value set by ``source`` (a session's ``set_model``), remembered as its source."""
@@ -165,6 +199,8 @@ _KEYS: Mapping[str, str] = {
     "tools.write_limit_mb": "write_limit_mb",
     "reflection.merge": "reflection_merge",
     "reflection.merge_instructions": "reflection_merge_instructions",
+    "limits.subagents": "max_subagents",
+    **{f"limits.{f.name[len('limit_'):]}": f.name for f in fields(Settings) if f.name.startswith("limit_")},
 }
 _ENV: Mapping[str, str] = {
     "REVERIE_BASE_URL": "base_url",
@@ -182,7 +218,31 @@ _ENV: Mapping[str, str] = {
     "REVERIE_TOOL_OVERFLOW_TO_FILE": "overflow_to_file",
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
     "REVERIE_WRITE_LIMIT_MB": "write_limit_mb",
+    "REVERIE_MAX_SUBAGENTS": "max_subagents",
+    **{f"REVERIE_{f.name.upper()}": f.name for f in fields(Settings) if f.name.startswith("limit_")},
 }
+_FLAG_NAMES: Mapping[str, str] = {"limit_session_tokens": "--max-tokens", "limit_session_cost": "--max-cost"}
+"""Flags not spelled as their setting (``--context-window`` is ``context_window``'s own)."""
+SUBAGENT_TOKENS_PER_WINDOW = 32
+"""B2: a subagent launch may spend this many context windows of tokens unless told otherwise."""
+SUBAGENT_SECONDS_FLOOR = 600.0
+_DERIVED: Mapping[str, tuple[Any, str]] = {
+    **{
+        f"limit_{kind}_tokens": (
+            lambda s: SUBAGENT_TOKENS_PER_WINDOW * s.context_window,
+            f"{SUBAGENT_TOKENS_PER_WINDOW} x compaction.context_window",
+        )
+        for kind in ("reflection", "compaction", "resolver")
+    },
+    **{
+        f"limit_{kind}_seconds": (
+            lambda s: max(SUBAGENT_SECONDS_FLOOR, s.context_window / 100),
+            f"compaction.context_window / 100 s, at least {SUBAGENT_SECONDS_FLOOR:.0f} s",
+        )
+        for kind in ("reflection", "compaction", "resolver")
+    },
+}
+"""B2's defaults: a setting left unset takes the value of its function of the other settings."""
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings) if f.name != "sources")
 """Every setting's attribute name, in declaration order (``sources`` is bookkeeping, not a setting)."""
 _TYPES = {f.name: f.type for f in fields(Settings) if f.name != "sources"}
@@ -190,6 +250,7 @@ _MINIMUM = {"context_window": 256}
 _DAY = 86_400.0
 _MAXIMUM: Mapping[str, float] = {
     "max_steps": 100_000,
+    "max_subagents": 64,
     "bash_timeout": _DAY,
     "stream_idle_timeout": _DAY,
     "request_timeout": _DAY,
@@ -348,7 +409,7 @@ def _where(source: str, name: str) -> str:
     if source == "environment":
         return next(var for var, attr in _ENV.items() if attr == name)
     if source == "command line":
-        return f"--{name.replace('_', '-')}"
+        return _FLAG_NAMES.get(name, f"--{name.replace('_', '-')}")
     if source == "settings":
         return name
     if source == "agent settings":

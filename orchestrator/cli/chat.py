@@ -8,7 +8,7 @@ and S23's wait; ``stream-json`` prints one object per line, ``{"type": <event ki
 in the vocabulary of docs/events.md, and ends with the same result object (``"type": "result"``).
 With ``--input-format stream-json`` every stdin line ``{"type": "user", "text": "..."}`` is
 answered in the same conversation, one result object each; S23's wait happens once, at the end
-of input. The exit code is the last turn's (0 done, 1 error, 3 max_steps, 130 interrupted), or 1
+of input. The exit code is the last turn's (0 done, 1 error, 3 max_steps, 4 limit, 130 interrupted), or 1
 when an input line was invalid.
 """
 
@@ -41,13 +41,20 @@ def chat(
         typer.Option("--input-format", help="text, or stream-json: read {\"type\": \"user\", \"text\": ...} lines from stdin and answer each."),
     ] = "text",
     verbose: Annotated[bool, typer.Option("--verbose", help="Show tool calls' raw arguments and longer results.")] = False,
+    max_tokens: Annotated[str | None, typer.Option("--max-tokens", help="Session limit on model tokens ([limits] session_tokens); a turn that would cross it ends with status limit.")] = None,
+    max_cost: Annotated[str | None, typer.Option("--max-cost", help="Session limit on cost in USD at --price-in/--price-out ([limits] session_cost).")] = None,
+    price_in: Annotated[str | None, typer.Option("--price-in", help="USD per million prompt tokens ([model] price_in).")] = None,
+    price_out: Annotated[str | None, typer.Option("--price-out", help="USD per million completion tokens ([model] price_out).")] = None,
 ) -> None:
     """Talk to an agent. Without -p, an interactive session (/help lists the commands; Ctrl-D leaves).
 
-    Exit codes: 0 done, 1 error, 3 stopped at max_steps, 130 interrupted.
+    Exit codes: 0 done, 1 error, 3 stopped at max_steps, 4 stopped at a limit, 130 interrupted.
     """
     code = start_chat(
-        ChatArgs(prompt, agent, conversation, new, context_window, model, output_format, input_format, verbose)
+        ChatArgs(
+            prompt, agent, conversation, new, context_window, model, output_format, input_format, verbose,
+            max_tokens, max_cost, price_in, price_out,
+        )
     )
     if code:
         raise typer.Exit(code)

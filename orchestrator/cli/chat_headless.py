@@ -151,7 +151,7 @@ async def run_headless(
             if text_out:
                 if result.status == "error":
                     _stderr(f"reverie: error: {result.error}")
-                elif result.status == "max_steps":
+                elif result.status in ("max_steps", "limit"):
                     _stderr(str(result.error))
                 elif result.status == "interrupted":
                     _stderr("reverie: interrupted")

@@ -186,7 +186,7 @@ class _Loop:
         result = await run_turn(self.session, text, self.renderer, self.interrupts)
         if result.status == "interrupted":
             self.say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
-        elif result.status in {"error", "max_steps"}:
+        elif result.status in {"error", "max_steps", "limit"}:
             error(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
         if result.memory_after and result.memory_after != result.memory_before:
             await _show_memory_change(self.session, self.renderer, result.memory_before, result.memory_after)

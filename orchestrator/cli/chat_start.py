@@ -42,6 +42,10 @@ _VALUED = {
     "-m": "model",
     "--output-format": "output_format",
     "--input-format": "input_format",
+    "--max-tokens": "max_tokens",
+    "--max-cost": "max_cost",
+    "--price-in": "price_in",
+    "--price-out": "price_out",
 }
 _FLAGS = {"--new": "new", "--verbose": "verbose"}
 
@@ -59,6 +63,12 @@ class ChatArgs:
     output_format: str | None = None
     input_format: str = "text"
     verbose: bool = False
+    max_tokens: str | None = None
+    """The session's token and cost limits and the prices the cost is counted at, as typed: the
+    settings check them (``base/config.py``), so a bad one is named as ``--max-cost``."""
+    max_cost: str | None = None
+    price_in: str | None = None
+    price_out: str | None = None
 
 
 def _stdin_prompt(option: str, value: str) -> bool:
@@ -142,7 +152,14 @@ def start_chat(args: ChatArgs) -> int:
     fmt = args.output_format or ("stream-json" if streaming_input else "text")
     if args.output_format is not None and args.prompt is None and not streaming_input:
         raise UserError("--output-format is for headless use: give -p TEXT or --input-format stream-json")
-    cli = Flags(context_window=args.context_window, model=args.model)
+    cli = Flags(
+        context_window=args.context_window,
+        model=args.model,
+        limit_session_tokens=args.max_tokens,
+        limit_session_cost=args.max_cost,
+        price_in=args.price_in,
+        price_out=args.price_out,
+    )
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import load_pygit2
 

@@ -7,7 +7,8 @@ and a running tool (its process group) are cancelled, the turn loop stores the t
 owner decides (``idle``): the REPL ignores it (at its prompt Ctrl-C is a key, not a signal),
 headless modes leave with 130.
 
-Exit codes (D13): 0 done, 1 error, 3 stopped at ``max_steps``, 130 interrupted.
+Exit codes (D13): 0 done, 1 error, 3 stopped at ``max_steps``, 4 stopped at a limit (B1: the
+turn's or the session's tokens, cost or time), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = [
     "warn_unused_model",
 ]
 
-EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130, "cancelled": 130}
+EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "limit": 4, "interrupted": 130, "cancelled": 130}
 
 
 def exit_code(status: str) -> int:

@@ -29,7 +29,7 @@ __all__ = [
     "utc_now",
 ]
 
-TurnStatus = Literal["running", "end_turn", "error", "interrupted", "max_steps", "cancelled"]
+TurnStatus = Literal["running", "end_turn", "error", "interrupted", "max_steps", "cancelled", "limit"]
 
 
 class StoreError(ReverieError):

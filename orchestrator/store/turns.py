@@ -14,7 +14,7 @@ from orchestrator.store.records import StoreError, Turn, TurnStatus, utc_now
 
 __all__ = ["FINAL_STATUSES", "Turns", "finish_turn"]
 
-FINAL_STATUSES = {"end_turn", "error", "interrupted", "max_steps", "cancelled"}
+FINAL_STATUSES = {"end_turn", "error", "interrupted", "max_steps", "cancelled", "limit"}
 
 
 def _turn(row: tuple[Any, ...]) -> Turn:
