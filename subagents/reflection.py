@@ -24,6 +24,7 @@ end, after a chat's first request (P1).
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,11 +35,13 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
+from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import ReadsSessionContext, SessionContext
 from orchestrator.agent.turn import TurnOutcome, TurnRunner
 from orchestrator.base import blocking
 from orchestrator.base.errors import ReverieError, error_line
 from orchestrator.base.events import Event, MemoryWarning, ModelCalled, Publisher
+from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
@@ -334,6 +337,7 @@ class ReflectionCoordinator(ReadsSessionContext):
         payload: Path | None = None
         outcome: MergeOutcome | None = None
         error: str | None = None
+        limit: LimitReached | None = None
         try:
             try:
                 payload = await blocking.run_sync(
@@ -347,6 +351,9 @@ class ReflectionCoordinator(ReadsSessionContext):
                         displaced = await settle_parent(watched, own_branch=worktree.branch)
                         if displaced is not None:
                             await self._emit(MemoryWarning(displaced.message), conversation_id)
+            except LimitReached as exc:
+                limit, error = exc, str(exc)
+                await self._emit(exc.event(worktree.id), conversation_id)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             with anyio.CancelScope(shield=True):
@@ -360,7 +367,7 @@ class ReflectionCoordinator(ReadsSessionContext):
                     outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
                 try:
-                    await self._finish(record, outcome, error, steps)
+                    await self._finish(record, outcome, error, steps, limit=limit)
                 finally:
                     self._active = False
                     if payload is not None:
@@ -398,26 +405,39 @@ class ReflectionCoordinator(ReadsSessionContext):
         async def counted(event: ModelCalled) -> None:
             await self._emit(event, conversation_id)
 
+        limits = limits_for(self.settings, "reflection")
+        meter = Meter(limits, Prices.of(self.settings), parent=self.context.meter)
         try:
-            await run_reading_loop(
-                MeteredModel(self.model, counted),
-                system=system,
-                plan=plan,
-                ctx=ctx,
-                tools=specs,
-                window=window,
-                model_name=self.settings.model,
-            )
+            with anyio.move_on_after(limits.seconds if limits.seconds is not None else math.inf) as clock:
+                await run_reading_loop(
+                    BudgetedModel(MeteredModel(self.model, counted), meter, window=window),
+                    system=system,
+                    plan=plan,
+                    ctx=ctx,
+                    tools=specs,
+                    window=window,
+                    model_name=self.settings.model,
+                )
         except ReflectionUnfinished as exc:
             raise ReflectionError(str(exc)) from None
+        if clock.cancelled_caught and limits.seconds is not None:
+            raise LimitReached("reflection.seconds", limits.seconds, meter.spent("seconds"))
 
-    async def _finish(self, record: ReflectionRecord, outcome: MergeOutcome, error: str | None, steps: int) -> None:
+    async def _finish(
+        self,
+        record: ReflectionRecord,
+        outcome: MergeOutcome,
+        error: str | None,
+        steps: int,
+        *,
+        limit: LimitReached | None = None,
+    ) -> None:
         # deferred: as merge-back, after a chat's first request
         from subagents.reflection_merge import settle
         from subagents.triggers import after_failure, after_success
 
         conversation_id = cast(str, record.conversation_id)
-        saved = await settle(self.store, self._emit, record, outcome, error)
+        saved = await settle(self.store, self._emit, record, outcome, error, limit=limit)
         if saved.status in {"merged", "resolved", "no_changes", "pending", "kept_conflict", "kept_invalid"}:
             change = partial(after_success, through_seq=record.through_seq)
         else:

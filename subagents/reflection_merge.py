@@ -25,6 +25,7 @@ from pathlib import Path
 from orchestrator.agent.reminders import reflection_kept_reminder
 from orchestrator.base import blocking
 from orchestrator.base.events import Event
+from orchestrator.base.limits import LimitReached
 from orchestrator.base.subagent_events import (
     ReflectionBypassed,
     ReflectionFailed,
@@ -86,12 +87,17 @@ async def settle(
     error: str | None = None,
     *,
     first: bool = True,
+    limit: LimitReached | None = None,
 ) -> ReflectionRecord:
     """Record ``outcome`` for ``record`` and tell the conversation; returns the saved record.
 
     ``first``: the launch has not settled before (so this may be its one ``reflection.outcome``);
     a retry of a kept branch that merges later records the merge without a second outcome.
+    ``limit``: the run stopped at one of its limits (B1): its status and outcome are ``limit``, not
+    a failure, and commits it made stay on its branch (kept, never retried, named in S12's reminder).
     """
+    if limit is not None:
+        return await _settle_limit(store, emit, record, outcome, limit)
     status = record_status(outcome, error)
     failure = _error_of(outcome, error)
     conversation_id = record.conversation_id
@@ -152,6 +158,41 @@ async def settle(
             ),
             conversation_id,
         )
+    return updated
+
+
+async def _settle_limit(
+    store: Store, emit: Emit, record: ReflectionRecord, outcome: MergeOutcome, limit: LimitReached
+) -> ReflectionRecord:
+    """A run stopped at ``limit``: recorded ``limit``; its commits, if any, kept on its branch."""
+    reason = str(limit)
+    updated = replace(
+        record,
+        status="limit",
+        reason=reason,
+        reason_code="limit",
+        error=None,
+        commits=outcome.commits or record.commits,
+        files=outcome.files or record.files,
+        kept_head=outcome.new_head if outcome.status == "kept" else None,
+    )
+    await store.save_reflection(updated)
+    conversation_id = record.conversation_id
+    if outcome.status == "kept":
+        if conversation_id:
+            await store.enqueue_reminder(
+                conversation_id, f"reflection-kept:{record.id}", kept_reminder_text(updated, reason), priority=60
+            )
+        await emit(
+            ReflectionKept(record.id, record.branch, outcome.commit_count, reason, outcome.files, "limit"),
+            conversation_id,
+        )
+    await emit(
+        ReflectionOutcome(
+            record.id, record.branch, "limit", outcome.commit_count, reason, limit.limit, outcome.files
+        ),
+        conversation_id,
+    )
     return updated
 
 

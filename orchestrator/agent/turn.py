@@ -310,6 +310,7 @@ class TurnRunner(ReadsSessionContext):
             try:
                 response = await (state.model or self.model).complete(request, on_text=self._text_sink(state))
             except LimitReached as exc:
+                state.steps -= 1  # not sent: steps count provider requests
                 await self._stage(exc.event(), conversation_id)
                 return "limit", str(exc)
             except ModelError as exc:

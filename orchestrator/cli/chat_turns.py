@@ -23,7 +23,7 @@ import anyio
 from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.cli.render import TerminalRenderer
-from orchestrator.cli.usage import Tally, cost_of, priced
+from orchestrator.cli.usage import Tally, cost_of, priced, usage_split
 
 __all__ = [
     "EXIT_CODES",
@@ -62,6 +62,11 @@ class TurnResult:
     already printed on stderr when found)."""
     cost: dict[str, float] | None = None
     """USD, ``{"total", "agent", "subagents"}``, when prices are configured."""
+    spend: dict[str, dict[str, float]] | None = None
+    """The turn's model calls (and cost, when priced) by who made them: ``main agent``,
+    ``reflection``, ``compaction``, ``resolver`` (B1)."""
+    limits: dict[str, dict[str, float]] | None = None
+    """The session's spend against each of its limits so far, by limit (``session.cost``)."""
 
     @property
     def exit_code(self) -> int:
@@ -82,6 +87,8 @@ class TurnResult:
             "memory": {"before": self.memory_before, "after": self.memory_after},
             "warnings": list(self.warnings),
             **({"cost": self.cost} if self.cost is not None else {}),
+            **({"spend": self.spend} if self.spend is not None else {}),
+            **({"limits": self.limits} if self.limits is not None else {}),
         }
 
 
@@ -150,12 +157,29 @@ async def run_turn(
     extra = await subagent_usage(session, mark)
     result = await _result(session, renderer, outcome, mark, before, after, extra)
     settings = session.runtime.settings
+    result = replace(result, **await _spend(session, mark))
     if not priced(settings):
         return result
     agent = Tally(result.steps, result.usage["prompt_tokens"], result.usage["completion_tokens"])
     subagents = Tally(extra["calls"], extra["prompt_tokens"], extra["completion_tokens"])
     costs = {"agent": cost_of(agent, settings), "subagents": cost_of(subagents, settings)}
     return replace(result, cost={"total": round(costs["agent"] + costs["subagents"], 6), **costs})
+
+
+async def _spend(session: ChatSession, mark: int) -> dict[str, Any]:
+    """``spend`` and ``limits`` of the result (B1): the calls since ``mark`` by who made them."""
+    settings = session.runtime.settings
+    split = await usage_split(session.runtime.store, session.agent.agent_id, after_id=mark)
+    spend: dict[str, dict[str, float]] = {}
+    for part, tally in split.parts.items():
+        row: dict[str, float] = {
+            "calls": tally.calls, "prompt_tokens": tally.prompt_tokens, "completion_tokens": tally.completion_tokens
+        }
+        if priced(settings):
+            row["cost"] = cost_of(tally, settings)
+        spend[part] = row
+    meter = session.context.meter
+    return {"spend": spend, "limits": meter.report() if meter is not None else {}}
 
 
 async def _result(

@@ -10,14 +10,17 @@ mark taken when it opened, a conversation's are all of its events, so ``/cost`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from orchestrator.base.config import Settings
 from orchestrator.store import Store
 from orchestrator.store.records import Event
 
-__all__ = ["Tally", "UsageSplit", "cost_of", "priced", "usage_split"]
+__all__ = ["PARTS", "Tally", "UsageSplit", "cost_of", "limit_lines", "priced", "usage_split"]
+
+PARTS = {"chat": "main agent", "reflect": "reflection", "summarize": "compaction", "resolve": "resolver"}
+"""Who spent a ``model.call``, by its ``purpose``: the main agent and each subagent apart (B1)."""
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,11 @@ class Tally:
 
 @dataclass(frozen=True)
 class UsageSplit:
-    """The main agent's calls and its subagents' calls, apart."""
+    """The main agent's calls and its subagents' calls, apart; ``parts``: by who made them (``PARTS``)."""
 
     agent: Tally
     subagents: Tally
+    parts: Mapping[str, Tally] = field(default_factory=dict)
 
     @property
     def total(self) -> Tally:
@@ -77,4 +81,33 @@ async def usage_split(
     return UsageSplit(
         agent=_tally(c for c in calls if c.payload.get("purpose", "chat") == "chat"),
         subagents=_tally(c for c in calls if c.payload.get("purpose", "chat") != "chat"),
+        parts={
+            part: _tally(c for c in calls if c.payload.get("purpose", "chat") == purpose)
+            for purpose, part in PARTS.items()
+        },
     )
+
+
+def limit_lines(settings: Settings, report: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """``/cost``'s limits block: the session's spend against each of its limits (``report``: the
+    session meter's, ``Meter.report``), then the caps each subagent launch runs under (B1, B2)."""
+    lines = ["limits"]
+    for name, row in report.items():
+        lines.append(f"  {name:22}{_shown(name, row['spent'])} of {_shown(name, row['cap'])}")
+    for kind in ("reflection", "compaction", "resolver"):
+        caps = [
+            _shown(f"{kind}.{measure}", value)
+            for measure in ("tokens", "calls", "seconds", "cost")
+            if (value := settings.effective(f"limit_{kind}_{measure}")) is not None
+        ]
+        lines.append(f"  {kind + ' (each launch)':22}{', '.join(caps)}")
+    return lines
+
+
+def _shown(limit: str, value: float) -> str:
+    measure = limit.rpartition(".")[2]
+    if measure == "cost":
+        return f"${value:.4f}"
+    if measure == "seconds":
+        return f"{value:,.0f} s"
+    return f"{int(value):,} {measure}"

@@ -13,6 +13,7 @@ import pytest
 from orchestrator.app.session import ChatSession
 from orchestrator.base.events import Event
 from orchestrator.models.types import ToolCall
+from orchestrator.testing.openai_server import LoopbackOpenAI, Planned, text_reply, tool_call_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -399,3 +400,55 @@ async def test_input_before_the_threshold_starts_the_idle_wait_again(tmp_path: P
         assert idle.waits == [30.0, 30.0] and idle.cut_short == 1
         assert "reflection.launch" not in seen.kinds()
         assert await session.runtime.store.reflections("busy") == []
+
+
+def _reflection_runs_forever(body: object) -> Planned:
+    """The loopback server's answer: text for the main agent; for the reflection agent (its first
+    message names the transcript) a bash call that commits one more line, every time."""
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    if not any("TRANSCRIPT_PATH" in str(m.get("content", "")) for m in messages):
+        return text_reply("noted")
+    n = sum(1 for m in messages if m.get("role") == "tool")
+    command = f"cd \"$MEMORY_DIR\" && printf -- '- fact {n}\\n' >> human.md && git commit -qam 'feat(reflection): fact {n} 🔮'"
+    return tool_call_reply("bash", json.dumps({"command": command}), id=f"call_{n}")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "limit"),
+    [("limit_reflection_calls", 3, "reflection.calls"), ("limit_reflection_tokens", 12_000, "reflection.tokens")],
+)
+async def test_a_reflection_that_calls_tools_forever_stops_at_its_limit_keeping_its_commits(
+    tmp_path: Path, setting: str, value: int, limit: str
+) -> None:
+    from orchestrator.models.openai_client import OpenAIModel
+
+    seen = Seen()
+    with LoopbackOpenAI(fallback=_reflection_runs_forever) as server:
+        model = OpenAIModel(base_url=server.base_url, model="loopback-model", max_attempts=1)
+        cli = {**STEP3, setting: value}
+        async with ChatSession.open(agent_id="rl", workspace=tmp_path, cli=cli, observer=seen, model=model) as session:
+            memory = session.agent.memory_dir
+            for text in ("my name is Ada", "ok", "fine"):
+                assert (await session.send(text)).status == "end_turn"
+            assert await session.supervisor.drain(60)
+            records = await session.runtime.store.reflections("rl")
+            assert [(r.status, r.reason_code) for r in records] == [("limit", "limit")]
+            kept = records[0]
+            assert kept.commits, "the reflection committed before its limit"
+            assert kept.branch in await _git(memory, "branch", "--list", kept.branch)
+            for sha in kept.commits:
+                await _git(memory, "cat-file", "-e", sha)
+            hits = [e for e in seen.events if e.kind == "limit.reached"]
+            assert [(e.payload()["limit"], e.payload()["subject"]) for e in hits] == [(limit, kept.id)]
+            outcomes = [e.payload() for e in seen.events if e.kind == "reflection.outcome"]
+            assert [(o["outcome"], o["reason_code"]) for o in outcomes] == [("limit", limit)]
+            assert "reflection.failed" not in seen.kinds()
+            reflect_calls = [b for b in server.chat_bodies if "TRANSCRIPT_PATH" in json.dumps(b)]
+            if setting == "limit_reflection_calls":
+                assert len(reflect_calls) == value
+            else:
+                assert 1 < len(reflect_calls) < 12
+            assert (await session.send("and now?")).status == "end_turn"
+    worktrees = await _git(memory, "worktree", "list", "--porcelain")
+    assert worktrees.count("worktree ") == 1
+    assert "fact" not in (memory / "human.md").read_text(encoding="utf-8"), "kept on the branch, not merged"
