@@ -406,6 +406,9 @@ class ReflectionCoordinator(ReadsSessionContext):
             await self._emit(event, conversation_id)
 
         limits = limits_for(self.settings, "reflection")
+        if self.settings.limit_reflection_tokens is None and limits.tokens is not None:
+            # B2: the derived default never cuts a reading plan short (each step is one window at most)
+            limits = replace(limits, tokens=max(limits.tokens, plan.max_steps * window))
         meter = Meter(limits, Prices.of(self.settings), parent=self.context.meter)
         try:
             with anyio.move_on_after(limits.seconds if limits.seconds is not None else math.inf) as clock:

@@ -125,6 +125,8 @@ class TurnOutcome:
     memory_updates: int = 0
     sync: SyncResult | None = None
     tool_calls: tuple[str, ...] = field(default_factory=tuple)
+    limit: str | None = None
+    """The limit a ``limit`` turn stopped at (``session.cost``, B1)."""
 
 
 class Compactor(Protocol):
@@ -229,6 +231,7 @@ class TurnRunner(ReadsSessionContext):
             memory_updates=state.memory_updates,
             sync=sync,
             tool_calls=tuple(state.tool_calls),
+            limit=state.limit,
         )
 
     def _budgeted(self) -> ModelClient:
@@ -311,6 +314,7 @@ class TurnRunner(ReadsSessionContext):
                 response = await (state.model or self.model).complete(request, on_text=self._text_sink(state))
             except LimitReached as exc:
                 state.steps -= 1  # not sent: steps count provider requests
+                state.limit = exc.limit
                 await self._stage(exc.event(), conversation_id)
                 return "limit", str(exc)
             except ModelError as exc:
@@ -531,6 +535,7 @@ class _TurnState:
     completion_tokens: int = 0
     memory_updates: int = 0
     tool_calls: list[str] = field(default_factory=list)
+    limit: str | None = None
 
 
 def max_steps_line(steps: int) -> str:

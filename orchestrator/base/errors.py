@@ -18,6 +18,8 @@ existed keep that base as a mixin, so code written against the old base still ca
     │                                     the task's paths, or cannot be read
     ├── ConfigError (ValueError)          orchestrator/base/config.py: a setting; names file/key/variable
     ├── BadValue (ValueError)             orchestrator/base/choices.py: a value a setting does not take (the reason alone)
+    ├── LimitReached                      orchestrator/base/limits.py: a request would cross a limit and
+    │                                     was not sent (B1); its scope stops with status ``limit``
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     │   └── StoreDamaged (sqlite3.DatabaseError)  store/records.py: SQLite refused mid-query (damaged file, full disk)
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository

@@ -237,6 +237,30 @@ class _Reused:
         )
 
 
+_ON_LIMIT = ("finish", "stop")
+
+
+def _with_run_limits(
+    options: RunOptions, meta: Mapping[str, Any], max_tokens: int | None, max_cost: float | None,
+    max_seconds: float | None, on_limit: str | None,
+) -> RunOptions:
+    """The run's limits: each given, else what the run recorded (a resume keeps its budget unless
+    raised); a bad one is a one-line ``UsageError`` naming its flag."""
+    was = (meta.get("options") or {}) if isinstance(meta.get("options"), dict) else {}
+    limits = dict(was.get("run_limits") or {})
+    for measure, value, flag in (("tokens", max_tokens, "--max-tokens"), ("cost", max_cost, "--max-cost"),
+                                 ("seconds", max_seconds, "--max-seconds")):  # fmt: skip
+        if value is None:
+            continue
+        if isinstance(value, bool) or not value > 0 or value == float("inf"):
+            raise UsageError(f"{flag} {value}: must be a positive number (nothing was run)")
+        limits[measure] = value
+    chosen = on_limit or str(was.get("on_limit") or "finish")
+    if chosen not in _ON_LIMIT:
+        raise UsageError(f"--on-limit {chosen!r}: use finish (running tasks end) or stop (they are stopped)")
+    return replace(options, run_limits=limits, on_limit=chosen)
+
+
 def plan_run(
     suite: Path | None,
     out: Path | None = None,
@@ -257,10 +281,15 @@ def plan_run(
     judge_model: str | None = None,
     judge_base_url: str | None = None,
     estimate: bool = False,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
+    max_seconds: float | None = None,
+    on_limit: str | None = None,
 ) -> RunPlan:
     """Decide a run (see the module docstring). ``retry_failed`` is the run directory whose failed and
     errored tasks rerun in place; ``suite`` may then be None (the run's own). ``estimate`` runs the
-    plan on the embedded model into ``OUT/estimate`` (``batch/estimate.py``)."""
+    plan on the embedded model into ``OUT/estimate`` (``batch/estimate.py``). ``max_*`` are the run's
+    limits and ``on_limit`` what reaching one does (B1); each not given is the recorded run's."""
     if estimate and (resume or retry_failed is not None):
         raise UsageError("--estimate plans a new run: drop --resume and --retry-failed")
     if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
@@ -282,6 +311,7 @@ def plan_run(
                         judge_model, judge_base_url)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
                           reused.latency, config_file, reused.judge_model, reused.judge_base_url)
+    options = _with_run_limits(options, meta, max_tokens, max_cost, max_seconds, on_limit)
     if estimate:
         options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     given, blame, note = _resumed_processes(

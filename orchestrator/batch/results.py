@@ -29,7 +29,7 @@ __all__ = [
     "write_summary",
 ]
 
-OUTCOMES = ("merged", "resolved", "no_changes", "pending", "kept", "failed")
+OUTCOMES = ("merged", "resolved", "no_changes", "pending", "kept", "failed", "limit")
 """Where every reflection launch ends, as a batch result counts it (they add up to the launches)."""
 
 _OUTCOME_OF = {
@@ -45,6 +45,7 @@ _OUTCOME_OF = {
     "kept_failed": "kept",
     "failed": "failed",
     "discarded": "failed",
+    "limit": "limit",
 }
 
 
@@ -82,8 +83,9 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """``status``: ``passed`` (every check held), ``failed`` (a check did not) or ``error`` (the task
-    could not finish: a turn ended in error, or the runner raised).
+    """``status``: ``passed`` (every check held), ``failed`` (a check did not), ``error`` (the task
+    could not finish: a turn ended in error, or the runner raised) or ``limit`` (a turn stopped at
+    one of the task's or session's limits, named by ``limit``: ``task.tokens``; B1).
 
     ``tokens_*`` and ``cost`` count every model call of the task; ``subagent_*`` the part of them
     made by subagents (every purpose but ``chat``), so what summaries and reflections cost shows."""
@@ -121,6 +123,7 @@ class TaskResult:
     quality: float | None = None
     model_calls: int = 0
     subagent_calls: int = 0
+    limit: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -216,6 +219,7 @@ def summarize(results: Iterable[TaskResult], *, elapsed: float | None = None) ->
         "passed": sum(r.status == "passed" for r in items),
         "failed": sum(r.status == "failed" for r in items),
         "error": sum(r.status == "error" for r in items),
+        "limit": sum(r.status == "limit" for r in items),
     }
     for name in _SUMS:
         total = sum(getattr(r, name) for r in items)

@@ -35,7 +35,7 @@ from orchestrator.batch.results import (
     write_summary,
 )
 from orchestrator.batch.rundir import hold_run_dir
-from orchestrator.batch.runner import ProgressSink, RunOptions, load_backends
+from orchestrator.batch.runner import RUN_LIMIT_FILE, ProgressSink, RunOptions, load_backends
 from orchestrator.batch.suite import Task
 from orchestrator.store.records import utc_now
 
@@ -118,6 +118,77 @@ def pending_tasks(tasks: Sequence[Task], done: Sequence[str] | set[str]) -> list
     """Pure: the tasks without a result, in suite order."""
     finished = set(done)
     return [t for t in tasks if t.id not in finished]
+
+
+class _RunBudget:
+    """The run's spend against ``RunOptions.run_limits`` (B1): every result's tokens and cost, the
+    earlier invocations' included (so ``--resume`` with a raised budget goes on from what was
+    spent), and the run's wall time. When a limit is reached the run launches no further task (a
+    file in the run directory says so to every worker, ``runner.RUN_LIMIT_FILE``), and with
+    ``on_limit = stop`` the running ones are stopped too."""
+
+    def __init__(self, options: RunOptions, out_dir: Path, done: Sequence[TaskResult], earlier: float) -> None:
+        self.limits = dict(options.run_limits)
+        self.on_limit = options.on_limit
+        self.flag = out_dir / RUN_LIMIT_FILE
+        self.tokens = sum(r.tokens_in + r.tokens_out for r in done)
+        self.cost = sum(r.cost or 0.0 for r in done)
+        self.earlier = earlier
+        self.started = time.monotonic()
+        self.reached: str | None = None
+        self.not_run: list[str] = []
+        self.stop: anyio.CancelScope | None = None
+        seconds = self.limits.get("seconds")
+        self.deadline = None if seconds is None else self.started + max(0.0, seconds - earlier)
+
+    def reset(self) -> None:
+        self.flag.unlink(missing_ok=True)
+
+    def spent(self, measure: str) -> float:
+        if measure == "seconds":
+            return self.earlier + time.monotonic() - self.started
+        return float(self.tokens if measure == "tokens" else self.cost)
+
+    async def add(self, result: TaskResult) -> None:
+        self.tokens += result.tokens_in + result.tokens_out
+        self.cost += result.cost or 0.0
+        await self.check()
+
+    async def check(self) -> None:
+        if self.reached is not None:
+            return
+        for measure in ("tokens", "cost", "seconds"):
+            cap = self.limits.get(measure)
+            if cap is not None and self.spent(measure) >= cap:
+                await self._reach(f"run.{measure}")
+                return
+
+    async def watch_clock(self) -> None:
+        assert self.deadline is not None
+        await anyio.sleep(max(0.0, self.deadline - time.monotonic()))
+        await self._reach("run.seconds")
+
+    async def _reach(self, limit: str) -> None:
+        if self.reached is not None:
+            return
+        self.reached = limit
+        await blocking.run_sync("files", partial(self.flag.write_text, limit, encoding="utf-8"))
+        if self.on_limit == "stop" and self.stop is not None:
+            self.stop.cancel()
+
+    def summary(self, missing: Sequence[str]) -> dict[str, Any] | None:
+        """The summary's ``run_limit``: which limit stopped the run, its cap, what was spent and the
+        tasks that did not run (``--resume`` with a raised limit runs them); None if none was reached."""
+        if self.reached is None:
+            return None
+        measure = self.reached.partition(".")[2]
+        return {
+            "limit": self.reached,
+            "cap": self.limits[measure],
+            "spent": round(self.spent(measure), 6),
+            "not_run": sorted(set(missing)),
+            "on_limit": self.on_limit,
+        }
 
 
 def _prepare(out_dir: Path, resume: bool, meta: dict[str, Any]) -> dict[str, TaskResult]:
@@ -241,7 +312,13 @@ async def _run_tasks(
     journal = _Journal(results_path)
     fresh: list[TaskResult] = []
 
+    budget = _RunBudget(options, out_dir, [r for r in existing.values() if r.id not in again], earlier_elapsed)
+    await blocking.run_sync("files", budget.reset)
+
     async def record(result: TaskResult) -> None:
+        if result.status == "limit" and (result.limit or "").startswith("run."):
+            budget.not_run.append(result.id)  # never started: no line, so --resume runs it
+            return
         earlier = previous.get(result.id)
         if earlier is not None:
             result = replace(result, attempts=earlier.attempts + 1)
@@ -250,10 +327,17 @@ async def _run_tasks(
         fresh.append(result)
         if on_result is not None:
             await on_result(result)
+        await budget.add(result)
 
     await blocking.run_sync("files", load_backends)
     started = time.perf_counter()
-    await executor.run(todo, options, on_result=record, progress=progress)
+    async with anyio.create_task_group() as tg:
+        budget.stop = tg.cancel_scope
+        if budget.deadline is not None:
+            tg.start_soon(budget.watch_clock)
+        await budget.check()
+        await executor.run(todo, options, on_result=record, progress=progress)
+        tg.cancel_scope.cancel()
     elapsed = time.perf_counter() - started
     wanted = {t.id for t in tasks}
     ordered = tuple(existing[t.id] for t in tasks if t.id in existing)
@@ -267,6 +351,7 @@ async def _run_tasks(
         await blocking.run_sync("files", partial(write_estimate, out_dir.parent, {"run": row}))
     else:
         summary["estimate"] = await blocking.run_sync("files", partial(read_estimate, out_dir))
+    summary["run_limit"] = budget.summary([t.id for t in tasks if t.id not in existing])
     await blocking.run_sync("files", partial(write_summary, out_dir / SUMMARY_FILE, summary))
     if again:
         await blocking.run_sync("files", partial(compact_results, results_path))

@@ -30,11 +30,13 @@ from typing import Any
 
 import anyio
 
+from orchestrator.agent.budget import Meter
 from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
 from orchestrator.base.events import MemoryCommitted
+from orchestrator.base.limits import Prices, limits_for
 from orchestrator.base.paths import Home, using_home
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
 from orchestrator.batch.grading import grade_answer
@@ -54,11 +56,13 @@ __all__ = [
     "BATCH_GC_THRESHOLDS",
     "COUNTED_KINDS",
     "ProgressSink",
+    "RUN_LIMIT_FILE",
     "RunOptions",
     "batch_process",
     "batch_sqlite_lanes",
     "load_backends",
     "run_home",
+    "run_limit_reached",
     "run_task",
     "task_paths",
 ]
@@ -125,10 +129,18 @@ class RunOptions:
     judge_model: str | None = None
     judge_base_url: str | None = None
     estimate: bool = False
+    run_limits: Mapping[str, float] = field(default_factory=dict)
+    """The run's own limits (B1), by measure: ``tokens``, ``cost`` (USD at the run's prices),
+    ``seconds``; once one is reached no further task starts (``batch/run.py``)."""
+    on_limit: str = "finish"
+    """What a reached run limit does to the tasks running then: ``finish`` lets them end, ``stop``
+    stops them (they get no result, so ``--resume`` runs them again)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "estimate": self.estimate,
+            "run_limits": dict(self.run_limits),
+            "on_limit": self.on_limit,
             "judge_model": self.judge_model,
             "judge_base_url": self.judge_base_url,
             "config_file": self.config_file,
@@ -151,6 +163,8 @@ class RunOptions:
             judge_model=raw.get("judge_model"),
             judge_base_url=raw.get("judge_base_url"),
             estimate=bool(raw.get("estimate")),
+            run_limits=dict(raw.get("run_limits") or {}),
+            on_limit=str(raw.get("on_limit") or "finish"),
         )
 
 
@@ -420,6 +434,31 @@ def _now() -> str:
     return utc_now()
 
 
+RUN_LIMIT_FILE = ".reverie-run-limit"
+"""Written into the run directory by the driver when the run reached one of its limits (its name is
+the content): a task that starts after it does not run (B1), whichever process or executor holds it."""
+
+
+def run_limit_reached(out_dir: Path) -> str | None:
+    """The run limit that was reached (``run.tokens``), or None while the run may launch tasks (blocking)."""
+    try:
+        return (out_dir / RUN_LIMIT_FILE).read_text(encoding="utf-8").strip() or "run"
+    except FileNotFoundError:
+        return None
+
+
+def _meter_task(session: ChatSession, options: RunOptions) -> None:
+    """The task's ``[limits] task_*`` (B1) above its session's: every turn and subagent charges both."""
+    settings = session.runtime.settings
+    limits = limits_for(settings, "task")
+    meter = session.context.meter
+    if meter is None or not limits.any:
+        return
+    prices = Prices(options.price_in or settings.price_in or 0.0, options.price_out or settings.price_out or 0.0)
+    meter.parent = Meter(limits, prices)
+    meter.prices = prices
+
+
 async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | None = None) -> TaskResult:
     """Run one task in a fresh agent and memory repository and check the outcome.
 
@@ -453,6 +492,12 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
     head: str | None = None
     base: str | None = None
     check_results: list[CheckResult] = []
+    limited: str | None = None
+    stopped = await blocking.run_sync("files", partial(run_limit_reached, options.out_dir))
+    if stopped is not None:
+        return TaskResult(id=task.id, status="limit", checks_passed=0, checks_total=len(task.checks),
+                          error=f"not started: the run reached its {stopped} limit", limit=stopped,
+                          worker_pid=os.getpid(), settings=settings)  # fmt: skip
     try:
         start = pump.first("task.start", {"task": task.id, "settings": settings, "pid": os.getpid()}, _now())
         base = await blocking.run_sync("git", partial(_reset, paths, task.memory_files, start))
@@ -473,10 +518,12 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
             store = session.runtime.store
             stop_following = await pump.follow(store)
             head = await blocking.run_sync("git", partial(_head, paths.memory))
+            _meter_task(session, options)
 
             async def after(outcome: TurnOutcome, label: str) -> str | None:
-                """Record a memory commit the turn made; the turn's error, if it ended in one."""
-                nonlocal head
+                """Record a memory commit the turn made; the turn's error, if it ended in one (a
+                turn stopped at a limit ends the task too, as ``limit``)."""
+                nonlocal head, limited
                 new_head = await _head_after(outcome, paths.memory)
                 if new_head != head and new_head is not None:
                     commit = MemoryCommitted(new_head, head)
@@ -485,6 +532,9 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
                     )
                     head = new_head
                 await pump.flush()
+                if outcome.status == "limit":
+                    limited = outcome.limit
+                    return f"{label}: {outcome.error}"
                 return f"{label}: {outcome.error}" if outcome.status == "error" else None
 
             for number, recorded in enumerate(task.history, start=1):
@@ -535,7 +585,9 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         error = f"{type(exc).__name__}: {exc}"
     passed = sum(c.passed for c in check_results)
     graded_ok = grade is None or bool(grade["passed"])
-    if error is not None:
+    if limited is not None:
+        status = "limit"
+    elif error is not None:
         status = "error"
     elif passed == len(task.checks) and graded_ok:
         status = "passed"
@@ -581,6 +633,7 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         quality=quality,
         model_calls=pump.calls,
         subagent_calls=pump.subagent_calls,
+        limit=limited,
     )
     try:
         await pump.local("task.end", {"status": status, "checks_passed": passed, "error": error}, _now())

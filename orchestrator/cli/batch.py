@@ -32,6 +32,7 @@ from orchestrator.cli.batch_output import (
     progress_bar,
     quality_line,
     results_table,
+    run_limit_line,
     sweep_table,
 )
 from orchestrator.cli.errors import fail
@@ -173,6 +174,10 @@ def run(
     judge_model: JudgeModelOption = None,
     judge_base_url: JudgeBaseUrlOption = None,
     estimate: EstimateOption = False,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Run limit on model tokens, every task's together: once reached no task starts (--resume with a raised one goes on).")] = None,
+    max_cost: Annotated[float | None, typer.Option("--max-cost", help="Run limit on cost in USD at --price-in/--price-out.")] = None,
+    max_seconds: Annotated[float | None, typer.Option("--max-seconds", help="Run limit on wall time in seconds, earlier resumed invocations included.")] = None,
+    on_limit: Annotated[str | None, typer.Option("--on-limit", metavar="finish|stop", help="At a run limit: let running tasks finish (default) or stop them (--resume reruns them).")] = None,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -188,7 +193,8 @@ def run(
             suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
             price_in=price_in, price_out=price_out, latency=scripted_latency, judge_model=judge_model,
-            judge_base_url=judge_base_url, estimate=estimate,
+            judge_base_url=judge_base_url, max_tokens=max_tokens, max_cost=max_cost, max_seconds=max_seconds,
+            on_limit=on_limit, estimate=estimate,
         )
         for note in plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
@@ -266,12 +272,18 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
     if report.skipped:
         verb = "kept" if retry_failed else "already done"
         _out.print(f"{'retried' if retry_failed else 'resumed'}: {len(report.skipped)} task(s) {verb}, {len(report.ran)} run now")
+    stopped = summary.get("run_limit")
+    if stopped:
+        _out.print(run_limit_line(stopped), markup=False)
+        print(resume_line, file=sys.stderr, flush=True)
     _out.print(f"results: {out_dir / RESULTS_FILE}   summary: {out_dir / SUMMARY_FILE}   events: {out_dir / 'events'}")
     for line in estimate_lines(summary.get("estimate"), {"run": summary}):
         _out.print(line, markup=False)
     after_run(out_dir, write=write_report)
     if summary["failed"] or summary["error"]:
         raise typer.Exit(1)
+    if stopped or summary.get("limit"):
+        raise typer.Exit(4)
 
 
 def _print_estimate(out_dir: Path) -> None:

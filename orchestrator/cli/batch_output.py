@@ -37,6 +37,7 @@ __all__ = [
     "progress_bar",
     "quality_line",
     "results_table",
+    "run_limit_line",
     "sweep_table",
 ]
 
@@ -146,7 +147,7 @@ def progress_bar(enabled: bool, console: Console) -> Iterator[Progress | None]:
         yield bar
 
 
-_COLOUR = {"passed": "green", "failed": "red", "error": "bold red"}
+_COLOUR = {"passed": "green", "failed": "red", "error": "bold red", "limit": "yellow"}
 
 
 _DROP_ORDER = ("head", "steps", "kept", "merged", "compact", "refl", "tok out", "turns", "checks")
@@ -157,7 +158,7 @@ def _columns(results: Sequence[Any], summary: Mapping[str, Any]) -> list[tuple[s
     """(header, cells, footer) per column."""
     priced = any(r.cost is not None for r in results)
     statuses = [f"{summary['passed']} passed"]
-    statuses += [f"{summary[k]} {k}" for k in ("failed", "error") if summary.get(k)]
+    statuses += [f"{summary[k]} {k}" for k in ("failed", "error", "limit") if summary.get(k)]
     elapsed = summary.get("elapsed_total", summary.get("elapsed"))
     cols: list[tuple[str, list[str], str]] = [
         ("task", [r.id for r in results], f"{summary['tasks']} tasks"),
@@ -222,12 +223,26 @@ def results_table(results: Sequence[Any], summary: Mapping[str, Any], title: str
     return table
 
 
+def run_limit_line(stopped: Mapping[str, Any]) -> str:
+    """The summary's line for a run that stopped at one of its limits (B1): which, and what is left."""
+    measure = str(stopped["limit"]).partition(".")[2]
+    unit = {"tokens": " tokens", "cost": " USD", "seconds": " s"}.get(measure, "")
+    left = len(stopped.get("not_run") or ())
+    return (
+        f"stopped at the run's {measure} limit ({stopped['limit']}): spent {stopped['spent']:g}{unit} of "
+        f"{stopped['cap']:g}{unit}; {left} task(s) not run (on limit: {stopped.get('on_limit', 'finish')}); "
+        "resume with a raised limit to run them:"
+    )
+
+
 def failure_lines(results: Sequence[Any]) -> list[str]:
     """One rich-markup line per failed or errored task."""
     lines = []
     for r in results:
         if r.status == "error":
             lines.append(f"[bold red]error[/] {r.id}: {r.error}")
+        elif r.status == "limit":
+            lines.append(f"[yellow]limit[/] {r.id}: {escape(str(r.error))}")
         elif r.status == "failed":
             missed = [c.check for c in r.checks if not c.passed]
             grade = getattr(r, "grade", None)

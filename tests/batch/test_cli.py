@@ -130,3 +130,29 @@ def test_sweep_compares_the_idle_trigger_between_recorded_sessions(cli: typer.Ty
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "comparison.json").read_text())
     assert [(r["setting"], r["reflections"]) for r in rows] == [("idle-30", 1), ("off", 0)]
+
+
+def test_a_run_stops_launching_at_its_token_limit_and_a_resume_with_more_finishes(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    chats = [{"id": f"c{i}", "turns": [f"just chatting {i}"], "settings": {"reflection_trigger": "off"},
+              "checks": [{"contains": f"just chatting {i}"}]} for i in range(6)]  # fmt: skip
+    suite = write_suite(tmp_path / "chats.jsonl", chats)
+    out = tmp_path / "out"
+    probe = CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "probe"), "-q", "-P", "1", "--task", "c0"])
+    assert probe.exit_code == 0, probe.output
+    each = json.loads((tmp_path / "probe" / "summary.json").read_text())["tokens_in"] * 1.0
+    budget = int(3.5 * each)  # four tasks reach it: each costs about as much as the first
+    first = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "-P", "1", "--max-tokens", str(budget)])
+    assert first.exit_code == 4, first.output
+    assert "stopped at the run's tokens limit (run.tokens)" in first.output and "2 task(s) not run" in first.output
+    assert "Traceback" not in first.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run_limit"]["limit"] == "run.tokens" and summary["run_limit"]["not_run"] == ["c4", "c5"]
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["c0", "c1", "c2", "c3"], "no line: resume runs them"
+    assert not (out / "home" / "stores" / "c4.sqlite3").exists(), "a task after the limit never started"
+    again = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "--resume", "--max-tokens", str(2 * budget)])
+    assert again.exit_code == 0, again.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run_limit"] is None and summary["passed"] == 6

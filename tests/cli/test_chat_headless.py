@@ -342,3 +342,28 @@ def test_a_stream_json_session_idle_past_the_threshold_reflects(tmp_path: Path, 
         watchdog.cancel()
     assert proc.returncode == 0
     assert _db(tmp_path, "SELECT trigger, status FROM reflections") == [("idle", "merged")]
+
+
+def test_max_cost_ends_a_long_session_with_status_limit_within_the_budget(tmp_path: Path) -> None:
+    texts = [f"remember that I like owls number {i}" if i % 3 == 0 else f"message {i}: tell me more" for i in range(15)]
+    lines = "".join(json.dumps({"type": "user", "text": text}) + "\n" for text in texts)
+    proc = reverie(
+        tmp_path, "chat", "--input-format", "stream-json", "--output-format", "json",
+        "--max-cost", "0.03", "--price-in", "2", "--price-out", "8", stdin=lines,
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    assert "Traceback" not in proc.stderr
+    statuses = [r["status"] for r in map(json.loads, proc.stdout.splitlines())]
+    assert statuses[0] == "end_turn" and statuses[-1] == "limit"
+    assert set(statuses[statuses.index("limit") :]) == {"limit"}, "once out of budget, every turn stops at once"
+    calls = [json.loads(p) for (p,) in _db(tmp_path, "SELECT payload FROM events WHERE kind = 'model.call'")]
+    spent = sum(c["prompt_tokens"] * 2 + c["completion_tokens"] * 8 for c in calls) / 1e6
+    assert 0.015 < spent <= 0.03, "the store's own records of every call stay within the budget"
+    hits = [json.loads(p) for (p,) in _db(tmp_path, "SELECT payload FROM events WHERE kind = 'limit.reached'")]
+    assert hits and {h["limit"] for h in hits} == {"session.cost"}
+    assert hits[0]["spent"] == pytest.approx(spent) and hits[0]["spent"] + hits[0]["needed"] > 0.03
+    last = json.loads(proc.stdout.splitlines()[-1])
+    assert last["limits"]["session.cost"] == {"cap": 0.03, "spent": pytest.approx(spent, abs=1e-6)}
+    assert set(last["spend"]) == {"main agent", "reflection", "compaction", "resolver"}
+    turns = _db(tmp_path, "SELECT status FROM turns ORDER BY rowid")
+    assert [s for (s,) in turns] == statuses
