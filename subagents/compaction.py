@@ -61,6 +61,7 @@ from uuid import uuid4
 
 import anyio
 
+from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import ReadsSessionContext
 from orchestrator.agent.prompt_cache import record_from
 from orchestrator.base import blocking
@@ -69,6 +70,7 @@ from orchestrator.base.events import (
     Event,
     ModelCalled,
 )
+from orchestrator.base.limits import Prices, limits_for
 from orchestrator.compaction import (
     CompactionMode,
     CompactionPlan,
@@ -591,18 +593,36 @@ class CompactionSubagent(ReadsSessionContext):
         fixed: int,
         trigger: str,
     ) -> CompactionOutcome:
-        # deferred: the summary ladder loads with the first compaction, not before a chat's first request
-        from orchestrator.compaction import summarize_with_fallback
-
         async def counted(event: ModelCalled) -> None:
             await self._emit(event, conversation_id)
+
+        settings = self.settings
+        meter = Meter(limits_for(settings, "compaction"), Prices.of(settings), parent=self.context.meter)
+        model = BudgetedModel(MeteredModel(self.model, counted), meter, window=settings.context_window)
+        try:
+            return await self._ladder(history, plan, fixed, trigger, model)
+        finally:
+            if model.refused is not None:
+                # B1: the ladder fell back (to eviction at worst, C3); the stop is still reported
+                await self._emit(model.refused.event("compaction"), conversation_id)
+
+    async def _ladder(
+        self,
+        history: Sequence[StoredMessage],
+        plan: CompactionPlan,
+        fixed: int,
+        trigger: str,
+        model: ModelClient,
+    ) -> CompactionOutcome:
+        # deferred: the summary ladder loads with the first compaction, not before a chat's first request
+        from orchestrator.compaction import summarize_with_fallback
 
         async with self._core_memory() as core_memory:
             return await summarize_with_fallback(
                 [m.message for m in history],
                 plan,
                 self.compaction,
-                MeteredModel(self.model, counted),
+                model,
                 model=self.settings.model,
                 trigger=trigger,
                 core_memory=core_memory,

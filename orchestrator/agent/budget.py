@@ -138,6 +138,9 @@ class BudgetedModel:
         self.inner = inner
         self.meter = meter
         self.window = window
+        self.refused: LimitReached | None = None
+        """The last limit a request was refused at, for a caller whose loop swallows the error (the
+        summary ladder falls back to eviction, C3) and still reports the stop."""
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
@@ -145,7 +148,11 @@ class BudgetedModel:
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelResponse:
         prompt = request_tokens(request)
         cap = request.max_tokens or reserve(self.window)
-        allowed = self.meter.admit(prompt, cap)
+        try:
+            allowed = self.meter.admit(prompt, cap)
+        except LimitReached as exc:
+            self.refused = exc
+            raise
         if allowed < cap:
             request = replace(request, max_tokens=allowed)
         response = await self.inner.complete(request, on_text=on_text)

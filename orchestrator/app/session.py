@@ -10,6 +10,7 @@ here, so the turn runner, the reflection coordinator and the next turn's reminde
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from orchestrator.agent.budget import Meter
+from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
 from orchestrator.app.telemetry import Telemetry, open_telemetry
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
-from orchestrator.base.limits import Prices, limits_for
+from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.compaction.tokens import (
     context_size,
     system_prompt_tokens,
@@ -54,29 +55,38 @@ REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionS
 
 def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | None:
     """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``. The
-    subagent is built on the first conflict it is given, so a chat that never meets one never
-    imports it (nor merge resolution) before its first request (P1)."""
+    subagent is built for each conflict it is given, under that launch's ``[limits] resolver_*``
+    (B1), so a chat that never meets one never imports it (nor merge resolution) before its first
+    request (P1)."""
     if context.settings.reflection_merge != "resolve":
         return None
-    built: list[Resolver] = []
 
     async def resolve(conflict: Conflict) -> None:
-        if not built:
-            # deferred: see the docstring
-            from subagents.resolver import make_resolver
+        # deferred: see the docstring
+        from orchestrator.memfs.resolution import ResolverFailed
+        from subagents.resolver import make_resolver
 
-            settings, agent = context.settings, context.agent
-            built.append(
-                make_resolver(
-                    model,
-                    agent_id=agent.agent_id,
-                    agent_name=agent.name,
-                    model_name=settings.model,
-                    instructions=settings.reflection_merge_instructions,
-                    bash_timeout=settings.bash_timeout,
-                )
-            )
-        await built[0](conflict)
+        settings, agent = context.settings, context.agent
+        limits = limits_for(settings, "resolver")
+        budgeted = BudgetedModel(
+            model, Meter(limits, Prices.of(settings), parent=context.meter), window=settings.context_window
+        )
+        resolver = make_resolver(
+            budgeted,
+            agent_id=agent.agent_id,
+            agent_name=agent.name,
+            model_name=settings.model,
+            instructions=settings.reflection_merge_instructions,
+            bash_timeout=settings.bash_timeout,
+        )
+        try:
+            with anyio.fail_after(limits.seconds if limits.seconds is not None else math.inf):
+                await resolver(conflict)
+        except (LimitReached, TimeoutError) as exc:
+            # B1: a resolver out of budget keeps the branch, as any resolver failure does (D3)
+            stop = exc if isinstance(exc, LimitReached) else LimitReached("resolver.seconds", limits.seconds or 0.0, limits.seconds or 0.0)
+            await context.publish(stop.event(conflict.branch), None)
+            raise ResolverFailed(str(stop)) from None
 
     return resolve
 

@@ -107,3 +107,18 @@ def test_config_for_an_unknown_agent_is_one_line(isolated_env: Path) -> None:
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0
     assert refused.stderr.strip().count("\n") == 0 and "no agent 'zed'" in refused.stderr, refused.stderr
+
+
+def test_config_shows_the_limits_and_the_subagents_derived_defaults(isolated_env: Path) -> None:
+    (isolated_env / "config.toml").write_text("[limits]\nsession_cost = 2.5\nsubagents = 2\n", encoding="utf-8")
+    rows = json.loads(reverie("config", "--context-window", "9000", "--json").stdout)
+    assert rows["limits.session_cost"]["value"] == 2.5 and rows["limits.subagents"]["value"] == 2
+    assert rows["limits.reflection_tokens"] == {
+        "value": 288_000, "source": "default: 32 x compaction.context_window"
+    }  # fmt: skip
+    assert rows["limits.compaction_seconds"]["value"] == 600.0
+    assert rows["limits.turn_tokens"] == {"value": None, "source": "default"}
+    plain = reverie("config").stdout
+    assert "limits.resolver_tokens" in plain and "4096000" in plain
+    bad = reverie("config", REVERIE_LIMIT_SESSION_COST="-1")
+    assert bad.returncode == 1 and "REVERIE_LIMIT_SESSION_COST = '-1': must be a positive number" in bad.stderr

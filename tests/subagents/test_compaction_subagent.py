@@ -372,3 +372,19 @@ def test_compact_command_prints_what_it_evicted() -> None:
 def test_compact_command_rejects_a_bad_mode() -> None:
     result = CliRunner().invoke(_app(), ["compact", "--mode", "half"])
     assert result.exit_code != 0
+
+
+@pytest.mark.anyio
+async def test_a_summariser_over_its_limit_is_not_asked_and_eviction_keeps_the_turn_going() -> None:
+    async with session(background=False, limit_compaction_tokens=300) as (chat, recorder):
+        store, conv = chat.runner.store, chat.conversation_id
+        await prefill(store, conv, 20)
+        before = len(await store.in_context(conv))
+        outcome = await chat.send("hello")
+        assert outcome.status == "end_turn"
+        context = await store.in_context(conv)
+        assert context[0].message.content.endswith(EMERGENCY_SUMMARY) and len(context) < before
+        calls = await store.events(conversation_id=conv, kinds=["model.call"])
+        assert [c.payload["purpose"] for c in calls] == ["chat"], "no summary request was sent"
+        hits = await store.events(conversation_id=conv, kinds=["limit.reached"])
+        assert [(h.payload["limit"], h.payload["subject"]) for h in hits] == [("compaction.tokens", "compaction")]

@@ -452,3 +452,49 @@ async def test_a_reflection_that_calls_tools_forever_stops_at_its_limit_keeping_
     worktrees = await _git(memory, "worktree", "list", "--porcelain")
     assert worktrees.count("worktree ") == 1
     assert "fact" not in (memory / "human.md").read_text(encoding="utf-8"), "kept on the branch, not merged"
+
+
+async def test_a_resolver_that_calls_tools_forever_stops_at_its_call_limit_and_the_branch_is_kept(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.models.types import Message, ModelRequest, ModelResponse
+
+    gate = anyio.Event()
+    resolving: list[ModelRequest] = []
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose == "resolve":
+            resolving.append(request)
+            return ModelResponse(Message("assistant", "", tool_calls=(_bash_call("git status --short"),)))
+        if request.purpose != "reflect":
+            return ModelResponse(Message("assistant", "ok"))
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(Message("assistant", "Reflection: updated human.md"))
+        await gate.wait()
+        command = (
+            "cd \"$MEMORY_DIR\" && sed -i 's/Nothing recorded yet./The user is Grace./' human.md "
+            "&& git commit -qam 'feat(reflection): name 🔮'"
+        )
+        return ModelResponse(Message("assistant", "", tool_calls=(_bash_call(command),)))
+
+    seen = Seen()
+    model = ScriptedModel(script=[respond] * 20)
+    cli = {**STEP3, "limit_resolver_calls": 2}
+    async with ChatSession.open(agent_id="r5", workspace=tmp_path, cli=cli, observer=seen, model=model) as session:
+        memory = session.agent.memory_dir
+        for text in ("my name is Grace Hopper", "ok", "fine"):
+            await session.send(text)
+        human = memory / "human.md"
+        text = await anyio.Path(human).read_text(encoding="utf-8")
+        await anyio.Path(human).write_text(text.replace("Nothing recorded yet.", "The user is Linus."), encoding="utf-8")
+        await _git(memory, "commit", "-qam", "main agent edits human.md")
+        gate.set()
+        assert await session.supervisor.drain(30)
+        assert len(resolving) == 2, "the third resolver request was not sent"
+        records = await session.runtime.store.reflections("r5")
+        assert [r.status for r in records] == ["kept_conflict"]
+        assert records[0].branch in await _git(memory, "branch", "--list", records[0].branch)
+        hits = [e.payload() for e in seen.events if e.kind == "limit.reached"]
+        assert [(h["limit"], h["subject"]) for h in hits] == [("resolver.calls", records[0].branch)]
+        assert "The user is Linus." in await anyio.Path(human).read_text(encoding="utf-8")
