@@ -120,7 +120,7 @@ class Meter:
         the json result and the ``limit.reached`` event's readers."""
         out: dict[str, dict[str, float]] = {}
         for measure in ("tokens", "calls", "seconds", "cost"):
-            cap = self.limits.cap(measure)  # type: ignore[arg-type]
+            cap = self.limits.cap(measure)
             if cap is not None:
                 spent = self.spent(measure)
                 out[f"{self.limits.scope}.{measure}"] = {"cap": cap, "spent": round(spent, 6)}
