@@ -153,16 +153,16 @@ class Slash:
         lines = [header + (f"{'cost':>11}" if money else "")]
         for title, split in splits.items():
             lines.append(title)
-            parts = [(label, split.parts[label]) for label in PARTS.values() if label != "main agent"]
-            for label, tally in (("main agent", split.agent), *parts, ("subagents", split.subagents), ("total", split.total)):
+            parts = [(f"  {label}", split.parts[label]) for label in PARTS.values() if label != "main agent"]
+            for label, tally in (("main agent", split.agent), ("subagents", split.subagents), ("total", split.total), *parts):
                 cost = f"{'$' + format(cost_of(tally, settings), '.4f'):>11}" if money else ""
                 lines.append(
                     f"  {label:16}{tally.calls:>7,}{tally.prompt_tokens:>13,}{tally.completion_tokens:>12,}{cost}"
                 )
-        if not money:
-            lines.append("no prices configured: set [model] price_in and price_out (USD per million tokens) to see cost")
         meter = s.context.meter
         lines.extend(limit_lines(settings, meter.report() if meter is not None else {}))
+        if not money:
+            lines.append("no prices configured: set [model] price_in and price_out (USD per million tokens) to see cost")
         self.say("\n".join(lines))
 
     async def _reflect(self, arg: str) -> None:

@@ -64,7 +64,7 @@ class TurnResult:
     """USD, ``{"total", "agent", "subagents"}``, when prices are configured."""
     spend: dict[str, dict[str, float]] | None = None
     """The turn's model calls (and cost, when priced) by who made them: ``main agent``,
-    ``reflection``, ``compaction``, ``resolver`` (B1)."""
+    ``reflection``, ``compaction``, ``resolver`` (B1); with prices or session limits only."""
     limits: dict[str, dict[str, float]] | None = None
     """The session's spend against each of its limits so far, by limit (``session.cost``)."""
 
@@ -167,8 +167,14 @@ async def run_turn(
 
 
 async def _spend(session: ChatSession, mark: int) -> dict[str, Any]:
-    """``spend`` and ``limits`` of the result (B1): the calls since ``mark`` by who made them."""
+    """``spend`` and ``limits`` of the result (B1): the calls since ``mark`` by who made them, and
+    the session's spend against its limits; nothing when there is neither a price nor a limit
+    (``usage`` says it all, and the result stays as small as it was)."""
     settings = session.runtime.settings
+    meter = session.context.meter
+    limits = meter.report() if meter is not None else {}
+    if not limits and not priced(settings):
+        return {}
     split = await usage_split(session.runtime.store, session.agent.agent_id, after_id=mark)
     spend: dict[str, dict[str, float]] = {}
     for part, tally in split.parts.items():
@@ -178,8 +184,7 @@ async def _spend(session: ChatSession, mark: int) -> dict[str, Any]:
         if priced(settings):
             row["cost"] = cost_of(tally, settings)
         spend[part] = row
-    meter = session.context.meter
-    return {"spend": spend, "limits": meter.report() if meter is not None else {}}
+    return {"spend": spend, "limits": limits}
 
 
 async def _result(

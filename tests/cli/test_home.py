@@ -120,5 +120,10 @@ def test_config_shows_the_limits_and_the_subagents_derived_defaults(isolated_env
     assert rows["limits.turn_tokens"] == {"value": None, "source": "default"}
     plain = reverie("config").stdout
     assert "limits.resolver_tokens" in plain and "4096000" in plain
-    bad = reverie("config", REVERIE_LIMIT_SESSION_COST="-1")
+    import os
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "config"], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "REVERIE_LIMIT_SESSION_COST": "-1"}, timeout=300,
+    )  # fmt: skip
     assert bad.returncode == 1 and "REVERIE_LIMIT_SESSION_COST = '-1': must be a positive number" in bad.stderr
