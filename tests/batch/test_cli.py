@@ -156,3 +156,22 @@ def test_a_run_stops_launching_at_its_token_limit_and_a_resume_with_more_finishe
     assert again.exit_code == 0, again.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run_limit"] is None and summary["passed"] == 6
+
+
+def test_a_task_over_its_token_limit_is_recorded_limit_with_the_limit_named(cli: typer.Typer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "long.jsonl", [
+        {"id": "long", "turns": [f"turn {i}: tell me more" for i in range(8)], "settings": {"reflection_trigger": "off"},
+         "checks": [{"contains": "turn 7"}]},
+        {"id": "short", "turns": ["hi"], "settings": {"reflection_trigger": "off"}, "checks": [{"contains": "hi"}]},
+    ])  # fmt: skip
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["run", str(suite), "--out", str(out), "-q", "-P", "1"], env={"REVERIE_LIMIT_TASK_TOKENS": "6000"}
+    )
+    assert result.exit_code == 4, result.output
+    rows = {json.loads(line)["id"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+    assert rows["short"]["status"] == "passed"
+    assert rows["long"]["status"] == "limit" and rows["long"]["limit"] == "task.tokens"
+    assert rows["long"]["tokens_in"] + rows["long"]["tokens_out"] <= 6000 and 0 < rows["long"]["turns"] < 8
+    assert "limit long: turn" in result.output and "task tokens limit" in result.output
+    assert json.loads((out / "summary.json").read_text())["limit"] == 1
