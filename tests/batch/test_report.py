@@ -211,7 +211,14 @@ def test_benchmark_sweep_report_shows_the_decision_abilities_and_a_pareto_chart(
         page = loaded.page
         assert "Recommended:" in page.inner_text("#recommendation")
         decided = page.eval_on_selector_all("#decision-table tbody td.id", "tds => tds.map(t => t.textContent)")
-        assert [d.rstrip(" *") for d in decided] == ["off", "step-count-5", "step-count-50", "compaction-event"]
+        # neither step count fires on these recorded sessions (at most 4 exchanges each): not exercised
+        assert [d.rstrip(" *") for d in decided] == [
+            "off", "step-count-5 (not exercised)", "step-count-50 (not exercised)", "compaction-event"
+        ]
+        assert "step-count-5" in page.inner_text("#not-exercised")
+        assert page.locator("#paired tbody tr").count() == 1  # compaction-event against the best, question by question
+        systems = page.eval_on_selector_all("#references tbody td.id", "tds => tds.map(t => t.textContent)")
+        assert "mem0" in systems and "claude-sonnet-4-6" in page.inner_text("#references")
         heads = page.eval_on_selector_all("#abilities th", "ths => ths.map(t => t.textContent)")
         assert heads == ["setting", "extraction", "knowledge-update"]
         labels = page.eval_on_selector_all("#pareto text.point-label", _OVERLAPS)

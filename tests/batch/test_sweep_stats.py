@@ -42,7 +42,7 @@ def test_reflection_outcomes_add_up_to_the_records() -> None:
                 "running", "failed", "discarded", "resolved", "something_new"]
     counts = reflection_outcomes(statuses)
     assert list(counts) == list(OUTCOMES)
-    assert counts == {"merged": 1, "resolved": 1, "no_changes": 2, "pending": 3, "kept": 2, "failed": 3}
+    assert counts == {"merged": 1, "resolved": 1, "no_changes": 2, "pending": 3, "kept": 2, "failed": 3, "limit": 0}
     assert sum(counts.values()) == len(statuses)
 
 
