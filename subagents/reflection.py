@@ -290,6 +290,7 @@ class ReflectionCoordinator(ReadsSessionContext):
             reason=None,
             base_revision=None,
             through_seq=slice_[-1].seq,
+            from_seq=slice_[0].seq - 1,
             commits=(),
             files=(),
             created_at=utc_now(),
@@ -338,6 +339,7 @@ class ReflectionCoordinator(ReadsSessionContext):
         outcome: MergeOutcome | None = None
         error: str | None = None
         limit: LimitReached | None = None
+        held = False
         try:
             try:
                 payload = await blocking.run_sync(
@@ -357,17 +359,22 @@ class ReflectionCoordinator(ReadsSessionContext):
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             with anyio.CancelScope(shield=True):
+                if error is None and self.settings.reflection_merge == "review":
+                    outcome = await self._hold(worktree, record)
+                    held = outcome is None
+                    return
                 await self._emit(ReflectionMerging(worktree.id), conversation_id)
                 outcome = await finalize_worktree(
                     self.agent.memory_dir, worktree, succeeded=error is None, resolver=self.resolver
                 )
         finally:
             with anyio.CancelScope(shield=True):
-                if outcome is None:
+                if outcome is None and not held:
                     outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
                 try:
-                    await self._finish(record, outcome, error, steps, limit=limit)
+                    if outcome is not None:
+                        await self._finish(record, outcome, error, steps, limit=limit)
                 finally:
                     self._active = False
                     if payload is not None:
@@ -425,6 +432,25 @@ class ReflectionCoordinator(ReadsSessionContext):
             raise ReflectionError(str(exc)) from None
         if clock.cancelled_caught and limits.seconds is not None:
             raise LimitReached("reflection.seconds", limits.seconds, meter.spent("seconds"))
+
+    async def _hold(self, worktree: Worktree, record: ReflectionRecord) -> MergeOutcome | None:
+        """V1: keep the finished run's branch for a person instead of merging it; None once it is held
+        and settled here. A run that committed nothing returns ``no_changes``, for ``_finish`` to
+        settle as a merged run's would be."""
+        # deferred: as merge-back, after a chat's first request
+        from orchestrator.memfs.merge import MergeOutcome
+        from orchestrator.memfs.review import hold_worktree
+        from subagents.reflection_review import hold
+        from subagents.triggers import after_success
+
+        held = await hold_worktree(self.agent.memory_dir, worktree)
+        if held is None:
+            return MergeOutcome("no_changes", None, worktree.branch, (), (), None)
+        await hold(self.store, self._emit, record, held)
+        await self.store.update_reflection_state(
+            cast(str, record.conversation_id), self.agent.agent_id, partial(after_success, through_seq=record.through_seq)
+        )
+        return None
 
     async def _finish(
         self,

@@ -65,7 +65,7 @@ REFLECTION_TRIGGERS = Choices((
 """``reflection.trigger``: when reflection starts by itself (the policy: ``subagents/triggers.py``)."""
 COMPACTION_MODES = Choices.of("sliding_window", "all")
 """``compaction.mode``: what a compaction summarises (COMPACTION-2.2)."""
-MERGE_POLICIES = Choices.of("resolve", "keep")
+MERGE_POLICIES = Choices.of("resolve", "keep", "review")
 """``reflection.merge``: what a conflicting reflection branch gets (D3)."""
 SANDBOX_MODES = Choices.of("auto", "bwrap", "off")
 """``tools.sandbox``: how the bash tool confines its commands (``tools/sandbox.py``)."""

@@ -142,11 +142,17 @@ class ToolFinished(Event):
 
 @dataclass(frozen=True)
 class MemoryCommitted(Event):
-    """A turn moved the memory repository's HEAD (recorded by the batch runner for its timeline)."""
+    """The memory repository's HEAD moved: one per change, with its provenance (V2). ``source`` is
+    who made it: ``turn`` (this session's agent), ``reflection`` (a merge-back of ``by``, a reflection
+    id), ``review`` (a person merged ``by``), ``other`` (another process: ``by`` says which, when
+    known). ``files`` are the paths it changed."""
 
     kind: ClassVar[str] = "memory.commit"
     revision: str
     previous_revision: str | None
+    source: str = "turn"
+    by: str = ""
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

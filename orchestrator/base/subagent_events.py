@@ -19,7 +19,9 @@ __all__ = [
     "CompactionProgress",
     "CompactionStarted",
     "CompactionSuperseded",
+    "ReflectionAwaitingReview",
     "ReflectionBypassed",
+    "ReflectionDecided",
     "ReflectionFailed",
     "ReflectionHeld",
     "ReflectionKept",
@@ -206,7 +208,7 @@ class ReflectionBypassed(Event):
 @dataclass(frozen=True)
 class ReflectionOutcome(Event):
     """Exactly one per launch, when it settles (D2): ``merged``, ``resolved``, ``no_changes``,
-    ``kept`` (with ``reason_code``) or ``failed`` (with ``error``)."""
+    ``kept`` (with ``reason_code``), ``review`` (held for a person, V1) or ``failed`` (with ``error``)."""
 
     kind: ClassVar[str] = "reflection.outcome"
     reflection_id: str
@@ -218,3 +220,33 @@ class ReflectionOutcome(Event):
     files: tuple[str, ...] = ()
     error: str = ""
     retried: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionAwaitingReview(Event):
+    """V1: under ``[reflection] merge = review`` the run's branch is held for a person, ready to merge;
+    ``files`` are ``[path, added, removed]`` since the revision the run started from."""
+
+    kind: ClassVar[str] = "reflection.review"
+    reflection_id: str
+    branch: str
+    commits: int
+    files: tuple[tuple[str, int, int], ...] = ()
+    added: int = 0
+    removed: int = 0
+
+
+@dataclass(frozen=True)
+class ReflectionDecided(Event):
+    """V1: a person merged or discarded a reflection branch; who, why, and what came of it
+    (``outcome``: merge-back's for a merge, ``discarded`` for a discard)."""
+
+    kind: ClassVar[str] = "reflection.decided"
+    reflection_id: str
+    branch: str
+    decision: str
+    by: str
+    why: str = ""
+    outcome: str = ""
+    revision: str = ""
+    commits: int = 0

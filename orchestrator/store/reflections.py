@@ -57,7 +57,9 @@ class ReflectionRecord:
     beside the S12 ``reason`` text; ``error`` the error of a failed run. ``owner_pid``: the process
     running it, so start-up recovery spares live runs of other processes. ``retried``: how often
     ``HEAD`` moved under a merge attempt; ``pending_turns``: turn ends it has waited; ``kept_head``:
-    ``HEAD`` when it was kept on a conflict (retried once ``HEAD`` moves on).
+    ``HEAD`` when it was kept on a conflict (retried once ``HEAD`` moves on). ``kept_review``: held
+    for a person (V1); ``decision`` (``merge``/``discard``), ``decided_by``, ``decided_why`` and
+    ``decided_at`` say who decided and why; ``from_seq``: the transcript it drew on starts after it.
     """
 
     id: str
@@ -80,6 +82,11 @@ class ReflectionRecord:
     pending_turns: int = 0
     kept_head: str | None = None
     resolved_files: tuple[str, ...] = ()
+    from_seq: int = 0
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_why: str | None = None
+    decided_at: str | None = None
 
     @property
     def kept(self) -> bool:
@@ -129,6 +136,11 @@ def _record(row: Sequence[Any]) -> ReflectionRecord:
         pending_turns=int(details.get("pending_turns", 0)),
         kept_head=details.get("kept_head"),
         resolved_files=tuple(details.get("resolved_files", ())),
+        from_seq=int(details.get("from_seq", 0)),
+        decision=details.get("decision"),
+        decided_by=details.get("decided_by"),
+        decided_why=details.get("decided_why"),
+        decided_at=details.get("decided_at"),
     )
 
 
@@ -256,6 +268,11 @@ class ReflectionRecords:
                                 "pending_turns": record.pending_turns,
                                 "kept_head": record.kept_head,
                                 "resolved_files": list(record.resolved_files),
+                                "from_seq": record.from_seq,
+                                "decision": record.decision,
+                                "decided_by": record.decided_by,
+                                "decided_why": record.decided_why,
+                                "decided_at": record.decided_at,
                             },
                             ensure_ascii=False,
                         ),
