@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
-from orchestrator.base.events import MemoryCommitted, Publisher
+from orchestrator.base.events import Event, MemoryCommitted, Publisher
 from orchestrator.base.subagent_events import ReflectionDecided
 from orchestrator.memfs.merge import discard_branch, merge_branch, resolve_branch
 from orchestrator.memfs.repo import head_revision
@@ -25,7 +25,7 @@ from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.review import HeldBranch, branch_patch, held_branch
 from orchestrator.store import ReflectionRecord, Store, utc_now
 from subagents.reflection import render_transcript
-from subagents.reflection_merge import settle
+from subagents.reflection_merge import Emit, settle
 
 __all__ = ["Decision", "ReflectionReview", "discard_reflection", "find_record", "merge_reflection", "show_reflection"]
 
@@ -61,15 +61,17 @@ class Decision:
     record: ReflectionRecord | None = None
 
 
-async def find_record(store: Store, agent_id: str, branch: str) -> ReflectionRecord | None:
-    """The agent's record of ``branch`` (None when the store has none)."""
+async def find_record(store: Store | None, agent_id: str, branch: str) -> ReflectionRecord | None:
+    """The agent's record of ``branch`` (None when the store has none, or there is no store)."""
+    if store is None:
+        return None
     for record in await store.reflections(agent_id):
         if record.branch == branch:
             return record
     return None
 
 
-async def show_reflection(store: Store, agent_id: str, memory_dir: Path, name_or_id: str) -> ReflectionReview:
+async def show_reflection(store: Store | None, agent_id: str, memory_dir: Path, name_or_id: str) -> ReflectionReview:
     """The branch named by id or name, with its diff and transcript span; ``ReflectionBranchError``
     (one line) when no reverie branch has that name."""
     branch = await resolve_branch(memory_dir, name_or_id)
@@ -78,7 +80,7 @@ async def show_reflection(store: Store, agent_id: str, memory_dir: Path, name_or
     held = await held_branch(memory_dir, branch, base)
     patch = await branch_patch(memory_dir, held) if held is not None else ""
     transcript = ""
-    if record is not None and record.conversation_id is not None:
+    if store is not None and record is not None and record.conversation_id is not None:
         span = [
             m
             for m in await store.transcript(record.conversation_id, record.from_seq)
@@ -96,7 +98,7 @@ def _check_why(why: str, decision: str) -> str:
 
 
 async def merge_reflection(
-    store: Store,
+    store: Store | None,
     agent_id: str,
     memory_dir: Path,
     name_or_id: str,
@@ -110,13 +112,13 @@ async def merge_reflection(
     why = _check_why(why, "merge")
     branch = await resolve_branch(memory_dir, name_or_id)
     record = await find_record(store, agent_id, branch)
-    publish = Publisher(store, agent_id)
+    publish = _publisher(store, agent_id)
     conversation_id = record.conversation_id if record is not None else None
     before = await _head(memory_dir)
     outcome = await merge_branch(memory_dir, branch, resolver=resolver)
     reflection_id = record.id if record is not None else branch.rsplit("/", 1)[-1]
     saved = record
-    if record is not None:
+    if store is not None and record is not None:
         saved = await settle(store, publish, record, outcome, first=False)
         saved = _decided(saved, "merge", by, why)
         await store.save_reflection(saved)
@@ -137,7 +139,7 @@ async def merge_reflection(
 
 
 async def discard_reflection(
-    store: Store, agent_id: str, memory_dir: Path, name_or_id: str, *, by: str, why: str
+    store: Store | None, agent_id: str, memory_dir: Path, name_or_id: str, *, by: str, why: str
 ) -> Decision:
     """Delete the branch and its unmerged commits (only on a person's word, with a reason)."""
     why = _check_why(why, "discard")
@@ -145,14 +147,25 @@ async def discard_reflection(
     record = await find_record(store, agent_id, branch)
     dropped = await discard_branch(memory_dir, branch)
     reflection_id = record.id if record is not None else branch.rsplit("/", 1)[-1]
-    publish = Publisher(store, agent_id)
+    publish = _publisher(store, agent_id)
     conversation_id = record.conversation_id if record is not None else None
     saved = record
-    if record is not None:
+    if store is not None and record is not None:
         saved = _decided(replace(record, status="discarded", reason=f"discarded by {by}: {why}"), "discard", by, why)
         await store.save_reflection(saved)
     await publish(ReflectionDecided(reflection_id, branch, "discard", by, why, "discarded", "", len(dropped)), conversation_id)
     return Decision(reflection_id, branch, "discard", by, why, "discarded", None, len(dropped), None, saved)
+
+
+def _publisher(store: Store | None, agent_id: str) -> Emit:
+    """The agent's event log; without a store (a repository that is not an agent's) nothing is logged."""
+    if store is not None:
+        return Publisher(store, agent_id)
+
+    async def nowhere(event: Event, conversation_id: str | None) -> None:
+        return None
+
+    return nowhere
 
 
 def _decided(record: ReflectionRecord, decision: str, by: str, why: str) -> ReflectionRecord:

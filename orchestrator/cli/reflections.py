@@ -1,16 +1,18 @@
-"""``reverie reflections``: list, merge or discard kept reflection branches (R2).
+"""``reverie reflections``: list, show, merge or discard kept reflection branches (R2, V1).
 
 Git is the truth about branches; the conversation store adds why a branch was kept, and is told
-when the user merges or discards one.
+when the user merges or discards one. The decisions themselves are the library's
+(``orchestrator.app.review``): this module parses, prints, and says who decided (``--by``, the
+login name by default) and why (``--why``; a discard needs one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from functools import partial
+import getpass
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,24 +24,35 @@ from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, store_pa
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.memory import AgentOption, repo_in_trouble, resolve_memory_dir
-from orchestrator.memfs.merge import MergeOutcome, discard_branch, merge_branch
 from orchestrator.memfs.names import BRANCH_PREFIX
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.worktrees import list_reflections
 from orchestrator.store import ReflectionRecord, Store
 
-__all__ = ["MemoryDirOption", "app", "discard", "list_", "merge", "reflections_table", "register"]
+if TYPE_CHECKING:
+    from orchestrator.app.review import Decision, ReflectionReview
 
-app = typer.Typer(help="List, merge or discard reflection branches kept after conflicts.", no_args_is_help=True)
+__all__ = ["MemoryDirOption", "app", "discard", "list_", "merge", "reflections_table", "register", "show"]
+
+app = typer.Typer(
+    help="List, show, merge or discard reflection branches kept after conflicts or held for review.",
+    no_args_is_help=True,
+)
 _out = Console(highlight=False, soft_wrap=True)
+T = TypeVar("T")
 
 MemoryDirOption = Annotated[
     Path | None, typer.Option("--memory-dir", help="A memory repository (default: the agent's).")
 ]
+ByOption = Annotated[str | None, typer.Option("--by", help="Who decides (recorded; default: your login name).")]
 
 
 @app.command("list")
-def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = None) -> None:
+def list_(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    memory_dir: MemoryDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array: every reflection with its record.")] = False,
+) -> None:
     """Show every reflection: its outcome, why, commits not in HEAD, and any worktree left.
 
     Branches come from git (the truth about commits); launches whose branch is gone (merged, no
@@ -53,13 +66,19 @@ def list_(agent: AgentOption = DEFAULT_AGENT_ID, memory_dir: MemoryDirOption = N
     if _is_agents_repo(repo, agent) and store_path().exists():
         records = {r.branch: r for r in run_async(lambda: _records(agent))}
     rows: list[tuple[str, str, str, str, str]] = []
+    items: list[dict[str, Any]] = []
     for b in branches:
         record = records.pop(b.branch, None)
         state = _state(record, merged_in_git=b.merged)
         why = _why(record) + (f"\nworktree left: {b.worktree}" if b.worktree else "")
         rows.append((b.id, b.branch, str(b.ahead), state, why))
+        items.append(_item(b.id, b.branch, b.ahead, state, record, str(b.worktree) if b.worktree else None))
     for record in records.values():
         rows.append((record.id, record.branch, "0", _state(record, merged_in_git=True), _why(record)))
+        items.append(_item(record.id, record.branch, 0, _state(record, merged_in_git=True), record, None))
+    if as_json:
+        print(json.dumps(sorted(items, key=lambda i: (i["id"], i["branch"])), ensure_ascii=False, indent=2))
+        return
     if not rows:
         _out.print("No reflections.")
         return
@@ -105,15 +124,83 @@ def _state(record: ReflectionRecord | None, *, merged_in_git: bool) -> str:
         return "merged" if merged_in_git else "pending"
     if merged_in_git and (record.kept or record.waiting):
         return "merged"
+    if record.status == "kept_review":
+        return "review"
     if record.kept:
         return f"kept ({record.reason_code or record.status.removeprefix('kept_')})"
     return record.outcome
+
+
+def _item(
+    rid: str, branch: str, ahead: int, state: str, record: ReflectionRecord | None, worktree: str | None
+) -> dict[str, Any]:
+    """One reflection for ``list --json``: git's view, then the store's record (null fields without one)."""
+    return {
+        "id": rid,
+        "branch": branch,
+        "commits_not_in_head": ahead,
+        "outcome": state,
+        "status": record.status if record else None,
+        "reason": record.reason if record else None,
+        "reason_code": record.reason_code if record else None,
+        "error": record.error if record else None,
+        "files": list(record.files) if record else [],
+        "conversation_id": record.conversation_id if record else None,
+        "trigger": record.trigger if record else None,
+        "created_at": record.created_at if record else None,
+        "decision": record.decision if record else None,
+        "decided_by": record.decided_by if record else None,
+        "decided_why": record.decided_why if record else None,
+        "decided_at": record.decided_at if record else None,
+        "worktree": worktree,
+    }
 
 
 def _why(record: ReflectionRecord | None) -> str:
     if record is None:
         return "no record: an interrupted or crashed run left it (merge --all)"
     return record.error or record.reason or "-"
+
+
+@app.command("show")
+def show(
+    id: Annotated[str, typer.Argument(help="Reflection id or branch name.")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    memory_dir: MemoryDirOption = None,
+) -> None:
+    """Print a reflection branch's diff and the transcript span it drew on, to decide on it."""
+    repo = resolve_memory_dir(memory_dir, agent)
+    review = run_async(lambda: _with_store(agent, repo, lambda store: _show(store, agent, repo, id)))
+    record = review.record
+    head = f"{review.branch}"
+    if record is not None:
+        head += f"  ({_state(record, merged_in_git=review.held is None)}; {record.trigger}, {record.created_at})"
+    _out.print(head, markup=False)
+    if record is not None and record.decided_by:
+        said = f": {record.decided_why}" if record.decided_why else ""
+        _out.print(f"decided: {record.decision} by {record.decided_by} at {record.decided_at}{said}", markup=False)
+    if review.held is None:
+        _out.print("nothing to merge: the branch is in HEAD", markup=False)
+    else:
+        held = review.held
+        _out.print(f"{len(held.commits)} commit(s) not in HEAD; {held.summary}", markup=False)
+        for path, added, removed in held.files:
+            _out.print(f"  {path} +{added} -{removed}", markup=False)
+        print()
+        print(review.patch, end="" if review.patch.endswith("\n") else "\n")
+    if review.transcript:
+        assert record is not None
+        print(f"\ntranscript it drew on (messages {record.from_seq + 1}-{record.through_seq}):")
+        print(review.transcript, end="")
+    elif record is None:
+        print("\nno record in the store: the transcript span is unknown")
+
+
+async def _show(store: Store | None, agent: str, repo: Path, id: str) -> ReflectionReview:
+    # lazy: `reverie --help` imports every command module; only a decision needs the library's review
+    from orchestrator.app.review import show_reflection
+
+    return await show_reflection(store, agent, repo, id)
 
 
 @app.command("merge")
@@ -123,20 +210,31 @@ def merge(
     memory_dir: MemoryDirOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Merge every reflection branch not in HEAD, oldest first.")] = False,
     resolve: Annotated[
-        bool, typer.Option("--resolve", help="Hand a conflict to the resolver subagent instead of keeping the branch.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--resolve/--keep-conflicts",
+            help="Hand a conflict to the resolver subagent instead of keeping the branch "
+            "(default: only under [reflection] merge = review).",
+        ),
+    ] = None,
+    by: ByOption = None,
+    why: Annotated[str, typer.Option("--why", help="Why it is merged (recorded).")] = "",
 ) -> None:
-    """Retry merge-back: rebase the branch onto HEAD and fast-forward; keep it on conflict (or resolve it)."""
+    """Merge a branch through merge-back (the lock, validation; rebase onto HEAD and fast-forward);
+    keep it on a conflict (or resolve it). Who merged and why is recorded."""
     if (id is None) == (not all_):
         raise UserError("name one reflection to merge, or pass --all (not both)")
     repo = resolve_memory_dir(memory_dir, agent)
     trouble = repo_in_trouble(repo)
     if trouble is not None:
         raise UserError(f"{trouble}; then retry the merge (the branch is kept)")
+    if resolve is None:
+        resolve = load_settings().reflection_merge == "review"
     resolver = _resolver(agent) if resolve else None
+    who = by or _login()
     if id is not None:
-        outcome = run_async(lambda: merge_branch(repo, id, resolver=resolver))
-        _report_one(agent, repo, outcome, strict=True)
+        decision = run_async(lambda: _with_store(agent, repo, lambda st: _merge(st, agent, repo, id, who, why, resolver)))
+        _report_one(decision, strict=True)
         return
     names = [b.branch for b in run_async(lambda: list_reflections(repo, kind=None)) if not b.merged]
     if not names:
@@ -144,8 +242,10 @@ def merge(
         return
     settled = 0
     for name in names:
-        outcome = run_async(partial(merge_branch, repo, name, resolver=resolver))
-        settled += _report_one(agent, repo, outcome, strict=False)
+        decision = run_async(
+            lambda name=name: _with_store(agent, repo, lambda st: _merge(st, agent, repo, name, who, why, resolver))  # type: ignore[misc]
+        )
+        settled += _report_one(decision, strict=False)
     if settled == len(names):
         _out.print(f"All {settled} branch(es) merged.")
         return
@@ -153,24 +253,32 @@ def merge(
     raise typer.Exit(1)
 
 
-def _report_one(agent: str, repo: Path, outcome: MergeOutcome, *, strict: bool) -> bool:
+async def _merge(
+    store: Store | None, agent: str, repo: Path, id: str, by: str, why: str, resolver: Resolver | None
+) -> Decision:
+    # lazy: `reverie --help` imports every command module; only a decision needs the library's review
+    from orchestrator.app.review import merge_reflection
+
+    return await merge_reflection(store, agent, repo, id, by=by, why=why, resolver=resolver)
+
+
+def _report_one(decision: Decision, *, strict: bool) -> bool:
     """Print one merge's outcome (a one-line error when ``strict``); whether it is in HEAD."""
-    if outcome.in_head and _is_agents_repo(repo, agent):
-        _mark_if_stored(agent, outcome.branch, outcome.status)
-    if outcome.status in {"kept", "pending", "failed"}:
+    if decision.outcome in {"kept", "pending", "failed"}:
+        files = decision.record.files if decision.record is not None else ()
         detail = (
-            f"{outcome.status} ({outcome.reason}); files: {', '.join(outcome.files) or '-'}"
-            if outcome.status != "failed"
-            else f"merge failed: {'; '.join(outcome.errors) or 'git failed'}"
+            f"{decision.outcome} ({decision.reason}); files: {', '.join(files) or '-'}"
+            if decision.outcome != "failed"
+            else f"merge failed: {decision.reason or 'git failed'}"
         )
         if strict:
-            raise UserError(f"{outcome.branch} {detail}; nothing was lost")
-        _out.print(f"{outcome.branch}: {detail}")
+            raise UserError(f"{decision.branch} {detail}; nothing was lost")
+        _out.print(f"{decision.branch}: {detail}")
         return False
-    if outcome.status == "no_changes":
-        _out.print(f"{outcome.branch}: nothing to merge; branch removed.")
+    if decision.outcome == "no_changes":
+        _out.print(f"{decision.branch}: nothing to merge; branch removed.")
     else:
-        _out.print(f"Merged {outcome.commit_count} commit(s) from {outcome.branch}; HEAD is {outcome.new_head}.")
+        _out.print(f"Merged {decision.commits} commit(s) from {decision.branch}; HEAD is {decision.revision}.")
     return True
 
 
@@ -195,16 +303,26 @@ def discard(
     id: Annotated[str, typer.Argument(help="Reflection id or branch name.")],
     agent: AgentOption = DEFAULT_AGENT_ID,
     memory_dir: MemoryDirOption = None,
+    why: Annotated[str, typer.Option("--why", help="Why it is discarded (required; recorded).")] = "",
+    by: ByOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete a reflection branch and its commits (only on your explicit request)."""
+    """Delete a reflection branch and its commits (only on your explicit request, with a reason)."""
+    if not why.strip():
+        raise UserError("discard needs --why TEXT: the reason is recorded with the decision")
     repo = resolve_memory_dir(memory_dir, agent)
     if not yes and not typer.confirm(f"Discard reflection {id} and its unmerged commits?"):
         raise typer.Exit(1)
-    dropped = run_async(lambda: discard_branch(repo, id))
-    if _is_agents_repo(repo, agent):
-        _mark_if_stored(agent, id, "discarded")
-    _out.print(f"Discarded {id}: {len(dropped)} unmerged commit(s) dropped.")
+    who = by or _login()
+    decision = run_async(lambda: _with_store(agent, repo, lambda st: _discard(st, agent, repo, id, who, why)))
+    _out.print(f"Discarded {id}: {decision.commits} unmerged commit(s) dropped.")
+
+
+async def _discard(store: Store | None, agent: str, repo: Path, id: str, by: str, why: str) -> Decision:
+    # lazy: `reverie --help` imports every command module; only a decision needs the library's review
+    from orchestrator.app.review import discard_reflection
+
+    return await discard_reflection(store, agent, repo, id, by=by, why=why)
 
 
 async def _records(agent: str) -> list[ReflectionRecord]:
@@ -212,16 +330,20 @@ async def _records(agent: str) -> list[ReflectionRecord]:
         return await store.reflections(agent)
 
 
-def _mark_if_stored(agent: str, branch_or_id: str, status: str) -> None:
-    if store_path().exists():
-        run_async(lambda: _mark(agent, branch_or_id, status))
-
-
-async def _mark(agent: str, branch_or_id: str, status: str) -> None:
+async def _with_store(agent: str, repo: Path, job: Callable[[Store | None], Awaitable[T]]) -> T:
+    """``job`` with the agent's store when ``repo`` is the agent's and a store exists, else None
+    (another repository's branches have no records here)."""
+    if not (_is_agents_repo(repo, agent) and store_path().exists()):
+        return await job(None)
     async with Store.opened() as store:
-        for record in await store.reflections(agent):
-            if branch_or_id in (record.branch, record.id):
-                await store.save_reflection(replace(record, status=status))
+        return await job(store)
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def register(main: typer.Typer) -> None:

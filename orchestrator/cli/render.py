@@ -47,9 +47,19 @@ from orchestrator.base.events import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.base.subagent_events import ReflectionAwaitingReview
     from subagents.compaction import CompactionResult
 
-__all__ = ["TerminalRenderer", "clip", "compacted_line", "compaction_line", "one_line", "terminal_columns", "tool_line"]
+__all__ = [
+    "TerminalRenderer",
+    "clip",
+    "compacted_line",
+    "compaction_line",
+    "one_line",
+    "review_line",
+    "terminal_columns",
+    "tool_line",
+]
 
 
 def one_line(text: str, limit: int = 160) -> str:
@@ -129,6 +139,17 @@ def compaction_line(result: CompactionResult) -> str:
     if result.status == "failed":
         return f"{line} without a summary: the summarizer failed ({result.error})"
     return line
+
+
+def review_line(event: ReflectionAwaitingReview) -> str:
+    """V1's line for a held reflection: its commits, files with lines added and removed, and the
+    command that shows it."""
+    n = event.commits
+    files = ", ".join(f"{path} +{added} -{removed}" for path, added, removed in event.files) or "no file changes"
+    return (
+        f"reflection awaits review: {n} commit{'s' if n != 1 else ''} ({files}); "
+        f"`reverie reflections show {event.reflection_id}`, then merge or discard"
+    )
 
 
 def _manual(event: Event) -> bool:
@@ -275,6 +296,7 @@ class TerminalRenderer:
             CompactionDone,
             CompactionFailed,
             CompactionProgress,
+            ReflectionAwaitingReview,
             ReflectionBypassed,
             ReflectionFailed,
             ReflectionHeld,
@@ -300,6 +322,8 @@ class TerminalRenderer:
                 f"  ⚠ memory: {n} commit{'s' if n != 1 else ''} made by a git outside reverie while a reflection "
                 f"merged (no lock, no hook): {' '.join(c[:7] for c in event.commits[:5])}; folded in, nothing lost"
             )
+        elif isinstance(event, ReflectionAwaitingReview):
+            self.notice(f"  ⏸ {review_line(event)}")
         elif isinstance(event, ReflectionFailed):
             self.notice(f"  ⚠ reflection failed: {one_line(event.error, 160)}")
         elif isinstance(event, ReflectionKept):

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.app import COMMANDS, GROUPS, build_app
 
 _INTERNAL = re.compile(r"\b([MTRCSDAPO]\d{1,2}|(?:MEMFS|TURN|COMPACTION)-R?\d[\d.]*)\b|``|:func:|:class:|\bissue \d+")
-_SUBCOMMANDS = {"memory": ["init", "path", "validate", "install-hook", "tree"], "reflections": ["list", "merge", "discard"]}
+_SUBCOMMANDS = {"memory": ["init", "path", "validate", "install-hook", "tree"], "reflections": ["list", "show", "merge", "discard"]}
 
 
 def _pages() -> list[list[str]]:

@@ -79,7 +79,7 @@ def test_reflections_list_merge_discard(tmp_path: Path) -> None:
     assert merged.exit_code == 0, merged.output
     assert "Merged 1 commit(s)" in merged.stdout
     assert git(repo, "log", "-1", "--format=%s").strip() == "a"
-    gone = runner.invoke(_app(), ["reflections", "discard", "20260101T000000Z-00000002", "-y", "--memory-dir", str(repo)])
+    gone = runner.invoke(_app(), ["reflections", "discard", "20260101T000000Z-00000002", "-y", "--why", "a test branch", "--memory-dir", str(repo)])
     assert gone.exit_code == 0, gone.output
     assert "1 unmerged commit(s) dropped" in gone.stdout
     assert git(repo, "for-each-ref", "refs/heads/reverie/") == ""
