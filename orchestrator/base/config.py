@@ -66,7 +66,7 @@ REFLECTION_TRIGGERS = Choices((
 COMPACTION_MODES = Choices.of("sliding_window", "all")
 """``compaction.mode``: what a compaction summarises (COMPACTION-2.2)."""
 MERGE_POLICIES = Choices.of("resolve", "keep", "review")
-"""``reflection.merge``: what a conflicting reflection branch gets (D3)."""
+"""``reflection.merge``: what a conflicting reflection branch gets (D3); ``review`` holds every one for a person (V1)."""
 SANDBOX_MODES = Choices.of("auto", "bwrap", "off")
 """``tools.sandbox``: how the bash tool confines its commands (``tools/sandbox.py``)."""
 

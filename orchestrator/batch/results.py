@@ -29,8 +29,9 @@ __all__ = [
     "write_summary",
 ]
 
-OUTCOMES = ("merged", "resolved", "no_changes", "pending", "kept", "failed", "limit")
-"""Where every reflection launch ends, as a batch result counts it (they add up to the launches)."""
+OUTCOMES = ("merged", "resolved", "no_changes", "pending", "kept", "review", "failed", "limit")
+"""Where every reflection launch ends, as a batch result counts it (they add up to the launches);
+``review``: held for a person under ``[reflection] merge = review`` (V1); ``limit``: stopped at its budget (B1)."""
 
 _OUTCOME_OF = {
     "merged": "merged",
@@ -43,6 +44,7 @@ _OUTCOME_OF = {
     "kept_conflict": "kept",
     "kept_invalid": "kept",
     "kept_failed": "kept",
+    "kept_review": "review",
     "failed": "failed",
     "discarded": "failed",
     "limit": "limit",
@@ -118,6 +120,7 @@ class TaskResult:
     replayed_turns: int = 0
     replayed_tokens: int = 0
     reflection_outcomes: Mapping[str, int] = field(default_factory=dict)
+    held_branches: tuple[str, ...] = ()
     memory_bytes: int | None = None
     grade: Mapping[str, Any] | None = None
     quality: float | None = None
@@ -130,6 +133,7 @@ class TaskResult:
         out["checks"] = [asdict(c) for c in self.checks]
         out["settings"] = dict(self.settings)
         out["reflection_outcomes"] = dict(self.reflection_outcomes)
+        out["held_branches"] = list(self.held_branches)
         out["grade"] = None if self.grade is None else dict(self.grade)
         return out
 
@@ -138,6 +142,7 @@ class TaskResult:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in raw.items() if k in known}
         values["checks"] = tuple(CheckResult(str(c["check"]), bool(c["passed"])) for c in raw.get("checks", ()))
+        values["held_branches"] = tuple(raw.get("held_branches", ()))
         return cls(**values)
 
 
@@ -233,6 +238,9 @@ def summarize(results: Iterable[TaskResult], *, elapsed: float | None = None) ->
         for name, count in r.reflection_outcomes.items():
             outcomes[name] = outcomes.get(name, 0) + int(count)
     summary["reflection_outcomes"] = outcomes
+    held = {r.id: list(r.held_branches) for r in items if r.held_branches}
+    summary["reflections_held"] = sum(len(b) for b in held.values())
+    summary["held_branches"] = held
     scores = [r.quality for r in items if r.quality is not None]
     summary["quality"] = round(sum(scores) / len(scores), 4) if scores else None
     sizes = [r.memory_bytes for r in items if r.memory_bytes is not None]

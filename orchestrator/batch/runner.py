@@ -485,6 +485,7 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
     turns = steps = replayed = 0
     memory_bytes: int | None = None
     outcomes: dict[str, int] = {}
+    held: tuple[str, ...] = ()
     grade: dict[str, Any] | None = None
     settings_used: Any = None
     answer = ""
@@ -566,7 +567,9 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
                     if error is not None:
                         break
             await session.finish_one_shot()
-            outcomes = reflection_outcomes([r.status for r in await store.reflections(task.id)])
+            records = await store.reflections(task.id)
+            outcomes = reflection_outcomes([r.status for r in records])
+            held = tuple(r.branch for r in records if r.status == "kept_review")
             settings_used = session.runtime.settings
             stop_following()  # what it took last is written with task.end
         head = await blocking.run_sync("git", partial(_head, paths.memory))
@@ -628,6 +631,7 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         replayed_turns=replayed,
         replayed_tokens=pump.replayed_tokens,
         reflection_outcomes=outcomes,
+        held_branches=held,
         memory_bytes=memory_bytes,
         grade=grade,
         quality=quality,

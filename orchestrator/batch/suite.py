@@ -56,6 +56,7 @@ SETTING_KEYS: tuple[str, ...] = (
     "model",
     "reflection_trigger",
     "reflection_step_count",
+    "reflection_merge",
     "compaction_mode",
     "sliding_percentage",
     "summarizer_model",

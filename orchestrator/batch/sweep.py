@@ -137,6 +137,8 @@ def comparison_rows(reports: Sequence[tuple[SweepSetting, Mapping[str, Any]]]) -
                 "reflections": s["reflections_launched"],
                 "merges": s["reflections_merged"],
                 "conflicts": s["reflections_conflicted"],
+                "held": s.get("reflections_held", 0),
+                "held_branches": dict(s.get("held_branches", {})),
                 "tokens": s["tokens_in"] + s["tokens_out"],
                 "wall_time": s["wall_time"],
                 "elapsed": s.get("elapsed"),

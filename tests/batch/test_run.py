@@ -154,3 +154,31 @@ async def test_a_results_journal_that_cannot_write_says_so(tmp_path: Path) -> No
     journal = _Journal(tmp_path / "missing" / "results.jsonl")
     with pytest.raises(OSError):
         await journal.append(TaskResult(id="t", status="passed", checks_passed=0, checks_total=0))
+
+
+async def test_a_run_under_review_reports_every_held_branch(tmp_path: Path) -> None:
+    """V1: with ``reflection_merge: review`` nothing a reflection wrote reaches a task's memory; the
+    result and the summary name the branches held for a person."""
+    settings = {"reflection_trigger": "step-count:1", "reflection_merge": "review"}
+    tasks_json = [
+        {
+            "id": f"t{n}", "turns": [f"I like the number {n}", "I prefer tea"], "settings": settings,
+            "checks": [{"where": "memory", "file": "human.md", "contains": f"number {n}", "negate": True}],
+        }
+        for n in range(2)
+    ]
+    tasks = await anyio.to_thread.run_sync(load_suite, write_suite(tmp_path / "s.jsonl", tasks_json))
+    out = tmp_path / "out"
+    report = await run_suite(tasks, RunOptions(out_dir=out), LocalExecutor(2))
+    for result in report.results:
+        assert (result.error, result.status) == (None, "passed"), "nothing a reflection wrote reached memory"
+        assert result.reflections_launched >= 1
+        assert result.reflection_outcomes["review"] == result.reflections_launched == len(result.held_branches)
+        assert result.reflections_merged == 0
+        assert all(b.startswith("reverie/reflection/") for b in result.held_branches)
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert summary["reflections_held"] == sum(len(r.held_branches) for r in report.results) >= 2
+    assert summary["held_branches"] == {r.id: list(r.held_branches) for r in report.results}
+    assert summary["reflection_outcomes"]["review"] == summary["reflections_held"]
+    again = read_results(out / RESULTS_FILE)
+    assert {k: v.held_branches for k, v in again.items()} == {r.id: r.held_branches for r in report.results}
