@@ -23,6 +23,7 @@ import anyio
 from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import AgentProfile, SessionContext
 from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.app.memory_events import MemoryTracker
 from orchestrator.app.telemetry import Telemetry, open_telemetry
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
@@ -162,17 +163,23 @@ class ChatSession:
 
             async with Supervisor.open(rt.store, observer=shown, capacity=settings.max_subagents) as supervisor:
                 reflection: ReflectionCoordinator | None = None
+                tracker: MemoryTracker | None = None
 
                 async def observe(event: Event) -> None:
                     if shown is not None:
                         await shown(event)
                     if reflection is not None:
                         await reflection.on_event(event, current["conversation"])
+                    if tracker is not None:
+                        await tracker(event)
 
                 meter = Meter(limits_for(settings, "session"), Prices.of(settings))
                 context = SessionContext(
                     store=rt.store, model=model, settings=settings, agent=agent, observer=observe, meter=meter
                 )
+                tracker = MemoryTracker(agent.memory_dir, lambda event: context.publish(event, current["conversation"]))
+                if telemetry is not None:
+                    telemetry.memory_store = str(agent.memory_dir)
                 reflection = ReflectionCoordinator(
                     context=context,
                     supervisor=supervisor,

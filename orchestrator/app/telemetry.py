@@ -276,6 +276,9 @@ class Telemetry:
         self._compactions: dict[str, _Span] = {}
         self._reflections: dict[str, _Span] = {}
         self._merges: dict[str, _Span] = {}
+        self._last_bash: _Span | None = None
+        self.memory_store = ""
+        """The memory repository (``gen_ai.memory.store.id`` of the memory spans; the session sets it)."""
 
     # -- the observer -------------------------------------------------------------------------------
 
@@ -297,6 +300,7 @@ class Telemetry:
 
     def _turn_ended(self, event: Any) -> None:
         span, self._turn = self._turn, None
+        self._last_bash = None
         if span is None:
             return
         span.invocation.input_tokens = span.input_tokens
@@ -327,6 +331,8 @@ class Telemetry:
         span = self._tools.pop(event.call_id, None)
         if span is None:
             return
+        if event.name == "bash":
+            self._last_bash = span
         if self.capture:
             span.invocation.attributes["gen_ai.tool.call.result"] = event.output
         if event.ok:
@@ -395,6 +401,36 @@ class Telemetry:
         else:
             span.invocation.stop()
 
+    def _memory_committed(self, event: Any) -> None:
+        """V2: one GenAI memory span per change, under the span that made it (the bash call of the
+        turn that committed, the reflection that merged, else the turn that saw it), ended at once:
+        the commit is the record (``gen_ai.memory.record.id``) in the repository (``store.id``)."""
+        # optional: the reverie[otel] extra (Telemetry exists only when it is installed)
+        from opentelemetry.trace import SpanKind
+
+        turn = self._turn or self._last_turn.get(self.conversation())
+        parent: _Span | None = turn
+        if event.source == "turn" and self._last_bash is not None:
+            parent = self._last_bash
+        elif event.source == "reflection":
+            parent = self._reflections.get(event.by) or turn
+        operation = "delete_memory" if event.operation == "delete" else "update_memory"
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.memory.store.id": self.memory_store,
+            "gen_ai.memory.record.id": event.revision,
+            "reverie.memory.source": event.source,
+            "reverie.memory.by": event.by,
+            "reverie.memory.files": list(event.files),
+        }
+        if event.previous_revision:
+            attributes["reverie.memory.previous_revision"] = event.previous_revision
+        if parent is not None:
+            attributes["gen_ai.conversation.id"] = parent.conversation_id
+        tracer = self.providers.tracer_provider.get_tracer(SCOPE)
+        context = parent.context() if parent is not None else self.root
+        tracer.start_span(operation, context=context, kind=SpanKind.CLIENT, attributes=attributes).end()
+
     # -- model calls ----------------------------------------------------------------------------------
 
     def parent_for(self, purpose: str) -> _Span | None:
@@ -453,6 +489,7 @@ _HANDLERS: dict[str, Callable[[Telemetry, Any], None]] = {
     "reflection.kept": Telemetry._merge_ended,
     "reflection.pending": Telemetry._merge_ended,
     "reflection.outcome": Telemetry._reflection_settled,
+    "memory.commit": Telemetry._memory_committed,
 }
 
 

@@ -145,7 +145,7 @@ class MemoryCommitted(Event):
     """The memory repository's HEAD moved: one per change, with its provenance (V2). ``source`` is
     who made it: ``turn`` (this session's agent), ``reflection`` (a merge-back of ``by``, a reflection
     id), ``review`` (a person merged ``by``), ``other`` (another process: ``by`` says which, when
-    known). ``files`` are the paths it changed."""
+    known; its commit's subject). ``files`` are the paths it changed."""
 
     kind: ClassVar[str] = "memory.commit"
     revision: str
@@ -153,6 +153,8 @@ class MemoryCommitted(Event):
     source: str = "turn"
     by: str = ""
     files: tuple[str, ...] = ()
+    operation: str = "update"
+    """``delete`` when the commit only removed files, else ``update``."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.app.telemetry import workflow
 from orchestrator.base import blocking
-from orchestrator.base.events import MemoryCommitted
 from orchestrator.base.limits import Prices, limits_for
 from orchestrator.base.paths import Home, using_home
 from orchestrator.batch.eventlog import EventRecord, append_records, event_log_path
@@ -261,14 +260,6 @@ def _head(memory: Path) -> str | None:
         if repo is not None:
             return repo.head()
     return head_revision(memory)
-
-
-async def _head_after(outcome: TurnOutcome, memory: Path) -> str | None:
-    """HEAD after a turn: the post-turn sync read it last thing in the turn (no second read then);
-    what a background subagent commits later is seen after a later turn, as before."""
-    if outcome.sync is not None and outcome.sync.revision is not None:
-        return outcome.sync.revision
-    return await blocking.run_sync("git", partial(_head, memory))
 
 
 _FLUSH_SECONDS = 1.0
@@ -518,20 +509,12 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
         async with workflow(f"task {task.id}", {"reverie.task.id": task.id}), session_cm as session:
             store = session.runtime.store
             stop_following = await pump.follow(store)
-            head = await blocking.run_sync("git", partial(_head, paths.memory))
             _meter_task(session, options)
 
             async def after(outcome: TurnOutcome, label: str) -> str | None:
-                """Record a memory commit the turn made; the turn's error, if it ended in one (a
-                turn stopped at a limit ends the task too, as ``limit``)."""
-                nonlocal head, limited
-                new_head = await _head_after(outcome, paths.memory)
-                if new_head != head and new_head is not None:
-                    commit = MemoryCommitted(new_head, head)
-                    await store.record_event(
-                        commit.kind, commit.payload(), agent_id=task.id, conversation_id=session.conversation_id
-                    )
-                    head = new_head
+                """The turn's error, if it ended in one (its memory commits are the session's own
+                ``memory.commit`` events, V2; a turn stopped at a limit ends the task too, as ``limit``)."""
+                nonlocal limited
                 await pump.flush()
                 if outcome.status == "limit":
                     limited = outcome.limit

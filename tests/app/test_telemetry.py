@@ -228,3 +228,32 @@ async def test_a_batch_run_and_its_tasks_are_workflows_around_the_turns(traced: 
     for task_span in task_spans:
         turns = [s for s in spans if s.name.startswith("invoke_agent ") and _parent(s) == task_span.context.span_id]
         assert turns, f"{task_span.name} has its turns as children"
+
+
+async def test_each_memory_change_is_an_update_memory_span_under_what_made_it(traced: _Traced, tmp_path: Path) -> None:
+    """V2: the turn's commit is an ``update_memory`` span under its bash call, a merged reflection's
+    under the reflection; each carries the repository and its commit id, as the event log does."""
+    cli = {"reflection_trigger": "step-count:1"}
+    async with ChatSession.open(agent_id="mem", workspace=tmp_path, cli=cli) as session:
+        await session.send("remember that I like owls")
+        await session.supervisor.drain(30)
+        await session.send("I prefer green tea")
+        await session.supervisor.drain(30)
+        memory = str(session.agent.memory_dir)
+        logged = await session.runtime.store.events(agent_id="mem", kinds=["memory.commit"])
+    spans = traced.finished()
+    updates = [s for s in spans if s.name == "update_memory"]
+    assert logged and len(updates) == len(logged)
+    by_commit = {(s.attributes or {})["gen_ai.memory.record.id"]: s for s in updates}
+    assert set(by_commit) == {e.payload["revision"] for e in logged}
+    for event in logged:
+        attrs = dict(by_commit[event.payload["revision"]].attributes or {})
+        assert attrs["gen_ai.operation.name"] == "update_memory" and attrs["gen_ai.memory.store.id"] == memory
+        assert attrs["reverie.memory.source"] == event.payload["source"]
+    sources = {e.payload["source"] for e in logged}
+    assert {"turn", "reflection"} <= sources, sources
+    tool_ids = {s.context.span_id for s in spans if s.name == "execute_tool bash"}
+    reflection_ids = {s.context.span_id for s in spans if s.name == "invoke_agent reflection"}
+    for span in updates:
+        source = (span.attributes or {})["reverie.memory.source"]
+        assert _parent(span) in (tool_ids if source == "turn" else reflection_ids), source

@@ -39,10 +39,10 @@ def test_more_samples_narrow_the_interval() -> None:
 
 def test_reflection_outcomes_add_up_to_the_records() -> None:
     statuses = ["merged", "no_changes", "no_changes", "kept_conflict", "kept_invalid", "pending", "kept_recovered",
-                "running", "failed", "discarded", "resolved", "something_new"]
+                "running", "failed", "discarded", "resolved", "something_new", "kept_review"]
     counts = reflection_outcomes(statuses)
     assert list(counts) == list(OUTCOMES)
-    assert counts == {"merged": 1, "resolved": 1, "no_changes": 2, "pending": 3, "kept": 2, "failed": 3, "limit": 0}
+    assert counts == {"merged": 1, "resolved": 1, "no_changes": 2, "pending": 3, "kept": 2, "review": 1, "failed": 3, "limit": 0}
     assert sum(counts.values()) == len(statuses)
 
 

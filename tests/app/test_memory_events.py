@@ -1,0 +1,80 @@
+"""V2: a session publishes each memory commit once, named by its source: its own bash call's, a
+merged reflection's, or another process's (real git; a session end to end with the scripted model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.app.memory_events import MemoryTracker
+from orchestrator.app.session import ChatSession
+from orchestrator.base.events import Event, MemoryCommitted, ToolFinished, ToolStarted, TurnStarted
+from orchestrator.base.subagent_events import ReflectionMerged
+from tests.memfs.reflection_helpers import commit_file, git, make_repo
+
+pytestmark = pytest.mark.anyio
+
+
+def _note(name: str, body: str) -> str:
+    return f"---\nname: {name}\ndescription: a note\n---\n{body}\n"
+
+
+class Published:
+    def __init__(self) -> None:
+        self.commits: list[MemoryCommitted] = []
+
+    async def __call__(self, event: Event) -> None:
+        assert isinstance(event, MemoryCommitted)
+        self.commits.append(event)
+
+    def sources(self) -> list[tuple[str, str]]:
+        return [(c.source, c.by) for c in self.commits]
+
+
+async def _commit(repo: Path, rel: str, body: str, message: str) -> str:
+    return await anyio.to_thread.run_sync(commit_file, repo, rel, _note(rel.split("/")[-1][:-3], body), message)
+
+
+async def test_a_bash_call_claims_only_the_commits_its_output_names(tmp_path: Path) -> None:
+    repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "m")
+    published = Published()
+    tracker = MemoryTracker(repo, published)
+    await tracker(TurnStarted("turn-1", "c"))
+    other_between = await _commit(repo, "notes/a.md", "a", "other process between turns")
+    await tracker(ToolStarted("call-1", "bash", "{}"))
+    assert published.sources() == [("other", "other process between turns")]
+    # another process commits while the agent's command waits for the lock, then the agent's own lands
+    theirs = await _commit(repo, "notes/b.md", "b", "the other REPL's edit")
+    mine = await _commit(repo, "notes/c.md", "c", "feat: my edit")
+    await tracker(ToolFinished("call-1", "bash", True, f"[main {mine[:7]}] feat: my edit\n 1 file changed"))
+    assert published.sources()[1:] == [("other", "the other REPL's edit"), ("turn", "turn-1")]
+    assert [c.revision for c in published.commits] == [other_between, theirs, mine]
+    assert [c.previous_revision for c in published.commits[1:]] == [other_between, theirs]
+    assert published.commits[2].files == ("notes/c.md",)
+    # a quiet commit (`git commit -q`) in the call's window is the turn's: nothing tells it apart
+    await tracker(ToolStarted("call-2", "bash", "{}"))
+    quiet = await _commit(repo, "notes/d.md", "d", "quiet")
+    await tracker(ToolFinished("call-2", "bash", True, ""))
+    assert published.commits[-1].revision == quiet and published.sources()[-1] == ("turn", "turn-1")
+    # a merged reflection's commits are the reflection's; a deletion is a delete
+    await anyio.to_thread.run_sync(lambda: git(repo, "rm", "-q", "notes/d.md"))
+    await anyio.to_thread.run_sync(lambda: git(repo, "commit", "-q", "-m", "reflection: drop d"))
+    await tracker(ReflectionMerged("r-1", "reverie/reflection/r-1", 1, "x"))
+    last = published.commits[-1]
+    assert (last.source, last.by, last.operation, last.files) == ("reflection", "r-1", "delete", ("notes/d.md",))
+    assert len(published.commits) == len({c.revision for c in published.commits}), "each change once"
+
+
+async def test_a_session_logs_its_own_commit_and_names_another_processs(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="own", workspace=tmp_path) as session:
+        await session.send("remember that I like owls")
+        memory = session.agent.memory_dir
+        await anyio.to_thread.run_sync(commit_file, memory, "notes.md", _note("notes", "x"), "edit from elsewhere")
+        await session.send("hello")
+        logged = await session.runtime.store.events(agent_id="own", kinds=["memory.commit"])
+    assert [(e.payload["source"], e.payload["by"]) for e in logged][-1] == ("other", "edit from elsewhere")
+    own = logged[0].payload
+    assert own["source"] == "turn" and own["files"] == ["human.md"]
+    assert own["revision"] != logged[-1].payload["revision"]
