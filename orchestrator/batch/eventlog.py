@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.base.event_lines import event_detail
+
 __all__ = [
     "EVENTS_DIR",
     "EventRecord",
@@ -148,33 +150,7 @@ def follow_events(
             time.sleep(poll)
 
 
-_SUBAGENT_FIELDS = {
-    "compaction.start": ("mode", "messages", "tokens_before", "background"),
-    "compaction.done": ("evicted", "tokens_before", "tokens_after"),
-    "compaction.failed": ("evicted", "error"),
-    "compaction.cancelled": ("reason",),
-    "compaction.superseded": ("reason",),
-    "reflection.launch": ("trigger", "branch"),
-    "reflection.outcome": ("outcome", "commits", "files", "reason", "error"),
-}
-
-
 def format_record(record: EventRecord) -> str:
-    """One human line: time, task, kind and the payload's most useful fields."""
-    p = record.payload
-    detail: str
-    if record.kind == "model.call":
-        detail = f"{p.get('model')} in={p.get('prompt_tokens')} out={p.get('completion_tokens')} {p.get('latency_ms')}ms"
-    elif record.kind in ("tool.start", "tool.end"):
-        detail = str(p.get("name")) + ("" if record.kind == "tool.start" else f" ok={p.get('ok')}")
-    elif record.kind in ("turn.start", "turn.end"):
-        detail = " ".join(f"{k}={p[k]}" for k in ("turn_id", "status", "steps") if k in p)
-    elif record.kind.startswith(("compaction.", "reflection.")) and record.kind in _SUBAGENT_FIELDS:
-        named = [str(p.get("compaction_id") or p.get("reflection_id") or "")]
-        named += [f"{k}={p[k]}" for k in _SUBAGENT_FIELDS[record.kind] if p.get(k) not in (None, "", [])]
-        detail = " ".join(n for n in named if n)
-    else:
-        detail = json.dumps(dict(p), ensure_ascii=False, default=str, separators=(",", ":"))
-    if len(detail) > 200:
-        detail = detail[:199] + "…"
+    """One human line: time, task, kind and the payload's most useful fields (``base.event_lines``)."""
+    detail = event_detail(record.kind, record.payload)
     return f"{record.at}  {record.task}  {record.kind}  {detail}"

@@ -107,3 +107,53 @@ def test_events_of_a_session_once_and_the_mistakes(tmp_path: Path) -> None:
     ]:
         proc = reverie(*args)
         assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_events_follow_prints_every_documented_kind_formatted(tmp_path: Path) -> None:
+    """V2: one stored event of every kind of docs/events.md, followed by ``reverie events --follow``
+    in a second process: each is a formatted line (no raw JSON), a model call names its purpose and
+    a memory commit its source."""
+    # the doc's kinds and sample payloads, as the unit test of the line format reads them
+    from tests.base.test_event_lines import KINDS, _sample
+
+    seed = (
+        "import anyio, json, sys\n"
+        "from orchestrator.store import Store\n"
+        "async def main():\n"
+        "    async with Store.opened() as store:\n"
+        "        await store.ensure_agent('every')\n"
+        "        for kind, payload in json.loads(sys.stdin.read()):\n"
+        "            await store.record_event(kind, payload, agent_id='every', conversation_id='conv-1')\n"
+        "anyio.run(main)\n"
+    )
+    events = [
+        [kind, {field: _sample(field) for field in fields}]
+        for kind, fields in sorted(KINDS.items())
+    ]
+    for kind, payload in events:
+        if kind == "model.call":
+            payload["purpose"] = "resolve"
+        if kind == "memory.commit":
+            payload.update(source="other", by="edit from the other REPL")
+    seeded = subprocess.run(
+        [sys.executable, "-c", seed], env=_env(tmp_path), input=json.dumps(events), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert seeded.returncode == 0, seeded.stderr
+    follower = _start(tmp_path, "events", "--agent", "every", "--follow")
+    watchdog = threading.Timer(120, follower.kill)
+    watchdog.start()
+    try:
+        assert follower.stdout is not None
+        lines = [follower.stdout.readline().rstrip("\n") for _ in events]
+    finally:
+        watchdog.cancel()
+        _stop(follower)
+    assert [line.split("  ")[2] for line in lines] == [kind for kind, _ in events]
+    for line in lines:
+        detail = line.split("  ", 3)[3]
+        assert detail and not detail.startswith("{") and '":' not in detail, line
+    call = next(line for line in lines if "  model.call  " in line)
+    assert call.split("  ", 3)[3].startswith("resolve <model>")
+    commit = next(line for line in lines if "  memory.commit  " in line)
+    assert "other:edit from the other REPL" in commit
