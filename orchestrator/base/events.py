@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "Event",
+    "LockWaiting",
     "MemoryCommitted",
     "MemoryUpdateInjected",
     "MemoryWarning",
@@ -108,6 +109,17 @@ class ModelCalled(Event):
     """Tool calls in the response: a reply with none ends the turn's text (headless output)."""
     request_model: str = ""
     """The model asked for, when the provider answered with another name in ``model``."""
+
+
+@dataclass(frozen=True)
+class LockWaiting(Event):
+    """V2: this process waits for a lock another process holds (``what``: ``conversation`` while
+    another process runs a turn of it); shown as a line, not stored."""
+
+    kind: ClassVar[str] = "lock.wait"
+    transient: ClassVar[bool] = True
+    what: str
+    message: str
 
 
 @dataclass(frozen=True)

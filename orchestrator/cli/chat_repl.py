@@ -18,7 +18,6 @@ from orchestrator.base.events import Event, ModelCalled, TextDelta
 from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import describe, user_error_in
-from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import TerminalRenderer, terminal_columns
 from orchestrator.cli.usage import Tally, cost_of, priced
 
@@ -83,6 +82,7 @@ async def _repl(
         agent_id=agent, conversation_id=conversation, new=new, cli=cli, observer=observe
     ) as session, anyio.create_task_group() as tg:
         renderer.memory_dir = session.agent.memory_dir
+        renderer.memory_changes = True
         progress.settings = session.runtime.settings
         tg.start_soon(interrupts.watch)
         warn_unused_model(session, model, _stderr)
@@ -188,8 +188,6 @@ class _Loop:
             self.say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
         elif result.status in {"error", "max_steps", "limit"}:
             error(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
-        if result.memory_after and result.memory_after != result.memory_before:
-            await _show_memory_change(self.session, self.renderer, result.memory_before, result.memory_after)
 
 
 async def _next_line(leave: anyio.Event) -> str | None:
@@ -301,13 +299,6 @@ class _EditorStream:
 
     def flush(self) -> None:
         return None
-
-
-async def _show_memory_change(session: Any, renderer: TerminalRenderer, before: str | None, after: str) -> None:
-    diff = await blocking.run_sync("git", partial(memory_diff, session.agent.memory_dir, before, after))
-    if diff is None or not diff.files:
-        return
-    renderer.notice("\n".join([f"  ↻ memory: {diff.summary}", *diff.render()]))
 
 
 def _save_terminal() -> Any:

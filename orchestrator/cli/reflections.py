@@ -39,12 +39,12 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 _out = Console(highlight=False, soft_wrap=True)
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 MemoryDirOption = Annotated[
     Path | None, typer.Option("--memory-dir", help="A memory repository (default: the agent's).")
 ]
-ByOption = Annotated[str | None, typer.Option("--by", help="Who decides (recorded; default: your login name).")]
+_ByOption = Annotated[str | None, typer.Option("--by", help="Who decides (recorded; default: your login name).")]
 
 
 @app.command("list")
@@ -217,7 +217,7 @@ def merge(
             "(default: only under [reflection] merge = review).",
         ),
     ] = None,
-    by: ByOption = None,
+    by: _ByOption = None,
     why: Annotated[str, typer.Option("--why", help="Why it is merged (recorded).")] = "",
 ) -> None:
     """Merge a branch through merge-back (the lock, validation; rebase onto HEAD and fast-forward);
@@ -304,7 +304,7 @@ def discard(
     agent: AgentOption = DEFAULT_AGENT_ID,
     memory_dir: MemoryDirOption = None,
     why: Annotated[str, typer.Option("--why", help="Why it is discarded (required; recorded).")] = "",
-    by: ByOption = None,
+    by: _ByOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a reflection branch and its commits (only on your explicit request, with a reason)."""
@@ -330,7 +330,7 @@ async def _records(agent: str) -> list[ReflectionRecord]:
         return await store.reflections(agent)
 
 
-async def _with_store(agent: str, repo: Path, job: Callable[[Store | None], Awaitable[T]]) -> T:
+async def _with_store(agent: str, repo: Path, job: Callable[[Store | None], Awaitable[_T]]) -> _T:
     """``job`` with the agent's store when ``repo`` is the agent's and a store exists, else None
     (another repository's branches have no records here)."""
     if not (_is_agents_repo(repo, agent) and store_path().exists()):

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, TextIO
 from orchestrator.base import blocking
 from orchestrator.base.events import (
     Event,
+    LockWaiting,
+    MemoryCommitted,
     MemoryUpdateInjected,
     ModelCalled,
     ModelRetrying,
@@ -212,6 +214,9 @@ class TerminalRenderer:
         """The terminal's width now (None off a terminal): tool previews are fitted to it."""
         self.reply_only = reply_only
         self._held = ""
+        self.memory_changes = False
+        """The REPL shows each memory commit (V2): the turn's own with its diff, another process's
+        named as such; a reflection's is shown by its merge line."""
         self.quiet_outcomes = False
         """``reverie reflect`` prints the outcome itself: no ``no_changes`` or ``pending`` line here."""
         self.verbose = verbose
@@ -282,6 +287,10 @@ class TerminalRenderer:
             self._line(f"  {mark} {preview or '(no output)'}")
         elif isinstance(event, ModelRetrying):
             self._line(f"  ⚠ model: {event.message}")
+        elif isinstance(event, LockWaiting):
+            self.notice(f"  ⏳ {event.message}")
+        elif isinstance(event, MemoryCommitted) and self.memory_changes:
+            await self._memory_commit(event)
         elif isinstance(event, MemoryUpdateInjected):
             self._line("  ↻ memory changed — <memory_update> injected")
         elif isinstance(event, ReminderQueued) and event.status in _SYNC_TROUBLE:
@@ -342,6 +351,23 @@ class TerminalRenderer:
             self.notice(f"  ⚠ reflection failed: {one_line(str(getattr(event, 'error', '') or 'unknown error'))}")
         elif event.kind == "reflection.resolved":
             await self._merged(event, verb="resolved a conflict and merged")
+
+    async def _memory_commit(self, event: MemoryCommitted) -> None:
+        files = ", ".join(event.files) or "no files"
+        if event.source == "other":
+            self.notice(f"  ↻ memory changed by another process: {files} ({event.revision[:7]} {one_line(event.by, 80)})")
+            return
+        if event.source != "turn" or self.memory_dir is None:
+            return
+        # deferred: a memory change is shown long after a chat's first request
+        from orchestrator.cli.memory_diff import memory_diff
+
+        diff = await blocking.run_sync(
+            "git", partial(memory_diff, self.memory_dir, event.previous_revision, event.revision)
+        )
+        if diff is None or not diff.files:
+            return
+        self.notice("\n".join([f"  ↻ memory: {diff.summary}", *diff.render()]))
 
     async def _merged(self, event: Event, verb: str = "merged") -> None:
         commits = int(getattr(event, "commits", 0) or 0)

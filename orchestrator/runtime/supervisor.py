@@ -34,6 +34,7 @@ from anyio.abc import TaskGroup
 
 from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
 from orchestrator.base import blocking
+from orchestrator.base.events import LockWaiting
 from orchestrator.base.flock import hold_flock
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
@@ -41,6 +42,7 @@ from orchestrator.store import Store
 __all__ = ["DEFAULT_SUBAGENT_CAPACITY", "Supervisor"]
 
 DEFAULT_SUBAGENT_CAPACITY = 4
+_QUEUED = "another reverie process is running a turn of this conversation; this turn waits for it"
 
 
 class Supervisor:
@@ -126,6 +128,8 @@ class Supervisor:
                 raise BlockingIOError
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if self.observer is not None:
+                await self.observer(LockWaiting("conversation", _QUEUED))
             async with hold_flock(lock_file):
                 yield
             return

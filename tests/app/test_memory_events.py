@@ -3,6 +3,7 @@ merged reflection's, or another process's (real git; a session end to end with t
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import anyio
@@ -10,8 +11,16 @@ import pytest
 
 from orchestrator.app.memory_events import MemoryTracker
 from orchestrator.app.session import ChatSession
-from orchestrator.base.events import Event, MemoryCommitted, ToolFinished, ToolStarted, TurnStarted
+from orchestrator.base.events import (
+    Event,
+    LockWaiting,
+    MemoryCommitted,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+)
 from orchestrator.base.subagent_events import ReflectionMerged
+from orchestrator.cli.render import TerminalRenderer
 from tests.memfs.reflection_helpers import commit_file, git, make_repo
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +87,49 @@ async def test_a_session_logs_its_own_commit_and_names_another_processs(tmp_path
     own = logged[0].payload
     assert own["source"] == "turn" and own["files"] == ["human.md"]
     assert own["revision"] != logged[-1].payload["revision"]
+
+
+async def test_two_sessions_on_one_conversation_say_they_wait_and_show_only_their_own_change(tmp_path: Path) -> None:
+    """The two-REPL story (V2): a second session's turn queued behind another's on the same
+    conversation says so in a line, and the first one's memory edit reaches it named as another
+    process's change, never as its own (two sessions in one process hold the conversation's
+    cross-process lock as two processes would)."""
+    shown = io.StringIO()
+    renderer = TerminalRenderer(io.StringIO(), activity=shown, columns=lambda: None)  # as the REPL sets it up
+    renderer.memory_changes = True
+    first_in_turn, release = anyio.Event(), anyio.Event()
+
+    async def first_observer(event: Event) -> None:
+        if isinstance(event, ToolFinished):
+            first_in_turn.set()
+            await release.wait()
+
+    async with ChatSession.open(agent_id="two", workspace=tmp_path / "a", observer=first_observer) as first:
+        conversation = first.conversation_id
+        queued = anyio.Event()
+
+        async def second_observer(event: Event) -> None:
+            await renderer(event)
+            if isinstance(event, LockWaiting):
+                queued.set()
+
+        async with ChatSession.open(
+            agent_id="two", workspace=tmp_path / "b", conversation_id=conversation, observer=second_observer
+        ) as second:
+            renderer.memory_dir = second.agent.memory_dir
+            await second.send("hello")  # the second session's baseline
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(first.send, "remember that I like owls")
+                await first_in_turn.wait()  # the first committed and still holds its turn
+                tg.start_soon(second.send, "remember that I prefer tea")
+                with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
+                    await queued.wait()
+                release.set()
+    lines = shown.getvalue().splitlines()
+    said = next(i for i, line in enumerate(lines) if "another reverie process is running a turn" in line)
+    other = next(i for i, line in enumerate(lines) if "memory changed by another process: human.md" in line)
+    own = [line for line in lines if line.startswith("  ↻ memory: ")]
+    assert said < other
+    assert len(own) == 1 and "human.md +1" in own[0]
+    assert any("prefer tea" in line for line in lines[lines.index(own[0]):]), lines
+    assert not any("owls" in line for line in lines[lines.index(own[0]):]), "the first one's edit is not shown as its own"
