@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from orchestrator.api import (
         CompactionResult,
         ContextUse,
+        Decision,
         ReflectionRecord,
+        ReflectionReview,
         Session,
         TurnOutcome,
         Usage,
@@ -43,9 +45,11 @@ __all__ = [
     "CompactionResult",
     "ConfigError",
     "ContextUse",
+    "Decision",
     "Event",
     "Home",
     "ReflectionRecord",
+    "ReflectionReview",
     "ReverieError",
     "RunDirBusy",
     "RunReport",
@@ -68,7 +72,7 @@ __version__ = "0.1.0"
 
 _HOME = {
     **dict.fromkeys(
-        ("CompactionResult", "ContextUse", "ReflectionRecord", "Session", "TurnOutcome", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
+        ("CompactionResult", "ContextUse", "Decision", "ReflectionRecord", "ReflectionReview", "Session", "TurnOutcome", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
         "api",
     ),
     "StressReport": "app.stress",

@@ -29,6 +29,13 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestrator.agent.turn import TurnOutcome
+from orchestrator.app.review import (
+    Decision,
+    ReflectionReview,
+    discard_reflection,
+    merge_reflection,
+    show_reflection,
+)
 from orchestrator.app.session import ChatSession, ContextUse
 from orchestrator.app.stress import StressConfig, StressReport, run_stress
 from orchestrator.base import blocking
@@ -61,8 +68,10 @@ from subagents.compaction import CompactionResult, CompactionSubagent
 __all__ = [
     "CompactionResult",
     "ContextUse",
+    "Decision",
     "ReflectionRecord",
     "ImportedSuite",
+    "ReflectionReview",
     "Session",
     "TurnOutcome",
     "Usage",
@@ -212,6 +221,39 @@ class Session:
             records = await self._chat.runtime.store.reflections(self.agent_id)
         fresh = [r for r in records if r.id not in before]
         return fresh[-1] if fresh else None
+
+    async def reflections(self) -> list[ReflectionRecord]:
+        """The agent's reflection records, oldest first; ``kept_review`` ones wait for a decision (V1)."""
+        with using_home(self.home):
+            return await self._chat.runtime.store.reflections(self.agent_id)
+
+    async def show_reflection(self, reflection: str) -> ReflectionReview:
+        """A reflection branch (id or name) with its diff and the transcript span it drew on."""
+        with using_home(self.home):
+            return await show_reflection(self._chat.runtime.store, self.agent_id, self._memory_dir, reflection)
+
+    async def merge_reflection(self, reflection: str, *, by: str, why: str = "") -> Decision:
+        """Merge a held or kept branch through merge-back (the lock, validation, the resolver on a
+        conflict), recording who decided and why (as ``reverie reflections merge``)."""
+        _check_text(by, "by")
+        with using_home(self.home):
+            async with self._chat.supervisor.conversation_lock(self.conversation_id):
+                return await merge_reflection(
+                    self._chat.runtime.store, self.agent_id, self._memory_dir, reflection, by=by, why=why,
+                    resolver=self._chat.reflection.resolver,
+                )  # fmt: skip
+
+    async def discard_reflection(self, reflection: str, *, by: str, why: str) -> Decision:
+        """Delete a branch and its unmerged commits, recording who decided and why (``why`` is required)."""
+        _check_text(by, "by")
+        with using_home(self.home):
+            return await discard_reflection(
+                self._chat.runtime.store, self.agent_id, self._memory_dir, reflection, by=by, why=why
+            )
+
+    @property
+    def _memory_dir(self) -> Path:
+        return self._chat.agent.memory_dir
 
     async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
         """Compact the conversation now (as ``reverie compact``), between turns; ``mode`` as the

@@ -213,3 +213,25 @@ async def test_events_name_the_model_that_answered_not_the_name_requested(tmp_pa
         await chat.set_model("other-model")
         await chat.send("hello")
     assert calls and set(calls) == {("scripted", "other-model")}
+
+
+async def test_a_person_decides_on_held_reflections_through_the_session(tmp_path: Path) -> None:
+    """V1 as a library: under ``reflection_merge = review`` the session's reflection waits; the
+    session shows it, merges one and discards another, and the records say who and why."""
+    settings = {"reflection_trigger": "off", "reflection_merge": "review"}
+    async with open_session("rev", home=Home(tmp_path / "home"), settings=settings) as chat:
+        await chat.send("I like the number 5")
+        first = await chat.reflect()
+        await chat.send("I prefer oolong")
+        second = await chat.reflect()
+        held = [r for r in await chat.reflections() if r.status == "kept_review"]
+        assert first is not None and second is not None and [r.id for r in held] == [first.id, second.id]
+        shown = await chat.show_reflection(held[0].id)
+        assert shown.held is not None and "+- I like the number 5" in shown.patch
+        merged = await chat.merge_reflection(held[0].id, by="grace", why="correct")
+        assert merged.outcome in {"merged", "resolved"} and merged.revision
+        dropped = await chat.discard_reflection(held[1].id, by="grace", why="duplicate")
+        assert dropped.outcome == "discarded"
+        records = {r.id: r for r in await chat.reflections()}
+    assert (records[held[0].id].decided_by, records[held[0].id].decision) == ("grace", "merge")
+    assert (records[held[1].id].decided_why, records[held[1].id].status) == ("duplicate", "discarded")

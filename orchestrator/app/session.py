@@ -55,11 +55,11 @@ REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionS
 
 
 def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | None:
-    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``. The
-    subagent is built for each conflict it is given, under that launch's ``[limits] resolver_*``
-    (B1), so a chat that never meets one never imports it (nor merge resolution) before its first
-    request (P1)."""
-    if context.settings.reflection_merge != "resolve":
+    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``; for
+    ``review`` (V1) the one a person's merge of a held branch uses. The subagent is built for each
+    conflict it is given, under that launch's ``[limits] resolver_*`` (B1), so a chat that never
+    meets one never imports it (nor merge resolution) before its first request (P1)."""
+    if context.settings.reflection_merge not in ("resolve", "review"):
         return None
 
     async def resolve(conflict: Conflict) -> None:
