@@ -296,6 +296,7 @@ class ReflectionCoordinator(ReadsSessionContext):
             created_at=utc_now(),
             updated_at=utc_now(),
             owner_pid=os.getpid(),
+            review=self.settings.reflection_merge == "review",
         )
         worktree: Worktree | None = None
         try:
@@ -501,10 +502,12 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     for record in records:
         if record.status == "running" and record.id not in live and record.owner_pid != os.getpid():
             status = "kept_recovered" if record.branch in pending else "failed"
+            if status == "kept_recovered" and record.review:
+                status = "kept_review"  # V1: a run that died under review waits for a person too
             await store.save_reflection(replace(record, status=status, reason=record.reason or "interrupted"))
-            if status == "failed":
+            if status in ("failed", "kept_review"):
                 # its process died before the launch's one outcome; a kept branch gets it when retried
-                await _outcome_of_dead_run(store, agent_id, record)
+                await _outcome_of_dead_run(store, agent_id, record, held=status == "kept_review")
     for branch, item in pending.items():
         if branch not in known:
             await store.save_reflection(
@@ -531,11 +534,12 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
     return [r for r in await store.reflections(agent_id) if r.kept]
 
 
-async def _outcome_of_dead_run(store: Store, agent_id: str, record: ReflectionRecord) -> None:
+async def _outcome_of_dead_run(store: Store, agent_id: str, record: ReflectionRecord, *, held: bool = False) -> None:
     # deferred: reflection's events load with the first one published (P1)
     from orchestrator.base.subagent_events import ReflectionOutcome
 
     error = "interrupted: the process running it ended"
-    await Publisher(store, agent_id)(
-        ReflectionOutcome(record.id, record.branch, "failed", error=error), record.conversation_id
+    outcome = ReflectionOutcome(record.id, record.branch, "review", reason=error, reason_code="review") if held else (
+        ReflectionOutcome(record.id, record.branch, "failed", error=error)
     )
+    await Publisher(store, agent_id)(outcome, record.conversation_id)

@@ -59,7 +59,8 @@ class ReflectionRecord:
     ``HEAD`` moved under a merge attempt; ``pending_turns``: turn ends it has waited; ``kept_head``:
     ``HEAD`` when it was kept on a conflict (retried once ``HEAD`` moves on). ``kept_review``: held
     for a person (V1); ``decision`` (``merge``/``discard``), ``decided_by``, ``decided_why`` and
-    ``decided_at`` say who decided and why; ``from_seq``: the transcript it drew on starts after it.
+    ``decided_at`` say who decided and why; ``from_seq``: the transcript it drew on starts after it;
+    ``review``: launched under ``merge = review``, so a run that died is held too, never merged.
     """
 
     id: str
@@ -87,6 +88,7 @@ class ReflectionRecord:
     decided_by: str | None = None
     decided_why: str | None = None
     decided_at: str | None = None
+    review: bool = False
 
     @property
     def kept(self) -> bool:
@@ -141,6 +143,7 @@ def _record(row: Sequence[Any]) -> ReflectionRecord:
         decided_by=details.get("decided_by"),
         decided_why=details.get("decided_why"),
         decided_at=details.get("decided_at"),
+        review=bool(details.get("review", False)),
     )
 
 
@@ -273,6 +276,7 @@ class ReflectionRecords:
                                 "decided_by": record.decided_by,
                                 "decided_why": record.decided_why,
                                 "decided_at": record.decided_at,
+                                "review": record.review,
                             },
                             ensure_ascii=False,
                         ),

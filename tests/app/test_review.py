@@ -12,7 +12,10 @@ from orchestrator.app.review import discard_reflection, merge_reflection, show_r
 from orchestrator.app.session import ChatSession
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event
-from orchestrator.memfs.worktrees import list_reflections
+from orchestrator.memfs.worktrees import create_worktree, list_reflections, remove_worktree
+from orchestrator.store import ReflectionRecord, utc_now
+from subagents.reflection import recover_reflections
+from tests.memfs.reflection_helpers import commit_file
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +94,29 @@ async def test_every_reflection_branch_is_held_until_a_person_decides(tmp_path: 
         ]
         commits = await store.events(agent_id="v1", kinds=["memory.commit"])
         assert any(e.payload["source"] == "review" and e.payload["by"] == first.id for e in commits)
+
+
+async def test_a_run_that_died_under_review_is_held_at_start_up_not_merged(tmp_path: Path) -> None:
+    """R6 meets V1: a reflection launched under ``review`` whose process died leaves its branch; start-up
+    recovery holds it for a person (its one outcome ``review``) instead of merging it."""
+    async with ChatSession.open(agent_id="v2", workspace=tmp_path, cli=REVIEW) as s:
+        memory = s.agent.memory_dir
+        wt = await create_worktree(memory, agent_id="v2")
+        await anyio.to_thread.run_sync(commit_file, wt.path, "notes/r.md", "---\nname: r\ndescription: a note\n---\nx\n", "r")
+        await remove_worktree(memory, wt)
+        dead = (await anyio.run_process(["sh", "-c", "echo $$"])).stdout.decode().strip()
+        record = ReflectionRecord(
+            id=wt.id, agent_id="v2", conversation_id=s.conversation_id, branch=wt.branch, trigger="manual",
+            status="running", reason=None, base_revision=wt.base_revision, through_seq=0, commits=(), files=(),
+            created_at=utc_now(), updated_at=utc_now(), owner_pid=int(dead), review=True,
+        )  # fmt: skip
+        await s.runtime.store.save_reflection(record)
+        head = await _head(memory)
+        await recover_reflections(s.runtime.store, "v2", memory)
+        (saved,) = await s.runtime.store.reflections("v2")
+        assert saved.status == "kept_review"
+        assert await _head(memory) == head
+        assert [b.branch for b in await list_reflections(memory)] == [wt.branch]
+        outcomes = await s.runtime.store.events(agent_id="v2", kinds=["reflection.outcome"])
+        assert [e.payload["outcome"] for e in outcomes] == ["review"]
+
