@@ -45,6 +45,10 @@ def chat(
     max_cost: Annotated[str | None, typer.Option("--max-cost", help="Session limit on cost in USD at --price-in/--price-out ([limits] session_cost).")] = None,
     price_in: Annotated[str | None, typer.Option("--price-in", help="USD per million prompt tokens ([model] price_in).")] = None,
     price_out: Annotated[str | None, typer.Option("--price-out", help="USD per million completion tokens ([model] price_out).")] = None,
+    reflection_merge: Annotated[
+        str | None,
+        typer.Option("--reflection-merge", help="resolve, keep, or review: hold every reflection for your decision."),
+    ] = None,
 ) -> None:
     """Talk to an agent. Without -p, an interactive session (/help lists the commands; Ctrl-D leaves).
 
@@ -53,7 +57,7 @@ def chat(
     code = start_chat(
         ChatArgs(
             prompt, agent, conversation, new, context_window, model, output_format, input_format, verbose,
-            max_tokens, max_cost, price_in, price_out,
+            max_tokens, max_cost, price_in, price_out, reflection_merge,
         )
     )
     if code:

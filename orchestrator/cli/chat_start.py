@@ -46,6 +46,7 @@ _VALUED = {
     "--max-cost": "max_cost",
     "--price-in": "price_in",
     "--price-out": "price_out",
+    "--reflection-merge": "reflection_merge",
 }
 _FLAGS = {"--new": "new", "--verbose": "verbose"}
 
@@ -69,6 +70,7 @@ class ChatArgs:
     max_cost: str | None = None
     price_in: str | None = None
     price_out: str | None = None
+    reflection_merge: str | None = None
 
 
 def _stdin_prompt(option: str, value: str) -> bool:
@@ -159,6 +161,7 @@ def start_chat(args: ChatArgs) -> int:
         limit_session_cost=args.max_cost,
         price_in=args.price_in,
         price_out=args.price_out,
+        reflection_merge=args.reflection_merge,
     )
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.memfs.git import load_pygit2

@@ -99,3 +99,15 @@ def test_review_gate_from_the_command_line(tmp_path: Path) -> None:
     events = _reverie(home, "events", "--agent", "rv", "--kind", "reflection.decided", "--json")
     decided = [json.loads(line)["payload"] for line in events.stdout.splitlines()]
     assert [(d["decision"], d["by"], d["why"]) for d in decided] == [("merge", "ada", "true"), ("discard", "ada", "not so")]
+
+
+def test_the_review_gate_from_a_chat_flag(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[reflection]\ntrigger = "step-count:1"\n', encoding="utf-8")
+    chat = _reverie(home, "chat", "--agent", "fl", "-p", "I like the number 8", "--reflection-merge", "review")
+    assert chat.returncode == 0, chat.stderr
+    assert "reflection awaits review: 1 commit (human.md +1 -0)" in chat.stderr
+    wrong = _reverie(home, "chat", "--agent", "fl", "-p", "hi", "--reflection-merge", "later")
+    assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
+    assert "--reflection-merge = 'later'" in wrong.stderr and "review" in wrong.stderr
