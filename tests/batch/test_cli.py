@@ -43,7 +43,7 @@ def test_run_table_exit_code_and_events(cli: typer.Typer, tmp_path: Path) -> Non
     listed = CliRunner().invoke(cli, ["events", str(out), "--task", "rule", "--kind", "model.call"])
     assert listed.exit_code == 0
     lines = listed.output.strip().splitlines()
-    assert lines and all("  rule  model.call  scripted in=" in line for line in lines)
+    assert lines and all("  rule  model.call  chat scripted in=" in line for line in lines)  # the purpose first
     raw = CliRunner().invoke(cli, ["events", str(out), "--json", "--kind", "turn.end"])
     assert sorted({json.loads(line)["task"] for line in raw.output.splitlines()}) == ["chat", "fact", "rule"]
 
