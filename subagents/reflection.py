@@ -45,6 +45,7 @@ from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
+from orchestrator.memfs.provenance import Provenance, trailers_env
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.tidy import nothing_to_recover
 from orchestrator.models.metered import MeteredModel
@@ -348,7 +349,7 @@ class ReflectionCoordinator(ReadsSessionContext):
                 )
                 watched = await watch(worktree.path, f"reflection-{worktree.id}")
                 try:
-                    await self._reflect(worktree, payload, conversation_id)
+                    await self._reflect(worktree, payload, conversation_id, record.trigger)
                 finally:
                     with anyio.CancelScope(shield=True):
                         displaced = await settle_parent(watched, own_branch=worktree.branch)
@@ -381,7 +382,7 @@ class ReflectionCoordinator(ReadsSessionContext):
                     if payload is not None:
                         await blocking.run_sync("files", partial(payload.unlink, missing_ok=True))
 
-    async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str) -> None:
+    async def _reflect(self, worktree: Worktree, payload: Path, conversation_id: str, trigger: str) -> None:
         # deferred: the compiler loads with the first compile, not before a chat's first request
         from orchestrator.agent.audit import compile_audited
         from subagents.reflection_reader import ReflectionUnfinished, plan_reading, run_reading_loop
@@ -406,7 +407,10 @@ class ReflectionCoordinator(ReadsSessionContext):
             env_names=self.settings.tool_env,
             write_limit_mb=self.settings.write_limit_mb,
             secrets=(self.settings.api_key,) if self.settings.api_key else (),
-            extra_env={"TRANSCRIPT_PATH": str(payload)},
+            extra_env={
+                "TRANSCRIPT_PATH": str(payload),
+                **trailers_env(Provenance("reflection", self.agent.agent_id, conversation_id, reflection=worktree.id, trigger=trigger)),
+            },
             read_roots=(payload.parent,),
         )
 

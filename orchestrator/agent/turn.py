@@ -72,6 +72,7 @@ from orchestrator.base.events import (
 )
 from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.compaction.planner import ContextWindowTooSmall
+from orchestrator.memfs.provenance import Provenance, trailers_env
 from orchestrator.models.types import (
     Message,
     ModelClient,
@@ -423,6 +424,9 @@ class TurnRunner(ReadsSessionContext):
             overflow_dir=overflow,
             middle_truncate=self.settings.middle_truncate,
             read_roots=(overflow,) if overflow is not None else (),
+            extra_env=trailers_env(
+                Provenance("agent", self.agent.agent_id, conversation_id, turn_id)
+            ),
         )
         for call in calls:
             state.tool_calls.append(call.name)

@@ -87,6 +87,7 @@ from orchestrator.memfs.merge import (
     merge_branch,
 )
 from orchestrator.memfs.policy import APPROVAL_ENV, ROOT_MARKER
+from orchestrator.memfs.provenance import Provenance, body
 from orchestrator.memfs.repo import (
     DEFAULT_MEMORY_FILES,
     harness_commit_all,
@@ -108,6 +109,9 @@ __all__ = [
     "percentile",
     "run_stress",
 ]
+
+_STRESS = Provenance("stress")
+"""What the stress writers' commits say of themselves (H1)."""
 
 BATCH_SIZE = 5
 HOT_FILE = "notes/hot.md"
@@ -306,7 +310,7 @@ async def _init_repo(repo: Path, files: dict[str, str]) -> None:
     errors = validate_snapshot(snapshot, ROOT_MARKER, {APPROVAL_ENV: "1"}).errors
     if errors:
         raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
-    await harness_commit_all(repo, "chore: initialize local memory")
+    await harness_commit_all(repo, "chore: initialize local memory", provenance=_STRESS)
 
 
 def _read_tree_files(checkout: Path) -> dict[str, bytes]:
@@ -367,7 +371,7 @@ async def _commit_once(checkout: Path, rel: str, text: str, message: str) -> tup
             raise
         return None, str(exc)
     try:
-        return await harness_commit_tracked(checkout, message), ""
+        return await harness_commit_tracked(checkout, message, provenance=_STRESS), ""
     except GitError as error:
         return await _made_anyway(checkout, rel, message), error.stderr.strip() or str(error)
 
@@ -380,7 +384,7 @@ async def _made_anyway(checkout: Path, rel: str, message: str) -> str | None:
     have died before it wrote its index: ``rel``'s entry is reset to ``HEAD``'s, so the checkout is
     not left with a staged undo of the commit."""
     found = await blocking.run_sync("git", partial(commit_message, checkout))
-    if found is None or found[1].strip() != message:
+    if found is None or body(found[1]).strip() != message:
         return None
     await retrying_git(checkout, "reset", "-q", "HEAD", "--", rel, check=False)
     return found[0]

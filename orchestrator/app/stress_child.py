@@ -24,6 +24,7 @@ import anyio
 from orchestrator.base.faults import fault_point_sync
 from orchestrator.memfs.locks import common_dir_sync, merge_lock_sync
 from orchestrator.memfs.merge import merge_back
+from orchestrator.memfs.provenance import Provenance
 from orchestrator.memfs.repo import harness_commit_tracked
 from orchestrator.models.scripted import ScriptedModel
 from subagents.resolver import make_resolver
@@ -57,7 +58,7 @@ async def _commit(checkout: Path, rel: str, message: str, text: str) -> None:
     (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
     (checkout / rel).write_text(text, encoding="utf-8")
     fault_point_sync("stress.commit.staged")
-    sha = await harness_commit_tracked(checkout, message)
+    sha = await harness_commit_tracked(checkout, message, provenance=Provenance("stress"))
     fault_point_sync("stress.commit.made")
     print(sha, flush=True)
 

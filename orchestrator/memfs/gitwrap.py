@@ -11,7 +11,9 @@ not wait for themselves, and exits with git's status. Read-only commands run wit
 A commit (``commit``, ``merge``, ``rebase``, ...) that fails leaves a record beside the lock
 (``reverie-commit-failed.json``: the command, its exit status and git's first error line), which
 the post-turn check turns into a warning and a reminder (A2); one that succeeds
-removes it.
+removes it. A ``git commit`` gets the ``--trailer`` options of :data:`~orchestrator.memfs.provenance.TRAILERS_ENV`
+right after its command word (H1): the provenance of what the agent commits, its message untouched
+and its hook run as ever.
 
 Where it lives: ``<git common dir>/reverie/bin/git``, a ``/bin/sh`` script (:data:`SHELL_SOURCE`)
 that settles the common cases itself (a read-only command becomes git at once; a write in a
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from orchestrator.memfs.locks import LOCK_FILE_NAME, common_dir_sync
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME, REVERIE_FOLDER
+from orchestrator.memfs.provenance import TRAILERS_ENV
 
 __all__ = ["LOCK_HELD_ENV", "SHELL_SOURCE", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
 
@@ -61,6 +64,7 @@ HELD = "{held}"
 LOCK = "{lock}"
 FAILED = "{failed}"
 RECORD = "--reverie-record-failure"
+TRAILERS = "{trailers}"
 COMMITS = frozenset({commits})
 WAIT = float(os.environ.get("REVERIE_GIT_LOCK_WAIT", "300"))
 READS = frozenset({reads})
@@ -169,6 +173,10 @@ def main():
     git = real_git()
     options, command = split(argv)
     env = dict(os.environ)
+    trailers = env.pop(TRAILERS, "")
+    if command == "commit" and trailers:
+        extra = [arg for line in trailers.splitlines() if line.strip() for arg in ("--trailer", line)]
+        argv = argv[: len(options) + 1] + extra + argv[len(options) + 1 :]
     if command is None or command in READS:
         env.setdefault("GIT_OPTIONAL_LOCKS", "0")
         os.execve(git, [git] + argv, env)
@@ -231,7 +239,9 @@ if [ -z "$git" ]; then
 fi
 command=
 skip=
+at=0
 for arg do
+    at=$((at + 1))
     if [ -n "$skip" ]; then skip=; continue; fi
     case $arg in
         -C|-c|--git-dir|--work-tree|--namespace|--config-env|--super-prefix) skip=1 ;;
@@ -239,6 +249,22 @@ for arg do
         *) command=$arg; break ;;
     esac
 done
+if [ "$command" = commit ] && [ -n "${{trailers}-}" ]; then
+    added=${trailers}
+    unset {trailers}
+    i=0
+    for arg do
+        [ "$i" = 0 ] && set --
+        i=$((i + 1))
+        set -- "$@" "$arg"
+        if [ "$i" = "$at" ]; then
+            IFS='
+'
+            for line in $added; do set -- "$@" --trailer "$line"; done
+            unset IFS
+        fi
+    done
+fi
 case $command in
     ''|{reads})
         GIT_OPTIONAL_LOCKS=${GIT_OPTIONAL_LOCKS-0}
@@ -327,6 +353,7 @@ def _source() -> str:
         .replace("{held}", LOCK_HELD_ENV)
         .replace("{lock}", LOCK_FILE_NAME)
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
+        .replace("{trailers}", TRAILERS_ENV)
     )
 
 
@@ -339,6 +366,7 @@ def _shell_source() -> str:
         .replace("{held}", LOCK_HELD_ENV)
         .replace("{lock}", LOCK_FILE_NAME)
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
+        .replace("{trailers}", TRAILERS_ENV)
     )
 
 

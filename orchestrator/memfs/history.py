@@ -13,16 +13,22 @@ report shows git's own words for the failure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, read_tree_files, run
+from orchestrator.memfs.provenance import SOURCE_KEY, Provenance, parse
 
 __all__ = [
     "EMPTY_TREE",
+    "BlameLine",
+    "Change",
     "CommitLine",
     "FileChange",
+    "blame",
+    "changes",
+    "commit_before",
     "commit_identities",
     "commit_message",
     "committed_bytes",
@@ -30,9 +36,11 @@ __all__ = [
     "line_counts",
     "patch",
     "patch_ids",
+    "provenance_of",
     "reachable_commits",
     "read_committed",
     "recent_commits",
+    "resolve_commit",
     "root_commit",
     "top_level",
     "tracked_files",
@@ -173,7 +181,8 @@ def _identities(text: str) -> dict[str, str]:
         record = record.strip("\n")
         if record:
             sha, _, rest = record.partition("\x00")
-            found[sha] = rest.strip()
+            # a resolver's reconciled copy differs only in its Reverie-Source trailer (H1)
+            found[sha] = "\n".join(line for line in rest.strip().splitlines() if not line.startswith(SOURCE_KEY + ":"))
     return found
 
 
@@ -208,3 +217,151 @@ def patch_ids(repo: Path, commits: Sequence[str] = ()) -> dict[str, str]:
     ids = run(repo, "patch-id", "--stable", input=log.out)
     pairs = (line.split() for line in ids.stdout.splitlines())
     return {commit: patch for patch, commit in pairs}
+
+
+# ---------------------------------------------------------------------------------------------
+# History a person reads: changes with their provenance (H1, H2)
+# ---------------------------------------------------------------------------------------------
+
+_RECORD: Final = "\x1e"
+_FIELD: Final = "\x1f"
+_LOG_FORMAT: Final = f"--format={_RECORD}%H{_FIELD}%P{_FIELD}%ct{_FIELD}%an{_FIELD}%B{_FIELD}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change as ``reverie memory log`` shows it: a commit, or a reflection's merged commits
+    together (``commits`` newest first), with when, who and why, and the lines per file."""
+
+    commits: tuple[str, ...]
+    time: int
+    author: str
+    subject: str
+    provenance: Provenance
+    files: tuple[FileChange, ...]
+
+    @property
+    def commit(self) -> str:
+        """The newest commit of the change."""
+        return self.commits[0]
+
+
+def _log_records(repo: Path, args: Sequence[str]) -> list[tuple[str, str, int, str, str, tuple[FileChange, ...]]]:
+    said = run(repo, "-c", "core.quotepath=off", "log", "--no-renames", "--numstat", _LOG_FORMAT, *args, check=False)
+    if not said.ok:
+        return []
+    records = []
+    for record in said.stdout.split(_RECORD)[1:]:
+        sha, parents, when, author, message, stat = record.split(_FIELD, 5)
+        files = []
+        for line in stat.strip("\n").splitlines():
+            parts = line.split("\t", 2)
+            if len(parts) == 3:
+                added, removed, path = parts
+                files.append(FileChange(path, int(added) if added.isdigit() else None, int(removed) if removed.isdigit() else None))
+        records.append((sha, parents, int(when), author, message, tuple(files)))
+    return records
+
+
+def _sum(changes: Sequence[FileChange]) -> tuple[FileChange, ...]:
+    total: dict[str, FileChange] = {}
+    for item in changes:
+        seen = total.get(item.path)
+        if seen is None:
+            total[item.path] = item
+        else:
+            added = None if seen.added is None or item.added is None else seen.added + item.added
+            removed = None if seen.removed is None or item.removed is None else seen.removed + item.removed
+            total[item.path] = FileChange(item.path, added, removed)
+    return tuple(total[path] for path in sorted(total))
+
+
+def changes(repo: Path, *, revision: str = "HEAD", path: str | None = None, since: str | None = None) -> tuple[Change, ...]:
+    """Every change ``revision``'s history holds, newest first: one per commit, a reflection's
+    commits as one (grouped by its ``Reverie-Reflection`` id). ``path`` keeps the commits that
+    touch it; ``since`` those committed at or after it (anything ``git log --since`` reads).
+    Empty when there are no commits."""
+    args = [*(("--since", since) if since else ()), revision, *(("--", path) if path else ())]
+    grouped: list[Change] = []
+    by_reflection: dict[str, int] = {}
+    for sha, _parents, when, author, message, files in _log_records(repo, args):
+        found = parse(message)
+        subject = message.split("\n", 1)[0]
+        at = by_reflection.get(found.reflection) if found.reflection else None
+        if at is not None:
+            earlier = grouped[at]
+            grouped[at] = replace(
+                earlier, commits=(*earlier.commits, sha), files=_sum((*earlier.files, *files)),
+                provenance=earlier.provenance if earlier.provenance.source == "reflection" else found,
+            )
+            continue
+        if found.reflection:
+            by_reflection[found.reflection] = len(grouped)
+        grouped.append(Change((sha,), when, author, subject, found, files))
+    return tuple(grouped)
+
+
+def provenance_of(repo: Path, revision: str) -> Provenance | None:
+    """What ``revision``'s commit says of itself (``outside`` when nothing); None when it names none."""
+    found = commit_message(repo, revision)
+    return None if found is None else parse(found[1])
+
+
+def resolve_commit(repo: Path, revision: str) -> str | None:
+    """The commit id ``revision`` names (any ``git rev-parse`` spelling), or None."""
+    said = run(repo, "rev-parse", "-q", "--verify", "--end-of-options", f"{revision}^{{commit}}", check=False)
+    return said.stdout.strip() if said.ok and said.stdout.strip() else None
+
+
+def commit_before(repo: Path, when: str, revision: str = "HEAD") -> str | None:
+    """The newest first-parent ancestor of ``revision`` committed before ``when`` (what ``git
+    log --until`` reads), or None when there is none."""
+    said = run(repo, "log", "--first-parent", "-1", "--format=%H", f"--until={when}", revision, check=False)
+    return said.stdout.strip() or None if said.ok else None
+
+
+@dataclass(frozen=True)
+class BlameLine:
+    """One line of a file with the commit that wrote it and what that commit says of itself."""
+
+    number: int
+    commit: str
+    provenance: Provenance
+    subject: str
+    text: str
+
+
+def blame(repo: Path, path: str, revision: str = "HEAD") -> tuple[BlameLine, ...] | None:
+    """Each line of ``path`` at ``revision`` with the change that wrote it (``git blame
+    --line-porcelain``); None when the file is not there."""
+    said = run(repo, "blame", "--line-porcelain", revision, "--", path, check=False)
+    if not said.ok:
+        return None
+    lines: list[tuple[str, str, str]] = []
+    sha = subject = ""
+    for raw in said.stdout.split("\n"):
+        if raw.startswith("\t"):
+            lines.append((sha, subject, raw[1:]))
+        elif raw.startswith("summary "):
+            subject = raw[len("summary "):]
+        elif raw and not raw.startswith(" ") and len(raw.split(" ", 1)[0]) in (40, 64):
+            head = raw.split(" ", 1)[0]
+            if all(c in "0123456789abcdef" for c in head):
+                sha = head
+    messages = {commit: message for commit, message in _messages(repo, {sha for sha, _, _ in lines}).items()}
+    return tuple(
+        BlameLine(number, sha, parse(messages.get(sha, "")), subject, text)
+        for number, (sha, subject, text) in enumerate(lines, 1)
+    )
+
+
+def _messages(repo: Path, commits: set[str]) -> dict[str, str]:
+    wanted = sorted(c for c in commits if c.strip("0"))
+    if not wanted:
+        return {}
+    said = run(repo, "log", "--no-walk=unsorted", f"--format={_RECORD}%H{_FIELD}%B", *wanted, check=False)
+    found: dict[str, str] = {}
+    for record in said.stdout.split(_RECORD)[1:] if said.ok else ():
+        sha, _, message = record.partition(_FIELD)
+        found[sha] = message
+    return found

@@ -39,6 +39,7 @@ from orchestrator.memfs.indexlock import (
     lock_file_in,
 )
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
+from orchestrator.memfs.provenance import Provenance, trailer_args
 
 __all__ = [
     "DEFAULT_MEMORY_FILES",
@@ -201,7 +202,7 @@ def init_memory_repo(
         target = path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    return commit_memory(path, INITIAL_COMMIT_MESSAGE, allow_empty=True).revision
+    return commit_memory(path, INITIAL_COMMIT_MESSAGE, allow_empty=True, provenance=Provenance("init")).revision
 
 
 def _revive_branch(path: Path) -> str | None:
@@ -281,8 +282,10 @@ def commit_memory(
     paths: Sequence[str] | None = None,
     *,
     allow_empty: bool = False,
+    provenance: Provenance | None = None,
 ) -> CommitResult:
-    """Stage ``paths`` (all changes when None), validate in-process, and commit.
+    """Stage ``paths`` (all changes when None), validate in-process, and commit, with
+    ``provenance``'s trailers (H1; none: the caller's message is the whole message).
 
     Raises ``MemoryCommitRejected`` with the hook's report when the staged tree is invalid; the
     index is left as staged so the caller (or the agent) can fix and retry, nothing is discarded.
@@ -293,10 +296,12 @@ def commit_memory(
     with merge_lock_sync(path) as common:
         clear_stale_git_locks(common, path)
         repair_index(path)
-        return _commit_locked(path, message, paths, allow_empty=allow_empty)
+        return _commit_locked(path, message, paths, allow_empty=allow_empty, provenance=provenance)
 
 
-def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, allow_empty: bool) -> CommitResult:
+def _commit_locked(
+    path: Path, message: str, paths: Sequence[str] | None, *, allow_empty: bool, provenance: Provenance | None = None
+) -> CommitResult:
     """``commit_memory`` under the repository lock (D1)."""
     if paths is None:
         _retry_index_lock(path, "add", "-A")
@@ -315,7 +320,7 @@ def _commit_locked(path: Path, message: str, paths: Sequence[str] | None, *, all
     result = validate_staged(path)
     if not result.ok:
         raise MemoryCommitRejected(format_report(result), result.errors)
-    args = [*_NO_HOOKS, "commit", "-q", "-m", message]
+    args = [*_NO_HOOKS, "commit", "-q", "-m", message, *trailer_args(provenance or Provenance())]
     if allow_empty:
         args.append("--allow-empty")
     _retry_index_lock(path, *args)
@@ -412,18 +417,20 @@ async def harness_init(path: Path) -> None:
     await arun(path, "init", "-q", "-b", "main", harness=True)
 
 
-async def harness_commit_all(path: Path, message: str) -> None:
-    """Stage everything and commit it as the harness (the caller validated the files first).
-    :class:`GitError` when git refuses."""
+async def harness_commit_all(path: Path, message: str, *, provenance: Provenance | None = None) -> None:
+    """Stage everything and commit it as the harness (the caller validated the files first), with
+    ``provenance``'s trailers (H1). :class:`GitError` when git refuses."""
     await arun(path, "add", "-A", harness=True)
-    await arun(path, "commit", "-q", "-m", message, harness=True)
+    await arun(path, "commit", "-q", "-m", message, *trailer_args(provenance or Provenance()), harness=True)
 
 
-async def harness_commit_tracked(checkout: Path, message: str) -> str:
+async def harness_commit_tracked(checkout: Path, message: str, *, provenance: Provenance | None = None) -> str:
     """``git commit -a`` as the harness; the new commit's id, read from git's own summary line (not
     from ``HEAD``, which another writer of the checkout may have moved since). :class:`GitError`
     when git refuses (a held ``index.lock`` among the reasons: the caller may retry)."""
-    said = await arun(checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, harness=True)
+    said = await arun(
+        checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, *trailer_args(provenance or Provenance()), harness=True
+    )
     found = _SHA_IN_SUMMARY.search(said.stdout)
     if found is None:
         raise GitError(("commit",), 0, f"fatal: no commit id in git's summary: {said.stdout.strip()[:200]}", checkout)

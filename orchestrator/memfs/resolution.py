@@ -5,7 +5,8 @@ a *resolver*: any callable taking a :class:`Conflict` (the composition root wire
 subagent; the core never imports it, D9). The resolver edits the conflicting files in the
 worktree and stages them (the rebase's state is read-only to its commands); the harness drives what is left
 (``rebase --continue``, one round per replayed commit that conflicts), then checks the history is
-linear and contains ``HEAD`` (R3: no merge commit). Before each ``--continue`` the rebase's own
+linear and contains ``HEAD`` (R3: no merge commit). A step the resolver reconciled is committed by
+the harness with the branch's message and ``Reverie-Source: resolver`` in its trailers (H1). Before each ``--continue`` the rebase's own
 state must be what reverie's git left (``memfs.operations``): a todo list the resolver's command
 changed would run its ``exec`` lines outside the sandbox. Anything short of that raises
 :class:`ResolverFailed` with a one-line reason; merge-back then aborts the rebase and keeps the
@@ -24,6 +25,7 @@ from orchestrator.memfs import operations
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.indexlock import harness_git as run_git
 from orchestrator.memfs.indexlock import retrying_git
+from orchestrator.memfs.provenance import SOURCE_KEY
 
 __all__ = [
     "Conflict",
@@ -137,6 +139,13 @@ async def resolve_rebase(
                 return tuple(dict.fromkeys(resolved))
         if not await operations.intact(worktree):
             raise ResolverFailed(_CHANGED)
+        if files:
+            # H1: the reconciled commit keeps the branch's message and says the resolver made it
+            await retrying_git(
+                worktree, "-c", "trailer.ifexists=replace", "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD",
+                "--trailer", f"{SOURCE_KEY}: resolver",
+            )
+            await operations.record(worktree)
         step = await retrying_git(worktree, "rebase", "--continue", check=False)
         await operations.record(worktree)
         if step.ok or await conflicted_files(worktree):
