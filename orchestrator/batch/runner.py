@@ -45,6 +45,7 @@ from orchestrator.batch.suite import Task
 from orchestrator.batch.templates import copy_template, template_repo
 from orchestrator.memfs.git import open_repo
 from orchestrator.memfs.history import committed_bytes, read_committed
+from orchestrator.memfs.provenance import scoped
 from orchestrator.memfs.repo import head_revision
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
@@ -460,10 +461,11 @@ async def run_task(task: Task, options: RunOptions, *, progress: ProgressSink | 
     ``options.judge_model`` names (``orchestrator.batch.judge``).
 
     The task runs in the run's home (``run_home``), set for this call only: the caller's home, and
-    the process environment, are left as they were. Never raises for a task's own failure (that is
+    the process environment, are left as they were. Every commit the task's agent and reflections
+make names the run (the run directory's name) and the task in its trailers (H1). Never raises for a task's own failure (that is
     an ``error`` result); cancellation propagates.
     """
-    with using_home(run_home(options.out_dir)):
+    with using_home(run_home(options.out_dir)), scoped(run=options.out_dir.name, task=task.id):
         return await _run_task(task, options, progress)
 
 

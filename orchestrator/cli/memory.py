@@ -1,9 +1,13 @@
-"""``reverie memory``: create, locate, inspect and validate an agent's memory repository."""
+"""``reverie memory``: create, locate, inspect and validate an agent's memory repository; read its
+history with who made each change and why, take changes back and restore a past tree (H2, H3).
+The history commands are thin: ``app/memory_history.py`` answers, this module prints."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,15 +18,28 @@ from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption
 
+if TYPE_CHECKING:
+    from orchestrator.memfs.history import Change
+    from orchestrator.memfs.resolution import Resolver
+    from orchestrator.memfs.undo import UndoOutcome
+
 __all__ = [
     "AgentOption",
     "app",
+    "blame",
+    "change_json",
+    "diff",
+    "format_change",
     "init",
     "install_hook",
+    "log",
     "path",
     "repo_in_trouble",
     "resolve_memory_dir",
+    "restore",
+    "show",
     "tree",
+    "undo",
     "validate",
 ]
 
@@ -199,3 +216,250 @@ def _kind(rel: str, all_paths: set[str]) -> str:
     if rel.endswith("/MEMORY.md"):
         return "index"
     return "deferred" if is_projected_memory_path(rel, all_paths, MEMFS_V2) else "not memory (no index)"
+
+
+# ---------------------------------------------------------------------------------------------
+# History: log, show, diff, blame (H2)
+# ---------------------------------------------------------------------------------------------
+
+DirOption = Annotated[Path | None, typer.Option("--dir", "-C", help="Repository (default: the agent's).")]
+
+
+def _ids(change: Change) -> str:
+    found = change.provenance
+    parts = [
+        f"{label} {value}"
+        for label, value in (
+            ("agent", found.agent), ("conversation", found.conversation), ("turn", found.turn),
+            ("reflection", found.reflection), ("trigger", found.trigger), ("run", found.run),
+            ("task", found.task), ("undoes", found.undoes),
+        )
+        if value
+    ]
+    return " · ".join(parts)
+
+
+def _when(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_change(change: Change) -> str:
+    """A change as ``memory log`` prints it: time, source, commit(s) and subject, its ids, its files."""
+    commits = change.commit[:7] + (f" (+{len(change.commits) - 1})" if len(change.commits) > 1 else "")
+    lines = [f"{_when(change.time)}  {change.provenance.source:<10}  {commits}  {change.subject}"]
+    ids = _ids(change)
+    if ids:
+        lines.append(f"    {ids}")
+    for item in change.files:
+        counts = "binary" if item.added is None else f"+{item.added} -{item.removed}"
+        lines.append(f"    {item.path}  {counts}")
+    return "\n".join(lines)
+
+
+def change_json(change: Change) -> dict[str, Any]:
+    """A change as ``memory log --json`` prints it."""
+    return {
+        "commit": change.commit,
+        "commits": list(change.commits),
+        "time": datetime.fromtimestamp(change.time, timezone.utc).isoformat(),
+        "author": change.author,
+        "source": change.provenance.source,
+        "provenance": change.provenance.as_dict(),
+        "subject": change.subject,
+        "files": [{"path": f.path, "added": f.added, "removed": f.removed} for f in change.files],
+    }
+
+
+@app.command("log")
+def log(
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    by_agent: Annotated[str | None, typer.Option("--by", help="Only changes made for this agent id.")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="agent, reflection, resolver, undo, restore, init, stress, user or outside.")] = None,
+    file: Annotated[str | None, typer.Option("--file", help="Only changes touching this file.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only changes since then (ISO 8601, @seconds, 'N hours ago').")] = None,
+    count: Annotated[int | None, typer.Option("-n", help="At most this many changes.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of changes.")] = False,
+    directory: DirOption = None,
+) -> None:
+    """One entry per change, newest first: when, which writer (a commit reverie did not make is
+    `outside`), its ids, subject and files; a reflection's merged commits as one."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.app.memory_history import LogFilter, memory_changes
+    from orchestrator.cli.aio import run_async
+
+    repo = resolve_memory_dir(directory, agent)
+    wanted = LogFilter(agent=by_agent, source=source, path=file, since=since, count=count)
+    found = run_async(lambda: memory_changes(repo, wanted))
+    if as_json:
+        print(json.dumps([change_json(c) for c in found], ensure_ascii=False, indent=1))
+        return
+    if not found:
+        _out.print(f"{repo}: no changes match")
+    for change in found:
+        print(format_change(change))
+
+
+def _commit_or_fail(repo: Path, revision: str) -> str:
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.memfs.history import resolve_commit
+
+    sha = resolve_commit(repo, revision)
+    if sha is None:
+        raise UserError(f"{revision!r} names no commit in {repo}")
+    return sha
+
+
+@app.command("show")
+def show(
+    revision: Annotated[str, typer.Argument(help="A commit (id, HEAD~2, ...).")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    directory: DirOption = None,
+) -> None:
+    """One commit: its provenance and its diff."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.memfs.history import commit_message, first_parents, patch
+    from orchestrator.memfs.provenance import body, parse
+
+    repo = resolve_memory_dir(directory, agent)
+    sha = _commit_or_fail(repo, revision)
+    found = commit_message(repo, sha)
+    message = found[1] if found else ""
+    provenance = parse(message)
+    parents = first_parents(repo, sha, 2)
+    print(f"commit {sha}")
+    print(f"source {provenance.source}")
+    for key, value in provenance.as_dict().items():
+        if key != "source":
+            print(f"{key} {value}")
+    print()
+    print(body(message).rstrip("\n"))
+    print()
+    print(patch(repo, parents[1] if len(parents) > 1 else None, sha) or "", end="")
+
+
+@app.command("diff")
+def diff(
+    before: Annotated[str, typer.Argument(help="From this revision.")],
+    after: Annotated[str | None, typer.Argument(help="To this revision (default: HEAD).")] = None,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    directory: DirOption = None,
+) -> None:
+    """The diff between two revisions of memory."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.memfs.history import patch
+
+    repo = resolve_memory_dir(directory, agent)
+    old = _commit_or_fail(repo, before)
+    new = _commit_or_fail(repo, after or "HEAD")
+    print(patch(repo, old, new) or "", end="")
+
+
+@app.command("blame")
+def blame(
+    file: Annotated[str, typer.Argument(help="A file of the memory repository.")],
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    directory: DirOption = None,
+) -> None:
+    """Each line of FILE with the commit and the writer that last changed it."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.memfs.history import blame as blame_lines
+
+    repo = resolve_memory_dir(directory, agent)
+    found = blame_lines(repo, file)
+    if found is None:
+        raise UserError(f"{file}: no such file in HEAD of {repo}")
+    for line in found:
+        print(f"{line.commit[:7]} {line.provenance.source:<10} {line.subject[:30]:<30} {line.number:>4}| {line.text}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Undo and restore: new commits, merged back like a reflection (H3)
+# ---------------------------------------------------------------------------------------------
+
+
+def _resolver(agent: str) -> Resolver | None:
+    """The agent's merge policy (D3): the resolver subagent under ``resolve``, none under ``keep``."""
+    # lazy: `reverie --help` imports every command module; only an undo under `resolve` needs a model
+    from orchestrator.base.config import load_settings
+    from orchestrator.runtime.runtime import build_model
+    from subagents.resolver import make_resolver
+
+    settings = load_settings()
+    if settings.reflection_merge != "resolve":
+        return None
+    return make_resolver(
+        build_model(settings), agent_id=agent, model_name=settings.model,
+        instructions=settings.reflection_merge_instructions, bash_timeout=settings.bash_timeout,
+    )
+
+
+def _report(outcome: UndoOutcome, verb: str) -> None:
+    if outcome.status == "dry-run":
+        for span in outcome.spans:
+            what = ", ".join(c[:7] for c in span.commits) or span.base[:7]
+            print(f"would {verb}: {what} ({span.subject}); the files return to {span.base[:7]}")
+        return
+    for merged in outcome.merges:
+        if merged.in_head:
+            made = ", ".join(c[:7] for c in merged.commits) or "nothing"
+            print(f"{verb}: new commit {made} ({merged.status}); HEAD is {(merged.new_head or '')[:7]}")
+        else:
+            files = f" ({', '.join(merged.files)})" if merged.files else ""
+            typer.echo(
+                f"reverie: {verb} kept on branch {merged.branch}{files}: {merged.reason or merged.status}; "
+                f"see `reverie reflections list`",
+                err=True,
+            )
+    if outcome.kept:
+        raise typer.Exit(1)
+
+
+@app.command("undo")
+def undo(
+    revision: Annotated[str | None, typer.Argument(help="The commit to take back.")] = None,
+    reflection: Annotated[str | None, typer.Option("--reflection", help="Take back everything this reflection merged.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Take back every change since then.")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="Take back the commits of this batch run directory.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be taken back.")] = False,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    directory: DirOption = None,
+) -> None:
+    """Take changes back with new commits (history is never rewritten), through the same lock
+    and validation as a reflection's merge-back; a conflict with later edits is resolved or kept."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.app.memory_history import undo_changes
+    from orchestrator.cli.aio import run_async
+
+    repo = resolve_memory_dir(directory, agent)
+    trouble = repo_in_trouble(repo)
+    if trouble is not None:
+        raise UserError(trouble)
+    resolver = None if dry_run else _resolver(agent)
+    outcome = run_async(
+        lambda: undo_changes(
+            repo, agent_id=agent, revision=revision, reflection=reflection, since=since, run_dir=run,
+            dry_run=dry_run, resolver=resolver,
+        )
+    )
+    _report(outcome, "undo")
+
+
+@app.command("restore")
+def restore(
+    at: Annotated[str, typer.Option("--at", help="A revision, or a time (the last commit before it).")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say which revision would be restored.")] = False,
+    agent: AgentOption = DEFAULT_AGENT_ID,
+    directory: DirOption = None,
+) -> None:
+    """Make the whole memory tree as it was then a new commit."""
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.app.memory_history import restore_memory
+    from orchestrator.cli.aio import run_async
+
+    repo = resolve_memory_dir(directory, agent)
+    trouble = repo_in_trouble(repo)
+    if trouble is not None:
+        raise UserError(trouble)
+    resolver = None if dry_run else _resolver(agent)
+    outcome = run_async(lambda: restore_memory(repo, at, agent_id=agent, dry_run=dry_run, resolver=resolver))
+    _report(outcome, "restore")
