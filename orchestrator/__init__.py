@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from orchestrator.api import (
+        Change,
         CompactionResult,
         ContextUse,
         Decision,
@@ -24,13 +25,17 @@ if TYPE_CHECKING:
         ReflectionReview,
         Session,
         TurnOutcome,
+        UndoOutcome,
         Usage,
         load_effective_settings,
+        memory_log,
         open_session,
         report,
+        restore,
         run_suite,
         stress,
         sweep,
+        undo,
     )
     from orchestrator.app.stress import StressReport
     from orchestrator.base.config import ConfigError, Settings
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
     from orchestrator.batch.sweep import SweepReport
 
 __all__ = [
+    "Change",
     "CompactionResult",
     "ConfigError",
     "ContextUse",
@@ -58,21 +64,29 @@ __all__ = [
     "StressReport",
     "SweepReport",
     "TurnOutcome",
+    "UndoOutcome",
     "Usage",
     "__version__",
     "load_effective_settings",
+    "memory_log",
     "open_session",
     "report",
+    "restore",
     "run_suite",
     "stress",
     "sweep",
+    "undo",
 ]
 
 __version__ = "0.1.0"
 
 _HOME = {
     **dict.fromkeys(
-        ("CompactionResult", "ContextUse", "Decision", "ReflectionRecord", "ReflectionReview", "Session", "TurnOutcome", "Usage", "load_effective_settings", "open_session", "report", "run_suite", "stress", "sweep"),
+        (
+            "Change", "CompactionResult", "ContextUse", "Decision", "ReflectionRecord", "ReflectionReview", "Session",
+            "TurnOutcome", "UndoOutcome", "Usage", "load_effective_settings", "memory_log", "open_session", "report",
+            "restore", "run_suite", "stress", "sweep", "undo",
+        ),
         "api",
     ),
     "StressReport": "app.stress",

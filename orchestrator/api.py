@@ -29,6 +29,13 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestrator.agent.turn import TurnOutcome
+from orchestrator.app.memory_history import (
+    LogFilter,
+    memory_changes,
+    policy_resolver,
+    restore_memory,
+    undo_changes,
+)
 from orchestrator.app.review import (
     Decision,
     ReflectionReview,
@@ -46,6 +53,7 @@ from orchestrator.base.paths import (
     DEFAULT_AGENT_ID,
     Home,
     PathArg,
+    agent_memory_dir,
     as_home,
     as_path,
     current_home,
@@ -61,11 +69,14 @@ from orchestrator.batch.runner import ProgressSink
 from orchestrator.batch.suite import parse_suite
 from orchestrator.batch.sweep import SweepReport, expand_triggers, run_sweep
 from orchestrator.compaction import CompactionMode
+from orchestrator.memfs.history import Change
+from orchestrator.memfs.undo import UndoOutcome
 from orchestrator.models.types import ModelClient
 from orchestrator.store import ReflectionRecord
 from subagents.compaction import CompactionResult, CompactionSubagent
 
 __all__ = [
+    "Change",
     "CompactionResult",
     "ContextUse",
     "Decision",
@@ -76,12 +87,16 @@ __all__ = [
     "TurnOutcome",
     "Usage",
     "import_suite",
+    "UndoOutcome",
     "load_effective_settings",
+    "memory_log",
     "open_session",
     "report",
+    "restore",
     "run_suite",
     "stress",
     "sweep",
+    "undo",
 ]
 
 @dataclass(frozen=True)
@@ -254,6 +269,34 @@ class Session:
     @property
     def _memory_dir(self) -> Path:
         return self._chat.agent.memory_dir
+
+    async def memory_log(
+        self, *, source: str | None = None, path: str | None = None, since: str | None = None, count: int | None = None
+    ) -> tuple[Change, ...]:
+        """The changes of this agent's memory, newest first, each with who made it and why (as
+        ``reverie memory log``)."""
+        wanted = LogFilter(source=source, path=path, since=since, count=count)
+        with using_home(self.home):
+            return await memory_changes(self._chat.agent.memory_dir, wanted)
+
+    async def undo(
+        self,
+        revision: str | None = None,
+        *,
+        reflection: str | None = None,
+        since: str | None = None,
+        run_dir: PathArg | None = None,
+        dry_run: bool = False,
+    ) -> UndoOutcome:
+        """Take back a change (``revision``), a reflection's (its id), everything ``since`` a time or a
+        batch run's commits with new commits, merged back as a reflection is (the session's merge
+        policy decides a conflict); the session's next turn sees them as a ``<memory_update>``."""
+        with using_home(self.home):
+            return await undo_changes(
+                self._chat.agent.memory_dir, agent_id=self.agent_id, revision=revision, reflection=reflection,
+                since=since, run_dir=None if run_dir is None else as_path(run_dir, "run_dir"), dry_run=dry_run,
+                resolver=self._chat.reflection.resolver,
+            )
 
     async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
         """Compact the conversation now (as ``reverie compact``), between turns; ``mode`` as the
@@ -524,3 +567,66 @@ async def import_suite(
         return ImportedSuite(Path(out), len(tasks), dict(sorted(counts.items())))
 
     return await blocking.run_sync("files", write)
+
+
+def _memory_dir(agent: str, home: Home | PathArg | None) -> tuple[Home, Path]:
+    _check_text(agent, "agent")
+    where = current_home() if home is None else as_home(home)
+    with using_home(where):
+        repo = agent_memory_dir(agent)
+    if not (repo / ".git").exists():
+        raise UsageError(f"agent {agent!r} has no memory repository at {repo}")
+    return where, repo
+
+
+async def memory_log(
+    agent: str = DEFAULT_AGENT_ID,
+    *,
+    home: Home | PathArg | None = None,
+    source: str | None = None,
+    path: str | None = None,
+    since: str | None = None,
+    count: int | None = None,
+) -> tuple[Change, ...]:
+    """``agent``'s memory changes, newest first, with who made each and why (``reverie memory
+    log``): a reflection's merged commits are one change, a commit reverie did not make is
+    ``outside``. ``source``, ``path``, ``since`` and ``count`` narrow it as the command's options do."""
+    where, repo = _memory_dir(agent, home)
+    with using_home(where):
+        return await memory_changes(repo, LogFilter(source=source, path=path, since=since, count=count))
+
+
+async def undo(
+    agent: str = DEFAULT_AGENT_ID,
+    revision: str | None = None,
+    *,
+    reflection: str | None = None,
+    since: str | None = None,
+    run_dir: PathArg | None = None,
+    dry_run: bool = False,
+    home: Home | PathArg | None = None,
+) -> UndoOutcome:
+    """Take changes of ``agent``'s memory back with new commits (``reverie memory undo``): give one of
+    ``revision``, ``reflection``, ``since`` or ``run_dir``. A conflict with later edits follows the
+    agent's merge policy: reconciled by the resolver, or kept on a branch the outcome names."""
+    where, repo = _memory_dir(agent, home)
+    with using_home(where):
+        settings = load_settings(path=where.config_path)
+        return await undo_changes(
+            repo, agent_id=agent, revision=revision, reflection=reflection, since=since,
+            run_dir=None if run_dir is None else as_path(run_dir, "run_dir"), dry_run=dry_run,
+            resolver=None if dry_run else policy_resolver(settings, agent),
+        )
+
+
+async def restore(
+    agent: str = DEFAULT_AGENT_ID, *, at: str, dry_run: bool = False, home: Home | PathArg | None = None
+) -> UndoOutcome:
+    """Make ``agent``'s whole memory tree as of ``at`` (a revision, or a time) a new commit
+    (``reverie memory restore --at``)."""
+    where, repo = _memory_dir(agent, home)
+    with using_home(where):
+        settings = load_settings(path=where.config_path)
+        return await restore_memory(
+            repo, at, agent_id=agent, dry_run=dry_run, resolver=None if dry_run else policy_resolver(settings, agent)
+        )

@@ -10,6 +10,7 @@ branch is kept and named. Everything blocking runs off the loop.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,12 +18,13 @@ from functools import partial
 from pathlib import Path
 
 from orchestrator.base import blocking
+from orchestrator.base.config import Settings
 from orchestrator.memfs.history import Change, changes, commit_before, resolve_commit
 from orchestrator.memfs.provenance import SOURCES
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.undo import Span, UndoError, UndoOutcome, plan_undo, restore_tree, undo_spans
 
-__all__ = ["LogFilter", "check_time", "memory_changes", "restore_memory", "undo_changes"]
+__all__ = ["LogFilter", "check_time", "memory_changes", "policy_resolver", "restore_memory", "undo_changes"]
 
 _AGO = re.compile(r"^\d+ (second|minute|hour|day|week|month|year)s? ago$")
 
@@ -87,7 +89,7 @@ async def undo_changes(
     """Take back one change (``revision``), a reflection's (its id), everything since a time, or a
     batch run's commits (the run directory's name in their ``Reverie-Run``), as new commits merged
     back onto ``HEAD``; with ``dry_run`` only say what would be taken back (``status == "dry-run"``)."""
-    run = None if run_dir is None else Path(run_dir).resolve().name
+    run = None if run_dir is None else os.path.basename(os.path.abspath(run_dir))
     if since is not None:
         check_time(since, "--since")
     spans = await blocking.run_sync(
@@ -118,3 +120,18 @@ async def restore_memory(
     if dry_run:
         return UndoOutcome("dry-run", (Span(base=sha, tip=sha, commits=(), subject=f"restore memory as of {sha[:12]}"),), (), None)
     return await restore_tree(repo, sha, agent_id=agent_id, resolver=resolver)
+
+
+def policy_resolver(settings: Settings, agent_id: str) -> Resolver | None:
+    """The merge policy of ``settings`` (D3) for an undo outside a session: the resolver subagent on
+    the configured model under ``resolve``, none (a conflict keeps the branch) under ``keep``."""
+    if settings.reflection_merge != "resolve":
+        return None
+    # deferred: only an undo under `resolve` needs a model and the subagent
+    from orchestrator.runtime.runtime import build_model
+    from subagents.resolver import make_resolver
+
+    return make_resolver(
+        build_model(settings), agent_id=agent_id, model_name=settings.model,
+        instructions=settings.reflection_merge_instructions, bash_timeout=settings.bash_timeout,
+    )

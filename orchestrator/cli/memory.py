@@ -5,7 +5,7 @@ The history commands are thin: ``app/memory_history.py`` answers, this module pr
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -240,7 +240,7 @@ def _ids(change: Change) -> str:
 
 
 def _when(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_change(change: Change) -> str:
@@ -261,7 +261,7 @@ def change_json(change: Change) -> dict[str, Any]:
     return {
         "commit": change.commit,
         "commits": list(change.commits),
-        "time": datetime.fromtimestamp(change.time, timezone.utc).isoformat(),
+        "time": datetime.fromtimestamp(change.time, UTC).isoformat(),
         "author": change.author,
         "source": change.provenance.source,
         "provenance": change.provenance.as_dict(),
@@ -378,19 +378,11 @@ def blame(
 
 
 def _resolver(agent: str) -> Resolver | None:
-    """The agent's merge policy (D3): the resolver subagent under ``resolve``, none under ``keep``."""
-    # lazy: `reverie --help` imports every command module; only an undo under `resolve` needs a model
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.app.memory_history import policy_resolver
     from orchestrator.base.config import load_settings
-    from orchestrator.runtime.runtime import build_model
-    from subagents.resolver import make_resolver
 
-    settings = load_settings()
-    if settings.reflection_merge != "resolve":
-        return None
-    return make_resolver(
-        build_model(settings), agent_id=agent, model_name=settings.model,
-        instructions=settings.reflection_merge_instructions, bash_timeout=settings.bash_timeout,
-    )
+    return policy_resolver(load_settings(), agent)
 
 
 def _report(outcome: UndoOutcome, verb: str) -> None:

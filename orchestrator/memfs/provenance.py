@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Final
 
 __all__ = [
@@ -60,7 +61,7 @@ _KEYS: Final = {
 }
 _BY_KEY: Final = {key.lower(): name for name, key in _KEYS.items()}
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)\s*:\s*(.*)$")
-_SCOPE: ContextVar[Mapping[str, str]] = ContextVar("reverie_provenance_scope", default={})
+_SCOPE: ContextVar[Mapping[str, str]] = ContextVar("reverie_provenance_scope", default=MappingProxyType({}))
 
 
 @dataclass(frozen=True)
