@@ -10,12 +10,13 @@ branch is kept and named. Everything blocking runs off the loop.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+
+from anyio import Path as AsyncPath
 
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
@@ -89,7 +90,7 @@ async def undo_changes(
     """Take back one change (``revision``), a reflection's (its id), everything since a time, or a
     batch run's commits (the run directory's name in their ``Reverie-Run``), as new commits merged
     back onto ``HEAD``; with ``dry_run`` only say what would be taken back (``status == "dry-run"``)."""
-    run = None if run_dir is None else os.path.basename(os.path.abspath(run_dir))
+    run = None if run_dir is None else (await AsyncPath(run_dir).resolve()).name
     if since is not None:
         check_time(since, "--since")
     spans = await blocking.run_sync(
