@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from orchestrator.app.memory_history import LogFilter, memory_changes, undo_changes
 from orchestrator.app.session import ChatSession
 from orchestrator.base import blocking
 from orchestrator.cli.listing import conversation_lines
@@ -22,6 +23,7 @@ from orchestrator.cli.render import compaction_line, one_line
 from orchestrator.cli.usage import PARTS, cost_of, limit_lines, priced, usage_split
 from orchestrator.memfs.git import TreeTooLarge
 from orchestrator.memfs.history import recent_commits, tracked_files
+from orchestrator.memfs.undo import UndoError
 from orchestrator.memfs.worktrees import list_reflections
 
 __all__ = ["COMMANDS", "KEYS", "Slash", "SlashCommand", "is_slash"]
@@ -39,7 +41,8 @@ class SlashCommand:
 COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("help", "/help", "list these commands and the keys"),
     SlashCommand("status", "/status", "agent, conversation, model, context use, memory HEAD, subagents, kept branches"),
-    SlashCommand("memory", "/memory", "the memory tree and the last memory commits with a short diff"),
+    SlashCommand("memory", "/memory [log]", "the memory tree and the last memory commits with a short diff; log: the last changes, who made them and why"),
+    SlashCommand("undo", "/undo [REV]", "show the last memory change and how to take it back; with its id, take it back (a new commit)"),
     SlashCommand("cost", "/cost", "model calls, tokens and cost: this session and this conversation, main agent and subagents apart"),
     SlashCommand("compact", "/compact", "compact the conversation now"),
     SlashCommand("reflect", "/reflect", "start a reflection now (it merges in the background)"),
@@ -128,8 +131,54 @@ class Slash:
         return [b.branch for b in branches if not b.merged]
 
     async def _memory(self, arg: str) -> None:
+        if arg.split()[:1] == ["log"]:
+            await self._memory_log()
+            return
         lines = await blocking.run_sync("git", partial(_memory_report, self.session.agent.memory_dir))
         self.say("\n".join(lines))
+
+    async def _memory_log(self) -> None:
+        # lazy: the command module's formatting loads typer, which the REPL otherwise never needs
+        from orchestrator.cli.memory import format_change
+
+        found = await memory_changes(self.session.agent.memory_dir, LogFilter(count=10))
+        if not found:
+            self.say("no memory changes yet")
+            return
+        self.say("\n".join(["memory changes (newest first):", *(format_change(c) for c in found)]))
+
+    async def _undo(self, arg: str) -> None:
+        """Without an id: the last change, its diff and the line that takes it back (asking first);
+        with one: take it back (a reflection's change as a whole) as a new commit."""
+        repo = self.session.agent.memory_dir
+        found = await memory_changes(repo, LogFilter(count=1))
+        last = found[0] if found else None
+        if not arg:
+            if last is None:
+                self.say("no memory changes to undo")
+                return
+            diff = await blocking.run_sync("git", partial(memory_diff, repo, f"{last.commits[-1]}~1", last.commit, max_lines=20))
+            whole = f" (reflection {last.provenance.reflection}: all {len(last.commits)} commits)" if len(last.commits) > 1 else ""
+            self.say("\n".join([
+                f"last change: {last.commit[:7]} {last.provenance.source}  {last.subject}",
+                *(diff.render() if diff is not None else []),
+                f"take it back with /undo {last.commit[:7]}{whole}",
+            ]))
+            return
+        reflection = last.provenance.reflection if last is not None and last.commit.startswith(arg) else None
+        try:
+            outcome = await undo_changes(
+                repo, agent_id=self.session.agent.agent_id, revision=None if reflection else arg,
+                reflection=reflection, resolver=self.session.reflection.resolver,
+            )
+        except UndoError as error:
+            self.say(str(error))
+            return
+        for merged in outcome.merges:
+            if merged.in_head:
+                self.say(f"undone: new commit {', '.join(c[:7] for c in merged.commits)}; the next turn sees it as a memory update")
+            else:
+                self.say(f"undo kept on branch {merged.branch}: {merged.reason or merged.status} (/status lists kept branches)")
 
     async def _compact(self, arg: str) -> None:
         compactor = self.session.runner.compactor
