@@ -222,7 +222,7 @@ def _kind(rel: str, all_paths: set[str]) -> str:
 # History: log, show, diff, blame (H2)
 # ---------------------------------------------------------------------------------------------
 
-DirOption = Annotated[Path | None, typer.Option("--dir", "-C", help="Repository (default: the agent's).")]
+_DirOption = Annotated[Path | None, typer.Option("--dir", "-C", help="Repository (default: the agent's).")]
 
 
 def _ids(change: Change) -> str:
@@ -279,7 +279,7 @@ def log(
     since: Annotated[str | None, typer.Option("--since", help="Only changes since then (ISO 8601, @seconds, 'N hours ago').")] = None,
     count: Annotated[int | None, typer.Option("-n", help="At most this many changes.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array of changes.")] = False,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """One entry per change, newest first: when, which writer (a commit reverie did not make is
     `outside`), its ids, subject and files; a reflection's merged commits as one."""
@@ -313,7 +313,7 @@ def _commit_or_fail(repo: Path, revision: str) -> str:
 def show(
     revision: Annotated[str, typer.Argument(help="A commit (id, HEAD~2, ...).")],
     agent: AgentOption = DEFAULT_AGENT_ID,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """One commit: its provenance and its diff."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -342,7 +342,7 @@ def diff(
     before: Annotated[str, typer.Argument(help="From this revision.")],
     after: Annotated[str | None, typer.Argument(help="To this revision (default: HEAD).")] = None,
     agent: AgentOption = DEFAULT_AGENT_ID,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """The diff between two revisions of memory."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -358,7 +358,7 @@ def diff(
 def blame(
     file: Annotated[str, typer.Argument(help="A file of the memory repository.")],
     agent: AgentOption = DEFAULT_AGENT_ID,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """Each line of FILE with the commit and the writer that last changed it."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -414,7 +414,7 @@ def undo(
     run: Annotated[Path | None, typer.Option("--run", help="Take back the commits of this batch run directory.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be taken back.")] = False,
     agent: AgentOption = DEFAULT_AGENT_ID,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """Take changes back with new commits (history is never rewritten), through the same lock
     and validation as a reflection's merge-back; a conflict with later edits is resolved or kept."""
@@ -441,7 +441,7 @@ def restore(
     at: Annotated[str, typer.Option("--at", help="A revision, or a time (the last commit before it).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say which revision would be restored.")] = False,
     agent: AgentOption = DEFAULT_AGENT_ID,
-    directory: DirOption = None,
+    directory: _DirOption = None,
 ) -> None:
     """Make the whole memory tree as it was then a new commit."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
