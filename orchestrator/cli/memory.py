@@ -261,6 +261,7 @@ def change_json(change: Change) -> dict[str, Any]:
     return {
         "commit": change.commit,
         "commits": list(change.commits),
+        "sources": list(change.sources),
         "time": datetime.fromtimestamp(change.time, UTC).isoformat(),
         "author": change.author,
         "source": change.provenance.source,

@@ -239,6 +239,9 @@ class Change:
     subject: str
     provenance: Provenance
     files: tuple[FileChange, ...]
+    sources: tuple[str, ...] = ()
+    """Each commit's own ``Reverie-Source``, in the order of ``commits`` (a reflection's step the
+    resolver reconciled says ``resolver``)."""
 
     @property
     def commit(self) -> str:
@@ -293,11 +296,12 @@ def changes(repo: Path, *, revision: str = "HEAD", path: str | None = None, sinc
             grouped[at] = replace(
                 earlier, commits=(*earlier.commits, sha), files=_sum((*earlier.files, *files)),
                 provenance=earlier.provenance if earlier.provenance.source == "reflection" else found,
+                sources=(*earlier.sources, found.source),
             )
             continue
         if found.reflection:
             by_reflection[found.reflection] = len(grouped)
-        grouped.append(Change((sha,), when, author, subject, found, files))
+        grouped.append(Change((sha,), when, author, subject, found, files, (found.source,)))
     return tuple(grouped)
 
 
