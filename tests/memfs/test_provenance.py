@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memfs.gitwrap import ensure_wrapper
-from orchestrator.memfs.provenance import OUTSIDE, Provenance, body, parse, scoped, trailers_env, with_trailers
+from orchestrator.memfs.provenance import (
+    OUTSIDE,
+    Provenance,
+    body,
+    parse,
+    scoped,
+    trailers_env,
+    with_trailers,
+)
 from tests.memfs.reflection_helpers import git, make_repo, note, write
 
 AGENT = Provenance("agent", "ada", "conv-1", "turn-7")
