@@ -243,3 +243,24 @@ def test_memory_report_names_a_head_over_a_tree_cap_in_one_line(tmp_path: Path) 
     plant(repo, fanout=10, levels=7)
     lines = _memory_report(repo)
     assert len(lines) == 1 and "(MAX_TREE_PATHS)" in lines[0] and "\n" not in lines[0]
+
+
+async def test_memory_log_names_the_writer_and_undo_asks_before_taking_a_change_back(tmp_path: Path) -> None:
+    async with ChatSession.open(agent_id="undo", workspace=tmp_path, cli={"reflection_trigger": "off"}) as session:
+        await session.send("设定：回答末尾总是加上 🦉")
+        head = await session.memory_head()
+        log, shown = await _said(session, "/memory log", "/undo")
+        assert log.splitlines()[1].split()[2:4] == ["agent", head[:7]]
+        assert "conversation " + session.conversation_id in log
+        assert shown.startswith(f"last change: {head[:7]} agent  feat: update persona") and "🦉" in shown
+        assert shown.splitlines()[-1] == f"take it back with /undo {head[:7]}"
+        assert await session.memory_head() == head, "showing it changes nothing"
+        (undone,) = await _said(session, f"/undo {head[:7]}")
+        new_head = await session.memory_head()
+        assert undone.startswith(f"undone: new commit {new_head[:7]}")
+        assert "🦉" not in await anyio.Path(session.agent.memory_dir / "persona.md").read_text()
+        await session.send("你好")
+        last = [r for r in session.runtime.model.requests if r.purpose == "chat"][-1]  # type: ignore[attr-defined]
+        assert any("<memory_update" in m.content and new_head[:7] in m.content for m in last.messages)
+        (bad,) = await _said(session, "/undo not-a-commit")
+        assert bad == f"undo: 'not-a-commit' names no commit in {session.agent.memory_dir}"
