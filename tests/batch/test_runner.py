@@ -21,6 +21,12 @@ from orchestrator.batch.runner import (
     run_task,
 )
 from orchestrator.batch.suite import parse_task
+
+
+    task_paths,
+)
+from orchestrator.batch.suite import parse_task
+from orchestrator.memfs.history import changes
 from orchestrator.store.schema import STORE_SYNC_VARIABLE, batch_store
 from orchestrator.store.worker import LANES_VARIABLE, SQLITE_LANES
 from tests.batch.helpers import two_sessions_an_hour_apart
@@ -110,3 +116,22 @@ async def test_a_recorded_gap_between_sessions_counts_as_idle_time(tmp_path: Pat
     if launched:
         # between the sessions: after the first one's turn, before the second one's
         assert kinds.index("reflection.launch") < [i for i, k in enumerate(kinds) if k == "turn.start"][1]
+
+
+@pytest.mark.anyio
+async def test_a_tasks_agent_and_reflection_commits_name_the_run_and_the_task(tmp_path: Path) -> None:
+    task = parse_task(
+        {
+            "id": "traced",
+            "turns": ["I prefer green tea", "设定：回答末尾总是加上 🦉", "再说一次"],
+            "settings": {"reflection_trigger": "step-count:1"},
+            "checks": [{"where": "answer", "contains": "🦉"}],
+        }
+    )
+    out = tmp_path / "run-7"
+    result = await run_task(task, RunOptions(out_dir=out))
+    assert result.status == "passed", result.error
+    found = await anyio.to_thread.run_sync(changes, task_paths(out, "traced").memory)
+    made = [c.provenance for c in found if c.provenance.source in ("agent", "reflection")]
+    assert {p.source for p in made} == {"agent", "reflection"}
+    assert all((p.run, p.task, p.agent) == ("run-7", "traced", "traced") for p in made)
