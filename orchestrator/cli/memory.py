@@ -275,7 +275,7 @@ def change_json(change: Change) -> dict[str, Any]:
 def log(
     agent: AgentOption = DEFAULT_AGENT_ID,
     by_agent: Annotated[str | None, typer.Option("--by", help="Only changes made for this agent id.")] = None,
-    source: Annotated[str | None, typer.Option("--source", help="agent, reflection, resolver, undo, restore, init, stress, user or outside.")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="agent, reflection, resolver, undo, restore, init, stress or outside.")] = None,
     file: Annotated[str | None, typer.Option("--file", help="Only changes touching this file.")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Only changes since then (ISO 8601, @seconds, 'N hours ago').")] = None,
     count: Annotated[int | None, typer.Option("-n", help="At most this many changes.")] = None,

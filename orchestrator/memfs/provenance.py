@@ -43,7 +43,7 @@ TRAILERS_ENV: Final = "REVERIE_TRAILERS"
 """The tool environment's variable holding a command's trailers, one ``Key: value`` a line."""
 
 OUTSIDE: Final = "outside"
-SOURCES: Final = ("agent", "reflection", "resolver", "undo", "restore", "init", "stress", "user", OUTSIDE)
+SOURCES: Final = ("agent", "reflection", "resolver", "undo", "restore", "init", "stress", OUTSIDE)
 """Every writer a commit can be attributed to; ``outside`` is a commit with no ``Reverie-Source``."""
 
 SOURCE_KEY: Final = "Reverie-Source"
