@@ -19,10 +19,6 @@ from orchestrator.batch.runner import (
     batch_sqlite_lanes,
     run_home,
     run_task,
-)
-from orchestrator.batch.suite import parse_task
-
-
     task_paths,
 )
 from orchestrator.batch.suite import parse_task
