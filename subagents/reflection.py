@@ -395,18 +395,13 @@ class ReflectionCoordinator(ReadsSessionContext):
         plan = plan_reading(
             payload, transcript, window=window, fixed_tokens=estimate_text(system) + tool_schema_tokens(specs) + 200
         )
-        ctx = ToolContext(
+        ctx = ToolContext.from_settings(
+            self.settings,
             workspace=worktree.path,
             agent_id=self.agent.agent_id,
             conversation_id=conversation_id,
             agent_name=f"{self.agent.name} (reflection)",
             memory_dir=worktree.path,
-            bash_timeout=self.settings.bash_timeout,
-            sandbox=self.settings.sandbox,
-            network=self.settings.network,
-            env_names=self.settings.tool_env,
-            write_limit_mb=self.settings.write_limit_mb,
-            secrets=(self.settings.api_key,) if self.settings.api_key else (),
             extra_env={
                 "TRANSCRIPT_PATH": str(payload),
                 **trailers_env(Provenance("reflection", self.agent.agent_id, conversation_id, reflection=worktree.id, trigger=trigger)),

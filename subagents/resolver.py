@@ -8,8 +8,10 @@ conflicting file as a ``<conflict path="...">`` block with the ``HEAD`` side and
 nothing left conflicted, no markers, linear history containing HEAD, the audit, the rebase's own
 state unchanged (``memfs.operations``) and the parent's branch where the main agent and reverie left
 it (``memfs.parent``: one the resolver moved is put back, with a warning); anything else keeps the
-branch with D3's reason. The composition root builds one with :func:`make_resolver` and hands
-it to merge-back as a plain callable, so the core never imports this module (D9).
+branch with D3's reason. The composition root installs :func:`resolver_for_session` as the
+runtime's ``ResolverFactory`` (``orchestrator.runtime.plugins``), and merge-back receives what it
+builds as a plain callable, so the core never imports this module (D9); :func:`make_resolver` is
+the same subagent for a caller without a session (the stress harness, ``reverie reflections merge``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from functools import partial
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.agent.context import SessionContext
 from orchestrator.base import blocking
+from orchestrator.base.config import Settings
 from orchestrator.memfs.conflicts import mark_resolved, side_of, unmerged_paths
 from orchestrator.memfs.gitwrap import LOCK_HELD_ENV, lock_held_value
 from orchestrator.memfs.guard import report
@@ -31,11 +35,13 @@ from orchestrator.models.types import Message, ModelClient, ModelRequest
 from orchestrator.tools import ToolContext, run_tool, tool_specs
 from prompts import load_prompt
 
-__all__ = ["RESOLVER_MAX_STEPS", "ResolverSubagent", "conflict_request_text", "make_resolver"]
+__all__ = ["RESOLVER_MAX_STEPS", "ResolverSubagent", "conflict_request_text", "make_resolver", "resolver_for_session"]
 
 RESOLVER_MAX_STEPS = 8
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
 _MARKERS = ("<<<<<<< ", ">>>>>>> ")
+_STANDALONE = Settings(model="", bash_timeout=60.0)
+"""A resolver without a session's settings: the client's own model, a 60 s command limit."""
 
 
 def _block(tag: str, text: str | None) -> str:
@@ -64,24 +70,24 @@ class ResolverSubagent:
     model: ModelClient
     agent_id: str
     agent_name: str = "reverie"
-    model_name: str | None = None
-    instructions: str | None = None
-    bash_timeout: float = 60.0
+    settings: Settings = _STANDALONE
+    """The model's name, the user's ``[reflection] merge_instructions`` and the tools' settings."""
 
     def system_prompt(self) -> str:
         extra = ""
-        if self.instructions and self.instructions.strip():
-            extra = "# Instructions from the user\n" + self.instructions.strip() + "\n"
+        instructions = self.settings.reflection_merge_instructions
+        if instructions and instructions.strip():
+            extra = "# Instructions from the user\n" + instructions.strip() + "\n"
         return load_prompt("resolver").replace("{MERGE_INSTRUCTIONS}", extra).rstrip() + "\n"
 
     async def __call__(self, conflict: Conflict) -> None:
-        ctx = ToolContext(
+        ctx = ToolContext.from_settings(
+            self.settings,
             workspace=conflict.worktree,
             agent_id=self.agent_id,
             conversation_id=f"resolve-{conflict.commit[:12]}",
             agent_name=f"{self.agent_name} (merge resolver)",
             memory_dir=conflict.worktree,
-            bash_timeout=self.bash_timeout,
             extra_env={} if conflict.lock_held is None else {LOCK_HELD_ENV: lock_held_value(conflict.lock_held)},
         )
         messages: list[Message] = [Message(role="user", content=await conflict_request_text(conflict))]
@@ -105,7 +111,7 @@ class ResolverSubagent:
         system = self.system_prompt()
         for _ in range(RESOLVER_MAX_STEPS):
             response = await self.model.complete(
-                ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.model_name or "", purpose="resolve")
+                ModelRequest(system=system, messages=tuple(messages), tools=specs, model=self.settings.model, purpose="resolve")
             )
             messages.append(response.message)
             if not response.message.tool_calls:
@@ -128,13 +134,18 @@ class ResolverSubagent:
 
 
 def make_resolver(
-    model: ModelClient,
-    *,
-    agent_id: str,
-    agent_name: str = "reverie",
-    model_name: str | None = None,
-    instructions: str | None = None,
-    bash_timeout: float = 60.0,
+    model: ModelClient, *, agent_id: str, agent_name: str = "reverie", settings: Settings | None = None
 ) -> Resolver:
-    """A resolver for merge-back's ``resolver`` parameter (the ``resolve`` policy of D3)."""
-    return ResolverSubagent(model, agent_id, agent_name, model_name, instructions, bash_timeout)
+    """A resolver for merge-back's ``resolver`` parameter (the ``resolve`` policy of D3), outside a
+    session: ``settings`` (default: the client's own model, the default tools, a 60 s limit)."""
+    return ResolverSubagent(model, agent_id, agent_name, settings or _STANDALONE)
+
+
+def resolver_for_session(*, context: SessionContext, model: ModelClient) -> Resolver:
+    """The session's resolver (a ``ResolverFactory``): each conflict is resolved with the agent's
+    name and the settings as they are when it arrives (a ``/model`` switch applies to the next)."""
+
+    async def resolve(conflict: Conflict) -> None:
+        await ResolverSubagent(model, context.agent.agent_id, context.agent.name, context.settings)(conflict)
+
+    return resolve

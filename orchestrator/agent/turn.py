@@ -86,7 +86,6 @@ from orchestrator.store import StoredMessage, SyncReminder, TurnStatus, new_turn
 from orchestrator.tools import (
     ToolContext,
     ToolResult,
-    overflow_dir_for,
     oversized_write,
     run_tool,
     tool_specs,
@@ -407,26 +406,16 @@ class TurnRunner(ReadsSessionContext):
         state: _TurnState,
         refused: Mapping[str, str],
     ) -> None:
-        overflow = overflow_dir_for(self.workspace) if self.settings.overflow_to_file else None
-        ctx = ToolContext(
+        ctx = ToolContext.from_settings(
+            self.settings,
             workspace=self.workspace,
             agent_id=self.agent.agent_id,
             conversation_id=conversation_id,
             agent_name=self.agent.name,
             memory_dir=self.agent.memory_dir,
             store=self.store,
-            bash_timeout=self.settings.bash_timeout,
-            sandbox=self.settings.sandbox,
-            network=self.settings.network,
-            env_names=self.settings.tool_env,
-            write_limit_mb=self.settings.write_limit_mb,
-            secrets=(self.settings.api_key,) if self.settings.api_key else (),
-            overflow_dir=overflow,
-            middle_truncate=self.settings.middle_truncate,
-            read_roots=(overflow,) if overflow is not None else (),
-            extra_env=trailers_env(
-                Provenance("agent", self.agent.agent_id, conversation_id, turn_id)
-            ),
+            overflow=True,
+            extra_env=trailers_env(Provenance("agent", self.agent.agent_id, conversation_id, turn_id)),
         )
         for call in calls:
             state.tool_calls.append(call.name)

@@ -289,13 +289,7 @@ def _resolver(agent: str) -> Resolver:
     from subagents.resolver import make_resolver
 
     settings = load_settings()
-    return make_resolver(
-        build_model(settings),
-        agent_id=agent,
-        model_name=settings.model,
-        instructions=settings.reflection_merge_instructions,
-        bash_timeout=settings.bash_timeout,
-    )
+    return make_resolver(build_model(settings), agent_id=agent, settings=settings)
 
 
 @app.command("discard")

@@ -1,4 +1,11 @@
-"""What every tool receives (``ToolContext``) and returns (``ToolResult``)."""
+"""What every tool receives (``ToolContext``) and returns (``ToolResult``).
+
+A context is made in one place, ``ToolContext.from_settings``: the turn loop, reflection and the
+merge resolver each name only what differs for them (their checkout, their label, extra files they
+may read), and everything the settings decide (timeout, sandbox, network, write limit, environment,
+secrets, overflow files) is derived there once, so a tool that needs one more setting changes this module
+alone (docs/architecture.md, "How subagents plug in").
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.base.config import Settings
 from orchestrator.base.errors import ReverieError
+from orchestrator.tools.overflow import overflow_dir_for
 from orchestrator.tools.truncation import BASH_OUTPUT_CHARS
 
 if TYPE_CHECKING:
@@ -54,6 +62,46 @@ class ToolContext:
     secrets: tuple[str, ...] = ()
     read_roots: tuple[Path, ...] = ()
     write_limit_mb: int = Settings.write_limit_mb
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        workspace: Path,
+        agent_id: str,
+        conversation_id: str,
+        agent_name: str = "",
+        memory_dir: Path | None = None,
+        store: Store | None = None,
+        overflow: bool = False,
+        extra_env: Mapping[str, str] | None = None,
+        read_roots: tuple[Path, ...] = (),
+    ) -> ToolContext:
+        """The context of an agent acting under ``settings``: the one constructor every caller uses.
+
+        ``overflow`` asks for overflow files (the turn loop's tools; a subagent's outputs are only
+        truncated), written under ``overflow_dir_for(workspace)`` when ``[tools] overflow_to_file`` is
+        on, and readable from then on."""
+        overflow_dir = overflow_dir_for(workspace) if overflow and settings.overflow_to_file else None
+        return cls(
+            workspace=workspace,
+            agent_id=agent_id,
+            conversation_id=conversation_id,
+            agent_name=agent_name,
+            memory_dir=memory_dir,
+            store=store,
+            bash_timeout=settings.bash_timeout,
+            overflow_dir=overflow_dir,
+            middle_truncate=settings.middle_truncate,
+            extra_env=dict(extra_env or {}),
+            sandbox=settings.sandbox,
+            network=settings.network,
+            write_limit_mb=settings.write_limit_mb,
+            env_names=settings.tool_env,
+            secrets=(settings.api_key,) if settings.api_key else (),
+            read_roots=read_roots + ((overflow_dir,) if overflow_dir is not None else ()),
+        )
 
 
 @dataclass(frozen=True)
