@@ -45,6 +45,7 @@ from orchestrator.app.review import (
 )
 from orchestrator.app.session import ChatSession, ContextUse
 from orchestrator.app.stress import StressConfig, StressReport, run_stress
+from orchestrator.app.usage import Tally
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings, parameter_value
 from orchestrator.base.errors import UsageError
@@ -68,12 +69,12 @@ from orchestrator.batch.run import run_suite as _run_suite
 from orchestrator.batch.runner import ProgressSink
 from orchestrator.batch.suite import parse_suite
 from orchestrator.batch.sweep import SweepReport, expand_triggers, run_sweep
-from orchestrator.compaction import CompactionMode
+from orchestrator.compaction.result import CompactionResult
+from orchestrator.compaction.settings import CompactionMode
 from orchestrator.memfs.history import Change
 from orchestrator.memfs.undo import UndoOutcome
 from orchestrator.models.types import ModelClient
 from orchestrator.store import ReflectionRecord
-from subagents.compaction import CompactionResult, CompactionSubagent
 
 __all__ = [
     "Change",
@@ -140,14 +141,11 @@ class Session:
     session's one ``SessionContext``, seen by the turn loop, reflection and compaction alike.
     """
 
-    def __init__(
-        self, chat: ChatSession, home: Home, tasks: TaskGroup, price_in: float | None, price_out: float | None
-    ) -> None:
+    def __init__(self, chat: ChatSession, home: Home, tasks: TaskGroup) -> None:
         self._chat = chat
         self.home = home
         self._tasks = tasks
         self._listeners: list[MemoryObjectSendStream[Event]] = []
-        self._prices = (price_in, price_out)
         self._tokens = [0, 0, 0]
         self.last_result: TurnOutcome | None = None
         """The result of the newest turn (``stream`` leaves its turn's here)."""
@@ -179,12 +177,16 @@ class Session:
 
     @property
     def usage(self) -> Usage:
+        """The calls this session's model answered so far, counted as they happen, and their cost."""
         prompt, completion, calls = self._tokens
-        price_in, price_out = self._prices
-        cost = None
-        if price_in is not None or price_out is not None:
-            cost = round(prompt * (price_in or 0.0) / 1e6 + completion * (price_out or 0.0) / 1e6, 6)
-        return Usage(prompt, completion, calls, cost)
+        return Usage(prompt, completion, calls, self._chat.cost(Tally(calls, prompt, completion)))
+
+    async def cost(self) -> float | None:
+        """USD this session spent so far, its turns' and its subagents' calls as the store recorded
+        them (as the chat's ``/cost`` prints); None without prices."""
+        with using_home(self.home):
+            split = await self._chat.usage()
+        return self._chat.cost(split.total)
 
     async def send(self, text: str) -> TurnOutcome:
         """Run one turn and return how it ended; a model failure is a result with ``status ==
@@ -302,12 +304,8 @@ class Session:
         """Compact the conversation now (as ``reverie compact``), between turns; ``mode`` as the
         ``compaction_mode`` setting takes it (``COMPACTION_MODES``)."""
         mode = parameter_value("compaction_mode", mode)
-        compactor = self._chat.runner.compactor
-        if not isinstance(compactor, CompactionSubagent):
-            raise UsageError("compaction is not available in this session")
         with using_home(self.home):
-            async with self._chat.supervisor.conversation_lock(self.conversation_id):
-                return await compactor.compact_now(self.conversation_id, mode=mode)
+            return await self._chat.compact(mode=mode)
 
     async def set_model(self, name: str) -> None:
         """Every request from now on (the turn's, reflection's, compaction's) names ``name``; it is
@@ -338,10 +336,11 @@ def open_session(
     ``home`` (default: the environment's) holds the agent, the store and the worktrees.
     ``settings`` rank as command-line flags: a mapping of setting names, or a ``Settings`` value
     whose non-default fields apply. ``model`` replaces the configured one (the scripted model or the
-    endpoint); ``observer`` sees every event too. On exit the session's background work is
-    cancelled or finished as a chat's is; a failure to open is a one-line ``ReverieError``.
-    Paths may be ``str`` or ``os.PathLike``; a wrong type is a ``TypeError`` naming the parameter,
-    raised by the call itself (before ``async with``).
+    endpoint); ``observer`` sees every event too. ``price_in``/``price_out`` (USD per million
+    tokens) rank as flags over ``[model] price_in, price_out`` for ``usage`` and ``cost``. On exit the
+    session's background work is cancelled or finished as a chat's is; a failure to open is a
+    one-line ``ReverieError``. Paths may be ``str`` or ``os.PathLike``; a wrong type is a
+    ``TypeError`` naming the parameter, raised by the call itself (before ``async with``).
     """
     _check_text(agent, "agent")
     if conversation is not None:
@@ -378,15 +377,17 @@ async def _open_session(
         if observer is not None:
             await observer(event)
 
+    overrides = _overrides(settings)
+    overrides.update({k: v for k, v in (("price_in", price_in), ("price_out", price_out)) if v is not None})
     with using_home(where):
         async with (
             ChatSession.open(
-                agent_id=agent, conversation_id=conversation, new=new, cli=_overrides(settings),
+                agent_id=agent, conversation_id=conversation, new=new, cli=overrides,
                 observer=observe, model=model, workspace=workspace, config_file=where.config_path,
             ) as chat,
             anyio.create_task_group() as tasks,  # inside the chat: a streamed turn ends before it closes
         ):
-            session = Session(chat, where, tasks, price_in, price_out)
+            session = Session(chat, where, tasks)
             holder.append(session)
             try:
                 yield session

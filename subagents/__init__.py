@@ -1,5 +1,5 @@
-"""Background subagents (reflection, compaction) that work in their own memory worktrees."""
+"""Background subagents (reflection, compaction, the merge resolver) that work in their own memory
+worktrees. The composition root (``orchestrator.app.session``) installs them through the runtime's
+plugin interfaces (``orchestrator.runtime.plugins``); this package names none of them itself."""
 
-from subagents.compaction import CompactionResult, CompactionSubagent
-
-__all__ = ["CompactionResult", "CompactionSubagent"]
+__all__: list[str] = []

@@ -87,6 +87,7 @@ from orchestrator.compaction import (
     system_prompt_tokens,
     tool_schema_tokens,
 )
+from orchestrator.compaction.result import CompactionResult
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import Message, ModelClient, Usage
 from orchestrator.runtime.plugins import Spawner
@@ -106,33 +107,6 @@ _CORE_MEMORY_TEMPLATE = "{CORE_MEMORY}"
 
 Sleep = Callable[[float], Awaitable[None]]
 Trigger = Literal["context_window_limit", "context_window_overflow", "manual"]
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    """One compaction as applied (or skipped); what the CLI prints and tests inspect.
-
-    ``status``: ``done`` (summary applied), ``failed`` (emergency eviction applied after every
-    summarizer rung failed), ``skipped`` (nothing to evict, or, with ``error`` saying so, a summary
-    that would not have made the context smaller) or ``error`` (nothing changed; ``error`` says why). ``evicted`` is ``k`` of the summary text (S4).
-    """
-
-    status: Literal["done", "failed", "skipped", "error"]
-    trigger: str
-    mode: str
-    evicted: int
-    tokens_before: int
-    tokens_after: int
-    messages_before: int
-    messages_after: int
-    summary: str = ""
-    summary_message_id: str | None = None
-    background: bool = False
-    error: str | None = None
-
-    @property
-    def changed(self) -> bool:
-        return self.status in ("done", "failed")
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,19 @@ the same subagent for a caller without a session (the stress harness, ``reverie 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 
+import anyio
 from anyio import CancelScope
 from anyio import Path as AsyncPath
 
+from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import SessionContext
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
+from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.memfs.conflicts import mark_resolved, side_of, unmerged_paths
 from orchestrator.memfs.gitwrap import LOCK_HELD_ENV, lock_held_value
 from orchestrator.memfs.guard import report
@@ -143,9 +147,22 @@ def make_resolver(
 
 def resolver_for_session(*, context: SessionContext, model: ModelClient) -> Resolver:
     """The session's resolver (a ``ResolverFactory``): each conflict is resolved with the agent's
-    name and the settings as they are when it arrives (a ``/model`` switch applies to the next)."""
+    name and the settings as they are when it arrives (a ``/model`` switch applies to the next), as
+    a launch of its own under ``[limits] resolver_*`` counted in the session's meter (B1). A resolver
+    out of budget publishes ``limit.reached`` and fails like any other, so the branch is kept (D3)."""
 
     async def resolve(conflict: Conflict) -> None:
-        await ResolverSubagent(model, context.agent.agent_id, context.agent.name, context.settings)(conflict)
+        settings, agent = context.settings, context.agent
+        limits = limits_for(settings, "resolver")
+        meter = Meter(limits, Prices.of(settings), parent=context.meter)
+        budgeted = BudgetedModel(model, meter, window=settings.context_window)
+        try:
+            with anyio.fail_after(limits.seconds if limits.seconds is not None else math.inf):
+                await ResolverSubagent(budgeted, agent.agent_id, agent.name, settings)(conflict)
+        except (LimitReached, TimeoutError) as exc:
+            seconds = limits.seconds or 0.0
+            stop = exc if isinstance(exc, LimitReached) else LimitReached("resolver.seconds", seconds, seconds)
+            await context.publish(stop.event(conflict.branch), None)
+            raise ResolverFailed(str(stop)) from None
 
     return resolve

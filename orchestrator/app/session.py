@@ -1,16 +1,17 @@
 """A chat session: one agent, one conversation, the runtime around it, and the supervisor that owns
 every task the session starts (S23 for one-shot runs).
 
-The CLI, the batch runner and tests drive agents through this class so they all get the same
-turn lock, compaction, post-turn sync and reflection triggers. This is the composition root of D9:
-the one place that names the subagents and plugs them into the runtime (``REVERIE_PLUGINS``).
+The CLI, the batch runner, the library (``orchestrator.api``) and tests drive agents through this
+class so they all get the same turn lock, compaction, post-turn sync and reflection triggers, and
+what a user can ask of a session (compact now, reflect now, what it used and cost) is one method
+here that every front end calls. This is the composition root of D9: the one place that names the
+subagents (``REVERIE_PLUGINS``); the runtime installs them through ``orchestrator.runtime.plugins``.
 What the chat's slash commands change (a new conversation, the agent's name, the model) is changed
-here, so the turn runner, the reflection coordinator and the next turn's reminders all see it.
+here, so the turn runner, reflection and the next turn's reminders all see it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,15 +21,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from orchestrator.agent.budget import BudgetedModel, Meter
+from orchestrator.agent.budget import Meter
 from orchestrator.agent.context import AgentProfile, SessionContext
-from orchestrator.agent.turn import Compactor, Observer, TurnOutcome, TurnRunner
+from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
 from orchestrator.app.memory_events import MemoryTracker
 from orchestrator.app.telemetry import Telemetry, open_telemetry
+from orchestrator.app.usage import Tally, UsageSplit, cost_usd, usage_split
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings
+from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event, ModelCalled, ModelRetrying, Publisher
-from orchestrator.base.limits import LimitReached, Prices, limits_for
+from orchestrator.base.limits import Prices, limits_for
+from orchestrator.compaction.result import CompactionResult
+from orchestrator.compaction.settings import CompactionMode
 from orchestrator.compaction.tokens import (
     context_size,
     system_prompt_tokens,
@@ -38,7 +43,7 @@ from orchestrator.compaction.tokens import (
 from orchestrator.memfs.repo import head_revision
 from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
-from orchestrator.runtime.plugins import Plugins
+from orchestrator.runtime.plugins import Installed, Plugins, Reflector, SessionCompactor
 from orchestrator.runtime.runtime import Runtime
 from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.store import Turn
@@ -48,48 +53,32 @@ from subagents.reflection import ReflectionCoordinator, recover_reflections
 if TYPE_CHECKING:
     from orchestrator.memfs.resolution import Conflict, Resolver
 
-__all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse", "merge_resolver"]
-
-REVERIE_PLUGINS = Plugins(recovery=(recover_reflections,), compactor=CompactionSubagent)
-"""Reverie's subagents as the runtime sees them: reflection's start-up recovery (R6) and compaction."""
+__all__ = ["REVERIE_PLUGINS", "ChatSession", "ContextUse"]
 
 
-def merge_resolver(model: ModelClient, context: SessionContext) -> Resolver | None:
-    """The merge policy of D3: the resolver subagent for ``resolve``, none for ``keep``; for
-    ``review`` (V1) the one a person's merge of a held branch uses. The subagent is built for each
-    conflict it is given, under that launch's ``[limits] resolver_*`` (B1), so a chat that never
-    meets one never imports it (nor merge resolution) before its first request (P1)."""
-    if context.settings.reflection_merge not in ("resolve", "review"):
-        return None
+def _merge_resolver(*, context: SessionContext, model: ModelClient) -> Resolver:
+    """The resolver subagent as a ``ResolverFactory``, its module imported on the first conflict it
+    is given: a chat that never meets one never imports it (nor merge resolution) before its first
+    request (P1). Each conflict is resolved under its own ``[limits] resolver_*`` (B1). Installed
+    for ``resolve`` and for ``review`` (V1: the one a person's merge of a held branch uses)."""
 
     async def resolve(conflict: Conflict) -> None:
         # deferred: see the docstring
-        from orchestrator.memfs.resolution import ResolverFailed
-        from subagents.resolver import make_resolver
+        from subagents.resolver import resolver_for_session
 
-        settings, agent = context.settings, context.agent
-        limits = limits_for(settings, "resolver")
-        budgeted = BudgetedModel(
-            model, Meter(limits, Prices.of(settings), parent=context.meter), window=settings.context_window
-        )
-        resolver = make_resolver(
-            budgeted,
-            agent_id=agent.agent_id,
-            agent_name=agent.name,
-            model_name=settings.model,
-            instructions=settings.reflection_merge_instructions,
-            bash_timeout=settings.bash_timeout,
-        )
-        try:
-            with anyio.fail_after(limits.seconds if limits.seconds is not None else math.inf):
-                await resolver(conflict)
-        except (LimitReached, TimeoutError) as exc:
-            # B1: a resolver out of budget keeps the branch, as any resolver failure does (D3)
-            stop = exc if isinstance(exc, LimitReached) else LimitReached("resolver.seconds", limits.seconds or 0.0, limits.seconds or 0.0)
-            await context.publish(stop.event(conflict.branch), None)
-            raise ResolverFailed(str(stop)) from None
+        await resolver_for_session(context=context, model=model)(conflict)
 
     return resolve
+
+
+REVERIE_PLUGINS = Plugins(
+    recovery=(recover_reflections,),
+    compactor=CompactionSubagent,
+    reflection=ReflectionCoordinator,
+    resolver=_merge_resolver,
+)
+"""Reverie's subagents as the runtime sees them: reflection (its start-up recovery, R6, and its
+coordinator), compaction and the merge resolver."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +105,10 @@ class ChatSession:
     conversation_id: str
     runner: TurnRunner
     supervisor: Supervisor
-    reflection: ReflectionCoordinator
+    reflection: Reflector | None = None
+    compactor: SessionCompactor | None = None
+    usage_mark: int = 0
+    """The store's last event id when the session opened: its usage is what came after."""
 
     @classmethod
     @asynccontextmanager
@@ -162,14 +154,14 @@ class ChatSession:
                 await Publisher(rt.store, agent.agent_id, shown)(event, current["conversation"])
 
             async with Supervisor.open(rt.store, observer=shown, capacity=settings.max_subagents) as supervisor:
-                reflection: ReflectionCoordinator | None = None
+                installed: list[Installed] = []
                 tracker: MemoryTracker | None = None
 
                 async def observe(event: Event) -> None:
                     if shown is not None:
                         await shown(event)
-                    if reflection is not None:
-                        await reflection.on_event(event, current["conversation"])
+                    if installed and installed[0].reflection is not None:
+                        await installed[0].reflection.on_event(event, current["conversation"])
                     if tracker is not None:
                         await tracker(event)
 
@@ -180,32 +172,30 @@ class ChatSession:
                 tracker = MemoryTracker(agent.memory_dir, lambda event: context.publish(event, current["conversation"]))
                 if telemetry is not None:
                     telemetry.memory_store = str(agent.memory_dir)
-                reflection = ReflectionCoordinator(
+                plugins = rt.plugins.install(
                     context=context,
                     supervisor=supervisor,
-                    resolver=merge_resolver(MeteredModel(model, resolver_call), context),
+                    resolver_model=MeteredModel(model, resolver_call),
                     idle_wait=idle_wait,
                 )
-                supervisor.after_turn_hooks.append(reflection.after_turn)
+                installed.append(plugins)
                 if observer is not None and hasattr(rt.model, "on_retry"):
 
                     async def retrying(message: str) -> None:
                         await observer(ModelRetrying(message))
 
                     rt.model.on_retry = retrying
-                compactor = _compactor(rt, context, supervisor)
-                runner = TurnRunner(
-                    context=context, workspace=rt.workspace, compactor=compactor
-                )
-                session = cls(rt, context, conv.id, runner, supervisor, reflection)
+                runner = TurnRunner(context=context, workspace=rt.workspace, compactor=plugins.compactor)
+                mark = await rt.store.last_event_id()
+                session = cls(rt, context, conv.id, runner, supervisor, plugins.reflection, plugins.compactor, mark)
                 session._current = current
                 try:
                     yield session
                 finally:
                     with anyio.CancelScope(shield=True):
-                        if isinstance(compactor, CompactionSubagent):
+                        if plugins.compactor is not None:
                             # every compaction.start has its end, a summary prepared and never applied too
-                            await compactor.close()
+                            await plugins.compactor.close()
                         if telemetry is not None:
                             await telemetry.close()
 
@@ -229,11 +219,38 @@ class ChatSession:
     async def idle(self, seconds: float) -> str | None:
         """The conversation has been idle ``seconds`` (a replayed history's gap between recorded
         sessions): the reflection trigger is asked, as after a live idle spell (``idle_wait``)."""
+        if self.reflection is None:
+            return None
         return await self.reflection.idle(self.conversation_id, seconds)
 
     async def reflect_now(self) -> str:
-        """A manual reflection (``reverie reflect``): ignores the trigger and any failure pause."""
+        """A manual reflection (``reverie reflect``, ``/reflect``, ``Session.reflect``): ignores the
+        trigger and any failure pause; returns why it started or did not."""
+        if self.reflection is None:
+            raise UsageError("reflection is not available in this session")
         return await self.reflection.maybe_launch(self.conversation_id, manual=True)
+
+    async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
+        """A manual compaction of the conversation (``reverie compact``, ``/compact``,
+        ``Session.compact``), between turns: it waits for the conversation's turn lock, so the
+        summary and the recompiled prompt are what a turn would produce (compaction.md 1.3 T5)."""
+        if self.compactor is None:
+            raise UsageError("compaction is not available in this session")
+        async with self.supervisor.conversation_lock(self.conversation_id):
+            return await self.compactor.compact_now(self.conversation_id, mode=mode)
+
+    async def usage(self, *, conversation: bool = False, after_id: int | None = None) -> UsageSplit:
+        """The model calls this session made (its turns' and its subagents'), from the store's
+        ``model.call`` events after ``usage_mark`` (or ``after_id``); ``conversation=True``: every
+        call of the current conversation, whichever process made it."""
+        store, agent_id = self.runtime.store, self.agent.agent_id
+        if conversation:
+            return await usage_split(store, agent_id, conversation_id=self.conversation_id)
+        return await usage_split(store, agent_id, after_id=self.usage_mark if after_id is None else after_id)
+
+    def cost(self, tally: Tally) -> float | None:
+        """USD for ``tally`` at the session's prices (``[model] price_in, price_out``); None unpriced."""
+        return cost_usd(tally.prompt_tokens, tally.completion_tokens, self.settings.price_in, self.settings.price_out)
 
     async def finish_one_shot(self, notify: Callable[[str], None] | None = None) -> bool:
         """S23: a one-shot run waits up to 30 s for the subagents it launched, telling ``notify``
@@ -322,13 +339,6 @@ class ChatSession:
 
     async def memory_head(self) -> str | None:
         return await blocking.run_sync("git", partial(head_revision, self.agent.memory_dir))
-
-
-def _compactor(rt: Runtime, context: SessionContext, supervisor: Supervisor) -> Compactor | None:
-    factory = rt.plugins.compactor
-    if factory is None:
-        return None
-    return factory(context=context, supervisor=supervisor)
 
 
 def _observed(observer: Observer | None, telemetry: Telemetry | None) -> Observer | None:

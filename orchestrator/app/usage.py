@@ -1,11 +1,15 @@
-"""What a chat has used: model calls and tokens from the store's ``model.call`` events, the main
-agent's (``purpose`` ``chat``) apart from its subagents' (summaries, reflections, merge
-resolution), and their cost when prices are configured (``[model] price_in, price_out``, USD per
-million tokens, as ``reverie run --price-in/--price-out``).
+"""What model calls used and what they cost: the one place a token count becomes USD.
 
-The events are the one record every process shares: a session's totals are the events after the
-mark taken when it opened, a conversation's are all of its events, so ``/cost`` agrees with
-``reverie events`` and with a second process's view.
+Usage is read from the store's ``model.call`` events, the main agent's (``purpose`` ``chat``) apart
+from its subagents' (summaries, reflections, merge resolution). The events are the one record every
+process shares: a session's totals are the events after the mark taken when it opened, a
+conversation's are all of its events, so ``/cost`` agrees with ``reverie events`` and with a second
+process's view.
+
+Cost is ``cost_usd``: prices are USD per million tokens (``[model] price_in, price_out``, ``reverie
+run --price-in/--price-out``), a missing one counts as 0, and no price at all means no cost. A
+chat's ``/cost``, its per-turn result, the toolbar, the library's ``Session`` and a batch run's
+results all price tokens through it (docs/api.md).
 """
 
 from __future__ import annotations
@@ -14,13 +18,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.base.config import Settings
+from orchestrator.base.limits import Prices
 from orchestrator.store import Store
 from orchestrator.store.records import Event
 
-__all__ = ["PARTS", "Tally", "UsageSplit", "cost_of", "limit_lines", "priced", "usage_split"]
+__all__ = ["PARTS", "Tally", "UsageSplit", "cost_usd", "limit_lines", "usage_split"]
 
 PARTS = {"chat": "main agent", "reflect": "reflection", "summarize": "compaction", "resolve": "resolver"}
 """Who spent a ``model.call``, by its ``purpose``: the main agent and each subagent apart (B1)."""
+
+
+def cost_usd(prompt_tokens: int, completion_tokens: int, price_in: float | None, price_out: float | None) -> float | None:
+    """USD for these tokens at ``price_in``/``price_out`` per million (the budget meter's own
+    ``Prices.cost``, rounded to the micro-dollar); None when neither is given."""
+    if price_in is None and price_out is None:
+        return None
+    return round(Prices(price_in or 0.0, price_out or 0.0).cost(prompt_tokens, completion_tokens), 6)
 
 
 @dataclass(frozen=True)
@@ -50,16 +63,6 @@ class UsageSplit:
     @property
     def total(self) -> Tally:
         return self.agent + self.subagents
-
-
-def priced(settings: Settings) -> bool:
-    return settings.price_in is not None or settings.price_out is not None
-
-
-def cost_of(tally: Tally, settings: Settings) -> float:
-    """USD for ``tally`` at the configured prices (a missing price counts as 0)."""
-    cost = tally.prompt_tokens * (settings.price_in or 0.0) + tally.completion_tokens * (settings.price_out or 0.0)
-    return round(cost / 1e6, 6)
 
 
 def _tally(events: Iterable[Event]) -> Tally:

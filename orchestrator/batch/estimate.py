@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from orchestrator.app.usage import cost_usd
+
 __all__ = ["ESTIMATE_DIR", "ESTIMATE_FILE", "estimate_row", "read_estimate", "write_estimate"]
 
 ESTIMATE_FILE: Final = "estimate.json"
@@ -35,10 +37,8 @@ def estimate_row(summary: Mapping[str, Any], price_in: float | None, price_out: 
         "completion_tokens": int(summary.get("tokens_out") or 0),
         "subagent_prompt_tokens": int(summary.get("subagent_tokens_in") or 0),
         "replayed_tokens": int(summary.get("replayed_tokens") or 0),
-        "cost": None,
     }
-    if price_in is not None or price_out is not None:
-        row["cost"] = round(row["prompt_tokens"] * (price_in or 0.0) / 1e6 + row["completion_tokens"] * (price_out or 0.0) / 1e6, 6)
+    row["cost"] = cost_usd(row["prompt_tokens"], row["completion_tokens"], price_in, price_out)
     return row
 
 

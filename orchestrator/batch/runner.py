@@ -34,6 +34,7 @@ from orchestrator.agent.budget import Meter
 from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
 from orchestrator.app.telemetry import workflow
+from orchestrator.app.usage import cost_usd
 from orchestrator.base import blocking
 from orchestrator.base.limits import Prices, limits_for
 from orchestrator.base.paths import Home, using_home
@@ -410,10 +411,6 @@ async def _grade(task: Task, answer: str, make_judge: Callable[[], Judge | None]
     return grade
 
 
-def _cost(tokens_in: int, tokens_out: int, options: RunOptions) -> float:
-    return round(tokens_in * (options.price_in or 0.0) / 1e6 + tokens_out * (options.price_out or 0.0) / 1e6, 6)
-
-
 def _gap(earlier: str, later: str) -> float:
     """Seconds between two recorded sessions' dates (``suite.py`` writes them as UTC ISO 8601)."""
     def moment(date: str) -> datetime:
@@ -582,10 +579,8 @@ async def _run_task(task: Task, options: RunOptions, progress: ProgressSink | No
     else:
         status = "failed"
     quality = task_quality(status, grade)
-    cost = subagent_cost = None
-    if options.price_in is not None or options.price_out is not None:
-        cost = _cost(pump.tokens_in, pump.tokens_out, options)
-        subagent_cost = _cost(pump.subagent_in, pump.subagent_out, options)
+    cost = cost_usd(pump.tokens_in, pump.tokens_out, options.price_in, options.price_out)
+    subagent_cost = cost_usd(pump.subagent_in, pump.subagent_out, options.price_in, options.price_out)
     result = TaskResult(
         id=task.id,
         status=status,

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, cast
 
 import anyio
 
+from orchestrator.app.usage import Tally
 from orchestrator.base import blocking
 from orchestrator.base.events import Event, ModelCalled, TextDelta
 from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.render import TerminalRenderer, terminal_columns
-from orchestrator.cli.usage import Tally, cost_of, priced
 
 __all__ = ["TurnProgress", "history_file", "interactive"]
 
@@ -83,7 +84,7 @@ async def _repl(
     ) as session, anyio.create_task_group() as tg:
         renderer.memory_dir = session.agent.memory_dir
         renderer.memory_changes = True
-        progress.settings = session.runtime.settings
+        progress.price = session.cost
         tg.start_soon(interrupts.watch)
         warn_unused_model(session, model, _stderr)
         say = renderer.notice
@@ -247,7 +248,7 @@ class TurnProgress:
     FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
     def __init__(self) -> None:
-        self.settings: Any = None
+        self.price: Callable[[Tally], float | None] | None = None
         self.started: float | None = None
         self.tokens_in = 0
         self.tokens_out = 0
@@ -281,8 +282,9 @@ class TurnProgress:
         frame = self.FRAMES[int(elapsed * 10) % len(self.FRAMES)]
         out = self.tokens_out + self.streaming // 4
         text = f"{frame} {elapsed:.0f}s · ↑{self.tokens_in:,} ↓{out:,} tokens"
-        if self.settings is not None and priced(self.settings):
-            text += f" · ${cost_of(Tally(0, self.tokens_in, out), self.settings):.4f}"
+        cost = self.price(Tally(0, self.tokens_in, out)) if self.price is not None else None
+        if cost is not None:
+            text += f" · ${cost:.4f}"
         return text + " · Ctrl-C interrupts"
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from orchestrator.app.memory_history import LogFilter, memory_changes, undo_changes
 from orchestrator.app.session import ChatSession
+from orchestrator.app.usage import PARTS, Tally, limit_lines
 from orchestrator.base import blocking
+from orchestrator.base.errors import UsageError
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import compaction_line, one_line
-from orchestrator.cli.usage import PARTS, cost_of, limit_lines, priced, usage_split
 from orchestrator.memfs.git import TreeTooLarge
 from orchestrator.memfs.history import recent_commits, tracked_files
 from orchestrator.memfs.undo import UndoError
@@ -181,44 +182,47 @@ class Slash:
                 self.say(f"undo kept on branch {merged.branch}: {merged.reason or merged.status} (/status lists kept branches)")
 
     async def _compact(self, arg: str) -> None:
-        compactor = self.session.runner.compactor
-        compact_now = getattr(compactor, "compact_now", None)
-        if compact_now is None:
-            self.say("compaction is not available in this installation")
+        try:
+            result = await self.session.compact()
+        except UsageError as exc:
+            self.say(str(exc))
             return
-        async with self.session.supervisor.conversation_lock(self.session.conversation_id):
-            result = await compact_now(self.session.conversation_id)
         self.say(compaction_line(result))
 
     async def _cost(self, arg: str) -> None:
         s = self.session
-        store, agent_id, settings = s.runtime.store, s.agent.agent_id, s.runtime.settings
         splits = {
-            "this session": await usage_split(store, agent_id, after_id=self.since),
-            "this conversation": await usage_split(store, agent_id, conversation_id=s.conversation_id),
+            "this session": await s.usage(after_id=self.since),
+            "this conversation": await s.usage(conversation=True),
         }
-        money = priced(settings)
+        money = s.cost(Tally()) is not None
         header = f"{'':18}{'calls':>7}{'tokens in':>13}{'tokens out':>12}"
         lines = [header + (f"{'cost':>11}" if money else "")]
         for title, split in splits.items():
             lines.append(title)
             parts = [(f"  {label}", split.parts[label]) for label in PARTS.values() if label != "main agent"]
             for label, tally in (("main agent", split.agent), ("subagents", split.subagents), ("total", split.total), *parts):
-                cost = f"{'$' + format(cost_of(tally, settings), '.4f'):>11}" if money else ""
+                cost = s.cost(tally)
+                shown = f"{'$' + format(cost, '.4f'):>11}" if cost is not None else ""
                 lines.append(
-                    f"  {label:16}{tally.calls:>7,}{tally.prompt_tokens:>13,}{tally.completion_tokens:>12,}{cost}"
+                    f"  {label:16}{tally.calls:>7,}{tally.prompt_tokens:>13,}{tally.completion_tokens:>12,}{shown}"
                 )
         meter = s.context.meter
-        lines.extend(limit_lines(settings, meter.report() if meter is not None else {}))
+        lines.extend(limit_lines(s.settings, meter.report() if meter is not None else {}))
         if not money:
             lines.append("no prices configured: set [model] price_in and price_out (USD per million tokens) to see cost")
         self.say("\n".join(lines))
 
     async def _reflect(self, arg: str) -> None:
         # one already running (an automatic one) is not this command's: say so rather than "started"
-        already = self.session.reflection.active
-        reason = await self.session.reflect_now()
-        if not already and self.session.reflection.active:
+        reflection = self.session.reflection
+        already = reflection is not None and reflection.active
+        try:
+            reason = await self.session.reflect_now()
+        except UsageError as exc:
+            self.say(str(exc))
+            return
+        if not already and reflection is not None and reflection.active:
             self.say("reflection started; a line with its outcome follows when it finishes")
         else:
             self.say(f"reflection not started: {reason}")

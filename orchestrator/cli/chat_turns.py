@@ -22,8 +22,8 @@ import anyio
 
 from orchestrator.agent.turn import TurnOutcome
 from orchestrator.app.session import ChatSession
+from orchestrator.app.usage import Tally, UsageSplit
 from orchestrator.cli.render import TerminalRenderer
-from orchestrator.cli.usage import Tally, cost_of, priced, usage_split
 
 __all__ = [
     "EXIT_CODES",
@@ -31,7 +31,6 @@ __all__ = [
     "TurnResult",
     "exit_code",
     "run_turn",
-    "subagent_usage",
     "warn_unused_model",
 ]
 
@@ -113,19 +112,6 @@ class Interrupts:
                     self.idle()
 
 
-async def subagent_usage(session: ChatSession, after_id: int) -> dict[str, int]:
-    """Model calls made for anything but the chat itself (reflection, summaries) since ``after_id``."""
-    calls = await session.runtime.store.events(
-        agent_id=session.agent.agent_id, kinds=["model.call"], after_id=after_id
-    )
-    mine = [c for c in calls if c.payload.get("purpose", "chat") != "chat"]
-    return {
-        "prompt_tokens": sum(int(c.payload.get("prompt_tokens", 0)) for c in mine),
-        "completion_tokens": sum(int(c.payload.get("completion_tokens", 0)) for c in mine),
-        "calls": len(mine),
-    }
-
-
 async def run_turn(
     session: ChatSession,
     text: str,
@@ -154,35 +140,35 @@ async def run_turn(
     if after_turn is not None:
         await after_turn()
     after = await session.memory_head()
-    extra = await subagent_usage(session, mark)
+    split = await session.usage(after_id=mark)
+    subagents = split.subagents
+    extra = {"prompt_tokens": subagents.prompt_tokens, "completion_tokens": subagents.completion_tokens, "calls": subagents.calls}
     result = await _result(session, renderer, outcome, mark, before, after, extra)
-    settings = session.runtime.settings
-    result = replace(result, **await _spend(session, mark))
-    if not priced(settings):
-        return result
+    result = replace(result, **_spend(session, split))
     agent = Tally(result.steps, result.usage["prompt_tokens"], result.usage["completion_tokens"])
-    subagents = Tally(extra["calls"], extra["prompt_tokens"], extra["completion_tokens"])
-    costs = {"agent": cost_of(agent, settings), "subagents": cost_of(subagents, settings)}
-    return replace(result, cost={"total": round(costs["agent"] + costs["subagents"], 6), **costs})
+    agent_cost, subagent_cost = session.cost(agent), session.cost(subagents)
+    if agent_cost is None or subagent_cost is None:
+        return result
+    return replace(result, cost={"total": round(agent_cost + subagent_cost, 6), "agent": agent_cost, "subagents": subagent_cost})
 
 
-async def _spend(session: ChatSession, mark: int) -> dict[str, Any]:
-    """``spend`` and ``limits`` of the result (B1): the calls since ``mark`` by who made them, and
+def _spend(session: ChatSession, split: UsageSplit) -> dict[str, Any]:
+    """``spend`` and ``limits`` of the result (B1): the turn's calls (``split``) by who made them, and
     the session's spend against its limits; nothing when there is neither a price nor a limit
     (``usage`` says it all, and the result stays as small as it was)."""
-    settings = session.runtime.settings
     meter = session.context.meter
     limits = meter.report() if meter is not None else {}
-    if not limits and not priced(settings):
+    priced = session.cost(Tally()) is not None
+    if not limits and not priced:
         return {}
-    split = await usage_split(session.runtime.store, session.agent.agent_id, after_id=mark)
     spend: dict[str, dict[str, float]] = {}
     for part, tally in split.parts.items():
         row: dict[str, float] = {
             "calls": tally.calls, "prompt_tokens": tally.prompt_tokens, "completion_tokens": tally.completion_tokens
         }
-        if priced(settings):
-            row["cost"] = cost_of(tally, settings)
+        cost = session.cost(tally)
+        if cost is not None:
+            row["cost"] = cost
         spend[part] = row
     return {"spend": spend, "limits": limits}
 

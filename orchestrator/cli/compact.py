@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from orchestrator.base.choices import BadValue
-from orchestrator.base.config import COMPACTION_MODES, Flags, parse_setting
+from orchestrator.base.config import COMPACTION_MODES, parse_setting
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.commands import require_agent_in_home
@@ -22,7 +22,6 @@ from orchestrator.cli.options import AgentOption, ContextWindowOption, Conversat
 from orchestrator.cli.render import compaction_line
 
 __all__ = ["compact", "register"]
-
 
 
 def compact(
@@ -40,19 +39,12 @@ def compact(
         except BadValue as exc:
             raise UserError(f"--mode {mode!r}: {exc}") from None
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.session import ChatSession
-    from subagents.compaction import CompactionSubagent
+    from orchestrator.api import open_session
 
     async def main() -> Any:
         await require_agent_in_home(agent)
-        async with ChatSession.open(
-            agent_id=agent, conversation_id=conversation, cli=Flags(context_window=context_window)
-        ) as session:
-            compactor = session.runner.compactor
-            if not isinstance(compactor, CompactionSubagent):
-                raise UserError("compaction is not available in this installation")
-            async with session.supervisor.conversation_lock(session.conversation_id):
-                return await compactor.compact_now(session.conversation_id, mode=mode)  # type: ignore[arg-type]
+        async with open_session(agent, conversation, settings={"context_window": context_window}) as session:
+            return await session.compact(mode=mode)  # type: ignore[arg-type]
 
     result = run_async(main)
     print(compaction_line(result))

@@ -50,7 +50,7 @@ from orchestrator.base.events import (
 
 if TYPE_CHECKING:
     from orchestrator.base.subagent_events import ReflectionAwaitingReview
-    from subagents.compaction import CompactionResult
+    from orchestrator.compaction.result import CompactionResult
 
 __all__ = [
     "TerminalRenderer",
