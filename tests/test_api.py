@@ -62,6 +62,7 @@ async def test_a_chat_session_sends_streams_reflects_compacts_and_switches_model
         assert compacted.status in {"done", "skipped"}
         usage = chat.usage
         assert usage.calls >= 2 and usage.prompt_tokens > 0 and usage.cost is not None and usage.cost > 0
+        assert await chat.cost() == usage.cost  # what the store recorded, priced as counted live
     assert (home.root / "agents" / "ada" / "memory" / ".git").is_dir()
 
 

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from orchestrator.app.session import ChatSession
+from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event
 from orchestrator.compaction.tokens import (
     estimate_message,
@@ -158,3 +159,39 @@ async def test_before_the_first_turn_the_context_figure_is_the_first_request(tmp
     sent = system_prompt_tokens(first.system) + estimate_messages(first.messages) + tool_schema_tokens(first.tools)
     assert first.messages[-1].content == "hi"
     assert (before.tokens, before.source) == (sent - estimate_message(first.messages[-1]), "estimate")
+
+
+async def test_compact_usage_and_cost_are_the_sessions(tmp_path: Path) -> None:
+    """What a front end asks of a session (compact now, what it used, what that cost) is answered by
+    the session itself: the summary's call counts as a subagent's, and cost prices the store's record."""
+    async with ChatSession.open(
+        agent_id="c1", workspace=tmp_path, cli={"context_window": 4000, "price_in": 1.0, "price_out": 2.0}
+    ) as chat:
+        await chat.runtime.store.append_messages(
+            chat.conversation_id, [Message(role, f"note {i}: {FILLER}") for i in range(6) for role in ("user", "assistant")]
+        )
+        await chat.send("hello")
+        before = await chat.usage()
+        assert before.agent.calls >= 1 and before.subagents.calls == 0
+        result = await chat.compact(mode="all")
+        assert result.status == "done" and result.trigger == "manual" and result.mode == "all"
+        after = await chat.usage()
+        assert after.agent == before.agent and after.subagents.calls >= 1
+        assert await chat.usage(conversation=True) == after
+        total = after.total
+        assert chat.cost(total) == round((total.prompt_tokens * 1.0 + total.completion_tokens * 2.0) / 1e6, 6) > 0
+    async with ChatSession.open(agent_id="c1", workspace=tmp_path) as unpriced:
+        assert (await unpriced.usage()).total.calls == 0
+        assert unpriced.cost((await unpriced.usage(conversation=True)).total) is None
+
+
+async def test_a_session_without_subagents_says_so_in_one_line(tmp_path: Path) -> None:
+    """The plugins are the session's subagents: without them, compact and reflect are refused with a
+    one-line error instead of reaching a subagent that is not there."""
+    async with ChatSession.open(agent_id="bare", workspace=tmp_path) as chat:
+        assert chat.compactor is chat.runner.compactor is not None and chat.reflection is not None
+        bare = ChatSession(chat.runtime, chat.context, chat.conversation_id, chat.runner, chat.supervisor)
+        with pytest.raises(UsageError, match="^compaction is not available in this session$"):
+            await bare.compact()
+        with pytest.raises(UsageError, match="^reflection is not available in this session$"):
+            await bare.reflect_now()
