@@ -60,15 +60,13 @@ from orchestrator.base.paths import (
     current_home,
     using_home,
 )
-from orchestrator.batch.executors import make_executor
 from orchestrator.batch.importers import CONTEXT_WINDOW, ImportOptions, import_benchmark, suite_text
-from orchestrator.batch.plan import plan_run, plan_sweep
+from orchestrator.batch.launch import OnResult, PreparedRun, PreparedSweep, prepare_run, prepare_sweep
 from orchestrator.batch.report_html import write_report
 from orchestrator.batch.run import RunReport
-from orchestrator.batch.run import run_suite as _run_suite
 from orchestrator.batch.runner import ProgressSink
 from orchestrator.batch.suite import parse_suite
-from orchestrator.batch.sweep import SweepReport, expand_triggers, run_sweep
+from orchestrator.batch.sweep import SweepReport, SweepSetting
 from orchestrator.compaction.result import CompactionResult
 from orchestrator.compaction.settings import CompactionMode
 from orchestrator.memfs.history import Change
@@ -81,6 +79,8 @@ __all__ = [
     "CompactionResult",
     "ContextUse",
     "Decision",
+    "PreparedRun",
+    "PreparedSweep",
     "ReflectionRecord",
     "ImportedSuite",
     "ReflectionReview",
@@ -92,6 +92,8 @@ __all__ = [
     "load_effective_settings",
     "memory_log",
     "open_session",
+    "prepare_run",
+    "prepare_sweep",
     "report",
     "restore",
     "run_suite",
@@ -413,9 +415,14 @@ async def run_suite(
     scripted_latency: float | None = None,
     ray_address: str | None = None,
     progress: ProgressSink | None = None,
+    on_result: OnResult | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
     estimate: bool = False,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
+    max_seconds: float | None = None,
+    on_limit: str | None = None,
 ) -> RunReport:
     """``reverie run`` as a function: run ``suite``'s tasks into ``out`` and return the report.
 
@@ -427,23 +434,22 @@ async def run_suite(
     OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``).
     ``estimate=True`` runs the plan on the embedded model into ``out/estimate`` and writes
     ``out/estimate.json`` (calls, tokens, cost); a real run into ``out`` later reports it beside its spend.
+    ``max_tokens``/``max_cost``/``max_seconds`` stop launching tasks once the run has spent that much,
+    and ``on_limit="stop"`` stops the running ones too (``"finish"`` lets them end; B1).
     """
     suite = None if suite is None else as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
     if retry_failed and out is None:
         raise UsageError("retry_failed needs the run directory: give out")
-    plan = await blocking.run_sync("files", partial(
-        plan_run, suite, None if retry_failed else out, concurrency=concurrency, executor=executor,
+    prepared = await blocking.run_sync("files", partial(
+        prepare_run, suite, None if retry_failed else out, concurrency=concurrency, executor=executor,
         processes=processes, resume=resume, retry_failed=out if retry_failed else None, tasks=tasks, limit=limit,
         model=model, context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-        config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
-        estimate=estimate,
+        ray_address=ray_address, config_file=current_home().config_path, judge_model=judge_model,
+        judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens, max_cost=max_cost,
+        max_seconds=max_seconds, on_limit=on_limit,
     ))
-    chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
-    return await _run_suite(
-        list(plan.run_tasks), plan.options, chosen, resume=plan.resume, retry=plan.retry, progress=progress,
-        suite_name=str(plan.suite),
-    )
+    return await prepared.run(progress=progress, on_result=on_result)
 
 
 async def sweep(
@@ -465,7 +471,8 @@ async def sweep(
     price_out: float | None = None,
     scripted_latency: float | None = None,
     ray_address: str | None = None,
-    progress_for: Callable[[Any], ProgressSink | None] | None = None,
+    progress_for: Callable[[SweepSetting], ProgressSink | None] | None = None,
+    on_result_for: Callable[[SweepSetting], OnResult | None] | None = None,
     judge_model: str | None = None,
     judge_base_url: str | None = None,
     estimate: bool = False,
@@ -479,20 +486,15 @@ async def sweep(
     recorded (settings, epochs, prices, judge) unless given again."""
     suite = as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
-    settings = expand_triggers(triggers) if triggers else None
-    plan = await blocking.run_sync("files", partial(
-        plan_sweep, suite, settings, out, concurrency=concurrency, executor=executor, processes=processes,
+    prepared = await blocking.run_sync("files", partial(
+        prepare_sweep, suite, triggers, out, concurrency=concurrency, executor=executor, processes=processes,
         resume=resume, tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
         context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-        config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
-        estimate=estimate,
+        ray_address=ray_address, config_file=current_home().config_path, judge_model=judge_model,
+        judge_base_url=judge_base_url, estimate=estimate,
     ))
-    plan.check_compared()
-    chosen = make_executor(plan.executor, plan.concurrency, ray_address=ray_address, processes=plan.processes)
-    return await run_sweep(
-        list(plan.tasks), list(plan.settings), plan.options, lambda: chosen, resume=plan.resume,
-        progress_for=progress_for or (lambda _: None), suite_name=str(plan.suite),
-        epochs=plan.epochs, override_pinned=plan.override_pinned, references=plan.references,
+    return await prepared.run(
+        progress_for=progress_for or (lambda _: None), on_result_for=on_result_for or (lambda _: None)
     )
 
 

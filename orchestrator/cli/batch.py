@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,6 +37,11 @@ from orchestrator.cli.batch_output import (
 )
 from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
+
+if TYPE_CHECKING:
+    from orchestrator.batch.launch import PreparedRun, PreparedSweep
+    from orchestrator.batch.run import RunReport
+    from orchestrator.batch.sweep import SweepReport, SweepSetting
 
 __all__ = [
     "ConcurrencyOption",
@@ -109,19 +114,6 @@ ProcessesOption = Annotated[
 ]
 
 
-def _executor(kind: str, concurrency: int, ray_address: str | None, processes: int | None = 1) -> Any:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.executors import make_executor
-    from orchestrator.batch.ray_exec import ray_available
-
-    if kind == "ray" and not ray_available():
-        fail("--executor ray needs Ray: pip install 'reverie[ray]'")
-    try:
-        return make_executor(kind, concurrency, ray_address=ray_address, processes=processes)
-    except ValueError as exc:
-        fail(str(exc))
-
-
 @contextmanager
 def _refused() -> Iterator[None]:
     """A refusal while planning (a ``ReverieError``) is the command's one-line error, rc 1."""
@@ -181,39 +173,32 @@ def run(
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.plan import plan_run
-    from orchestrator.batch.rundir import check_free, own_run_dir
+    from orchestrator.api import prepare_run
 
-    target = retry_failed or out or (Path("runs") / suite.stem if suite is not None else None)
     owned = ExitStack()
     with _refused():
-        if target is not None:
-            check_free(target)  # a run in progress is named before anything else is said about its directory
-        plan = plan_run(
+        prepared = prepare_run(
             suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
-            price_in=price_in, price_out=price_out, latency=scripted_latency, judge_model=judge_model,
-            judge_base_url=judge_base_url, max_tokens=max_tokens, max_cost=max_cost, max_seconds=max_seconds,
-            on_limit=on_limit, estimate=estimate,
+            price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
+            judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens,
+            max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
         )
-        for note in plan.notes:
+        for note in prepared.plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
-        chosen = _executor(plan.executor, plan.concurrency, ray_address, plan.processes)
-        owned.enter_context(own_run_dir(plan.out_dir, "reverie run"))
+        owned.enter_context(prepared.launched("reverie run"))
     with owned:
-        _run_planned(plan, chosen, ray_address, quiet, write_report, task, limit)
+        _run_prepared(prepared, ray_address, quiet, write_report, task, limit)
 
 
-def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, write_report: bool,
-                 task: list[str] | None, limit: int | None) -> None:
+def _run_prepared(prepared: PreparedRun, ray_address: str | None, quiet: bool, write_report: bool,
+                  task: list[str] | None, limit: int | None) -> None:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
-    from orchestrator.batch.run import run_suite
-    from orchestrator.batch.runner import batch_process
 
+    plan = prepared.plan
     suite, out_dir, run_tasks, todo, retry = plan.suite, plan.out_dir, plan.run_tasks, plan.todo, plan.retry
     retry_failed = retry is not None
-    resume = plan.resume
     options, kind, jobs = plan.options, plan.executor, plan.concurrency
     overrides = options.overrides
     model, context_window = overrides.get("model"), overrides.get("context_window")
@@ -230,22 +215,11 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
                          "--price-in": price_in, "--price-out": price_out, "--scripted-latency": latency or None,
                          "--task": task or None, "--limit": limit, "--quiet": quiet, "--report": write_report},
     )
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.executors import ProcessExecutor
-
-    if isinstance(chosen, ProcessExecutor):
-        chosen.prefork(len(todo))  # before the progress bar's thread and the event loop
-    with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
-        if isinstance(chosen, ProcessExecutor):
-            cleanup.callback(chosen.release)
-        cleanup.enter_context(batch_process(chosen.plan(len(todo)) if isinstance(chosen, ProcessExecutor) else 1))
+    with progress_bar(not quiet, _err) as bar:
         tracker = RunProgress(bar, len(plan.kept) + len(todo), plan.kept)
 
-        async def main() -> Any:
-            return await run_suite(
-                list(run_tasks), options, chosen, resume=resume, retry=retry, progress=tracker.on_event,
-                on_result=tracker.on_result, suite_name=str(suite),
-            )
+        async def main() -> RunReport:
+            return await prepared.run(progress=tracker.on_event, on_result=tracker.on_result)
 
         try:
             report = run_async(main)
@@ -262,7 +236,7 @@ def _run_planned(plan: Any, chosen: Any, ray_address: str | None, quiet: bool, w
     if options.estimate:
         _print_estimate(out_dir.parent)
         return
-    _out.print(results_table(report.results, summary, f"{suite} · {chosen.name} executor · concurrency {jobs}",
+    _out.print(results_table(report.results, summary, f"{suite} · {prepared.executor.name} executor · concurrency {jobs}",
                              width=_out.width))
     for line in failure_lines(report.results):
         _out.print(line)
@@ -341,55 +315,38 @@ def sweep(
     --resume finishes an interrupted sweep with what it recorded (its settings, epochs,
     concurrency, executor, processes, model, window, latency, prices and judge) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.plan import plan_sweep
-    from orchestrator.batch.rundir import check_free, own_run_dir
-    from orchestrator.batch.sweep import expand_triggers
+    from orchestrator.api import prepare_sweep
 
     owned = ExitStack()
     with _refused():
-        check_free(out or Path("runs") / f"{suite.stem}-sweep")
-        try:
-            given = expand_triggers(trigger, name="--trigger") if trigger else None
-        except ValueError as exc:
-            fail(str(exc))
-        plan = plan_sweep(
-            suite, given, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
+        prepared = prepare_sweep(
+            suite, trigger, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
             tasks=task, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
             context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-            judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+            ray_address=ray_address, judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+            triggers_name="--trigger",
         )
-        for note in plan.notes:
+        for note in prepared.plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
-        chosen = _executor(plan.executor, plan.concurrency, ray_address, plan.processes)
-        pinned = plan.pinned_line()
+        pinned = prepared.plan.pinned_line()
         if pinned is not None:
             _err.print(pinned, soft_wrap=True, markup=False)
-        plan.check_compared()
-        owned.enter_context(own_run_dir(plan.out_dir, "reverie sweep"))
+        owned.enter_context(prepared.launched("reverie sweep"))
     with owned:
-        _sweep_planned(plan, chosen, trigger, ray_address, quiet, write_report, task, limit)
+        _sweep_prepared(prepared, trigger, ray_address, quiet, write_report, task, limit)
 
 
-def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_address: str | None, quiet: bool,
-                   write_report: bool, task: list[str] | None, limit: int | None) -> None:
+def _sweep_prepared(prepared: PreparedSweep, trigger: list[str] | None, ray_address: str | None, quiet: bool,
+                    write_report: bool, task: list[str] | None, limit: int | None) -> None:
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.runner import batch_process
-    from orchestrator.batch.sweep import SUMMARY_FILE, run_sweep
+    from orchestrator.batch.sweep import SUMMARY_FILE
 
-    suite, out_dir, tasks, settings, options, resume = plan.suite, plan.out_dir, plan.tasks, plan.settings, plan.options, plan.resume
+    plan = prepared.plan
+    suite, out_dir, settings, options = plan.suite, plan.out_dir, plan.settings, plan.options
     kind, jobs, processes = plan.executor, plan.concurrency, plan.processes_given
     model, context_window, latency = options.overrides.get("model"), options.overrides.get("context_window"), options.latency
     per_setting, epochs = plan.per_setting, plan.epochs
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.executors import ProcessExecutor
-
-    if isinstance(chosen, ProcessExecutor):
-        # every setting's workers, forked before the progress bar's thread and the event loop
-        chosen.prefork(per_setting, runs=len(settings))
-    with ExitStack() as cleanup, progress_bar(not quiet, _err) as bar:
-        if isinstance(chosen, ProcessExecutor):
-            cleanup.callback(chosen.release)
-        cleanup.enter_context(batch_process(chosen.plan(per_setting) if isinstance(chosen, ProcessExecutor) else 1))
+    with progress_bar(not quiet, _err) as bar:
         trackers: dict[str, RunProgress] = {}
         kept = sum(len(results) for results in plan.kept.values())
         overall = (
@@ -397,15 +354,15 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
             if bar is not None else None
         )
 
-        def tracker_for(setting: Any) -> RunProgress:
+        def tracker_for(setting: SweepSetting) -> RunProgress:
             if setting.label not in trackers:
                 trackers[setting.label] = RunProgress(bar, per_setting, plan.kept.get(setting.label, ()), setting.label)
             return trackers[setting.label]
 
-        def progress_for(setting: Any) -> Any:
+        def progress_for(setting: SweepSetting) -> Any:
             return tracker_for(setting).on_event
 
-        def on_result_for(setting: Any) -> Any:
+        def on_result_for(setting: SweepSetting) -> Any:
             tracker = tracker_for(setting)
 
             async def on_result(result: Any) -> None:
@@ -415,12 +372,8 @@ def _sweep_planned(plan: Any, chosen: Any, trigger: list[str] | None, ray_addres
 
             return on_result
 
-        async def main() -> Any:
-            return await run_sweep(
-                list(tasks), list(settings), options, lambda: chosen, resume=resume,
-                progress_for=progress_for, on_result_for=on_result_for, suite_name=str(suite),
-                epochs=plan.epochs, override_pinned=plan.override_pinned, references=plan.references,
-            )
+        async def main() -> SweepReport:
+            return await prepared.run(progress_for=progress_for, on_result_for=on_result_for)
 
         try:
             report = run_async(main)
