@@ -44,7 +44,8 @@ from orchestrator.app.review import (
     show_reflection,
 )
 from orchestrator.app.session import ChatSession, ContextUse
-from orchestrator.app.stress import StressConfig, StressReport, run_stress
+from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
+from orchestrator.app.stress_faults import parse_faults
 from orchestrator.app.usage import Tally
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings, parameter_value
@@ -71,8 +72,10 @@ from orchestrator.compaction.result import CompactionResult
 from orchestrator.compaction.settings import CompactionMode
 from orchestrator.memfs.history import Change
 from orchestrator.memfs.undo import UndoOutcome
+from orchestrator.models.scripted import ScriptedModel
 from orchestrator.models.types import ModelClient
 from orchestrator.store import ReflectionRecord
+from subagents.resolver import make_resolver
 
 __all__ = [
     "Change",
@@ -505,16 +508,24 @@ async def stress(
     conflict_rate: float = 0.1,
     seed: int = 0,
     merge_policy: str = "keep",
+    limit_pressure: bool = False,
+    faults: str | None = None,
     workdir: PathArg | None = None,
+    progress: ProgressFn | None = None,
     interrupt: anyio.Event | None = None,
 ) -> StressReport:
     """``reverie stress`` as a function: concurrent writers committing to one memory repository
-    through worktrees and merging back; ``report.lost`` is the number of commits lost (must be 0)."""
+    through worktrees and merging back; ``report.lost`` is the number of commits lost (must be 0).
+    ``merge_policy="resolve"`` reconciles conflicts with the scripted resolver subagent; ``faults``
+    (``"kill-merger,stale-lock"``) injects seeded faults; ``progress(done, total)`` follows the
+    commits; setting ``interrupt`` stops the writers (the report covers what was done)."""
     config = StressConfig(
-        writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy
+        writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy,
+        limit_pressure=limit_pressure, faults=parse_faults(faults),
     )
     place = None if workdir is None else as_path(workdir, "workdir")
-    return await run_stress(config, workdir=place, interrupt=interrupt)
+    resolver = make_resolver(ScriptedModel(), agent_id="stress", agent_name="stress") if merge_policy == "resolve" else None
+    return await run_stress(config, workdir=place, progress=progress, resolver=resolver, interrupt=interrupt)
 
 
 async def report(run_dir: PathArg, *, out: PathArg | None = None) -> Path:

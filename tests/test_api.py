@@ -116,6 +116,13 @@ async def test_a_stress_run_loses_nothing(tmp_path: Path) -> None:
     assert result.lost == 0 and result.merged + result.kept >= 1
 
 
+async def test_a_stress_run_under_the_resolve_policy_resolves_as_the_command_does(tmp_path: Path) -> None:
+    """``merge_policy="resolve"`` brings the scripted resolver, as ``reverie stress`` (a thin call
+    into this function) always has: conflicts on the hot file are resolved, not kept."""
+    result = await stress(3, 5, conflict_rate=0.3, seed=1, merge_policy="resolve", workdir=tmp_path / "stress")
+    assert result.lost == 0 and result.resolved > 0
+
+
 async def test_a_batch_beside_a_chat_leaves_the_chat_home_and_the_process_alone(tmp_path: Path) -> None:
     chat_home = Home(tmp_path / "chat-home")
     environ, thresholds = dict(os.environ), gc.get_threshold()

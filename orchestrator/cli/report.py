@@ -7,12 +7,14 @@ without it they print the command that would, so the next step is always one lin
 from __future__ import annotations
 
 import shlex
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import fail
 
 __all__ = ["after_run", "register", "report"]
@@ -22,11 +24,11 @@ _out = Console(highlight=False, soft_wrap=True)
 
 def _write(run_dir: Path, out: Path | None) -> Path:
     # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.api import report as write_report
     from orchestrator.batch.report_data import ReportError
-    from orchestrator.batch.report_html import write_report
 
     try:
-        return write_report(run_dir, out=out)
+        return run_async(partial(write_report, run_dir, out=out))
     except ReportError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -19,12 +21,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
+from orchestrator.app.stress import ProgressFn, StressConfig, StressReport
 from orchestrator.app.stress_faults import parse_faults
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
-from orchestrator.models.scripted import ScriptedModel
-from subagents.resolver import make_resolver
 
 __all__ = ["register", "stress"]
 
@@ -71,7 +71,8 @@ def stress(
     Accounts for every commit: recorded = merged + resolved + kept + pending + unmerged + main, checked; lost (a reported commit no branch carries, checked with git alone) and invalid (HEADs failing validation as a whole) must be 0; invalid_combined counts combinations kept because together they break the limits. Ends with a verdict line. Ctrl-C stops the writers, keeps the work directory and prints how to finish. Exits 1 when the verdict is not OK, 130 when interrupted.
     """
     try:
-        config = StressConfig(
+        # the library's own checks, before anything is printed
+        StressConfig(
             writers=writers, commits=commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy,
             limit_pressure=limit_pressure, faults=parse_faults(faults),
         )
@@ -81,19 +82,27 @@ def stress(
         raise UserError(f"--workdir {workdir}: not a directory")
     if workdir is not None and workdir.exists() and any(workdir.iterdir()):
         raise UserError(f"--workdir {workdir}: directory is not empty")
+    total = writers * commits
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.api import stress as run_stress
+
+    start = partial(
+        run_stress, writers, commits, conflict_rate=conflict_rate, seed=seed, merge_policy=merge_policy,
+        limit_pressure=limit_pressure, faults=faults, workdir=workdir,
+    )
     if as_json:
-        report = run_async(lambda: _run(config, workdir, _progress_lines(config.writers * config.commits)))
+        report = run_async(lambda: _run(start, _progress_lines(total)))
         _out.print(json.dumps(report.to_json()))
     else:
         with Progress(
             TextColumn("[bold]commits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_err
         ) as bar:
-            task = bar.add_task("commits", total=config.writers * config.commits)
+            task = bar.add_task("commits", total=total)
 
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            report = run_async(lambda: _run(config, workdir, progress))
+            report = run_async(lambda: _run(start, progress))
         _print_summary(report)
     if report.interrupted or not report.ok:
         _print_leftovers(report)
@@ -114,11 +123,8 @@ def _progress_lines(total: int) -> ProgressFn:
     return progress
 
 
-async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn | None) -> StressReport:
-    """The stress run with Ctrl-C turned into a graceful stop (the partial summary is printed)."""
-    resolver = None
-    if config.merge_policy == "resolve":
-        resolver = make_resolver(ScriptedModel(), agent_id="stress", agent_name="stress")
+async def _run(start: Callable[..., Awaitable[StressReport]], progress: ProgressFn | None) -> StressReport:
+    """The library's stress run with Ctrl-C turned into a graceful stop (the partial summary is printed)."""
     interrupt = anyio.Event()
 
     async def watch() -> None:
@@ -129,7 +135,7 @@ async def _run(config: StressConfig, workdir: Path | None, progress: ProgressFn 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
-        report = await run_stress(config, workdir=workdir, progress=progress, resolver=resolver, interrupt=interrupt)
+        report = await start(progress=progress, interrupt=interrupt)
         tg.cancel_scope.cancel()
     return report
 
