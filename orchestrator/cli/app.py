@@ -5,8 +5,8 @@ Start-up is lazy (P1): a command's module is imported only when that command run
 ``reverie --version`` imports nothing at all. ``COMMANDS`` names the module of every command; with no
 command, ``--help`` or a name it does not know, every module is registered, so help is complete even
 when the table is behind a module's ``register``. A module that fails to import keeps its commands:
-they are listed with the reason and running one says why in one line. A headless ``chat`` whose
-arguments are plain is parsed without typer at all (``orchestrator.cli.chat_start``): typer and
+they are listed with the reason and running one says why in one line. ``chat`` is parsed without
+typer at all (``orchestrator.cli.chat_start``; typer only renders its ``--help``): typer and
 pydantic are a third of the 0.3 s budget of ``chat -p``.
 
 User mistakes (bad paths, bad settings, invalid memory, unreachable endpoints) end with one line on
@@ -169,10 +169,14 @@ def main(argv: list[str] | None = None) -> None:
     hide_secrets_from_proc()  # A6: an unconfined bash cannot read the key from /proc/$PPID/environ
     try:
         if args[:1] == ["chat"]:
-            # lazy: the typer-free path for a headless chat (cli/chat_start.py)
-            from orchestrator.cli.chat_start import parse_chat_args, run_fast
+            # lazy: chat parses without typer (cli/chat_start.py)
+            from orchestrator.cli.chat_start import ChatUsageError, parse_chat_args, run_fast
 
-            parsed = parse_chat_args(args[1:])
+            try:
+                parsed = parse_chat_args(args[1:])
+            except ChatUsageError as exc:
+                print(f"reverie: error: {exc} (see reverie chat --help)", file=sys.stderr)
+                raise SystemExit(2) from None
             if parsed is not None:
                 run_fast(parsed)
                 return

@@ -14,56 +14,52 @@ when an input line was invalid.
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from dataclasses import asdict, fields
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
-from orchestrator.base.paths import DEFAULT_AGENT_ID
-from orchestrator.cli.chat_start import ChatArgs, start_chat
-from orchestrator.cli.options import AgentOption, ContextWindowOption, ConversationOption
+from orchestrator.cli.chat_start import CHAT_OPTIONS, ChatArgs, ChatOption, parse_chat_args, start_chat
 
 __all__ = ["chat", "register"]
 
+_TYPES: dict[str, Any] = {"text": str | None, "int": int | None, "flag": bool}
+_DEFAULTS = {f.name: f.default for f in fields(ChatArgs)}
 
-def chat(
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Send one message and exit (no REPL); - reads it from stdin.")] = None,
-    agent: AgentOption = DEFAULT_AGENT_ID,
-    conversation: ConversationOption = None,
-    new: Annotated[bool, typer.Option("--new", help="Start a new conversation.")] = False,
-    context_window: ContextWindowOption = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model name (with an endpoint configured).")] = None,
-    output_format: Annotated[
-        str | None,
-        typer.Option("--output-format", help="Headless output: text (default), json (one result object), stream-json (events, then the result)."),
-    ] = None,
-    input_format: Annotated[
-        str,
-        typer.Option("--input-format", help="text, or stream-json: read {\"type\": \"user\", \"text\": ...} lines from stdin and answer each."),
-    ] = "text",
-    verbose: Annotated[bool, typer.Option("--verbose", help="Show tool calls' raw arguments and longer results.")] = False,
-    max_tokens: Annotated[str | None, typer.Option("--max-tokens", help="Session limit on model tokens ([limits] session_tokens); a turn that would cross it ends with status limit.")] = None,
-    max_cost: Annotated[str | None, typer.Option("--max-cost", help="Session limit on cost in USD at --price-in/--price-out ([limits] session_cost).")] = None,
-    price_in: Annotated[str | None, typer.Option("--price-in", help="USD per million prompt tokens ([model] price_in).")] = None,
-    price_out: Annotated[str | None, typer.Option("--price-out", help="USD per million completion tokens ([model] price_out).")] = None,
-    reflection_merge: Annotated[
-        str | None,
-        typer.Option("--reflection-merge", help="resolve, keep, or review: hold every reflection for your decision."),
-    ] = None,
-) -> None:
+
+class _ChatCommand(TyperCommand):
+    """chat as typer shows it: its options, built from ``CHAT_OPTIONS``, render ``--help``; a
+    command line is read by ``parse_chat_args``, the one parser of chat (``cli/chat_start.py``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        parsed = parse_chat_args(args)
+        if parsed is None:
+            return super().parse_args(ctx, ["--help"])  # prints the help and exits
+        ctx.params.update(asdict(parsed))
+        return []
+
+
+def _parameter(option: ChatOption) -> inspect.Parameter:
+    default = _DEFAULTS[option.param]
+    annotation = str if option.kind == "text" and default is not None else _TYPES[option.kind]
+    info = typer.Option(default, *option.spellings, help=option.help, envvar=option.envvar, min=option.minimum)
+    return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def chat(**params: Any) -> None:
     """Talk to an agent. Without -p, an interactive session (/help lists the commands; Ctrl-D leaves).
 
     Exit codes: 0 done, 1 error, 3 stopped at max_steps, 4 stopped at a limit, 130 interrupted.
     """
-    code = start_chat(
-        ChatArgs(
-            prompt, agent, conversation, new, context_window, model, output_format, input_format, verbose,
-            max_tokens, max_cost, price_in, price_out, reflection_merge,
-        )
-    )
+    code = start_chat(ChatArgs(**params))
     if code:
         raise typer.Exit(code)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("chat")(chat)
+chat.__signature__ = inspect.Signature([_parameter(option) for option in CHAT_OPTIONS])  # type: ignore[attr-defined]
 
+
+def register(app: typer.Typer) -> None:
+    app.command("chat", cls=_ChatCommand)(chat)

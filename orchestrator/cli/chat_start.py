@@ -1,11 +1,11 @@
-"""``reverie chat``'s options checked and dispatched without typer, so a headless ``chat -p`` starts
-without importing typer and pydantic (~150 ms of a 0.3 s budget, P1).
+"""``reverie chat``'s options, parsed without typer, so a chat starts without importing typer and
+pydantic (~150 ms of a 0.3 s budget for ``chat -p``, P1).
 
-``parse_chat_args`` understands only the plain spellings of chat's options (``--prompt TEXT``,
-``-p TEXT``, ``--prompt=TEXT``, the two flags) on a headless command line; for anything else
-(``--help``, an unknown option, a missing or dash-leading value, a bad ``--context-window``, the
-interactive REPL) it returns None and the typer app parses as before, so help and every error
-message are typer's own. ``tests/cli/test_chat_start.py`` checks the two parsers agree.
+``CHAT_OPTIONS`` is the one list of chat's options and ``parse_chat_args`` the one function that
+reads a command line against it: ``reverie chat`` always parses here, and the typer command of
+``cli/chat.py`` is built from the same table only to render ``--help`` (its parsing is this
+function too). A mistake is a ``ChatUsageError`` in click's wording, which the command line prints
+as one line with exit status 2 as it prints every other command's.
 """
 
 from __future__ import annotations
@@ -14,46 +14,88 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.base.choices import Choices
 from orchestrator.base.config import Flags
 from orchestrator.base.paths import DEFAULT_AGENT_ID
+from orchestrator.cli import collector
 from orchestrator.cli.errors import UserError
 
-__all__ = ["INPUT_FORMATS", "OUTPUT_FORMATS", "ChatArgs", "parse_chat_args", "run_fast", "start_chat"]
+__all__ = [
+    "CHAT_OPTIONS",
+    "INPUT_FORMATS",
+    "OUTPUT_FORMATS",
+    "ChatArgs",
+    "ChatOption",
+    "ChatUsageError",
+    "parse_chat_args",
+    "run_fast",
+    "start_chat",
+]
 
 OUTPUT_FORMATS = Choices.of("text", "json", "stream-json")
 """``--output-format`` of a headless chat (described in ``orchestrator.cli.chat``)."""
 INPUT_FORMATS = Choices.of("text", "stream-json")
 """``--input-format``: a terminal's or piped text, or stream-json lines."""
-_MIN_CONTEXT_WINDOW = 256
 
-# option spelling -> parameter name, for the options that take a value
-_VALUED = {
-    "--prompt": "prompt",
-    "-p": "prompt",
-    "--agent": "agent",
-    "-a": "agent",
-    "--conversation": "conversation",
-    "-c": "conversation",
-    "--context-window": "context_window",
-    "--model": "model",
-    "-m": "model",
-    "--output-format": "output_format",
-    "--input-format": "input_format",
-    "--max-tokens": "max_tokens",
-    "--max-cost": "max_cost",
-    "--price-in": "price_in",
-    "--price-out": "price_out",
-    "--reflection-merge": "reflection_merge",
-}
-_FLAGS = {"--new": "new", "--verbose": "verbose"}
+
+@dataclass(frozen=True)
+class ChatOption:
+    """One of chat's options: its parameter, its spellings (long first), what ``--help`` says, and how
+    its value is read (``text``, an ``int`` of at least ``minimum``, or a ``flag`` without one)."""
+
+    param: str
+    spellings: tuple[str, ...]
+    help: str
+    kind: Literal["text", "int", "flag"] = "text"
+    minimum: int | None = None
+    envvar: str | None = None
+
+
+CHAT_OPTIONS: tuple[ChatOption, ...] = (
+    ChatOption("prompt", ("--prompt", "-p"), "Send one message and exit (no REPL); - reads it from stdin."),
+    ChatOption(
+        "agent", ("--agent", "-a"), "Agent id (a folder name under $REVERIE_HOME/agents).", envvar="REVERIE_AGENT"
+    ),
+    ChatOption("conversation", ("--conversation", "-c"), "Conversation id (default: the agent's latest)."),
+    ChatOption("new", ("--new",), "Start a new conversation.", kind="flag"),
+    ChatOption(
+        "context_window", ("--context-window",), "Context window in tokens (compaction triggers near it).",
+        kind="int", minimum=256,
+    ),
+    ChatOption("model", ("--model", "-m"), "Model name (with an endpoint configured)."),
+    ChatOption(
+        "output_format", ("--output-format",),
+        "Headless output: text (default), json (one result object), stream-json (events, then the result).",
+    ),
+    ChatOption(
+        "input_format", ("--input-format",),
+        'text, or stream-json: read {"type": "user", "text": ...} lines from stdin and answer each.',
+    ),
+    ChatOption("verbose", ("--verbose",), "Show tool calls' raw arguments and longer results.", kind="flag"),
+    ChatOption(
+        "max_tokens", ("--max-tokens",),
+        "Session limit on model tokens ([limits] session_tokens); a turn that would cross it ends with status limit.",
+    ),
+    ChatOption(
+        "max_cost", ("--max-cost",), "Session limit on cost in USD at --price-in/--price-out ([limits] session_cost)."
+    ),
+    ChatOption("price_in", ("--price-in",), "USD per million prompt tokens ([model] price_in)."),
+    ChatOption("price_out", ("--price-out",), "USD per million completion tokens ([model] price_out)."),
+    ChatOption(
+        "reflection_merge", ("--reflection-merge",), "resolve, keep, or review: hold every reflection for your decision."
+    ),
+)
+"""chat's options, in ``--help``'s order."""
+
+_BY_SPELLING = {spelling: option for option in CHAT_OPTIONS for spelling in option.spellings}
+_HELP = "--help"
 
 
 @dataclass(frozen=True)
 class ChatArgs:
-    """chat's parameters, as typer would pass them."""
+    """chat's parameters, one field per entry of ``CHAT_OPTIONS`` (the defaults are here)."""
 
     prompt: str | None = None
     agent: str = DEFAULT_AGENT_ID
@@ -73,38 +115,72 @@ class ChatArgs:
     reflection_merge: str | None = None
 
 
-def _stdin_prompt(option: str, value: str) -> bool:
-    return value == "-" and _VALUED[option] == "prompt"
+class ChatUsageError(UserError):
+    """A command line chat cannot read (click's wording, so it reads as every other command's)."""
+
+
+def _value(option: ChatOption, name: str, raw: str) -> Any:
+    if option.kind != "int":
+        return raw
+    if not (raw.strip().lstrip("+-").isascii() and raw.strip().lstrip("+-").isdigit()):
+        raise ChatUsageError(
+            f"Invalid value for '{name}': Input should be a valid integer, unable to parse string as an integer"
+        )
+    number = int(raw)
+    if option.minimum is not None and number < option.minimum:
+        raise ChatUsageError(f"Invalid value for '{name}': must be at least {option.minimum}")
+    return number
+
+
+def _extra(tokens: Sequence[str]) -> ChatUsageError:
+    many = "s" if len(tokens) > 1 else ""
+    return ChatUsageError(f"Got unexpected extra argument{many} ({' '.join(tokens)})")
 
 
 def parse_chat_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> ChatArgs | None:
-    """chat's arguments (after ``chat``), or None where typer must parse (see the module doc)."""
+    """chat's arguments (after ``chat``) read against ``CHAT_OPTIONS``: None when ``--help`` asks for
+    the help text; a ``ChatUsageError`` for a command line that does not parse. The last of a
+    repeated option wins; an option's value is the next word whatever it is (``-p --new`` sends
+    "--new"), and ``--name=value``, ``-xvalue`` and ``--`` (end of options) read as click reads them."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {"agent": env.get("REVERIE_AGENT") or DEFAULT_AGENT_ID}
+    values: dict[str, Any] = {}
+    for declared in CHAT_OPTIONS:
+        if declared.envvar and env.get(declared.envvar):
+            values[declared.param] = env[declared.envvar]
     rest = list(argv)
     while rest:
         token = rest.pop(0)
-        if token in _FLAGS:
-            values[_FLAGS[token]] = True
-            continue
-        name, eq, inline = token.partition("=")
-        if eq and name.startswith("--") and name in _VALUED:
-            value = inline
-        elif token in _VALUED and rest and (not rest[0].startswith("-") or _stdin_prompt(token, rest[0])):
-            name, value = token, rest.pop(0)
-        else:
+        if token == "--":
+            if rest:
+                raise _extra(rest)
+            break
+        if token == _HELP:
             return None
-        param = _VALUED[name]
-        if param == "context_window":
-            if not (value.isascii() and value.isdigit()) or int(value) < _MIN_CONTEXT_WINDOW:
-                return None
-            values[param] = int(value)
+        if not token.startswith("-") or token == "-":
+            raise _extra([token, *rest])
+        name, eq, inline = token.partition("=") if token.startswith("--") else (token[:2], "", token[2:])
+        option = _BY_SPELLING.get(name)
+        if option is None:
+            raise ChatUsageError(f"No such option: {name}")
+        attached = bool(eq) or bool(inline)
+        if option.kind == "flag":
+            if attached:
+                raise ChatUsageError(f"Option '{name}' does not take a value")
+            values[option.param] = True
+            continue
+        if attached:
+            raw = inline
+        elif rest:
+            raw = rest.pop(0)
         else:
-            values[param] = value
-    args = ChatArgs(**values)
-    if args.prompt is None and args.input_format != "stream-json":
-        return None
-    return args
+            raise ChatUsageError(f"Option '{name}' requires an argument")
+        values[option.param] = _value(option, name, raw)
+    return ChatArgs(**values)
+
+
+def _interactive(args: ChatArgs) -> bool:
+    """Whether ``args`` start the REPL (no ``-p``, no stream of messages on stdin)."""
+    return args.prompt is None and args.input_format != "stream-json"
 
 
 def _require_utf8(option: str, value: str) -> None:
@@ -186,12 +262,20 @@ def start_chat(args: ChatArgs) -> int:
 
 def run_fast(args: ChatArgs) -> None:
     """``start_chat`` ending as typer's standalone mode ends a command: exit code via SystemExit,
-    Ctrl-C as a silent 130, EOF as typer's abort line, a closed stdout as 1."""
+    Ctrl-C as a silent 130 (the REPL's: ``reverie: interrupted``), EOF as typer's abort line, a
+    closed stdout as 1."""
+    repl = _interactive(args)
+    if repl:
+        collector.resume()  # the REPL's start-up is over once its loop runs (cli/collector.py)
     try:
         code = start_chat(args)
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-    except EOFError:
+    except (KeyboardInterrupt, EOFError) as exc:
+        if repl:
+            print(file=sys.stderr)
+            print("reverie: interrupted", file=sys.stderr)
+            raise SystemExit(130) from None
+        if isinstance(exc, KeyboardInterrupt):
+            raise SystemExit(130) from None
         print(file=sys.stderr)
         # lazy: typer's abort line, only when it is needed
         from typer import rich_utils
