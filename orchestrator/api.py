@@ -434,7 +434,9 @@ async def run_suite(
     own suite when ``suite`` is None). Cancelling leaves every finished task recorded. A second run
     into a directory in use is refused (``RunDirBusy``); other refusals are one-line ``ReverieError``s.
     A task with an answer key is graded deterministically, or by ``judge_model`` (an
-    OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``).
+    OpenAI-compatible endpoint: ``judge_base_url``, else the configured ``base_url``). ``progress``
+    sees every task's events, ``on_result`` every result as it is recorded. ``reverie run`` is this
+    function in two steps (``prepare_run``, then ``PreparedRun.run``), forking its workers between.
     ``estimate=True`` runs the plan on the embedded model into ``out/estimate`` and writes
     ``out/estimate.json`` (calls, tokens, cost); a real run into ``out`` later reports it beside its spend.
     ``max_tokens``/``max_cost``/``max_seconds`` stop launching tasks once the run has spent that much,
@@ -486,7 +488,8 @@ async def sweep(
     and decided (``report.summary``: quality with its interval, cost, the Pareto front and the
     recommended setting). ``epochs`` runs every task that many times per setting; tasks that pin
     their own trigger are left out unless ``override_pinned``; ``resume=True`` reuses what the sweep
-    recorded (settings, epochs, prices, judge) unless given again."""
+    recorded (settings, epochs, prices, judge) unless given again. ``progress_for`` and
+    ``on_result_for`` give each setting's observers."""
     suite = as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
     prepared = await blocking.run_sync("files", partial(
