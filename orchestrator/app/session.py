@@ -233,7 +233,7 @@ class ChatSession:
     async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:
         """A manual compaction of the conversation (``reverie compact``, ``/compact``,
         ``Session.compact``), between turns: it waits for the conversation's turn lock, so the
-        summary and the recompiled prompt are what a turn would produce (compaction.md 1.3 T5)."""
+        summary and the recompiled prompt are what a turn would produce (COMPACTION-1.3)."""
         if self.compactor is None:
             raise UsageError("compaction is not available in this session")
         async with self.supervisor.conversation_lock(self.conversation_id):

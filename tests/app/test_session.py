@@ -172,11 +172,11 @@ async def test_compact_usage_and_cost_are_the_sessions(tmp_path: Path) -> None:
         )
         await chat.send("hello")
         before = await chat.usage()
-        assert before.agent.calls >= 1 and before.subagents.calls == 0
+        assert before.agent.calls >= 1
         result = await chat.compact(mode="all")
         assert result.status == "done" and result.trigger == "manual" and result.mode == "all"
         after = await chat.usage()
-        assert after.agent == before.agent and after.subagents.calls >= 1
+        assert after.agent == before.agent and after.subagents.calls > before.subagents.calls
         assert await chat.usage(conversation=True) == after
         total = after.total
         assert chat.cost(total) == round((total.prompt_tokens * 1.0 + total.completion_tokens * 2.0) / 1e6, 6) > 0
