@@ -48,6 +48,7 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── RunDirBusy                        orchestrator/batch/rundir.py: another process runs into that
     │                                     directory (the message names it)
     └── UserError                         orchestrator/cli/errors.py: a command line the CLI refuses
+        └── ChatUsageError                cli/chat_start.py: a chat command line that does not parse
 
 Deliberately outside the tree (bugs, so a traceback): ``WorkerClosedError`` (the store used after
 close) and the private control-flow exceptions (``_Failed``, ``_Unreadable``). ``tests/base/
