@@ -88,6 +88,17 @@ async def test_a_suite_run_interrupted_and_resumed_records_every_task_once(tmp_p
     assert page == out / "report.html" and page.stat().st_size > 0
 
 
+async def test_a_suite_run_takes_the_run_limits_and_the_estimate_the_command_takes(tmp_path: Path) -> None:
+    suite = _suite(tmp_path / "suite.jsonl")
+    estimated = await run_suite(suite, tmp_path / "est", limit=1, processes=1, estimate=True)
+    assert [r.id for r in estimated.results] == ["t0"]
+    rows = json.loads((tmp_path / "est" / "estimate.json").read_text(encoding="utf-8"))
+    assert "run" in json.dumps(rows) and not (tmp_path / "est" / "results.jsonl").exists()
+    limited = await run_suite(suite, tmp_path / "run", concurrency=1, processes=1, max_tokens=1, on_limit="finish")
+    assert limited.summary["run_limit"]["limit"] == "run.tokens"
+    assert 1 <= len(limited.results) < len(TASKS)
+
+
 async def test_a_sweep_compares_its_settings(tmp_path: Path) -> None:
     result = await sweep(_suite(tmp_path / "suite.jsonl"), ["off", "step-count:2"], tmp_path / "sweep", processes=1)
     assert [row["setting"] for row in result.rows] == ["off", "step-count-2"]

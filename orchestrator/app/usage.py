@@ -4,12 +4,15 @@ Usage is read from the store's ``model.call`` events, the main agent's (``purpos
 from its subagents' (summaries, reflections, merge resolution). The events are the one record every
 process shares: a session's totals are the events after the mark taken when it opened, a
 conversation's are all of its events, so ``/cost`` agrees with ``reverie events`` and with a second
-process's view.
+process's view. ``parts`` splits them by who made them (``PARTS``: the main agent, reflection,
+compaction, the resolver), as ``/cost`` and a json result's ``spend`` show them, and
+``limit_lines`` sets the session meter's spend against its limits (B1).
 
 Cost is ``cost_usd``: prices are USD per million tokens (``[model] price_in, price_out``, ``reverie
 run --price-in/--price-out``), a missing one counts as 0, and no price at all means no cost. A
-chat's ``/cost``, its per-turn result, the toolbar, the library's ``Session`` and a batch run's
-results all price tokens through it (docs/api.md).
+chat's ``/cost``, its per-turn result, the toolbar, the library's ``Session``, a batch run's
+results and its ``--estimate`` all price tokens through it (docs/api.md), with the budget meter's
+formula (``base/limits.Prices.cost``).
 """
 
 from __future__ import annotations
