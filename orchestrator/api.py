@@ -262,7 +262,7 @@ class Session:
             async with self._chat.supervisor.conversation_lock(self.conversation_id):
                 return await merge_reflection(
                     self._chat.runtime.store, self.agent_id, self._memory_dir, reflection, by=by, why=why,
-                    resolver=self._chat.reflection.resolver,
+                    resolver=self._chat.resolver,
                 )  # fmt: skip
 
     async def discard_reflection(self, reflection: str, *, by: str, why: str) -> Decision:
@@ -302,7 +302,7 @@ class Session:
             return await undo_changes(
                 self._chat.agent.memory_dir, agent_id=self.agent_id, revision=revision, reflection=reflection,
                 since=since, run_dir=None if run_dir is None else as_path(run_dir, "run_dir"), dry_run=dry_run,
-                resolver=self._chat.reflection.resolver,
+                resolver=self._chat.resolver,
             )
 
     async def compact(self, *, mode: CompactionMode | None = None) -> CompactionResult:

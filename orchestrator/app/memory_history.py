@@ -132,7 +132,4 @@ def policy_resolver(settings: Settings, agent_id: str) -> Resolver | None:
     from orchestrator.runtime.runtime import build_model
     from subagents.resolver import make_resolver
 
-    return make_resolver(
-        build_model(settings), agent_id=agent_id, model_name=settings.model,
-        instructions=settings.reflection_merge_instructions, bash_timeout=settings.bash_timeout,
-    )
+    return make_resolver(build_model(settings), agent_id=agent_id, settings=settings)

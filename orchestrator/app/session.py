@@ -201,6 +201,11 @@ class ChatSession:
 
     _current: dict[str, str] | None = None
 
+    @property
+    def resolver(self) -> Resolver | None:
+        """The session's merge resolver (``None`` under ``keep``, or without reflection)."""
+        return self.reflection.resolver if self.reflection is not None else None
+
     def _switch(self, conversation_id: str) -> None:
         self.conversation_id = conversation_id
         if self._current is not None:

@@ -170,7 +170,7 @@ class Slash:
         try:
             outcome = await undo_changes(
                 repo, agent_id=self.session.agent.agent_id, revision=None if reflection else arg,
-                reflection=reflection, resolver=self.session.reflection.resolver,
+                reflection=reflection, resolver=self.session.resolver,
             )
         except UndoError as error:
             self.say(str(error))
