@@ -4,7 +4,9 @@ blocking call made on the event loop thread while a test's async code runs."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
+import platform
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +22,12 @@ import sniffio
 # anyio loads some submodules on first use; load them now so that first use inside a test does not
 # read files on the event loop.
 _ = (anyio.run_process, anyio.open_process, anyio.Path, anyio.open_file, anyio.to_thread.run_sync)
+# The OpenAI SDK reads /etc/os-release for its platform header at a process's first request, in a
+# thread that inherits the test's async context (so the guard below takes it for the loop). Which
+# test is first differs from worker to worker of the parallel run: read it (cached) here instead.
+with contextlib.suppress(OSError):
+    platform.platform()
+    platform.freedesktop_os_release()
 _ASYNC_RUNTIMES = ("asyncio", "trio", "anyio")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
