@@ -50,8 +50,14 @@ test-deps: $(STAMP)
 	    { $(APT_GET) update && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y chromium; }; \
 	fi
 
+# The suite runs in parallel, one pytest-xdist worker per core (`-n auto`; docs/testing.md says what
+# keeps it safe). `--dist loadgroup` keeps tests marked `xdist_group` on one worker: the two Ray
+# modules share one, a module with a module-scoped fixture (the report's Chromium) runs on one, and
+# tests that find their processes by a fixed argument do not meet their own other variants.
+# Serially: `make unit PYTEST_WORKERS=0`, or a bare `pytest` (xdist only runs with -n).
+PYTEST_WORKERS ?= auto
 unit: $(STAMP) bwrap test-deps
-	REVERIE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
+	REVERIE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The bash tool's sandbox (D11) needs bubblewrap (the demo's bash, the tests); install it
 # when missing. Without it, `sandbox = auto` refuses bash rather than run it unconfined (A6).

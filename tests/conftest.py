@@ -111,3 +111,17 @@ def no_blocking_on_loop(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_blocking: the test blocks the event loop on purpose")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``make unit``'s parallel run (pytest-xdist, ``--dist loadgroup``), a module whose tests
+    share a module-scoped fixture (a Chromium, a reverie story, an import graph) runs on one worker,
+    so what is expensive to start starts once. Tests that name their own group keep it (the Ray
+    modules share ``ray``: one local Ray at a time on two cores). Harmless without xdist."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(chain[-1].scope in ("module", "package", "class") for chain in defs if chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

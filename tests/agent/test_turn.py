@@ -115,6 +115,8 @@ async def _cancelled_once(session: ChatSession, text: str, ready: Callable[[], A
         scope.cancel()
 
 
+# its sleep is found by a fixed argument: both backends' runs on one worker, one after the other
+@pytest.mark.xdist_group("sleep-30.0917")
 async def test_cancelled_turn_leaves_store_consistent_and_next_turn_settles(tmp_path: Path) -> None:
     marker = "30.0917"
     model = ScriptedModel(script=[_bash(f"sleep {marker}", "slow"), ModelResponse(Message("assistant", "back"))])

@@ -32,9 +32,14 @@ from orchestrator.testing.openai_server import LoopbackOpenAI
 from tests.batch.helpers import EXPECTED, HOLD_SECONDS, HoldingModel, write_suite
 from tests.support import wait_until
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="ray is not installed (optional extra: pip install 'reverie[ray]')"
-)
+# One worker of the parallel run takes both Ray modules: one local Ray at a time on two cores.
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="ray is not installed (optional extra: pip install 'reverie[ray]')",
+    ),
+    pytest.mark.xdist_group("ray"),
+]
 
 
 @pytest.fixture(scope="module")

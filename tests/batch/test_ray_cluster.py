@@ -43,9 +43,14 @@ from orchestrator.testing.openai_server import LoopbackOpenAI
 from tests.batch.helpers import EXPECTED, HoldingModel, write_suite
 from tests.support import wait_until
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="ray is not installed (optional extra: pip install 'reverie[ray]')"
-)
+# One worker of the parallel run takes both Ray modules: one local Ray at a time on two cores.
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="ray is not installed (optional extra: pip install 'reverie[ray]')",
+    ),
+    pytest.mark.xdist_group("ray"),
+]
 
 IN_NAMESPACE = "REVERIE_TEST_IN_NETNS"
 _CHILD_SECONDS = 240
@@ -73,7 +78,8 @@ def in_namespace(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     if why is not None:
         pytest.skip(why)
     here = Path(__file__).resolve()
-    wanted = [item.nodeid for item in request.session.items if Path(str(item.path)).resolve() == here]
+    # under xdist's --dist loadgroup a node id ends in "@<group>", which the child would not find
+    wanted = [item.nodeid.split("@", 1)[0] for item in request.session.items if Path(str(item.path)).resolve() == here]
     where = tmp_path_factory.mktemp("netns")
     report = where / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}

@@ -72,6 +72,9 @@ async def test_nonzero_exit_is_error_with_output(tmp_path: Path) -> None:
     assert result.output == "Command failed with exit code 3.\noops"
 
 
+# These two find their sleeps by a fixed argument ("30.031" matches both): under make unit's parallel
+# run every variant of both runs on one worker, one after the other.
+@pytest.mark.xdist_group("sleep-30.031")
 @SANDBOX_MODES
 async def test_timeout_kills_the_process_group(tmp_path: Path, sandbox: str) -> None:
     ctx = _ctx(tmp_path, bash_timeout=0.5, sandbox=sandbox)
@@ -103,6 +106,7 @@ async def test_output_cap_with_overflow_file(tmp_path: Path) -> None:
     assert await AsyncPath(path).read_text() == "x" * 1000
 
 
+@pytest.mark.xdist_group("sleep-30.031")
 @SANDBOX_MODES
 async def test_cancellation_kills_the_command(tmp_path: Path, sandbox: str) -> None:
     ctx = _ctx(tmp_path, sandbox=sandbox)

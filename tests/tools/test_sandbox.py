@@ -338,6 +338,8 @@ async def test_off_runs_unconfined_with_one_warning_naming_what_is_not_protected
     assert "config.toml" in err and "hooks and config" in err
 
 
+# its sleeps are found by a fixed argument: both backends' runs on one worker, one after the other
+@pytest.mark.xdist_group("sleep-30.071")
 async def test_children_end_with_the_call(tmp_path: Path) -> None:
     """D11: the PID namespace ends every background child when bash exits; that is intended."""
     result = await run_bash("(sleep 30.0714 &) ; sleep 30.0715 & echo started", _ctx(tmp_path))
