@@ -182,12 +182,7 @@ async def resolve_system_prompt(
     compaction passes it. ``head``: HEAD read by the caller a moment ago (the turn reads it with the
     skills in one worker hop); read here otherwise.
     """
-    if head is not None:
-        revision = head.commit
-    else:
-        revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
-    row = await store.get_prompt(conversation_id)
-    action = decide(row, _sha256(raw_system), revision)
+    revision, row, action = await _decide(store, conversation_id, memory_dir, raw_system, head)
     if action is PromptAction.REUSE:
         assert row is not None
         return ResolvedPrompt(row.content, action, revision, previous_revision=row.memfs_revision)
@@ -199,6 +194,19 @@ async def resolve_system_prompt(
     if audited.repaired:
         await _remind_invalid(store, conversation_id, audited, turn_id)
     return resolved
+
+
+async def _decide(
+    store: Store, conversation_id: str, memory_dir: Path, raw_system: str, head: HeadRead | None
+) -> tuple[str | None, PromptRecord | None, PromptAction]:
+    """HEAD (the caller's read, else one now), the conversation's prompt row and the table's row for
+    them: where resolving and previewing the next request's prompt both start."""
+    if head is not None:
+        revision = head.commit
+    else:
+        revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
+    row = await store.get_prompt(conversation_id)
+    return revision, row, decide(row, _sha256(raw_system), revision)
 
 
 async def _use_compiled(
@@ -259,12 +267,7 @@ async def preview_system_prompt(
 ) -> PreviewedPrompt:
     """``resolve_system_prompt``'s answer for the next request, read-only: the same table, the same
     audited compile, and the message each row would append, without persisting any of it."""
-    if head is not None:
-        revision = head.commit
-    else:
-        revision = await blocking.run_sync("git", partial(current_revision, memory_dir))
-    row = await store.get_prompt(conversation_id)
-    action = decide(row, _sha256(raw_system), revision)
+    revision, row, action = await _decide(store, conversation_id, memory_dir, raw_system, head)
     if action is PromptAction.REUSE:
         assert row is not None
         return PreviewedPrompt(row.content)
