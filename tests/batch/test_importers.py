@@ -150,12 +150,31 @@ def test_a_malformed_record_is_one_line_naming_it(tmp_path: Path, benchmark: str
     assert done.stderr.count("\n") == 1 and needle in done.stderr, done.stderr
 
 
+_FIXTURES: dict[str, tuple[str, Any, str, int]] = {
+    "longmemeval": ("longmemeval_s.json", [_lme_question("q1", "single-session-user")], "extraction", 2),
+    "locomo": ("locomo10.json", [{
+        "sample_id": "c1",
+        "conversation": {
+            "speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a cat named Miso."},
+                          {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely name!"}],
+        },
+        "qa": [{"question": "What is the name of Ana's cat?", "answer": "Miso", "evidence": ["D1:1"], "category": 4}],
+    }], "single-hop", 1),
+    "memoryagentbench": ("Accurate_Retrieval.json", [{
+        "context": "The lighthouse keeper's name is Odile.", "questions": ["What is the lighthouse keeper's name?"],
+        "answers": [["Odile"]], "metadata": {"source": "eventqa"},
+    }], "accurate-retrieval", 1),
+}
+
+
 @pytest.mark.anyio
-async def test_an_imported_suite_runs_and_is_graded(tmp_path: Path) -> None:
-    source = _write(tmp_path / "longmemeval_s.json", [_lme_question("q1", "single-session-user")])
-    written = await import_suite("longmemeval", source, tmp_path / "suite.jsonl")
-    assert written.tasks == 1 and written.abilities == {"extraction": 1}
+@pytest.mark.parametrize("benchmark", sorted(_FIXTURES))
+async def test_an_imported_suite_runs_and_is_graded(tmp_path: Path, benchmark: str) -> None:
+    name, records, ability, replayed = _FIXTURES[benchmark]
+    written = await import_suite(benchmark, _write(tmp_path / name, records), tmp_path / "suite.jsonl")
+    assert written.tasks == 1 and written.abilities == {ability: 1}
     report = await run_suite(tmp_path / "suite.jsonl", tmp_path / "run")
     (result,) = report.results
-    assert result.status in {"passed", "failed"} and result.grade is not None
-    assert result.grade["ability"] == "extraction" and result.replayed_turns == 2
+    assert result.status in {"passed", "failed"} and result.error is None and result.grade is not None
+    assert result.grade["ability"] == ability and result.replayed_turns == replayed
