@@ -186,5 +186,6 @@ def prepare_sweep(
         tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
         context_window=context_window, price_in=price_in, price_out=price_out, latency=latency,
         config_file=config_file, judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+        triggers_name=triggers_name,
     )
     return PreparedSweep(plan, _executor(plan.executor, plan.concurrency, ray_address, plan.processes))

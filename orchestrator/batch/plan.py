@@ -379,6 +379,7 @@ def plan_sweep(
     judge_model: str | None = None,
     judge_base_url: str | None = None,
     estimate: bool = False,
+    triggers_name: str = "triggers",
 ) -> SweepPlan:
     """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded; so too
     ``epochs`` and ``override_pinned`` (``sweep.json``) and the prices and judge (a setting's
@@ -400,7 +401,7 @@ def plan_sweep(
     elif resume:
         raise UsageError(f"{out_dir}: no sweep.json here to resume: give the --out of an earlier sweep, or its --trigger settings")
     else:
-        raise UsageError(f"give at least one reflection trigger to compare ({REFLECTION_TRIGGERS.allowed()})")
+        raise UsageError(f"give at least one reflection trigger to compare ({triggers_name}: {REFLECTION_TRIGGERS.allowed()})")
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs {epochs}: run every task at least once per setting")
     rounds = epochs or int(sweep_meta.get("epochs") or 1)

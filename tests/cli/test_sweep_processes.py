@@ -89,7 +89,7 @@ def test_resume_finishes_a_sweep_with_what_it_recorded(cli: typer.Typer, tmp_pat
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--resume"], "no sweep.json here to resume"),
-    ([], "give at least one --trigger"),
+    ([], "give at least one reflection trigger to compare (--trigger: off, compaction-event"),
 ])
 def test_a_sweep_without_settings_is_one_line(cli: typer.Typer, tmp_path: Path, args: list[str], says: str) -> None:
     suite = write_suite(tmp_path / "s.jsonl", [TINY[2]])
