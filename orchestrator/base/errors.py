@@ -32,7 +32,8 @@ existed keep that base as a mixin, so code written against the old base still ca
     │   ├── RepositoryRefused (RuntimeError)  memfs/guard.py: a redirected or planted .git, an include
     │   │                                 in its config, or history without a branch; no git was run
     │   ├── HookPathRefused (RuntimeError)  memfs/hook.py: core.hooksPath (user's config) is no folder
-    │   └── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
+    │   ├── ReflectionBranchError (ValueError)  memfs/merge.py: no such reflection branch, or not ours
+    │   └── UndoError (ValueError)        memfs/undo.py: what to undo or restore names nothing to take back
     ├── ModelError                        orchestrator/models/types.py: a model call failed after retries
     ├── ToolError                         orchestrator/tools/context.py: a tool refused; the model reads it
     │   └── SandboxUnavailable            tools/sandbox.py: ``sandbox = auto | bwrap`` and bubblewrap cannot run
