@@ -194,7 +194,7 @@ def _count_instructions() -> None:
     with tempfile.TemporaryDirectory() as tmp, LoopbackOpenAI(fallback=lambda _body: text_reply("hi")) as server:
         home = Path(tmp) / "home"
         home.mkdir()
-        env = _env(home, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-loopback")
+        env = _env(home, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-loopback")
         _wall([_PY, "-m", "orchestrator", "chat", "-p", "warm up", "-a", "real"], env)
         sdk = _instructions(["-c", _SDK_REQUEST], env)
         chat = _instructions(["-m", "chat", "-p", "hello", "-a", "real"], env)
@@ -231,7 +231,7 @@ def main() -> None:
         home = Path(tmp) / "home"
         home.mkdir()
         env = _env(home)
-        real_env = _env(home, REVERIE_BASE_URL=server.base_url, OPENAI_API_KEY="sk-loopback")
+        real_env = _env(home, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-loopback")
         asyncio_env = _env(home, REVERIE_BACKEND="asyncio")
         _wall([*reverie, "chat", "-p", "warm up"], env)
         _wall([*reverie, "chat", "-p", "warm up", "-a", "real"], real_env)
