@@ -214,8 +214,8 @@ def test_memory_benchmark_smoke_run_on_the_tiny_model(llama: LlamaServer, tmp_pa
     suite = Path(__file__).resolve().parents[2] / "examples" / "longmemeval-s" / "suite.jsonl"
     out = tmp_path / "bench"
     done = subprocess.run(
-        [*_reverie_command(), "run", str(suite), "--task", "lme-e47becba", "--task", "lme-51a45a95",
-         "--context-window", "2048", "--out", str(out), "-q"],  # the two shortest histories (13 exchanges each)
+        [*_reverie_command(), "run", str(suite), "--task", "lme-58bf7951", "--task", "lme-e47becba",
+         "--context-window", "2048", "--out", str(out), "-q"],  # two of the shortest histories (11 and 13 exchanges)
         env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800, check=False,
     )
     assert done.returncode in (0, 1), f"reverie run failed ({done.returncode}):\n{done.stderr[-2000:]}"
