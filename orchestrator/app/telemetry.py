@@ -425,6 +425,8 @@ class Telemetry:
         }
         if event.previous_revision:
             attributes["reverie.memory.previous_revision"] = event.previous_revision
+        for key, value in (event.provenance or {}).items():
+            attributes[f"reverie.memory.provenance.{key}"] = value
         if parent is not None:
             attributes["gen_ai.conversation.id"] = parent.conversation_id
         tracer = self.providers.tracer_provider.get_tracer(SCOPE)

@@ -4,7 +4,8 @@ prints after the time and the task or conversation, for a chat session's store a
 Each kind names its most useful fields in a fixed order: an id first (turn, tool call, compaction,
 reflection), then ``name=value`` pairs with empty ones left out. A ``model.call`` says whose call it
 was first (``chat``, ``summarize``, ``reflect``, ``resolve``, ``replay``), a ``memory.commit`` its
-short commit, its source and files. A kind this version does not know is still printed as
+short commit, its source as the session saw it, what the commit's trailers say (``from=``) and its
+files. A kind this version does not know is still printed as
 ``name=value`` pairs, never as raw JSON.
 """
 
@@ -96,6 +97,10 @@ def _memory_commit(p: Mapping[str, Any]) -> list[str]:
     by = p.get("by")
     who = f"{source}:{' '.join(str(by).split())}" if by else source
     head = [_value("revision", p.get("revision")), who]
+    said = p.get("provenance")
+    if isinstance(said, Mapping) and said.get("source"):
+        conversation = f"@{said['conversation']}" if said.get("conversation") else ""
+        head.append(f"from={said['source']}{conversation}")
     if p.get("operation") == "delete":
         head.append("delete")
     return head + _pairs(p, ("files", "previous_revision"))

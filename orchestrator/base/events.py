@@ -9,7 +9,7 @@ not import (P1: each frozen dataclass costs CPython 3.11 ~0.3 ms to define).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
 __all__ = [
@@ -155,9 +155,9 @@ class ToolFinished(Event):
 @dataclass(frozen=True)
 class MemoryCommitted(Event):
     """The memory repository's HEAD moved: one per change, with its provenance (V2). ``source`` is
-    who made it: ``turn`` (this session's agent), ``reflection`` (a merge-back of ``by``, a reflection
-    id), ``review`` (a person merged ``by``), ``other`` (another process: ``by`` says which, when
-    known; its commit's subject). ``files`` are the paths it changed."""
+    who made it, seen from this session: ``turn`` (this session's agent), ``reflection`` (a merge-back
+    of ``by``, a reflection id), ``review`` (a person merged ``by``), ``other`` (anyone else: ``by``
+    is its commit's subject). ``files`` are the paths it changed."""
 
     kind: ClassVar[str] = "memory.commit"
     revision: str
@@ -167,6 +167,10 @@ class MemoryCommitted(Event):
     files: tuple[str, ...] = ()
     operation: str = "update"
     """``delete`` when the commit only removed files, else ``update``."""
+    provenance: dict[str, str] = field(default_factory=dict)
+    """What the commit's own ``Reverie-*`` trailers say (H1, ``memfs.provenance``): ``source`` and
+    whichever of agent, conversation, turn, reflection, trigger, run, task, undoes it names;
+    ``{"source": "outside"}`` for a commit without them (V3)."""
 
 
 @dataclass(frozen=True)

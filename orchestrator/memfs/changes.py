@@ -2,7 +2,9 @@
 (V2): what a session publishes as ``memory.commit`` events when ``HEAD`` moves.
 
 Read in-process (libgit2), oldest first, each against its first parent: a commit that only removed
-files is a deletion (``delete_memory`` in telemetry), anything else an update.
+files is a deletion (``delete_memory`` in telemetry), anything else an update. Each carries what its
+own ``Reverie-*`` trailers say (H1), parsed from the message libgit2 already read, so naming a
+change's source costs no git process.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.memfs.git import GitError, LocalRepo, using_repo
+from orchestrator.memfs.provenance import Provenance, parse
 
 __all__ = ["MemoryChange", "changes_between"]
 
@@ -22,13 +25,14 @@ reset that no one reads commit by commit."""
 @dataclass(frozen=True)
 class MemoryChange:
     """One commit: its id, its first parent (None for a root), its subject line, the paths it
-    changed, and whether it only removed files."""
+    changed, whether it only removed files, and its trailers' provenance (``outside`` without)."""
 
     commit: str
     parent: str | None
     subject: str
     files: tuple[str, ...]
     deleted_only: bool
+    provenance: Provenance = Provenance()
 
 
 def _describe(local: LocalRepo, commit: str) -> MemoryChange:
@@ -41,7 +45,8 @@ def _describe(local: LocalRepo, commit: str) -> MemoryChange:
     resolved = local.resolve(commit)
     tree = resolved[1] if resolved is not None else None
     deleted_only = bool(files) and tree is not None and all(local.entry(tree, path) is None for path in files)
-    return MemoryChange(commit, parent, message.strip().split("\n", 1)[0], tuple(files), deleted_only)
+    subject = message.strip().split("\n", 1)[0]
+    return MemoryChange(commit, parent, subject, tuple(files), deleted_only, parse(message))
 
 
 def changes_between(repo: Path, old: str | None, new: str) -> tuple[MemoryChange, ...]:

@@ -159,7 +159,7 @@ RETRYABLE_QUERY = (
     f"SELECT {_RECORD_COLUMNS} FROM reflections WHERE agent_id = ? AND status IN ({_RETRYABLE_SQL}) "
     "ORDER BY created_at, id"
 )
-"""One agent's retryable records, through the partial index ``reflections_retryable`` (schema V4)."""
+"""One agent's retryable records, through the partial index ``reflections_retryable`` (schema V3)."""
 
 
 def read_reflections_and_state(conn: sqlite3.Connection, agent_id: str, conversation_id: str) -> AfterTurnRead:

@@ -133,3 +133,55 @@ async def test_two_sessions_on_one_conversation_say_they_wait_and_show_only_thei
     assert len(own) == 1 and "human.md +1" in own[0]
     assert any("prefer tea" in line for line in lines[lines.index(own[0]):]), lines
     assert not any("owls" in line for line in lines[lines.index(own[0]):]), "the first one's edit is not shown as its own"
+
+
+def _trailers(repo: Path) -> dict[str, tuple[str, str]]:
+    """commit -> (its Reverie-Source, its Reverie-Conversation) as git itself reads the trailers."""
+    said = git(
+        repo, "log", "--format=%H%x1f%(trailers:key=Reverie-Source,valueonly,separator=)"
+        "%x1f%(trailers:key=Reverie-Conversation,valueonly,separator=)%x1e",
+    )
+    found = {}
+    for record in said.split("\x1e"):
+        if record.strip():
+            sha, source, conversation = record.strip("\n").split("\x1f")
+            found[sha] = (source.strip() or "outside", conversation.strip())
+    return found
+
+
+async def test_two_sessions_on_one_agent_and_a_hand_commit_are_named_by_their_trailers(tmp_path: Path) -> None:
+    """V3: each ``memory.commit`` carries what its commit's trailers say (git's own reading is the
+    oracle), so another session's turn on the same agent is never taken for this one's, and only a
+    commit without trailers reads as ``outside``."""
+    async with (
+        ChatSession.open(agent_id="pair", workspace=tmp_path / "a") as first,
+        ChatSession.open(agent_id="pair", workspace=tmp_path / "b", new=True) as second,
+    ):
+        assert first.conversation_id != second.conversation_id
+        memory = first.agent.memory_dir
+        await first.send("remember that I like owls")
+        await second.send("remember that I prefer tea")
+        hand = await _commit(memory, "notes.md", "by hand", "a hand edit")
+        await first.send("hello")
+        await second.send("hello")
+        events = await first.runtime.store.events(agent_id="pair", kinds=["memory.commit"])
+    truth = await anyio.to_thread.run_sync(_trailers, memory)
+    seen: dict[str, list[dict[str, object]]] = {}
+    for event in events:
+        seen.setdefault(str(event.conversation_id), []).append(event.payload)
+    for session in (first, second):
+        mine = seen[session.conversation_id]
+        assert mine, "each session logged the commits it saw"
+        for payload in mine:
+            source, conversation = truth[str(payload["revision"])]
+            provenance = payload["provenance"]
+            assert isinstance(provenance, dict)
+            assert provenance["source"] == source
+            assert provenance.get("conversation", "") == conversation
+            own = source == "agent" and conversation == session.conversation_id
+            assert (payload["source"] == "turn") == own, payload
+        by_revision = {p["revision"]: p for p in mine}
+        assert by_revision[hand]["provenance"] == {"source": "outside"} and by_revision[hand]["source"] == "other"
+    # the first session saw the second one's turn: an agent commit that is not its own
+    theirs = [p for p in seen[first.conversation_id] if p["provenance"].get("conversation") == second.conversation_id]
+    assert theirs and all(p["source"] == "other" and p["provenance"]["source"] == "agent" for p in theirs)

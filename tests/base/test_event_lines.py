@@ -66,6 +66,8 @@ def test_a_memory_commit_names_its_source_and_files() -> None:
     assert event_detail("memory.commit", payload) == (
         f"{'a' * 12} other:the other REPL's edit files=human.md previous_revision={'b' * 12}"
     )
+    payload["provenance"] = {"source": "agent", "agent": "me", "conversation": "conv-2", "turn": "turn-9"}
+    assert event_detail("memory.commit", payload).startswith(f"{'a' * 12} other:the other REPL's edit from=agent@conv-2 ")
 
 
 def test_an_unknown_kind_is_still_named_fields() -> None:
