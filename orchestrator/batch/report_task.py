@@ -1,5 +1,7 @@
 """One task's detail for the HTML report: the transcript rebuilt from its conversation store, the
-memory diff from the task's base to its final HEAD, reflections, compactions and the timeline.
+memory diff from the task's base to its final HEAD, the memory history between them (V4: each
+change with the source its commits' trailers name, a reflection's commits as one change with its
+own diff), reflections, compactions and the timeline.
 
 Reads only what a finished run left on disk (the store opened read-only, git plumbing in the
 memory repository, the task's event log), so a report can be written while nothing runs and
@@ -11,22 +13,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.batch.eventlog import EventRecord
 from orchestrator.memfs.git import GitError
-from orchestrator.memfs.history import line_counts, patch, root_commit
+from orchestrator.memfs.history import Change, changes, first_parents, line_counts, patch, root_commit
 from orchestrator.store.finished import read_finished, read_reflection_rows
 from orchestrator.store.records import StoreDamaged
 
 __all__ = [
     "MAX_EVENTS",
+    "MAX_HISTORY",
     "MAX_MESSAGE_CHARS",
     "MAX_PATCH_CHARS",
     "compactions_of",
     "event_brief",
     "memory_diff",
+    "memory_history",
     "reflections_of",
     "task_detail",
     "transcript",
@@ -35,6 +40,8 @@ __all__ = [
 MAX_MESSAGE_CHARS = 20_000
 MAX_PATCH_CHARS = 200_000
 MAX_EVENTS = 2_000
+MAX_HISTORY = 500
+"""At most this many changes of a task's memory history are listed (the newest); the rest are counted."""
 
 
 def _clip(text: str, limit: int) -> str:
@@ -122,7 +129,7 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
     if head is None:
         out["error"] = "the task has no final memory HEAD"
         return out
-    if not (memory / ".git").exists() and not (memory / "HEAD").exists():
+    if not _has_repository(memory):
         out["error"] = f"no memory repository at {memory}"
         return out
     if base is None:
@@ -137,6 +144,59 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
     out["files"] = [{"path": c.path, "added": c.added, "removed": c.removed} for c in changes]
     out["patch"] = _clip(patch(memory, base, head) or "", MAX_PATCH_CHARS)
     return out
+
+
+def _has_repository(memory: Path) -> bool:
+    return (memory / ".git").exists() or (memory / "HEAD").exists()
+
+
+def memory_history(memory: Path, base: str | None, head: str | None) -> dict[str, Any]:
+    """The changes from ``base`` (exclusive; the whole history when None) to ``head``, newest
+    first, as ``reverie memory log`` groups them (H2), each with the source its commits' own
+    trailers name; a reflection's change also carries its diff (blocking). The diffs share one
+    budget of ``MAX_PATCH_CHARS``."""
+    out: dict[str, Any] = {"changes": [], "cut": 0, "error": None}
+    if head is None or not _has_repository(memory):
+        out["error"] = "the task has no final memory HEAD" if head is None else f"no memory repository at {memory}"
+        return out
+    found = changes(memory, revision=head if base is None else f"{base}..{head}")
+    out["cut"] = max(0, len(found) - MAX_HISTORY)
+    budget = MAX_PATCH_CHARS
+    for change in found[:MAX_HISTORY]:
+        item = _change_item(change)
+        if change.provenance.reflection and budget > 0:
+            item["patch"] = _clip(_reflection_patch(memory, change.commits) or "", budget)
+            budget -= len(item["patch"])
+        elif change.provenance.reflection:
+            item["patch"] = "[diff not shown: the report's diffs of this task are at their limit]"
+        out["changes"].append(item)
+    return out
+
+
+def _change_item(change: Change) -> dict[str, Any]:
+    said = change.provenance
+    return {
+        "at": datetime.fromtimestamp(change.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": said.source,
+        "sources": list(change.sources),
+        "commits": list(change.commits),
+        "subject": change.subject,
+        "provenance": said.as_dict(),
+        "files": [{"path": f.path, "added": f.added, "removed": f.removed} for f in change.files],
+    }
+
+
+def _reflection_patch(memory: Path, commits: Sequence[str]) -> str | None:
+    """What a reflection's commits (newest first) changed: one diff when they follow each other on
+    the first-parent line (merge-back puts them there), else each commit's own diff in turn."""
+    line = first_parents(memory, commits[0], len(commits) + 1)
+    if tuple(line[: len(commits)]) == tuple(commits):
+        return patch(memory, line[len(commits)] if len(line) > len(commits) else None, commits[0])
+    parts = []
+    for commit in reversed(commits):
+        parents = first_parents(memory, commit, 2)
+        parts.append(patch(memory, parents[1] if len(parents) > 1 else None, commit) or "")
+    return "".join(parts)
 
 
 def reflections_of(store: Path, events: Sequence[EventRecord]) -> list[dict[str, Any]]:
@@ -224,6 +284,7 @@ def task_detail(
         "settings": dict(result.get("settings") or {}),
         "transcript": transcript(store),
         "diff": memory_diff(memory, result.get("memory_base"), result.get("memory_head")),
+        "history": memory_history(memory, result.get("memory_base"), result.get("memory_head")),
         "reflections": reflections_of(store, events),
         "compactions": compactions_of(events),
         "timeline": timeline,

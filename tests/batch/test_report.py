@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from orchestrator.batch.eventlog import EventRecord
 from orchestrator.batch.report_data import gather, task_row, token_split
 from orchestrator.batch.report_html import render_report
 from orchestrator.batch.report_svg import pareto_chart
+from orchestrator.batch.runner import task_paths
 from orchestrator.cli import report as report_cli
 from orchestrator.cli.batch import register
 from tests.batch.browser import chromium, open_report
@@ -148,6 +150,68 @@ def test_sweep_report_shows_settings_and_matrix(cli: typer.Typer, tmp_path: Path
         page.click("#matrix td.cell[title='wrong · step-count-2']")
         assert page.locator(".sections[data-task-id='wrong'] .transcript").is_visible()
         page.screenshot(path=str(tmp_path / "sweep-report.png"), full_page=True)
+        assert loaded.foreign == [] and loaded.errors == []
+
+
+def _sources(memory: Path, base: str, head: str) -> dict[str, str]:
+    """commit -> its ``Reverie-Source`` as git itself reads the trailers (``outside`` without)."""
+    said = subprocess.run(
+        ["git", "log", "--format=%H%x1f%(trailers:key=Reverie-Source,valueonly,separator=)%x1e", f"{base}..{head}"],
+        cwd=memory, capture_output=True, text=True, check=True,
+    ).stdout
+    found = {}
+    for record in said.split("\x1e"):
+        if record.strip():
+            sha, source = record.strip("\n").split("\x1f")
+            found[sha] = source.strip() or "outside"
+    return found
+
+
+def test_the_report_shows_each_tasks_memory_history_with_git_trailer_sources(
+    cli: typer.Typer, tmp_path: Path, browser: Any
+) -> None:
+    """V4: per task, every memory change with the source its commits' trailers name (git's own
+    reading is the oracle), a reflection's commits as one change with its diff, on the page too."""
+    reflecting = {**_EXAMPLES["reflect-with-rule"], "turns": ["remember: always end answers with ~r", "call me <b>Captain</b></script>", "hello", "status?"], "checks": [{"where": "memory", "file": "human.md", "contains": "Captain"}]}
+    out = _run(cli, tmp_path, [TINY[0], reflecting, BROKEN], "--report")
+    data = gather(out)
+    rows = {r["id"]: r for r in data.index["runs"][0]["rows"]}
+    results = {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    reflected = 0
+    for task_id, row in rows.items():
+        history = data.details[row["n"]]["history"]
+        result = results[task_id]
+        truth = _sources(task_paths(out, task_id).memory, result["memory_base"], result["memory_head"])
+        listed = [commit for change in history["changes"] for commit in change["commits"]]
+        assert sorted(listed) == sorted(truth), f"{task_id}: every commit of the task, each once"
+        for change in history["changes"]:
+            assert change["sources"] == [truth[commit] for commit in change["commits"]]
+            assert change["source"] in change["sources"] and change["files"]
+            if change["source"] == "reflection":
+                reflected += 1
+                assert change["provenance"]["reflection"] and change["patch"].startswith("diff --git")
+                added = [f["path"] for f in change["files"] if f["added"]]
+                assert all(f"+++ b/{path}" in change["patch"] for path in added)
+            else:
+                assert "patch" not in change
+        assert {c["source"] for c in history["changes"]} >= {"agent"}, task_id
+    assert reflected >= 1, "the reflecting task's reflection is one change"
+    reflection = next(
+        c for c in data.details[rows["reflect-with-rule"]["n"]]["history"]["changes"] if c["source"] == "reflection"
+    )
+    assert "+- call me <b>Captain</b></script>" in reflection["patch"]
+
+    with open_report(browser, out / "report.html") as loaded:
+        page = loaded.page
+        page.click("tr.task-row[data-task-id='reflect-with-rule']")
+        history = page.locator(".sections[data-task-id='reflect-with-rule'] table.history")
+        assert history.is_visible()
+        shown = history.locator("tr.change").evaluate_all("rows => rows.map(r => [r.dataset.source, r.dataset.commits])")
+        changes = data.details[rows["reflect-with-rule"]["n"]]["history"]["changes"]
+        assert shown == [[c["source"], " ".join(c["commits"])] for c in changes]
+        history.locator("details summary").first.click()
+        assert "call me <b>Captain</b></script>" in history.locator("details pre.patch").first.inner_text()
+        assert history.locator("b").count() == 0, "the diff is text, not markup"
         assert loaded.foreign == [] and loaded.errors == []
 
 
