@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from orchestrator.memfs.locks import merge_lock
+from orchestrator.memfs.locks import LOCK_FILE_NAME, merge_lock
 
 
 @asynccontextmanager
@@ -29,6 +30,34 @@ async def hold_merge_lock(repo: Path) -> AsyncIterator[None]:
             yield
         finally:
             release.set()
+
+
+_HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o666)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@asynccontextmanager
+async def lock_held_elsewhere(repo: Path) -> AsyncIterator[None]:
+    """Hold the repository's merge lock from another process (as another REPL's commit or merge
+    would) until the block ends; entered once the child says it holds it."""
+    lock = repo / ".git" / LOCK_FILE_NAME
+    async with await anyio.open_process([sys.executable, "-c", _HOLDER, str(lock)]) as child:
+        assert child.stdout is not None and child.stdin is not None
+        said = b""
+        async for chunk in child.stdout:
+            said += chunk
+            if b"held" in said:
+                break
+        try:
+            yield
+        finally:
+            await child.stdin.send(b"\n")
+            await child.wait()
 
 
 class SleepRecorder:

@@ -15,7 +15,7 @@ rebased tip is audited again before the second push (4.2 check 10).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -100,9 +100,11 @@ async def after_turn(
     memory_dir: Path,
     *,
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
+    on_wait: Callable[[], Awaitable[None]] | None = None,
 ) -> SyncResult | None:
     """The post-turn sync of TURN-4.7 under the repository lock (D1): ``None`` when the lock stayed busy
-    for ``SYNC_LOCK_WAIT_SECONDS`` (skipped silently for this turn), else the ordered checks' result.
+    for ``SYNC_LOCK_WAIT_SECONDS`` (skipped for this turn), else the ordered checks' result.
+    ``on_wait`` is awaited once when the sync is about to wait behind another process's hold (V5).
 
     The repository's git common directory (the lock's home) is asked once per process and memory
     directory (in the same hop as whether there is a repository at all), so a turn whose lock is
@@ -120,7 +122,7 @@ async def after_turn(
     except FileNotFoundError:
         if _common_dirs.pop(memory_dir, None) is None:
             raise
-        return await after_turn(memory_dir, audit=audit)
+        return await after_turn(memory_dir, audit=audit, on_wait=on_wait)
     if free and boxed is not None:
         result, error = boxed
         if error is not None:
@@ -128,7 +130,7 @@ async def after_turn(
         assert result is not None
         return result
     try:
-        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS, common_dir=common):
+        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS, common_dir=common, on_wait=on_wait):
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     except LockBusy:
         return None

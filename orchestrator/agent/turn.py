@@ -59,6 +59,7 @@ from orchestrator.agent.skills import Skill, append_available_skills, discover_s
 from orchestrator.base import blocking
 from orchestrator.base.events import (
     Event,
+    LockWaiting,
     MemoryUpdateInjected,
     MemoryWarning,
     ModelCalled,
@@ -444,6 +445,10 @@ class TurnRunner(ReadsSessionContext):
             last_run=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
         )
 
+    async def _say_sync_waits(self) -> None:
+        """V5: the post-turn sync is about to wait behind another process's lock; said as a line."""
+        await self.observer(LockWaiting("memory", _SYNC_QUEUED))
+
     async def _after_turn(self, conversation_id: str) -> tuple[SyncResult | None, SyncReminder | None, list[Event]]:
         """TURN-4.7: classify the checkout and decide the reminder (``close_turn`` writes it,
         with the events returned here, which are then shown); never raises.
@@ -454,7 +459,7 @@ class TurnRunner(ReadsSessionContext):
         from orchestrator.agent.memory_sync import after_turn, sync_reminder_for
 
         try:
-            result = await after_turn(self.agent.memory_dir)
+            result = await after_turn(self.agent.memory_dir, on_wait=self._say_sync_waits)
             if result is None:
                 return None, None, []
             text = sync_reminder_for(result)
@@ -467,6 +472,12 @@ class TurnRunner(ReadsSessionContext):
                 "memory.sync_failed", {"error": f"{type(exc).__name__}: {exc}"}, conversation_id=conversation_id
             )
             return None, None, []
+
+
+_SYNC_QUEUED = (
+    "another process holds this agent's memory repository lock (a commit or a merge); "
+    "this turn's memory sync is queued behind it"
+)
 
 
 def _without_oversized_writes(message: Message) -> tuple[Message, dict[str, str]]:

@@ -32,7 +32,7 @@ import os
 import secrets
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
@@ -164,6 +164,7 @@ async def _repo_lock(
     wait: bool,
     max_wait: float | None,
     common_dir: Path | None,
+    on_wait: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Path]:
     common = common_dir if common_dir else await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
     in_process = _process_lock(common, file_name)
@@ -184,9 +185,14 @@ async def _repo_lock(
         waiter = FlockWaiter(common / file_name)
         owner = common / owner_name if owner_name else None
         try:
-            if max_wait is None or not wait:
+            got = False
+            if wait and on_wait is not None:
+                got = await blocking.run_sync("files", partial(_acquired, waiter, owner, token, False))
+                if not got:
+                    await on_wait()
+            if not got and (max_wait is None or not wait):
                 got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, wait))
-            else:
+            elif not got:
                 with fail_after(max_wait):
                     got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, True))
         except TimeoutError:
@@ -208,15 +214,23 @@ async def _repo_lock(
 
 @asynccontextmanager
 async def merge_lock(
-    repo_dir: Path, *, wait: bool = True, max_wait: float | None = None, common_dir: Path | None = None
+    repo_dir: Path,
+    *,
+    wait: bool = True,
+    max_wait: float | None = None,
+    common_dir: Path | None = None,
+    on_wait: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Path]:
     """Hold the lock of ``repo_dir``'s repository (D1); yields the git common directory.
 
     Waiting is cancellable and never blocks the loop. ``wait=False`` raises :class:`LockBusy` at
     once if another task or process holds it; ``max_wait`` bounds the wait (then :class:`LockBusy`).
+    ``on_wait`` is awaited once, before waiting, when another process holds the file lock (V5: a
+    session says it is queued behind one); waiting behind a task of this process does not call it.
     """
     async with _repo_lock(
-        repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, max_wait=max_wait, common_dir=common_dir
+        repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, max_wait=max_wait, common_dir=common_dir,
+        on_wait=on_wait,
     ) as common:
         yield common
 

@@ -3,12 +3,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
 from orchestrator.agent import memory_sync
 from orchestrator.agent.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
 from orchestrator.memfs.repo import init_memory_repo
-from tests.support import hold_merge_lock
+from tests.support import hold_merge_lock, lock_held_elsewhere
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -146,6 +147,38 @@ async def test_after_turn_skips_while_the_merge_lock_is_held(repo: Path, monkeyp
         assert await after_turn(repo) is None
     result = await after_turn(repo)
     assert result is not None and result.status == "skipped"
+
+
+@pytest.mark.anyio
+async def test_after_turn_says_when_it_queues_behind_another_processs_lock(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """V5: the sync waits behind another process's hold and says so once, before waiting; it goes
+    on as soon as the lock is given back (the test waits on the events, not the clock). Waiting
+    behind a task of its own process is not "another process"."""
+    queued = anyio.Event()
+    calls: list[str] = []
+    results: list[object] = []
+
+    async def on_wait() -> None:
+        calls.append("queued")
+        queued.set()
+
+    async def sync() -> None:
+        results.append(await after_turn(repo, on_wait=on_wait))
+
+    async with anyio.create_task_group() as tg:
+        async with lock_held_elsewhere(repo):
+            tg.start_soon(sync)
+            await queued.wait()
+            assert results == [], "still waiting while the other process holds the lock"
+    assert calls == ["queued"]
+    assert isinstance(results[0], memory_sync.SyncResult) and results[0].status == "skipped"
+
+    monkeypatch.setattr(memory_sync, "SYNC_LOCK_WAIT_SECONDS", 0.3)  # the bound, not the behaviour
+    async with hold_merge_lock(repo):
+        assert await after_turn(repo, on_wait=on_wait) is None
+    assert calls == ["queued"], "a hold of this process's own is waited for without the line"
 
 
 def test_only_52x_and_rpc_network_failures_are_transient() -> None:

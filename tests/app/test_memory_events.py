@@ -22,6 +22,7 @@ from orchestrator.base.events import (
 from orchestrator.base.subagent_events import ReflectionMerged
 from orchestrator.cli.render import TerminalRenderer
 from tests.memfs.reflection_helpers import commit_file, git, make_repo
+from tests.support import lock_held_elsewhere
 
 pytestmark = pytest.mark.anyio
 
@@ -185,3 +186,38 @@ async def test_two_sessions_on_one_agent_and_a_hand_commit_are_named_by_their_tr
     # the first session saw the second one's turn: an agent commit that is not its own
     theirs = [p for p in seen[first.conversation_id] if p["provenance"].get("conversation") == second.conversation_id]
     assert theirs and all(p["source"] == "other" and p["provenance"]["source"] == "agent" for p in theirs)
+
+
+async def test_a_turn_whose_sync_queues_behind_another_processs_lock_says_so(tmp_path: Path) -> None:
+    """V5: another process holds the memory repository's lock (and commits under it) while this
+    session's turn ends: the session says in a line that its sync is queued behind that process,
+    goes on once it lets go, and shows the other process's commit as that process's, not its own."""
+    shown = io.StringIO()
+    renderer = TerminalRenderer(io.StringIO(), activity=shown, columns=lambda: None)
+    renderer.memory_changes = True
+    queued = anyio.Event()
+    kinds: list[str] = []
+
+    async def observer(event: Event) -> None:
+        await renderer(event)
+        if isinstance(event, LockWaiting):
+            kinds.append(event.what)
+            queued.set()
+
+    async with ChatSession.open(agent_id="queued", workspace=tmp_path, observer=observer) as session:
+        memory = session.agent.memory_dir
+        renderer.memory_dir = memory
+        await session.send("hello")  # the tracker's baseline
+        async with anyio.create_task_group() as tg:
+            async with lock_held_elsewhere(memory):
+                tg.start_soon(session.send, "how are you")
+                await queued.wait()
+                theirs = await _commit(memory, "notes.md", "theirs", "the other REPL's edit")
+        logged = await session.runtime.store.events(agent_id="queued", kinds=["memory.commit"])
+    assert kinds == ["memory"]
+    lines = shown.getvalue().splitlines()
+    said = next(i for i, line in enumerate(lines) if "memory sync is queued behind it" in line)
+    other = next(i for i, line in enumerate(lines) if "memory changed by another process: notes.md" in line)
+    assert said < other
+    assert not any(line.startswith("  ↻ memory: ") for line in lines), "nothing shown as this session's own"
+    assert [(e.payload["revision"], e.payload["source"]) for e in logged] == [(theirs, "other")]
