@@ -1,25 +1,20 @@
 """GenAI spans and metrics of a real chat session (scripted model, real git and SQLite): the span tree
 of one turn with a tool call and a reflection through the SDK's in-memory exporter, content only
-when asked for, off when not configured, and an OTLP/HTTP export decoded by a receiver on
-127.0.0.1."""
+when asked for, off when not configured, and a one-shot's OTLP/HTTP export as a collector on
+127.0.0.1 decodes it (``orchestrator/testing/otlp_collector.py``), memory spans checked against git."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("opentelemetry.util.genai", reason="the reverie[otel] extra is not installed")
 
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -28,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestrator.app.session import ChatSession
 from orchestrator.app.telemetry import installed, open_telemetry, otel_configured
+from orchestrator.testing.otlp_collector import LoopbackCollector
 
 pytestmark = pytest.mark.anyio
 
@@ -141,71 +137,65 @@ def test_telemetry_is_off_unless_otel_variables_ask_for_it() -> None:
     assert otel_configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP collector: decodes each protobuf request body."""
-
-    got: dict[str, list[Any]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.path == "/v1/traces":
-            message: Any = ExportTraceServiceRequest()
-        elif self.path == "/v1/metrics":
-            message = ExportMetricsServiceRequest()
-        else:
-            self.send_response(404)
-            self.end_headers()
-            return
-        message.ParseFromString(body)
-        self.got.setdefault(self.path, []).append(message)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+def _one_shot(collector: LoopbackCollector, home: Path, text: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """``reverie chat -p TEXT`` in a child process, exporting to ``collector`` as a user would."""
+    env = dict(
+        os.environ,
+        REVERIE_HOME=str(home),
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+        OTEL_SERVICE_NAME="reverie-under-test",
+        **extra,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "chat", "-p", text], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
 
 
 def test_an_otlp_http_export_reaches_a_loopback_receiver(tmp_path: Path) -> None:
-    got: dict[str, list[Any]] = {}
-    handler = type("Receiver", (_Receiver,), {"got": got})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        env = dict(
-            os.environ,
-            REVERIE_HOME=str(tmp_path),
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}",
-            OTEL_SERVICE_NAME="reverie-under-test",
-        )
-        proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "chat", "-p", "remember that I like owls"],
-            env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LoopbackCollector() as collector:
+        proc = _one_shot(collector, tmp_path, "remember that I like owls")
     assert proc.returncode == 0, proc.stderr
-    spans = [
-        (span.name, resource.resource)
-        for request in got["/v1/traces"]
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ]
-    names = {name for name, _ in spans}
+    spans = collector.spans()
+    names = {span.name for span in spans}
     assert {"invoke_agent agent-default", "chat scripted", "execute_tool bash"} <= names, names
-    services = {a.value.string_value for _, r in spans for a in r.attributes if a.key == "service.name"}
-    assert services == {"reverie-under-test"}
-    metrics = {
-        metric.name
-        for request in got["/v1/metrics"]
-        for resource in request.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-    }
-    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= metrics
+    assert {span.resource.get("service.name") for span in spans} == {"reverie-under-test"}
+    assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= collector.metric_names()
+
+
+def _trailer_sources(memory: Path) -> dict[str, str]:
+    """commit -> its ``Reverie-Source`` as git itself reads the trailers."""
+    said = subprocess.run(
+        ["git", "log", "--format=%H%x1f%(trailers:key=Reverie-Source,valueonly,separator=)%x1e"],
+        cwd=memory, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    pairs = (record.strip("\n").split("\x1f") for record in said.split("\x1e") if record.strip())
+    return {sha: source.strip() or "outside" for sha, source in pairs}
+
+
+def test_each_memory_change_reaches_an_otlp_collector_as_an_update_memory_span(tmp_path: Path) -> None:
+    """V2 over the wire: two one-shots that commit (the agent's edit, then a reflection's) export
+    each commit as an ``update_memory`` span whose record id is the commit (git is the oracle), in
+    the repository it names, under the span that made it; nothing but OTEL_* configures it."""
+    with LoopbackCollector() as collector:
+        edit = _one_shot(collector, tmp_path, "remember that I like owls", REVERIE_REFLECTION_TRIGGER="off")
+        assert edit.returncode == 0, edit.stderr
+        fact = _one_shot(collector, tmp_path, "my name is Ada", REVERIE_REFLECTION_TRIGGER="step-count:1")
+        assert fact.returncode == 0, fact.stderr
+    memory = tmp_path / "agents" / "agent-default" / "memory"
+    truth = {sha: source for sha, source in _trailer_sources(memory).items() if source != "init"}
+    assert set(truth.values()) >= {"agent", "reflection"}, truth
+    spans = collector.spans()
+    by_id = {span.span_id: span for span in spans}
+    updates = [span for span in spans if span.name == "update_memory"]
+    assert sorted(span.attributes["gen_ai.memory.record.id"] for span in updates) == sorted(truth)
+    for span in updates:
+        commit = span.attributes["gen_ai.memory.record.id"]
+        assert span.attributes["gen_ai.operation.name"] == "update_memory"
+        assert Path(span.attributes["gen_ai.memory.store.id"]).resolve() == memory.resolve()
+        assert span.attributes["reverie.memory.provenance.source"] == truth[commit]
+        parent = by_id[span.parent]
+        made_by = "execute_tool bash" if truth[commit] == "agent" else "invoke_agent reflection"
+        assert parent.name == made_by and parent.trace_id == span.trace_id, (truth[commit], parent.name)
 
 
 async def test_a_batch_run_and_its_tasks_are_workflows_around_the_turns(traced: _Traced, tmp_path: Path) -> None:
