@@ -25,7 +25,15 @@ from orchestrator.memfs.provenance import SOURCES
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.undo import Span, UndoError, UndoOutcome, plan_undo, restore_tree, undo_spans
 
-__all__ = ["LogFilter", "check_time", "memory_changes", "policy_resolver", "restore_memory", "undo_changes"]
+__all__ = [
+    "LogFilter",
+    "check_time",
+    "kept_lines_notes",
+    "memory_changes",
+    "policy_resolver",
+    "restore_memory",
+    "undo_changes",
+]
 
 _AGO = re.compile(r"^\d+ (second|minute|hour|day|week|month|year)s? ago$")
 
@@ -121,6 +129,16 @@ async def restore_memory(
     if dry_run:
         return UndoOutcome("dry-run", (Span(base=sha, tip=sha, commits=(), subject=f"restore memory as of {sha[:12]}"),), (), None)
     return await restore_tree(repo, sha, agent_id=agent_id, resolver=resolver)
+
+
+def kept_lines_notes(outcome: UndoOutcome, verb: str = "undo") -> list[str]:
+    """One line per file in which the resolver kept lines ``verb`` takes out (V6): said by every
+    front end, so a "resolved" undo that is not complete in a file never reads as done."""
+    return [
+        f"the resolver reconciled {path} with later edits and kept {len(lines)} line(s) this {verb} takes out "
+        f"({lines[0][:60]!r}{', …' if len(lines) > 1 else ''}); edit the file to finish it"
+        for path, lines in outcome.kept_lines
+    ]
 
 
 def policy_resolver(settings: Settings, agent_id: str) -> Resolver | None:

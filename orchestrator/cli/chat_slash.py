@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from orchestrator.app.memory_history import LogFilter, memory_changes, undo_changes
+from orchestrator.app.memory_history import LogFilter, kept_lines_notes, memory_changes, undo_changes
 from orchestrator.app.session import ChatSession
 from orchestrator.app.usage import PARTS, Tally, limit_lines
 from orchestrator.base import blocking
@@ -180,6 +180,8 @@ class Slash:
                 self.say(f"undone: new commit {', '.join(c[:7] for c in merged.commits)}; the next turn sees it as a memory update")
             else:
                 self.say(f"undo kept on branch {merged.branch}: {merged.reason or merged.status} (/status lists kept branches)")
+        for note in kept_lines_notes(outcome):
+            self.say(f"⚠ {note}")
 
     async def _compact(self, arg: str) -> None:
         try:

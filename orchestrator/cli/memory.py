@@ -403,6 +403,11 @@ def _report(outcome: UndoOutcome, verb: str) -> None:
                 f"see `reverie reflections list`",
                 err=True,
             )
+    # lazy: `reverie --help` imports every command module (cli/app.py)
+    from orchestrator.app.memory_history import kept_lines_notes
+
+    for note in kept_lines_notes(outcome, verb):
+        typer.echo(f"reverie: warning: {note}", err=True)
     if outcome.kept:
         raise typer.Exit(1)
 

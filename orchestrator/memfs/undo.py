@@ -7,7 +7,9 @@ it takes back in its trailers. That branch is then merged back like a reflection
 rebased onto ``HEAD`` under the repository lock, the candidate ``HEAD`` audited by the same
 validation, the checkout fast-forwarded. Later edits of the same lines make the rebase stop, and
 that stop is handled as merge-back's is: a resolver reconciles it, or the branch is kept and named
-(``reverie reflections list`` shows it). Nothing is dropped, nothing half-applied, and the commits
+(``reverie reflections list`` shows it). A reconciled file may keep lines the undo takes out (a
+union keeps every line of both sides): the outcome names them (``kept_lines``, V6), so an undo that
+is not complete in a file says so. Nothing is dropped, nothing half-applied, and the commits
 taken back stay ancestors of ``HEAD``. A restore is the same with the worktree at ``HEAD`` and the
 tree of the revision asked for. A running session sees the new commit as a ``<memory_update>``.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from orchestrator.base import blocking
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import run
-from orchestrator.memfs.history import changes, commit_before, resolve_commit
+from orchestrator.memfs.history import changes, commit_before, read_committed, resolve_commit
 from orchestrator.memfs.indexlock import harness_git
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 from orchestrator.memfs.provenance import Provenance, trailer_args
@@ -55,6 +57,10 @@ class UndoOutcome:
     spans: tuple[Span, ...]
     merges: tuple[MergeOutcome, ...]
     head: str | None
+    kept_lines: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Per file a resolver reconciled with later edits, the lines the undo takes out that the file
+    still holds afterwards (V6: a reconciliation by union keeps every line of both sides, so the
+    undo is not complete there); empty when there are none."""
 
     @property
     def commits(self) -> tuple[str, ...]:
@@ -152,7 +158,7 @@ async def undo_spans(
         message = f"undo: {span.subject}"
         provenance = Provenance("undo", agent_id, undoes=f"{what} {_ids(span)}")
         merges.append(await _commit_and_merge(repo, span.tip, span.base, message, provenance, agent_id, resolver))
-    return _outcome(spans, tuple(merges))
+    return await _outcome(repo, spans, tuple(merges))
 
 
 async def restore_tree(
@@ -167,18 +173,40 @@ async def restore_tree(
     span = Span(base=sha, tip=head, commits=(), subject=f"restore memory as of {sha[:12]}")
     provenance = Provenance("restore", agent_id, undoes=f"restore {sha[:12]}")
     merged = await _commit_and_merge(repo, head, sha, span.subject, provenance, agent_id, resolver)
-    return _outcome((span,), (merged,))
+    return await _outcome(repo, (span,), (merged,))
 
 
 def _ids(span: Span) -> str:
     return span.tip[:12] if len(span.commits) == 1 else f"{span.base[:12]}..{span.tip[:12]} ({len(span.commits)} commits)"
 
 
-def _outcome(spans: tuple[Span, ...], merges: tuple[MergeOutcome, ...]) -> UndoOutcome:
+async def _outcome(repo: Path, spans: tuple[Span, ...], merges: tuple[MergeOutcome, ...]) -> UndoOutcome:
     statuses = {m.status for m in merges}
     status = next((s for s in ("failed", "kept", "pending", "resolved", "merged") if s in statuses), "no_changes")
     head = next((m.new_head for m in reversed(merges) if m.new_head), None)
-    return UndoOutcome(status, spans, merges, head)
+    kept = await blocking.run_sync("git", partial(_kept_lines, repo, spans, merges)) if "resolved" in statuses else ()
+    return UndoOutcome(status, spans, merges, head, kept)
+
+
+def _lines(repo: Path, path: str, revision: str) -> list[str]:
+    return (read_committed(repo, path, revision) or b"").decode("utf-8", "replace").splitlines()
+
+
+def _kept_lines(
+    repo: Path, spans: tuple[Span, ...], merges: tuple[MergeOutcome, ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """For each file a resolver reconciled, the lines the span's change brought in (what the undo
+    takes out) that the merged file still holds (blocking, in-process reads)."""
+    found = []
+    for span, merged in zip(spans, merges, strict=True):
+        if merged.status != "resolved" or not merged.new_head:
+            continue
+        for path in merged.resolved_files:
+            taken_out = set(_lines(repo, path, span.tip)) - set(_lines(repo, path, span.base))
+            still = tuple(line for line in _lines(repo, path, merged.new_head) if line.strip() and line in taken_out)
+            if still:
+                found.append((path, still))
+    return tuple(found)
 
 
 async def _commit_and_merge(

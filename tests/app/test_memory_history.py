@@ -15,9 +15,11 @@ import anyio
 import pytest
 
 from orchestrator import Home, open_session
+from orchestrator.app.memory_history import kept_lines_notes
 from orchestrator.memfs.gitwrap import wrapped_path
 from orchestrator.memfs.merge import finalize_worktree
 from orchestrator.memfs.provenance import Provenance, trailers_env
+from orchestrator.memfs.undo import UndoOutcome
 from orchestrator.memfs.worktrees import create_worktree
 from orchestrator.models.scripted import ScriptedModel
 from subagents.resolver import make_resolver
@@ -116,3 +118,13 @@ def _check_undone(repo: Path, before: str, undone: list[str]) -> None:
     persona = (repo / "persona.md").read_text(encoding="utf-8")
     assert "speak slowly" in persona and "speak briefly" in persona, "later changes are kept"
     assert "🦉" in persona, "the agent's own commit is kept"
+
+
+def test_an_undo_the_resolver_could_not_finish_says_which_lines_stayed() -> None:
+    """V6: every front end says so in the same words; nothing when the undo is complete."""
+    done = UndoOutcome("resolved", (), (), "a" * 40)
+    assert kept_lines_notes(done) == []
+    partial = UndoOutcome("resolved", (), (), "a" * 40, (("notes/hot.md", ("learned", "more")),))
+    (note,) = kept_lines_notes(partial, "restore")
+    assert note.startswith("the resolver reconciled notes/hot.md with later edits and kept 2 line(s) this restore takes out")
+    assert "'learned', …" in note

@@ -107,21 +107,39 @@ def _check_kept(repo: Path, kept_branches: tuple[str, ...], later: str, before: 
     assert _tree(repo, kept) == _tree(repo, before)
 
 
-async def test_under_resolve_the_resolver_reconciles_it_and_nothing_is_dropped(repo: Path) -> None:
-    before, tip, _ = await anyio.to_thread.run_sync(_history, repo)
-    later = await anyio.to_thread.run_sync(
-        commit_file, repo, "notes/hot.md", "---\nname: hot\ndescription: shared\n---\nbase\nlearned\nand more\n", "later edit"
+def _conflicted(repo: Path, base: str, tip: str) -> list[str]:
+    """The paths git's own merge of the undo with ``HEAD`` leaves conflicted (``merge-tree --name-only``)."""
+    undo = git(repo, "commit-tree", f"{base}^{{tree}}", "-p", tip, "-m", "oracle").strip()
+    said = subprocess.run(
+        ["git", "merge-tree", "--write-tree", "--name-only", "HEAD", undo], cwd=repo, capture_output=True, text=True
     )
+    assert said.returncode == 1, said.stderr
+    return said.stdout.split("\n\n", 1)[0].splitlines()[1:]
+
+
+HOT_LATER = "---\nname: hot\ndescription: shared\n---\nbase\nlearned\nand more\n"
+
+
+async def test_under_resolve_the_resolver_reconciles_it_and_nothing_is_dropped(repo: Path) -> None:
+    """H3, V6: the undo meets a later edit of the file the reflection wrote; git's own merge
+    conflicts on that file alone. The scripted resolver reconciles by union (every line of both
+    sides), which cannot take a line out: the later edit survives and so do the lines the undo
+    meant to remove, and the outcome names them, while the file without a conflict is undone."""
+    before, tip, _ = await anyio.to_thread.run_sync(_history, repo)
+    later = await anyio.to_thread.run_sync(commit_file, repo, "notes/hot.md", HOT_LATER, "later edit")
+    assert await anyio.to_thread.run_sync(_conflicted, repo, before, tip) == ["notes/hot.md"]
     spans = await anyio.to_thread.run_sync(lambda: plan_undo(repo, reflection=REFLECTION))
 
     outcome = await undo_spans(repo, spans, agent_id="a", what="reflection", resolver=make_resolver(ScriptedModel(), agent_id="a"))
     assert outcome.status == "resolved"
+    assert [m.resolved_files for m in outcome.merges] == [("notes/hot.md",)]
+    assert outcome.kept_lines == (("notes/hot.md", ("learned",)),), "the one line the undo takes out is back"
     await anyio.to_thread.run_sync(_check_resolved, repo, later)
 
 
 def _check_resolved(repo: Path, later: str) -> None:
     assert _ancestor(repo, later)
-    assert "and more" in (repo / "notes" / "hot.md").read_text(), "the later edit survives"
+    assert (repo / "notes" / "hot.md").read_text() == HOT_LATER, "the union: the later edit whole, the undone lines too"
     assert not (repo / "notes" / "learned.md").exists(), "the part that did not conflict is undone"
     assert git(repo, "log", "-1", "--format=%(trailers:key=Reverie-Source,valueonly)").strip() == "resolver"
     assert audit_head(repo).ok
