@@ -19,6 +19,7 @@ from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event, MemoryCommitted, Publisher
 from orchestrator.base.subagent_events import ReflectionDecided
+from orchestrator.memfs.history import provenance_of
 from orchestrator.memfs.merge import discard_branch, merge_branch, resolve_branch
 from orchestrator.memfs.repo import head_revision
 from orchestrator.memfs.resolution import Resolver
@@ -123,8 +124,11 @@ async def merge_reflection(
         saved = _decided(saved, "merge", by, why)
         await store.save_reflection(saved)
     if outcome.in_head and outcome.new_head and outcome.new_head != before:
+        said = await blocking.run_sync("git", partial(provenance_of, memory_dir, outcome.new_head))
+        provenance = said.as_dict() if said is not None else {}
         await publish(
-            MemoryCommitted(outcome.new_head, before, "review", reflection_id, outcome.files), conversation_id
+            MemoryCommitted(outcome.new_head, before, "review", reflection_id, outcome.files, provenance=provenance),
+            conversation_id,
         )
     await publish(
         ReflectionDecided(

@@ -93,7 +93,9 @@ async def test_every_reflection_branch_is_held_until_a_person_decides(tmp_path: 
             (first.id, "merge", "ada", "right"), (second.id, "discard", "ada", "wrong number"),
         ]
         commits = await store.events(agent_id="v1", kinds=["memory.commit"])
-        assert any(e.payload["source"] == "review" and e.payload["by"] == first.id for e in commits)
+        reviewed = [e.payload for e in commits if e.payload["source"] == "review" and e.payload["by"] == first.id]
+        assert reviewed and reviewed[0]["provenance"]["reflection"] == first.id, "the merged commit's own trailers"
+        assert reviewed[0]["provenance"]["source"] in {"reflection", "resolver"}
 
 
 async def test_a_run_that_died_under_review_is_held_at_start_up_not_merged(tmp_path: Path) -> None:
