@@ -170,7 +170,8 @@ async def test_after_turn_says_when_it_queues_behind_another_processs_lock(
     async with anyio.create_task_group() as tg:
         async with lock_held_elsewhere(repo):
             tg.start_soon(sync)
-            await queued.wait()
+            with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
+                await queued.wait()
             assert results == [], "still waiting while the other process holds the lock"
     assert calls == ["queued"]
     assert isinstance(results[0], memory_sync.SyncResult) and results[0].status == "skipped"

@@ -211,7 +211,8 @@ async def test_a_turn_whose_sync_queues_behind_another_processs_lock_says_so(tmp
         async with anyio.create_task_group() as tg:
             async with lock_held_elsewhere(memory):
                 tg.start_soon(session.send, "how are you")
-                await queued.wait()
+                with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
+                    await queued.wait()
                 theirs = await _commit(memory, "notes.md", "theirs", "the other REPL's edit")
         logged = await session.runtime.store.events(agent_id="queued", kinds=["memory.commit"])
     assert kinds == ["memory"]
