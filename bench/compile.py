@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.memfs import compile_system_prompt
 from orchestrator.memfs.compiler import clear_render_cache
-from orchestrator.memfs.git import REPOS
+from orchestrator.memfs.repopool import REPOS
 
 CORE_COUNTS = (5, 20, 100)
 DEFERRED_COUNTS = (0, 100, 1_000, 10_000)

@@ -70,6 +70,7 @@ from orchestrator.batch.suite import parse_suite
 from orchestrator.batch.sweep import SweepReport, SweepSetting
 from orchestrator.compaction.result import CompactionResult
 from orchestrator.compaction.settings import CompactionMode
+from orchestrator.memfs.gitdir import is_repository
 from orchestrator.memfs.history import Change
 from orchestrator.memfs.undo import UndoOutcome
 from orchestrator.models.scripted import ScriptedModel
@@ -591,7 +592,7 @@ def _memory_dir(agent: str, home: Home | PathArg | None) -> tuple[Home, Path]:
     where = current_home() if home is None else as_home(home)
     with using_home(where):
         repo = agent_memory_dir(agent)
-    if not (repo / ".git").exists():
+    if not is_repository(repo):
         raise UsageError(f"agent {agent!r} has no memory repository at {repo}")
     return where, repo
 

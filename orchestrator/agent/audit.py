@@ -27,7 +27,8 @@ from pathlib import Path
 
 from orchestrator.memfs import protection
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
-from orchestrator.memfs.git import TreeTooLarge, open_repo
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gittrees import TreeTooLarge
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.history import first_parents
 
@@ -88,12 +89,12 @@ def _repository(memory_dir: Path) -> str:
     """What an audit is cached under with the commit: the common git directory, so a linked worktree
     at a commit already audited (compaction's, C9, on most turns of a long session) is not audited
     again; the layout policy the audit reads lives there too."""
-    with open_repo(memory_dir) as reader:
+    with GitRepo(memory_dir).open() as reader:
         return str(reader.common_dir) if reader is not None else str(memory_dir)
 
 
 def _head(memory_dir: Path) -> str | None:
-    with open_repo(memory_dir) as reader:
+    with GitRepo(memory_dir).open() as reader:
         if reader is None:
             return None
         resolved = reader.revision("HEAD")
@@ -202,7 +203,7 @@ def _against(repo: Path, common: Path, revision: str, accepted: str) -> tuple[st
 
     key = (str(common), revision, accepted)
     if key not in _JUDGED:
-        with open_repo(repo) as local:
+        with GitRepo(repo).open() as local:
             approved = local is not None and protection.config_change_approved(local, common, accepted, revision)
         if len(_JUDGED) >= _CACHE_SIZE:
             _JUDGED.pop(next(iter(_JUDGED)))
@@ -219,7 +220,7 @@ def _advance(repo: Path, common: Path, commit: str) -> None:
 
 
 def _is_commit(repo: Path, revision: str) -> bool:
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         return local is not None and local.resolve(revision) is not None
 
 

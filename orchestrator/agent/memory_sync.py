@@ -23,7 +23,8 @@ from pathlib import Path
 from orchestrator.agent.audit import audit_errors
 from orchestrator.agent.reminders import memory_invalid_reminder, sync_reminder
 from orchestrator.base import blocking
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.gitdir import is_repository
 from orchestrator.memfs.guard import RepositoryRefused, drain_findings, locate, report
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.operations import record_sync, settle
@@ -149,7 +150,7 @@ def _boxed(fn: Callable[[], SyncResult]) -> tuple[SyncResult | None, Exception |
 
 def _common_dir_if_git(memory_dir: Path) -> Path | None:
     """The git common directory of ``memory_dir``, or None when it has no ``.git`` at all."""
-    return common_dir_sync(memory_dir) if (memory_dir / ".git").exists() else None
+    return common_dir_sync(memory_dir) if is_repository(memory_dir) else None
 
 
 def check_memory(
@@ -170,7 +171,7 @@ def check_memory(
 def _checks(memory_dir: Path, audit: Callable[[Path, str], tuple[str, ...]] | None) -> SyncResult:
     where = str(memory_dir)
     # located once for every step (a ``.git`` of its own: what ``repo_status`` counts as initialized)
-    layout = locate(memory_dir) if (memory_dir / ".git").exists() else None
+    layout = locate(memory_dir) if is_repository(memory_dir) else None
     if audit is None:
         audit = partial(_audit_head, common_dir=None if layout is None else layout.common_dir)
     if layout is not None:

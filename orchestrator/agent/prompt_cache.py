@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agent.reminders import memory_invalid_reminder, memory_update_reminder
 from orchestrator.base import blocking
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.models.types import Message
 from orchestrator.store import PromptRecord, Store, StoredMessage
 
@@ -94,7 +94,7 @@ def decide(row: PromptRecord | None, raw_system_hash: str, revision: str | None)
 
 def current_revision(memory_dir: Path) -> str | None:
     """HEAD of the memory repository through the pooled object reader (no extra process)."""
-    with open_repo(memory_dir) as reader:
+    with GitRepo(memory_dir).open() as reader:
         if reader is None:
             return None
         resolved = reader.revision("HEAD")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.memfs.collation import sorted_by_collation
 from orchestrator.memfs.frontmatter import js_trim, parse_frontmatter
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.markup import neutralise
 
 __all__ = ["Skill", "append_available_skills", "discover_skills", "render_available_skills"]
@@ -31,7 +31,7 @@ class Skill:
 def discover_skills(memory_dir: Path, revision: str | None = None) -> list[Skill]:
     """``skills/<dir>/SKILL.md`` at the committed revision; the name is the frontmatter ``name``
     when it is a non-empty string, else the folder name. Blocking: call from a worker thread."""
-    with open_repo(memory_dir) as reader:
+    with GitRepo(memory_dir).open() as reader:
         if reader is None:
             return []
         resolved = reader.revision(revision or "HEAD")

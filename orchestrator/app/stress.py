@@ -72,10 +72,12 @@ from orchestrator.base import blocking
 from orchestrator.base.config import MERGE_POLICIES
 from orchestrator.base.errors import UsageError
 from orchestrator.memfs.constraints import CONFIG_PATH
-from orchestrator.memfs.git import GitError, LocalRepo, ask
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import commit_message
 from orchestrator.memfs.hook import install_hook
-from orchestrator.memfs.indexlock import clear_stale_git_locks, retrying_git
+from orchestrator.memfs.indexlock import clear_stale_git_locks
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import (
     AuditFn,
@@ -93,6 +95,7 @@ from orchestrator.memfs.repo import (
     harness_commit_all,
     harness_commit_tracked,
     harness_init,
+    harness_unstage,
 )
 from orchestrator.memfs.resolution import Resolver
 from orchestrator.memfs.snapshot import build_snapshot
@@ -386,7 +389,7 @@ async def _made_anyway(checkout: Path, rel: str, message: str) -> str | None:
     found = await blocking.run_sync("git", partial(commit_message, checkout))
     if found is None or body(found[1]).strip() != message:
         return None
-    await retrying_git(checkout, "reset", "-q", "HEAD", "--", rel, check=False)
+    await harness_unstage(checkout, rel)
     return found[0]
 
 
@@ -631,7 +634,7 @@ class _Writer:
             problem = f"the merge after freeing the disk failed: {'; '.join(outcome.errors)}"
         async with merge_lock(state.repo):
             # Edits a writer is still retrying are fine; a half-done merge (unmerged entries) is not.
-            status = await ask(state.repo, lambda local: local.status())
+            status = await GitRepo(state.repo).ask(lambda local: local.status())
         unmerged = [f"{code} {path}" for code, path in status if code == "UU"]
         if unmerged:
             problem = problem or f"the checkout is left mid-merge: {unmerged[0]}"
@@ -661,7 +664,7 @@ class _Writer:
             return
         await remove_worktree(state.repo, wt)
         if self.batch:
-            if await ask(state.repo, partial(_in_head, f"refs/heads/{wt.branch}")):
+            if await GitRepo(state.repo).ask(partial(_in_head, f"refs/heads/{wt.branch}")):
                 state.book(MergeOutcome("merged", None, wt.branch, tuple(self.batch), (), None))
                 self.batch = []
         if not self.batch:
@@ -695,7 +698,7 @@ async def _dangling_pin(repo: Path, wt: Worktree) -> str | None:
         pins = [name for name, _ in local.refs(pin_name) if name == pin_name or name.startswith(pin_name + "/")]
         return pins, local.ref(f"refs/heads/{wt.branch}")
 
-    pins, branch = await ask(repo, pins_and_branch)
+    pins, branch = await GitRepo(repo).ask(pins_and_branch)
     if pins and branch is None:
         return f"pin {' '.join(pins)} survived recovery without its branch"
     return None
@@ -832,12 +835,12 @@ async def run_stress(
 async def _copy_out(repo: Path, to: Path) -> None:
     """The repository off the run's tmpfs before it is unmounted (its worktrees are gone by now)."""
     await blocking.run_sync("files", partial(shutil.copytree, repo, to, symlinks=True))
-    await ask(to, lambda local: local.prune_worktrees())
+    await GitRepo(to).ask(lambda local: local.prune_worktrees())
 
 
 async def _head(repo: Path) -> str:
     """The commit ``HEAD`` names; :class:`GitError` when it names none."""
-    head = await ask(repo, lambda local: local.head())
+    head = await GitRepo(repo).ask(lambda local: local.head())
     if head is None:
         raise GitError(("rev-parse", "HEAD"), 128, "fatal: HEAD names no commit", repo)
     return head
@@ -872,7 +875,7 @@ async def _count(state: _State, interrupted: bool, started: float, base: Path) -
         pending, pending_branches = await _settle(state)
     unmerged = await unmerged_branches(repo, {*state.kept_branches, *pending_branches})
     lost, lost_ids = await count_lost(repo, state.recorded)
-    reflog = await ask(repo, lambda local: local.reflog("refs/heads/main"))
+    reflog = await GitRepo(repo).ask(lambda local: local.reflog("refs/heads/main"))
     heads = [*state.heads, *reflog, await _head(repo)]
     invalid = await blocking.run_sync("git", partial(count_invalid_heads, repo, heads))
     return StressReport(

@@ -22,8 +22,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from orchestrator.base import blocking
-from orchestrator.memfs.git import GitError, LocalRepo, ask, open_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import commit_identities, reachable_commits
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.policy import ROOT_MARKER
 from orchestrator.memfs.snapshot import Entry, Snapshot, diff_status, path_order_key
 from orchestrator.memfs.validator import audit_snapshot
@@ -63,12 +65,12 @@ async def unmerged_branches(repo: Path, exclude: Collection[str]) -> dict[str, i
                 found[branch] = count
         return found
 
-    return await ask(repo, ahead_of_main)
+    return await GitRepo(repo).ask(ahead_of_main)
 
 
 def count_invalid_heads(repo: Path, heads: Iterable[str]) -> tuple[str, ...]:
     """The ``heads`` whose whole tree fails the audit (blocking: run it in a worker thread)."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is None:
             raise GitError(("cat-file",), 128, "fatal: not the top level of a git repository", repo)
         return _Sweep(local).invalid(dict.fromkeys(heads))

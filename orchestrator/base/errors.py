@@ -23,8 +23,8 @@ existed keep that base as a mixin, so code written against the old base still ca
     ├── StoreError                        orchestrator/store/records.py: the conversation store
     │   └── StoreDamaged (sqlite3.DatabaseError)  store/records.py: SQLite refused mid-query (damaged file, full disk)
     ├── MemfsError                        orchestrator/memfs/errors.py: the memory repository
-    │   ├── GitError (RuntimeError)       memfs/git.py: a git command or in-process git read failed
-    │   │   └── TreeTooLarge              memfs/git.py: a committed tree over a cap (paths, depth, bytes)
+    │   ├── GitError (RuntimeError)       memfs/errors.py: a git command or in-process git read failed
+    │   │   └── TreeTooLarge              memfs/gittrees.py: a committed tree over a cap (paths, depth, bytes)
     │   ├── MemoryCommitRejected (RuntimeError)  memfs/repo.py: staged memory failed validation
     │   ├── ResolverFailed (RuntimeError) memfs/resolution.py: a merge conflict could not be reconciled
     │   ├── LockBusy (RuntimeError)       memfs/locks.py: the merge lock is held and waiting was refused

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.batch.eventlog import EventRecord
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.gitdir import is_repository
 from orchestrator.memfs.history import Change, changes, first_parents, line_counts, patch, root_commit
 from orchestrator.store.finished import read_finished, read_reflection_rows
 from orchestrator.store.records import StoreDamaged
@@ -147,7 +148,7 @@ def memory_diff(memory: Path, base: str | None, head: str | None) -> dict[str, A
 
 
 def _has_repository(memory: Path) -> bool:
-    return (memory / ".git").exists() or (memory / "HEAD").exists()
+    return is_repository(memory) or (memory / "HEAD").exists()
 
 
 def memory_history(memory: Path, base: str | None, head: str | None) -> dict[str, Any]:

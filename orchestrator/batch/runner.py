@@ -44,7 +44,7 @@ from orchestrator.batch.judge import Judge, build_judge
 from orchestrator.batch.results import CheckResult, TaskResult, reflection_outcomes, task_quality
 from orchestrator.batch.suite import Task
 from orchestrator.batch.templates import copy_template, template_repo
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import committed_bytes, read_committed
 from orchestrator.memfs.provenance import scoped
 from orchestrator.memfs.repo import head_revision
@@ -95,12 +95,12 @@ def load_backends() -> None:
 
     from orchestrator.agent import audit, memory_sync  # noqa: F401
     from orchestrator.base import subagent_events  # noqa: F401
-    from orchestrator.memfs import collation, git, merge, validator, worktrees  # noqa: F401
+    from orchestrator.memfs import collation, git, gitprocess, libgit, merge, validator, worktrees  # noqa: F401
     from orchestrator.tools import bash  # noqa: F401
     from subagents import triggers  # noqa: F401
 
-    git.load_pygit2()
-    git.load_runner()
+    libgit.load_pygit2()
+    gitprocess.load_runner()
     collation.collation_key("")
 
 
@@ -258,7 +258,7 @@ def _read_committed(memory: Path, rel: str) -> str | None:
 
 def _head(memory: Path) -> str | None:
     """In-process (the pooled libgit2 handle): the runner asks after every turn."""
-    with open_repo(memory) as repo:
+    with GitRepo(memory).open() as repo:
         if repo is not None:
             return repo.head()
     return head_revision(memory)

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.git import GitError, list_tree_entries, using_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.repo import DEFAULT_MEMORY_FILES, head_revision, init_memory_repo, pack
 
 __all__ = ["TemplateTree", "copy_template", "template_repo"]
@@ -52,7 +53,7 @@ def _read_tree(root: Path) -> TemplateTree:
     files: list[tuple[str, int, bytes]] = []
     objects: list[str] = []
     links: list[tuple[str, str]] = []
-    tracked = frozenset(os.path.normpath(entry.path) for entry in list_tree_entries(root) or ())
+    tracked = frozenset(os.path.normpath(entry.path) for entry in GitRepo(root).tree_entries() or ())
     objects_dir = os.path.join(".git", "objects")
     for here, subdirs, names in os.walk(root):
         rel = os.path.relpath(here, root)
@@ -96,7 +97,7 @@ def copy_template(template: Path, target: Path, tree: TemplateTree) -> None:
                 _write_new(root + rel, os.stat(source + rel).st_mode & 0o7777, handle.read())
     for rel, points_to in tree.links:
         os.symlink(points_to, root + rel)
-    using_repo(target, lambda repo: repo.checkout_head())
+    GitRepo(target).read(lambda repo: repo.checkout_head())
 
 
 def _write_new(path: str, mode: int, data: bytes) -> None:

@@ -22,7 +22,7 @@ from orchestrator.base.errors import UsageError
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
 from orchestrator.cli.render import compaction_line, one_line
-from orchestrator.memfs.git import TreeTooLarge
+from orchestrator.memfs.gittrees import TreeTooLarge
 from orchestrator.memfs.history import recent_commits, tracked_files
 from orchestrator.memfs.undo import UndoError
 from orchestrator.memfs.worktrees import list_reflections

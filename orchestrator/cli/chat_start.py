@@ -240,7 +240,7 @@ def start_chat(args: ChatArgs) -> int:
         reflection_merge=args.reflection_merge,
     )
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.git import load_pygit2
+    from orchestrator.memfs.libgit import load_pygit2
 
     load_pygit2()  # every session reads its memory first: here, before the loop has threads
     if args.prompt is not None or streaming_input:

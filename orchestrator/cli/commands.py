@@ -15,6 +15,7 @@ from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer, one_line
+from orchestrator.memfs.gitdir import is_repository
 
 __all__ = [
     "history",
@@ -33,7 +34,7 @@ async def require_agent(store: Any, agent_id: str) -> None:
     ``--agent`` cannot leave a new agent, memory repository and conversation behind."""
     check_agent_id(agent_id)
     record = await store.get_agent(agent_id)
-    has_repo = await blocking.run_sync("files", (agent_memory_dir(agent_id) / ".git").exists)
+    has_repo = await blocking.run_sync("files", partial(is_repository, agent_memory_dir(agent_id)))
     if record is None and not has_repo:
         # lazy: `reverie --help` imports every command module (cli/app.py)
         from orchestrator.cli.home import known_agents_on_disk
@@ -108,7 +109,7 @@ def prompt_cmd(
                     return f"[cached · compiled {row.compiled_at} · memfs {sha}]", row.content
                 what = "this conversation has" if conv is not None else f"agent {agent!r} has no conversation, so"
                 print(f"({what} no cached prompt yet; compiling fresh)", file=sys.stderr)
-            if not await blocking.run_sync("files", (profile.memory_dir / ".git").exists):
+            if not await blocking.run_sync("files", partial(is_repository, profile.memory_dir)):
                 raise UserError(f"agent {agent!r} has no memory repository at {profile.memory_dir}")
             compiled = await blocking.run_sync("git", partial(compile_system_prompt, profile.memory_dir, profile.raw_system, agent_id=profile.agent_id))
             sha = (compiled.memfs_revision or "none")[:7]

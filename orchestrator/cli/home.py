@@ -23,7 +23,9 @@ from orchestrator.base.paths import check_agent_id, config_path, reverie_home, s
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.listing import short_time
 from orchestrator.cli.options import ContextWindowOption
-from orchestrator.memfs.git import GitError, open_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitdir import is_repository
 
 __all__ = ["AgentRow", "agent_rows", "agents", "config", "known_agents_on_disk", "register"]
 
@@ -46,7 +48,7 @@ def known_agents_on_disk(home: Path | None = None) -> list[str]:
     root = (home or reverie_home()) / "agents"
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if _valid_id(p.name) and (p / "memory" / ".git").exists())
+    return sorted(p.name for p in root.iterdir() if _valid_id(p.name) and is_repository(p / "memory"))
 
 
 def _valid_id(name: str) -> bool:
@@ -59,7 +61,7 @@ def _valid_id(name: str) -> bool:
 
 def _head_and_time(memory: Path) -> tuple[str | None, str | None]:
     try:
-        with open_repo(memory) as local:
+        with GitRepo(memory).open() as local:
             head = None if local is None else local.head()
             raw = local.read(head) if local is not None and head else None
     except GitError:

@@ -17,6 +17,7 @@ from rich.tree import Tree
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
 from orchestrator.cli.errors import UserError
 from orchestrator.cli.options import AgentOption
+from orchestrator.memfs.gitdir import is_repository
 
 if TYPE_CHECKING:
     from orchestrator.memfs.history import Change
@@ -53,7 +54,7 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
     """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
     a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.git import GitError
+    from orchestrator.memfs.errors import GitError
     from orchestrator.memfs.history import top_level
 
     if directory is not None:
@@ -62,7 +63,7 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
         path = directory
     else:
         path = agent_memory_dir(agent)
-        if not (path / ".git").exists():
+        if not is_repository(path):
             raise UserError(f"agent {agent!r} has no memory repository at {path}; run `reverie memory init --agent {agent}`")
     try:
         found = top_level(path)
@@ -111,7 +112,7 @@ def init(agent: AgentOption = DEFAULT_AGENT_ID) -> None:
     from orchestrator.memfs.repo import init_memory_repo
 
     path = agent_memory_dir(agent)
-    existed = (path / ".git").exists()
+    existed = is_repository(path)
     revision = init_memory_repo(path)
     verb = "already initialized" if existed else "initialized"
     _out.print(f"{verb} {path} at {revision[:7]}")

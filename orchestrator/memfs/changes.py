@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.git import GitError, LocalRepo, using_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.provenance import Provenance, parse
 
 __all__ = ["MemoryChange", "changes_between"]
@@ -58,6 +60,6 @@ def changes_between(repo: Path, old: str | None, new: str) -> tuple[MemoryChange
         return tuple(_describe(local, commit) for commit in commits)
 
     try:
-        return using_repo(repo, read)
+        return GitRepo(repo).read(read)
     except GitError:
         return ()

@@ -1,7 +1,7 @@
 """Compile committed memory into the system prompt (MEMFS-3, M1-M6, S14).
 
 Only the committed tree of ``HEAD`` (or an explicit revision) is read, through the git seam's pooled
-libgit2 handle (``memfs.git.open_repo``) and its caches; the working tree and the index never matter. For v2 only what the prompt shows is read:
+libgit2 handle (``GitRepo.open``, ``memfs.git``) and its caches; the working tree and the index never matter. For v2 only what the prompt shows is read:
 the root tree, the root files' blobs and, per root directory, whether it holds a ``MEMORY.md``.
 Deferred files are never listed, walked or read, so their number does not affect compile time.
 This is exact because a v2 prompt depends only on root files and first-level child indexes
@@ -30,8 +30,10 @@ from datetime import UTC, datetime
 from typing import Final
 
 from orchestrator.memfs.collation import sorted_by_collation
+from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.frontmatter import js_trim, js_trim_end, parse_frontmatter
-from orchestrator.memfs.git import GitError, LocalRepo, Revision, display_path, open_repo
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gittrees import Revision, display_path
 from orchestrator.memfs.layout import (
     MEMFS_V1,
     MEMFS_V2,
@@ -42,6 +44,7 @@ from orchestrator.memfs.layout import (
     is_markdown_path,
     label_from_path,
 )
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.markup import label_tags, neutralise
 
 __all__ = [
@@ -389,7 +392,7 @@ def _collect(
     """(revision, format, rendered memory); every git failure degrades (MEMFS-3.2)."""
     commit: str | None = None
     try:
-        with open_repo(memory_dir) as reader:
+        with GitRepo(memory_dir).open() as reader:
             if reader is None:
                 return None, MEMFS_V1, ""
             resolved = reader.revision(revision)

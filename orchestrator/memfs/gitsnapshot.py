@@ -4,10 +4,10 @@ Why this module reads git objects without libgit2 although ``memfs.git`` is the 
 reader: the pre-commit hook (``memfs.hook``) imports it, and the hook is a new process for every
 commit, the agent's own ``git commit`` included; pygit2's import (~60 ms) would be paid on each,
 on top of the runner's (GitPython's, ~45 ms). So the staged snapshot (the hook's, and reverie's own
-commits') is read with git processes through the seam's runner (``memfs.git.run``, its timeout, environment and ``GitError``): paths come
+commits') is read with git processes through the seam's runner (``GitRepo.run``, its timeout, environment and ``GitError``): paths come
 NUL-separated (``ls-files -z``, ``diff -z``) or from raw tree objects and are used exactly as
 stored (M2); blobs are read in one ``cat-file --batch`` process, a tree one level per process,
-counted against the caps of ``memfs.git`` (a tree over one is never expanded). A commit's snapshot (the M8
+counted against the caps of ``memfs.gittrees`` (a tree over one is never expanded). A commit's snapshot (the M8
 audit after every turn and before every merge) runs inside reverie, where libgit2 is loaded
 anyway, so it is read in-process through the seam's ``LocalRepo``, names decoded from the raw
 tree bytes (M2 again), and an audit starts no process. Git inherits the caller's environment, so
@@ -22,7 +22,11 @@ from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
-from orchestrator.memfs.git import GitError, GitResult, LocalRepo, TreeCount, TreeTooLarge, open_repo, run
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitprocess import GitResult
+from orchestrator.memfs.gittrees import TreeCount, TreeTooLarge
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.policy import (
     LEGACY_ONLY,
     POLICY_FILE_NAME,
@@ -49,7 +53,7 @@ _EMPTY: dict[str, Entry] = {}
 def _git(
     repo: Path, *args: str, stdin: bytes | None = None, check: bool = True, env: Mapping[str, str] | None = None
 ) -> GitResult:
-    return run(repo, *args, input=stdin, check=check, env=env, inherit_location=True)
+    return GitRepo(repo).run(*args, input=stdin, check=check, env=env, inherit_location=True)
 
 
 def _name(raw: bytes) -> str:
@@ -95,7 +99,7 @@ def _read_tree(repo: Path, revision: str) -> dict[str, Entry] | None:
     """Entries of ``revision``'s tree in ``git ls-tree -r`` order, or None when it names no tree
     (unborn ``HEAD``, a root commit's parent). Read a level at a time (one ``cat-file --batch`` per
     level, each shared subtree once) and counted as it goes, so a tree over the caps of
-    ``memfs.git`` raises :class:`~orchestrator.memfs.git.TreeTooLarge` instead of expanding: ``ls-tree
+    ``memfs.gittrees`` raises :class:`~orchestrator.memfs.gittrees.TreeTooLarge` instead of expanding: ``ls-tree
     -r`` would print every path it stands for."""
     found = _git(repo, "rev-parse", "-q", "--verify", f"{revision}^{{tree}}", check=False)
     if found.returncode != 0:
@@ -236,11 +240,11 @@ def read_commit_snapshot(repo: Path, revision: str, base: str | None) -> Snapsho
     """``revision``'s tree as the "index" and ``base`` (default its first parent) as accepted tree.
 
     None when ``revision`` names no commit (a repository without commits).
-    :class:`~orchestrator.memfs.git.TreeTooLarge` when ``revision``'s tree is over a cap; an accepted
+    :class:`~orchestrator.memfs.gittrees.TreeTooLarge` when ``revision``'s tree is over a cap; an accepted
     tree over one is replaced by the tree itself (the tree judged on its own, no change-based rule).
     """
     parent = base if base is not None else f"{revision}^"
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is not None:
             tree = _local_tree(local, revision)
             if tree is None:
@@ -279,7 +283,7 @@ def _local_blobs(local: LocalRepo, oids: Iterable[str]) -> dict[str, bytes]:
 
 def audit_policy(repo: Path, revision: str, marker_in_tree: bool) -> LayoutPolicy:
     """The audit's policy (MEMFS-1.5): the file's choice, refined by history for ``root-marker``."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         common = local.common_dir if local is not None else None
         try:
             text: str | None = ((common or git_common_dir(repo)) / POLICY_FILE_NAME).read_text(encoding="utf-8").strip()

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from orchestrator.memfs.git import GitError, display_path, list_tree_entries, open_repo, read_tree_files, run
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gittrees import display_path
 from orchestrator.memfs.provenance import SOURCE_KEY, Provenance, parse
 
 __all__ = [
@@ -71,27 +73,27 @@ class FileChange:
 def top_level(path: Path) -> Path:
     """The resolved top level of the work tree ``path`` is in (git searches parent folders, and
     says in its own words why a damaged ``.git`` cannot be read): :class:`GitError` when none."""
-    return Path(run(path, "rev-parse", "--show-toplevel").stdout.strip()).resolve()
+    return Path(GitRepo(path).run("rev-parse", "--show-toplevel").stdout.strip()).resolve()
 
 
 def tracked_files(repo: Path, revision: str = "HEAD") -> tuple[str, ...] | None:
     """The paths of every file ``revision`` holds, in git's order and printable (in-process); None
     when there is no such revision (no commits yet, not a repository)."""
-    entries = list_tree_entries(repo, revision)
+    entries = GitRepo(repo).tree_entries(revision)
     return None if entries is None else tuple(display_path(entry.path) for entry in entries)
 
 
 def committed_bytes(repo: Path, revision: str = "HEAD") -> int | None:
     """The size in bytes of every file ``revision`` holds (what the agent's memory weighs at the end
     of a batch task), in-process; None when there is no such revision."""
-    files = read_tree_files(repo, revision)
+    files = GitRepo(repo).tree_files(revision)
     return None if files is None else sum(len(data) for data in files.values())
 
 
 def read_committed(repo: Path, path: str, revision: str = "HEAD") -> bytes | None:
     """The bytes of the file ``path`` at ``revision`` (``git show revision:path``), in-process;
     None when either is missing or ``path`` is no file."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is None or (resolved := local.revision(revision)) is None:
             return None
         found = local.entry(resolved.tree, path)
@@ -101,7 +103,7 @@ def read_committed(repo: Path, path: str, revision: str = "HEAD") -> bytes | Non
 def recent_commits(repo: Path, count: int) -> tuple[CommitLine, ...]:
     """The last ``count`` commits from ``HEAD``, newest first, as ``git log`` orders them; empty
     when there are none."""
-    said = run(repo, "log", f"-{count}", "--format=%H%x00%P%x00%s", check=False)
+    said = GitRepo(repo).run("log", f"-{count}", "--format=%H%x00%P%x00%s", check=False)
     lines = [line.split("\0") for line in said.stdout.splitlines() if line] if said.ok else []
     return tuple(CommitLine(sha, parents.split()[0] if parents else None, subject) for sha, parents, subject in lines)
 
@@ -109,7 +111,7 @@ def recent_commits(repo: Path, count: int) -> tuple[CommitLine, ...]:
 def root_commit(repo: Path, head: str) -> str | None:
     """The first commit of ``head``'s history (the last root ``git rev-list --max-parents=0``
     lists), in-process; None when ``head`` names no commit."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is None:
             return None
         try:
@@ -123,7 +125,7 @@ def root_commit(repo: Path, head: str) -> str | None:
 def first_parents(repo: Path, revision: str, count: int) -> tuple[str, ...]:
     """``revision`` and its first-parent ancestors, newest first, at most ``count`` (in-process);
     empty when ``revision`` names no commit."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         return () if local is None else local.first_parents(revision, count)
 
 
@@ -131,17 +133,14 @@ def patch(repo: Path, before: str | None, after: str, *, context: int = 3, renam
     """``git diff`` from ``before`` (None: the empty tree) to ``after`` as git prints it, without
     colour or external diff drivers, renames shown as such only with ``renames``; None when git
     cannot tell (a revision is gone)."""
-    said = run(
-        repo, "diff", "--no-color", "--no-ext-diff", "--find-renames" if renames else "--no-renames",
-        f"--unified={context}", before or EMPTY_TREE, after, check=False,
-    )
+    said = GitRepo(repo).run("diff", "--no-color", "--no-ext-diff", "--find-renames" if renames else "--no-renames", f"--unified={context}", before or EMPTY_TREE, after, check=False)
     return said.stdout if said.ok else None
 
 
 def line_counts(repo: Path, before: str, after: str) -> tuple[FileChange, ...]:
     """Per file, the lines added and removed from ``before`` to ``after`` (``git diff --numstat``,
     no renames). :class:`GitError` with git's words when it cannot tell."""
-    said = run(repo, "diff", "--numstat", "-z", "--no-renames", before, after)
+    said = GitRepo(repo).run("diff", "--numstat", "-z", "--no-renames", before, after)
     changes: list[FileChange] = []
     for item in said.out.decode("utf-8", "replace").split("\0"):
         parts = item.split("\t", 2)
@@ -156,13 +155,13 @@ def line_counts(repo: Path, before: str, after: str) -> tuple[FileChange, ...]:
 def reachable_commits(repo: Path, *, branches_only: bool = False) -> frozenset[str]:
     """Every commit some ref reaches (``git rev-list --all``), or with ``branches_only`` some branch
     (``--branches``: pins and tags do not count). :class:`GitError` when git fails."""
-    return frozenset(run(repo, "rev-list", "--branches" if branches_only else "--all").stdout.split())
+    return frozenset(GitRepo(repo).run("rev-list", "--branches" if branches_only else "--all").stdout.split())
 
 
 def commit_message(repo: Path, revision: str = "HEAD") -> tuple[str, str] | None:
     """``(commit id, its message)`` for the commit ``revision`` names (``git log -1 --format=%H%x00%B``),
     in-process; None when it names none."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is None or (resolved := local.resolve(revision)) is None:
             return None
         found = local.read(resolved[0])
@@ -193,17 +192,17 @@ def commit_identities(repo: Path, commits: Sequence[str] | None = None) -> dict[
     original's identity, so a caller whose messages are unique tells a carried commit from a lost
     one without reverie's own records. :class:`GitError` when git fails."""
     if commits is None:
-        return _identities(run(repo, "log", "--branches", _IDENTITY_FORMAT).stdout)
+        return _identities(GitRepo(repo).run("log", "--branches", _IDENTITY_FORMAT).stdout)
     wanted = list(dict.fromkeys(commits))
     if not wanted:
         return {}
-    said = run(repo, "log", "--no-walk=unsorted", _IDENTITY_FORMAT, *wanted, check=False)
+    said = GitRepo(repo).run("log", "--no-walk=unsorted", _IDENTITY_FORMAT, *wanted, check=False)
     if said.ok:
         return _identities(said.stdout)
     # One id is not even an object: ask one by one so only the missing ones are left out.
     found: dict[str, str] = {}
     for sha in wanted:
-        one = run(repo, "log", "--no-walk", _IDENTITY_FORMAT, sha, check=False)
+        one = GitRepo(repo).run("log", "--no-walk", _IDENTITY_FORMAT, sha, check=False)
         found.update(_identities(one.stdout) if one.ok else {})
     return found
 
@@ -213,8 +212,8 @@ def patch_ids(repo: Path, commits: Sequence[str] = ()) -> dict[str, str]:
     it), for ``commits`` (each alone, not their history) or, when empty, every commit some ref
     reaches; merges have none. :class:`GitError` when git fails."""
     revs = ("--no-walk", *dict.fromkeys(commits)) if commits else ("--all",)
-    log = run(repo, "log", "-p", "--no-color", "--format=commit %H", *revs)
-    ids = run(repo, "patch-id", "--stable", input=log.out)
+    log = GitRepo(repo).run("log", "-p", "--no-color", "--format=commit %H", *revs)
+    ids = GitRepo(repo).run("patch-id", "--stable", input=log.out)
     pairs = (line.split() for line in ids.stdout.splitlines())
     return {commit: patch for patch, commit in pairs}
 
@@ -250,7 +249,7 @@ class Change:
 
 
 def _log_records(repo: Path, args: Sequence[str]) -> list[tuple[str, str, int, str, str, tuple[FileChange, ...]]]:
-    said = run(repo, "-c", "core.quotepath=off", "log", "--no-renames", "--numstat", _LOG_FORMAT, *args, check=False)
+    said = GitRepo(repo).run("-c", "core.quotepath=off", "log", "--no-renames", "--numstat", _LOG_FORMAT, *args, check=False)
     if not said.ok:
         return []
     records = []
@@ -313,14 +312,14 @@ def provenance_of(repo: Path, revision: str) -> Provenance | None:
 
 def resolve_commit(repo: Path, revision: str) -> str | None:
     """The commit id ``revision`` names (any ``git rev-parse`` spelling), or None."""
-    said = run(repo, "rev-parse", "-q", "--verify", "--end-of-options", f"{revision}^{{commit}}", check=False)
+    said = GitRepo(repo).run("rev-parse", "-q", "--verify", "--end-of-options", f"{revision}^{{commit}}", check=False)
     return said.stdout.strip() if said.ok and said.stdout.strip() else None
 
 
 def commit_before(repo: Path, when: str, revision: str = "HEAD") -> str | None:
     """The newest first-parent ancestor of ``revision`` committed before ``when`` (what ``git
     log --until`` reads), or None when there is none."""
-    said = run(repo, "log", "--first-parent", "-1", "--format=%H", f"--until={when}", revision, check=False)
+    said = GitRepo(repo).run("log", "--first-parent", "-1", "--format=%H", f"--until={when}", revision, check=False)
     return said.stdout.strip() or None if said.ok else None
 
 
@@ -338,7 +337,7 @@ class BlameLine:
 def blame(repo: Path, path: str, revision: str = "HEAD") -> tuple[BlameLine, ...] | None:
     """Each line of ``path`` at ``revision`` with the change that wrote it (``git blame
     --line-porcelain``); None when the file is not there."""
-    said = run(repo, "blame", "--line-porcelain", revision, "--", path, check=False)
+    said = GitRepo(repo).run("blame", "--line-porcelain", revision, "--", path, check=False)
     if not said.ok:
         return None
     lines: list[tuple[str, str, str]] = []
@@ -363,7 +362,7 @@ def _messages(repo: Path, commits: set[str]) -> dict[str, str]:
     wanted = sorted(c for c in commits if c.strip("0"))
     if not wanted:
         return {}
-    said = run(repo, "log", "--no-walk=unsorted", f"--format={_RECORD}%H{_FIELD}%B", *wanted, check=False)
+    said = GitRepo(repo).run("log", "--no-walk=unsorted", f"--format={_RECORD}%H{_FIELD}%B", *wanted, check=False)
     found: dict[str, str] = {}
     for record in said.stdout.split(_RECORD)[1:] if said.ok else ():
         sha, _, message = record.partition(_FIELD)

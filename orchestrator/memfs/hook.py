@@ -15,8 +15,8 @@ import site
 import sys
 from pathlib import Path
 
-from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, open_repo, run
+from orchestrator.memfs.errors import GitError, MemfsError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.policy import (
     AGENT_APPROVAL,
@@ -121,14 +121,14 @@ def hook_script(python: str | None = None) -> str:
 
 
 def _rev_parse(repo: Path, *args: str) -> Path:
-    out = run(repo, "rev-parse", *args).stdout.strip()
+    out = GitRepo(repo).run("rev-parse", *args).stdout.strip()
     return (repo / out).resolve()
 
 
 def _locations(repo: Path) -> tuple[Path, Path]:
     """(hooks directory, common git directory): in-process for a repository's top level (the
     ``core.hooksPath`` setting, else ``<common dir>/hooks``), else as ``git rev-parse`` says."""
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         if local is not None:
             configured = local.config("core.hooksPath")
             common = local.common_dir
@@ -177,9 +177,9 @@ def _repair_hooks_path(repo: Path, hooks: Path, common: Path) -> Path:
     the validation hook gone, A6). Set in the repository's own config, it is unset with
     a warning (the hook goes back to ``<common>/hooks``); set in the user's own files, it is refused
     in one line naming the fix, as reverie cannot guard commits typed by hand without its hook."""
-    mine = run(repo, "config", "--local", "--get", "core.hooksPath", check=False)
+    mine = GitRepo(repo).run("config", "--local", "--get", "core.hooksPath", check=False)
     if mine.ok:
-        run(repo, "config", "--local", "--unset-all", "core.hooksPath")
+        GitRepo(repo).run("config", "--local", "--unset-all", "core.hooksPath")
         report(
             repo,
             f"{repo}: core.hooksPath was {mine.stdout.strip()!r}, where reverie's pre-commit hook cannot go; "

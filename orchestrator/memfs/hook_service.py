@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from orchestrator.memfs import gitsnapshot
-from orchestrator.memfs.git import GitError, open_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.hook import UNREADABLE
 from orchestrator.memfs.policy import AGENT_APPROVAL, APPROVAL_ENV, APPROVAL_ENV_ALIAS, NEEDS_APPROVAL
 
@@ -128,7 +129,7 @@ class HookService:
         from orchestrator.memfs.validator import format_report, validate_snapshot
 
         try:
-            with open_repo(top) as local:
+            with GitRepo(top).open() as local:
                 if local is None:
                     return {"fallback": True}
                 policy = gitsnapshot.policy_in(local.common_dir)

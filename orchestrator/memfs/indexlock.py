@@ -3,7 +3,7 @@
 Inside reverie every index- or ref-writing command holds the repository lock, so git's
 ``index.lock`` (and ref ``.lock`` files) can only be contended by a process outside reverie: an
 editor's git integration, a user's shell. Such contention is retried with tenacity
-(:func:`retrying_git`).
+(``GitRepo.run``/``arun`` with ``retry=True``, :mod:`orchestrator.memfs.git`).
 
 A git killed mid-write (``kill -9`` of reverie takes the sandboxed git with it, ``--die-with-parent``)
 leaves its lock files behind: ``index.lock``, a pathspec commit's ``next-index-<pid>.lock`` (the
@@ -21,37 +21,23 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from orchestrator.base import blocking
-from orchestrator.memfs.git import GitError, GitResult, arun
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.names import LOCK_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 
 __all__ = [
-    "INDEX_LOCK_ATTEMPTS",
     "clear_stale_git_locks",
     "clear_stale_lock_files",
     "git_lock_files",
-    "harness_git",
     "is_lock_contention",
     "lock_file_in",
     "open_by_live_process",
-    "retrying_git",
 ]
 
-INDEX_LOCK_ATTEMPTS = 12
 _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists|cannot lock ref '[^']*': .*'([^']+\.lock)'")
-
-
-async def harness_git(
-    cwd: Path, *args: str, check: bool = True, env: Mapping[str, str] | None = None
-) -> GitResult:
-    """The seam's git for reverie's own repository work: harness identity, hooks bypassed (S21)."""
-    return await arun(cwd, *args, check=check, env=env, harness=True)
 
 
 def is_lock_contention(stderr: str) -> bool:
@@ -218,41 +204,3 @@ def _checkouts(common: Path) -> dict[str, Path]:
             continue
         found[record] = Path(pointer.strip()).parent
     return found
-
-
-def _locked(result: GitResult) -> bool:
-    return not result.ok and is_lock_contention(result.stderr)
-
-
-async def retrying_git(
-    cwd: Path,
-    *args: str,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    attempts: int = INDEX_LOCK_ATTEMPTS,
-) -> GitResult:
-    """``run_git`` for a writing command: git's lock-file contention is retried (tenacity,
-    exponential with jitter, about 10 s in all), and a stale lock file is removed on the way."""
-    # lazy: tenacity is for writing commands, not for the reads of `chat -p` start-up
-    from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
-
-    result: GitResult | None = None
-    async for attempt in AsyncRetrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=0.02, max=2.0) + wait_random(0, 0.02),
-        retry=retry_if_result(_locked),
-        retry_error_callback=lambda _state: None,
-    ):
-        with attempt:
-            result = await harness_git(cwd, *args, check=False, env=env)
-            if _locked(result):
-                named = lock_file_in(result.stderr)
-                if named is not None:
-                    await blocking.run_sync("files", partial(clear_stale_lock_files, [named], roots=(Path(cwd),)))
-        outcome = attempt.retry_state.outcome
-        if outcome is not None and not outcome.failed:
-            attempt.retry_state.set_result(result)
-    assert result is not None
-    if check and not result.ok:
-        raise GitError(args, result.returncode, result.stderr, cwd)
-    return result

@@ -45,7 +45,7 @@ from orchestrator.base import blocking
 from orchestrator.base.flock import FlockWaiter
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import common_dir
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 
 T = TypeVar("T")
@@ -100,7 +100,7 @@ def _process_lock(common: Path, name: str) -> Lock:
 
 def common_dir_sync(repo_dir: Path) -> Path:
     """The resolved git common directory of ``repo_dir`` (blocking; lock keys compare equal)."""
-    return common_dir(Path(repo_dir))
+    return GitRepo(Path(repo_dir)).common_dir()
 
 
 def _write_owner(owner: Path, token: str) -> None:

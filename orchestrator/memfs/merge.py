@@ -49,9 +49,11 @@ in order (:data:`FAULT_STEPS`): ``locked`` (lock held, nothing done), ``before-r
 ref written), ``between-rebase-and-ff`` (branch rebased, parent untouched), ``after-ff`` (parent
 fast-forwarded, refs not yet cleaned).
 
-Why one module of ~600 lines: merge-back is one state machine under one lock; the in-memory rebase,
+Why one module of ~650 lines: merge-back is one state machine under one lock; the in-memory rebase,
 the CLI fallback, the resolver's turn, the audit, the fast-forward and the pin refs share the
 invariant "every commit stays reachable", which is only checkable when they are read together.
+Putting a subagent's worktree back on its branch as committed (a rebase left half-done aborted,
+edits discarded) is its own step, in :mod:`orchestrator.memfs.worktree_reset`.
 """
 
 from __future__ import annotations
@@ -70,10 +72,10 @@ from orchestrator.base import blocking
 from orchestrator.base.faults import fault_point
 from orchestrator.memfs import operations
 from orchestrator.memfs.combined import REASON_INVALID, REASON_INVALID_COMBINED, judge_combination
-from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import GitError, GitResult, LocalRepo, ask, using_repo
-from orchestrator.memfs.indexlock import harness_git as run_git
-from orchestrator.memfs.indexlock import retrying_git
+from orchestrator.memfs.errors import GitError, MemfsError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitprocess import GitResult
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.locks import merge_lock, worktree_admin_lock
 from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
 from orchestrator.memfs.parent import witness
@@ -85,6 +87,7 @@ from orchestrator.memfs.resolution import (
     resolve_rebase,
 )
 from orchestrator.memfs.validator import audit_head
+from orchestrator.memfs.worktree_reset import abort_rebase, clean_worktree
 from orchestrator.memfs.worktrees import (
     BRANCH_PREFIX,
     Worktree,
@@ -197,7 +200,7 @@ def _state(untracked: str) -> Callable[[LocalRepo], tuple[str | None, frozenset[
 
 
 async def _parent_state(repo_dir: Path) -> tuple[str, frozenset[str]]:
-    head, dirty = await ask(repo_dir, _state("all"))
+    head, dirty = await GitRepo(repo_dir).ask(_state("all"))
     if head is None:
         raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
     return head, dirty
@@ -208,7 +211,7 @@ def _survey(
 ) -> tuple[str, frozenset[str], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """One worker job for an attempt's questions: the parent's ``HEAD`` and dirty paths, then the
     branch's commits behind and ahead of it and the files it changes (empty when git cannot say)."""
-    head, dirty = using_repo(repo_dir, _state("all"))
+    head, dirty = GitRepo(repo_dir).read(_state("all"))
     if head is None:
         raise GitError(("status",), 1, f"{repo_dir}: the memory repository has no commits")
 
@@ -222,15 +225,15 @@ def _survey(
                 files = ()
         return behind, commits, files
 
-    return (head, dirty, *using_repo(worktree, branch))
+    return (head, dirty, *GitRepo(worktree).read(branch))
 
 
 def _fast_forward(repo_dir: Path, worktree: Path, head: str, tip: str) -> tuple[str | None, tuple[str, ...]]:
     """``LocalRepo.fast_forward`` of the parent from ``head`` (a compare-and-swap) and the files the
     branch changes, in one job."""
-    moved = using_repo(repo_dir, lambda repo: repo.fast_forward(tip, expected=head))
+    moved = GitRepo(repo_dir).read(lambda repo: repo.fast_forward(tip, expected=head))
     try:
-        files = using_repo(worktree, lambda repo: repo.changed_paths(head, tip))
+        files = GitRepo(worktree).read(lambda repo: repo.changed_paths(head, tip))
     except GitError:
         files = ()
     return moved, files
@@ -238,7 +241,7 @@ def _fast_forward(repo_dir: Path, worktree: Path, head: str, tip: str) -> tuple[
 
 async def _changed_files(checkout: Path, base: str, tip: str) -> tuple[str, ...]:
     try:
-        return await ask(checkout, lambda repo: repo.changed_paths(base, tip))
+        return await GitRepo(checkout).ask(lambda repo: repo.changed_paths(base, tip))
     except GitError:
         return ()
 
@@ -251,76 +254,6 @@ def _touches(dirty: frozenset[str], files: tuple[str, ...]) -> bool:
             if rel == stem or rel.startswith(stem + "/") or stem.startswith(rel + "/"):
                 return True
     return False
-
-
-def _on_branch(repo: LocalRepo) -> str | None:
-    """The branch the checkout's ``HEAD`` names (None when detached)."""
-    text = (repo.git_dir / "HEAD").read_text(encoding="utf-8", errors="surrogateescape").strip()
-    return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else None
-
-
-async def _rebasing(worktree: Path) -> bool:
-    return await ask(worktree, lambda repo: repo.operation()) == "rebase in progress"
-
-
-async def _abort_rebase(worktree: Path, branch: str) -> None:
-    """Abort a rebase in progress in ``worktree`` (none: nothing to do), back on ``branch`` as
-    committed; :class:`GitError` when that cannot be done (git still cannot write: a full disk),
-    so nobody builds on a half-done rebase.
-
-    What a full disk leaves is not always what ``rebase --abort`` expects. An abort that failed
-    part-way leaves files of the branch's commits untracked, and git then refuses to abort again
-    ("untracked working tree files would be overwritten"): the worktree's uncommitted files (never
-    committed, TURN-5.15) are discarded and it is tried once more. A rebase that could not
-    write its own state (no ``onto``) cannot be aborted at all ("invalid onto"): it is dropped with
-    ``--quit`` and ``branch`` checked out again. Either way the branch ref itself is untouched: git
-    moves it only when a rebase finishes.
-
-    A state that is not what reverie's own git left (``memfs.operations``: a command planted or
-    changed it) is never handed to git, whose abort would reset the branch ``head-name`` names to
-    ``orig-head``: it is dropped unread and ``branch`` checked out again."""
-    if await operations.in_progress(worktree) and not await operations.intact(worktree):
-        await operations.drop(worktree)
-        await run_git(worktree, "checkout", "-q", "-f", branch, "--")
-        await run_git(worktree, "clean", "-q", "-fd", check=False)
-        return
-    aborted = await run_git(worktree, "rebase", "--abort", check=False)
-    if await _rebasing(worktree):
-        await run_git(worktree, "reset", "-q", "--hard", check=False)
-        await run_git(worktree, "clean", "-q", "-fd", check=False)
-        aborted = await run_git(worktree, "rebase", "--abort", check=False)
-    if await _rebasing(worktree):
-        quit_ = await run_git(worktree, "rebase", "--quit", check=False)
-        if quit_.ok:
-            await run_git(worktree, "checkout", "-q", "-f", branch, "--")
-            await run_git(worktree, "clean", "-q", "-fd", check=False)
-    if await _rebasing(worktree):
-        said = aborted.stderr.strip() or "the rebase in progress is still there"
-        raise GitError(("rebase", "--abort"), aborted.returncode or 1, said, worktree)
-    await operations.record(worktree)  # nothing left in progress: the record goes
-
-
-async def _clean_worktree(worktree: Path, branch: str) -> str:
-    """The branch as committed, in a clean worktree: its HEAD.
-
-    Uncommitted edits are discarded (never committed, TURN-5.15 step 2). A rebase an earlier
-    merge left in progress (its own abort failed: the disk was full) is aborted first, which puts
-    the branch and ``HEAD`` back on the commits as made: resetting the files alone would leave
-    ``HEAD`` on the rebase's detached, half-replayed copies, and a merge from there brings in only
-    the commits replayed so far and leaves the sequencer armed in a worktree still in use (O9:
-    the full-disk stress's commits dropped from, or folded into, the merged copies)."""
-    if await operations.in_progress(worktree):
-        await _abort_rebase(worktree, branch)
-    if await ask(worktree, _on_branch) != branch:
-        # Detached (a rebase dropped with --quit whose checkout of the branch failed): back on it.
-        await run_git(worktree, "checkout", "-q", "-f", branch, "--")
-    tip, dirty = await ask(worktree, _state("normal"))
-    if dirty:
-        await retrying_git(worktree, "reset", "-q", "--hard")
-        await run_git(worktree, "clean", "-q", "-fd")
-    if tip is None:
-        raise GitError(("status",), 1, f"{worktree}: the worktree has no commits")
-    return tip
 
 
 def _pin_ref(branch: str) -> str:
@@ -373,7 +306,7 @@ class _Merge:
         if self.pinned:
             with CancelScope(shield=True):
                 pin, tip = _pin_ref(self.branch), self.original_tip
-                await ask(self.repo, lambda repo: repo.delete_ref(pin, expected=tip))
+                await GitRepo(self.repo).ask(lambda repo: repo.delete_ref(pin, expected=tip))
             self.pinned = False
 
     async def run(self) -> MergeOutcome:
@@ -390,7 +323,7 @@ class _Merge:
             async with merge_lock(self.repo):
                 if phase == 0:
                     await fault_point("locked")
-                    self.tip = self.original_tip = await _clean_worktree(self.worktree, self.branch)
+                    self.tip = self.original_tip = await clean_worktree(self.worktree, self.branch)
                 result = await self._locked_phase()
             if isinstance(result, MergeOutcome):
                 return result
@@ -435,7 +368,7 @@ class _Merge:
     async def _note_bypass(self, before: str, after: str) -> None:
         """``HEAD`` moved while the lock was held: only a git outside the wrapper can do that."""
         try:
-            found = await ask(self.repo, lambda repo: repo.commits(before, after))
+            found = await GitRepo(self.repo).ask(lambda repo: repo.commits(before, after))
         except GitError:
             found = (after,)
         self.bypassed = tuple(dict.fromkeys((*self.bypassed, *found)))
@@ -443,7 +376,7 @@ class _Merge:
     async def _commits_since(self, head: str) -> tuple[str, ...]:
         tip = self.tip
         try:
-            return await ask(self.worktree, lambda repo: repo.commits(head, tip))
+            return await GitRepo(self.worktree).ask(lambda repo: repo.commits(head, tip))
         except GitError:
             return ()
 
@@ -476,7 +409,7 @@ class _Merge:
         moved, files = await blocking.run_sync("git", partial(_fast_forward, self.repo, self.worktree, head, self.tip))
         ff = GitResult(0, b"", b"") if moved == "done" else None
         if moved is None:
-            ff = await retrying_git(self.repo, "merge", "--ff-only", "-q", self.tip, check=False)
+            ff = await GitRepo(self.repo).arun("merge", "--ff-only", "-q", self.tip, check=False, harness=True, retry=True)
             files = await _changed_files(self.worktree, head, self.tip)
         if ff is not None and ff.ok:
             await blocking.run_sync("files", partial(witness, self.repo, self.tip))
@@ -496,37 +429,37 @@ class _Merge:
         line = next((x for x in message.splitlines() if x.strip()), f"exit {ff.returncode}")
         # git checked the paths were clean before writing; what it wrote before failing goes.
         tip = self.tip
-        await ask(self.repo, lambda repo: repo.restore_files(head, tip) if repo.head() == head else None)
+        await GitRepo(self.repo).ask(lambda repo: repo.restore_files(head, tip) if repo.head() == head else None)
         return self.outcome("failed", commits, files, errors=(f"git merge --ff-only: {line}",))
 
     async def _rebase(self, head: str, commits: tuple[str, ...]) -> tuple[str, ...] | MergeOutcome | _Stopped:
         if not self.pinned:
             # Create-only: an older pin (an earlier interrupted merge) keeps its older commits.
             pin, tip = _pin_ref(self.branch), self.original_tip
-            self.pinned = await ask(self.repo, lambda repo: repo.set_ref(pin, tip, expected=""))
+            self.pinned = await GitRepo(self.repo).ask(lambda repo: repo.set_ref(pin, tip, expected=""))
         await fault_point("before-rebase")
         keep = self.keep_checkout
-        replayed = await ask(self.worktree, lambda repo: repo.rebase_onto(head, checkout=keep))
+        replayed = await GitRepo(self.worktree).ask(lambda repo: repo.rebase_onto(head, checkout=keep))
         if replayed is not None:
             self.stale_checkout = not keep
             rebase = GitResult(0, b"", b"")
         else:
             if self.stale_checkout:
-                await ask(self.worktree, lambda repo: repo.checkout_head())
+                await GitRepo(self.worktree).ask(lambda repo: repo.checkout_head())
                 self.stale_checkout = False
-            rebase = await retrying_git(self.worktree, "rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False)
+            rebase = await GitRepo(self.worktree).arun("rebase", "-q", "--empty=keep", "--no-autosquash", head, check=False, harness=True, retry=True)
             if not rebase.ok:
                 await operations.record(self.worktree)  # what reverie's git left, to check before going on
         if not rebase.ok:
             conflicted = await conflicted_files(self.worktree)
             if not conflicted:
                 # Not a conflict: git itself failed (a full disk among the causes), so ``failed``.
-                await _abort_rebase(self.worktree, self.branch)
+                await abort_rebase(self.worktree, self.branch)
                 raise GitError(("rebase",), rebase.returncode, rebase.stderr, self.worktree)
             if self.resolver is not None:
                 return _Stopped(head, commits, conflicted, rebase.stderr)
             return await self._abort_kept(head, conflicted, rebase.stderr, None)
-        new_commits = replayed if replayed is not None else await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
+        new_commits = replayed if replayed is not None else await GitRepo(self.worktree).ask(lambda repo: repo.commits(head, "HEAD"))
         self._replaced(head, commits, new_commits)
         await fault_point("between-rebase-and-ff")
         return new_commits
@@ -552,22 +485,22 @@ class _Merge:
         except ResolverFailed as exc:
             why = str(exc) or "no reason given"
         else:
-            new_tip = await ask(self.worktree, _head)
+            new_tip = await GitRepo(self.worktree).ask(_head)
             why = await check_linear(self.worktree, stopped.head, new_tip)
         if why is not None:
             return await self._abort_kept(stopped.head, stopped.conflicted, stopped.stderr, why)
         self.resolved_files = tuple(dict.fromkeys((*self.resolved_files, *resolved)))
         head = stopped.head
-        new_commits = await ask(self.worktree, lambda repo: repo.commits(head, "HEAD"))
+        new_commits = await GitRepo(self.worktree).ask(lambda repo: repo.commits(head, "HEAD"))
         self._replaced(head, stopped.commits, new_commits)
         return None
 
     async def _abort_kept(self, head: str, conflicted: tuple[str, ...], stderr: str, why: str | None) -> MergeOutcome:
-        await _abort_rebase(self.worktree, self.branch)
-        restored = await ask(self.worktree, _head)
+        await abort_rebase(self.worktree, self.branch)
+        restored = await GitRepo(self.worktree).ask(_head)
         if restored != self.original_tip:
             # A resolver that finished the rebase wrongly: put the branch back where it was.
-            await retrying_git(self.worktree, "reset", "-q", "--hard", self.original_tip)
+            await GitRepo(self.worktree).arun("reset", "-q", "--hard", self.original_tip, harness=True, retry=True)
             restored = self.original_tip
         self.tip = restored
         await self.unpin()
@@ -609,7 +542,7 @@ async def _merge(
             if await (AsyncPath(worktree)).exists():
                 # Still failing (the disk is still full): the next merge-back aborts it first.
                 with contextlib.suppress(GitError, OSError):
-                    await _abort_rebase(worktree, branch)
+                    await abort_rebase(worktree, branch)
         return MergeOutcome("failed", None, branch, (), (), merge.head or None, merge.rewritten, errors=(str(exc),))
 
 
@@ -651,9 +584,9 @@ async def finalize_worktree(
             outcome = await _merge(repo, worktree.path, worktree.branch, audit, resolver, keep_checkout=False)
         else:
             async with merge_lock(repo):
-                tip = await _clean_worktree(worktree.path, worktree.branch)
+                tip = await clean_worktree(worktree.path, worktree.branch)
                 head, _ = await _parent_state(repo)
-                commits = await ask(repo, lambda local: local.commits(head, tip))
+                commits = await GitRepo(repo).ask(lambda local: local.commits(head, tip))
                 if commits:
                     files = await _changed_files(repo, head, tip)
                     outcome = MergeOutcome(
@@ -671,7 +604,7 @@ async def finalize_worktree(
 
 async def delete_merged_branch(repo: Path, branch: str) -> None:
     """Delete ``branch`` only if ``HEAD`` contains it (never drops a commit), and its pin."""
-    await ask(repo, lambda local: _delete_if_merged(local, branch))
+    await GitRepo(repo).ask(lambda local: _delete_if_merged(local, branch))
 
 
 def _delete_if_merged(repo: LocalRepo, branch: str) -> None:
@@ -712,9 +645,9 @@ async def merge_branch(
         await AsyncPath(temporary.parent).mkdir(parents=True, exist_ok=True)
         async with worktree_admin_lock(repo):
             if await AsyncPath(temporary).exists():
-                await run_git(repo, "worktree", "remove", "--force", "--force", str(temporary), check=False)
-                await run_git(repo, "worktree", "prune", check=False)
-            await run_git(repo, "worktree", "add", "--quiet", str(temporary), branch)
+                await GitRepo(repo).arun("worktree", "remove", "--force", "--force", str(temporary), check=False, harness=True)
+                await GitRepo(repo).arun("worktree", "prune", check=False, harness=True)
+            await GitRepo(repo).arun("worktree", "add", "--quiet", str(temporary), branch, harness=True)
     try:
         outcome = await merge_back(repo, existing or temporary or repo, branch, audit=audit, resolver=resolver)
     finally:
@@ -740,12 +673,12 @@ async def discard_branch(repo_dir: Path, name_or_id: str) -> tuple[str, ...]:
         raise ReflectionBranchError(f"refusing to discard {branch!r}: not a reverie branch")
     item = {b.branch: b for b in await list_reflections(repo, kind=None)}[branch]
     async with merge_lock(repo):
-        dropped = await run_git(repo, "rev-list", "--reverse", f"HEAD..{item.tip}")
+        dropped = await GitRepo(repo).arun("rev-list", "--reverse", f"HEAD..{item.tip}", harness=True)
         with CancelScope(shield=True):
             if item.worktree is not None:
                 await remove_worktree(repo, item.worktree)
-            await run_git(repo, "update-ref", "-d", f"refs/heads/{branch}", item.tip)
-            await run_git(repo, "update-ref", "-d", _pin_ref(branch), check=False)
+            await GitRepo(repo).arun("update-ref", "-d", f"refs/heads/{branch}", item.tip, harness=True)
+            await GitRepo(repo).arun("update-ref", "-d", _pin_ref(branch), check=False, harness=True)
     return tuple(dropped.stdout.split())
 
 

@@ -27,9 +27,9 @@ from functools import partial
 from pathlib import Path
 
 from orchestrator.base import blocking
-from orchestrator.memfs.git import LocalRepo, using_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.guard import locate
-from orchestrator.memfs.indexlock import harness_git
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.names import DISPLACED_REF_PREFIX
 
@@ -75,8 +75,8 @@ def _parent_top(checkout: Path) -> Path:
 
 
 def _branch(repo: LocalRepo) -> str | None:
-    text = (repo.git_dir / "HEAD").read_text(encoding="utf-8", errors="surrogateescape").strip()
-    return text.removeprefix("ref: ") if text.startswith("ref: refs/heads/") else None
+    branch = repo.branch()
+    return None if branch is None else f"refs/heads/{branch}"
 
 
 def _start(checkout: Path, name: str) -> Watch | None:
@@ -86,7 +86,7 @@ def _start(checkout: Path, name: str) -> Watch | None:
         ref = _branch(repo)
         return ref, (repo.ref(ref) if ref is not None else None)
 
-    ref, tip = using_repo(top, read)
+    ref, tip = GitRepo(top).read(read)
     if ref is None or tip is None:
         return None
     with _lock:
@@ -115,7 +115,7 @@ def witness(checkout: Path, tip: str | None = None) -> None:
     if key not in _open:
         return
     if tip is None:
-        tip = using_repo(top, lambda repo: (lambda ref: repo.ref(ref) if ref else None)(_branch(repo)))
+        tip = GitRepo(top).read(lambda repo: (lambda ref: repo.ref(ref) if ref else None)(_branch(repo)))
     if tip is not None:
         with _lock:
             if key in _seen:
@@ -155,7 +155,7 @@ def _judge(top: Path, watched: Watch, seen: list[str], own: str | None) -> tuple
             return (found, last)  # the subagent's own commits, put there without a merge-back
         return None
 
-    return using_repo(top, question)
+    return GitRepo(top).read(question)
 
 
 async def settle(watched: Watch | None, *, own_branch: str | None = None) -> Displaced | None:
@@ -172,12 +172,12 @@ async def settle(watched: Watch | None, *, own_branch: str | None = None) -> Dis
         found, last = judged
         kept = f"{DISPLACED_REF_PREFIX}{watched.name}"
         if found:
-            await blocking.run_sync("git", partial(using_repo, watched.top, lambda repo: repo.set_ref(kept, found)))
-        reset = await harness_git(watched.top, "reset", "-q", "--keep", last, check=False)
+            await blocking.run_sync("git", partial(GitRepo(watched.top).read, lambda repo: repo.set_ref(kept, found)))
+        reset = await GitRepo(watched.top).arun("reset", "-q", "--keep", last, check=False, harness=True)
         if not reset.ok:
             # the parent's files cannot follow (uncommitted edits in the way): the branch still goes back
             ref = watched.ref
-            await blocking.run_sync("git", partial(using_repo, watched.top, lambda repo: repo.set_ref(ref, last)))
+            await blocking.run_sync("git", partial(GitRepo(watched.top).read, lambda repo: repo.set_ref(ref, last)))
     short = watched.ref.removeprefix("refs/heads/")
     was = f"to {found[:12]}" if found else "away (deleted)"
     message = (

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Final
 
 from orchestrator.memfs.constraints import CONFIG_PATH, change_approved, read_only_patterns
-from orchestrator.memfs.git import LocalRepo, open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.glob import compile_glob
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.names import ACCEPTED_FILE, APPROVALS_FILE
 from orchestrator.memfs.snapshot import Snapshot
 
@@ -150,7 +151,7 @@ def repaired_commit(memory_dir: Path, accepted: str, revision: str) -> Repair | 
     """``revision`` with the files the accepted protection covers (the ``readOnlyFiles`` of both
     configs) as ``accepted`` has them, and the config too when its change was not approved; None
     when ``revision`` changes none of them (or a revision is unknown)."""
-    with open_repo(memory_dir) as local:
+    with GitRepo(memory_dir).open() as local:
         if local is None or local.resolve(accepted) is None or local.resolve(revision) is None:
             return None
         before, after = local.file_map(accepted), local.file_map(revision)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.base import blocking
 from orchestrator.memfs import operations
-from orchestrator.memfs.git import arun, open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.indexlock import clear_stale_git_locks
 from orchestrator.memfs.locks import merge_lock, release_stale_lock, worktree_admin_lock
 from orchestrator.memfs.names import PRE_REBASE_REF_PREFIX
@@ -62,18 +62,18 @@ class RecoveryReport:
 
 
 def _rebase_in_progress(worktree: Path) -> bool:
-    with open_repo(worktree) as local:
+    with GitRepo(worktree).open() as local:
         return local is not None and local.operation() == "rebase in progress"
 
 
 def _is_ancestor(repo: Path, rev: str) -> bool:
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         head = None if local is None else local.head()
         return local is not None and head is not None and local.is_ancestor(rev, head)
 
 
 def _pins(repo: Path) -> tuple[tuple[str, str], ...]:
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         return () if local is None else local.refs(PRE_REBASE_REF_PREFIX)
 
 
@@ -99,7 +99,7 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
                 await operations.drop(path)  # not what reverie's git left: never handed to git
                 aborted.append(path)
             if await blocking.run_sync("git", partial(_rebase_in_progress, path)):
-                await arun(path, "rebase", "--abort", check=False, harness=True)
+                await GitRepo(path).arun("rebase", "--abort", check=False, harness=True)
                 aborted.append(path)
             await remove_worktree(repo, path)
             removed.append(path)
@@ -113,24 +113,24 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
             owner = by_id.get(pid)
             if owner is not None and not owner.merged:
                 # A pin is needed only while its commits are on no branch (a rebase in flight).
-                held = await arun(repo, "merge-base", "--is-ancestor", tip, owner.tip, check=False, harness=True)
+                held = await GitRepo(repo).arun("merge-base", "--is-ancestor", tip, owner.tip, check=False, harness=True)
                 if held.ok:
-                    await arun(repo, "update-ref", "-d", ref, tip, check=False, harness=True)
+                    await GitRepo(repo).arun("update-ref", "-d", ref, tip, check=False, harness=True)
                 continue
             if owner is None and not await blocking.run_sync("git", partial(_is_ancestor, repo, tip)):
                 # The branch is gone but its pinned commits are not in HEAD: list them again.
                 name = f"{BRANCH_PREFIX}reflection/{pid}"
                 if id_from_branch(name) is not None:
-                    await arun(repo, "update-ref", f"refs/heads/{name}", tip, "", harness=True)
+                    await GitRepo(repo).arun("update-ref", f"refs/heads/{name}", tip, "", harness=True)
                     restored.append(name)
                 continue
-            await arun(repo, "update-ref", "-d", ref, tip, check=False, harness=True)
+            await GitRepo(repo).arun("update-ref", "-d", ref, tip, check=False, harness=True)
         listed = await list_reflections(repo, kind=None)
         for item in listed:
             if item.id in active:
                 continue
             if item.merged:
-                await arun(repo, "update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False, harness=True)
+                await GitRepo(repo).arun("update-ref", "-d", f"refs/heads/{item.branch}", item.tip, check=False, harness=True)
                 deleted.append(item.branch)
         pending = tuple(b for b in listed if not b.merged and b.id not in active)
     return RecoveryReport(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.memfs.git import NETWORK_TIMEOUT, run
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitprocess import NETWORK_TIMEOUT
 
 __all__ = ["ahead_of_upstream", "pull_rebase", "push_head"]
 
@@ -16,19 +17,19 @@ __all__ = ["ahead_of_upstream", "pull_rebase", "push_head"]
 def ahead_of_upstream(repo: Path) -> int | None:
     """Commits on ``HEAD`` that its upstream does not have (``git rev-list --left-right --count
     HEAD...@{u}``'s left count); None when there is no upstream to compare with. Local only."""
-    said = run(repo, "rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
+    said = GitRepo(repo).run("rev-list", "--left-right", "--count", "HEAD...@{u}", check=False)
     if not said.ok:
         return None
     return int(said.stdout.split()[0])
 
 
 def push_head(repo: Path) -> None:
-    """``git push -u origin HEAD`` (the network timeout). :class:`~orchestrator.memfs.git.GitError`
+    """``git push -u origin HEAD`` (the network timeout). :class:`~orchestrator.memfs.errors.GitError`
     when it fails, git's words in ``stderr`` (a rejected non-fast-forward push among them)."""
-    run(repo, "push", "-u", "origin", "HEAD", git_timeout=NETWORK_TIMEOUT)
+    GitRepo(repo).run("push", "-u", "origin", "HEAD", git_timeout=NETWORK_TIMEOUT)
 
 
 def pull_rebase(repo: Path) -> None:
-    """``git pull --rebase`` (the network timeout); :class:`~orchestrator.memfs.git.GitError` when it
+    """``git pull --rebase`` (the network timeout); :class:`~orchestrator.memfs.errors.GitError` when it
     fails, the checkout then possibly mid-rebase (the caller reads the status)."""
-    run(repo, "pull", "--rebase", git_timeout=NETWORK_TIMEOUT)
+    GitRepo(repo).run("pull", "--rebase", git_timeout=NETWORK_TIMEOUT)

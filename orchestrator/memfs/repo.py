@@ -19,25 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import (
-    MAX_TREE_DEPTH,
-    MAX_TREE_PATHS,
-    GitError,
-    LocalRepo,
-    TreeTooLarge,
-    arun,
-    open_repo,
-    run,
-)
+from orchestrator.memfs.errors import GitError, MemfsError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitdir import check_head, has_history, head_ref, is_repository, reflog_tips
+from orchestrator.memfs.gittrees import MAX_TREE_DEPTH, MAX_TREE_PATHS, TreeTooLarge
 from orchestrator.memfs.guard import Layout, RepositoryRefused, locate, report, require_checkout
 from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import (
     clear_stale_git_locks,
-    clear_stale_lock_files,
-    is_lock_contention,
-    lock_file_in,
 )
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 from orchestrator.memfs.provenance import Provenance, trailer_args
 
@@ -50,6 +41,7 @@ __all__ = [
     "commit_memory",
     "harness_commit_all",
     "harness_commit_tracked",
+    "harness_unstage",
     "harness_init",
     "pack",
     "head_revision",
@@ -131,33 +123,14 @@ def is_memory_repo(path: Path) -> bool:
     """True when ``path`` is the top level of a git work tree."""
     if not path.is_dir():
         return False
-    with open_repo(path) as local:
+    with GitRepo(path).open() as local:
         return local is not None
 
 
 def head_revision(path: Path) -> str | None:
     """The commit ``HEAD`` of the repository at ``path`` names; None when unborn or no repository."""
-    with open_repo(path) as local:
+    with GitRepo(path).open() as local:
         return None if local is None else local.head()
-
-
-_HEAD = re.compile(r"^(ref: refs/\S+|[0-9a-f]{40}|[0-9a-f]{64})\s*$")
-
-
-def _check_head(path: Path) -> None:
-    """A damaged ``.git/HEAD`` is named as such, with the fix, instead of surfacing later as "not a
-    git repository" from whichever git command meets it first."""
-    head = path / ".git" / "HEAD"
-    try:
-        text = head.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return
-    if not _HEAD.match(text):
-        raise GitError(
-            ("init",), 1,
-            f"fatal: {head} is damaged ({text.strip()[:40]!r} is neither a ref nor a commit id); "
-            f"restore it with: git -C {path} symbolic-ref HEAD refs/heads/main",
-        )
 
 
 def init_memory_repo(
@@ -181,20 +154,20 @@ def init_memory_repo(
         )
     if path.exists() and not path.is_dir():
         raise GitError(("init",), 1, f"fatal: {path}: exists and is not a directory")
-    _check_head(path)
+    check_head(path)
     require_checkout(path)
     if is_memory_repo(path):
         install_hook(path, policy=policy)
         revision = head_revision(path) or _revive_branch(path)
         if revision is not None:
             return revision
-    elif (path / ".git").exists():
-        said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()
+    elif is_repository(path):
+        said = GitRepo(path).run("rev-parse", "--show-toplevel", check=False).stderr.strip()
         raise GitError(("rev-parse",), 1, f"fatal: {path}: the memory repository is damaged: {said.splitlines()[-1] if said else 'not a git top level'}")
     elif path.exists() and any(path.iterdir()):
         raise GitError(("init",), 1, f"fatal: {path}: directory is not empty and is not a git repository")
     path.mkdir(parents=True, exist_ok=True)
-    run(path, "init", "-q", "-b", "main")
+    GitRepo(path).run("init", "-q", "-b", "main")
     _ensure_identity(path)
     install_hook(path, policy=policy)
     contents = dict(DEFAULT_MEMORY_FILES if files is None else files)
@@ -211,19 +184,14 @@ def _revive_branch(path: Path) -> str | None:
     nothing at all (a bare ``git init``: the defaults go in); :class:`RepositoryRefused` in one line,
     naming the fix, when it has history the reflog cannot restore. Never reinitialised: a deleted
     ref (``git update-ref -d``, a crash) would otherwise replace memory with the default files."""
-    git_dir = path / ".git"
-    try:
-        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
-    except OSError:
-        head = ""
-    branch = head.removeprefix("ref:").strip() if head.startswith("ref:") else "HEAD"
-    with open_repo(path) as local:
-        found = None if local is None else next((c for c in _reflog_tips(git_dir, branch) if _is_commit(local, c)), None)
+    branch = head_ref(path)
+    with GitRepo(path).open() as local:
+        found = None if local is None else next((c for c in reflog_tips(path, branch) if _is_commit(local, c)), None)
     if found is not None:
-        run(path, "update-ref", branch, found, "", harness=True)
+        GitRepo(path).run("update-ref", branch, found, "", harness=True)
         report(path, f"{path}: {branch} was missing; restored it from the reflog at {found[:7]} (memory was not reinitialised)", restored=True)
         return found
-    if not _has_history(path):
+    if not has_history(path):
         return None
     raise RepositoryRefused(
         f"{path}: the memory repository has history but no {branch}; reverie will not reinitialise it: find the last "
@@ -232,48 +200,17 @@ def _revive_branch(path: Path) -> str | None:
     )
 
 
-def _reflog_tips(git_dir: Path, branch: str) -> list[str]:
-    """The commits the branch's and ``HEAD``'s reflogs moved to, newest first."""
-    tips: list[str] = []
-    for log in dict.fromkeys((git_dir / "logs" / branch, git_dir / "logs" / "HEAD")):
-        try:
-            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines):
-            parts = line.split(" ", 2)
-            if len(parts) >= 2 and len(parts[1]) == 40 and parts[1].strip("0"):
-                tips.append(parts[1])
-    return list(dict.fromkeys(tips))
-
-
 def _is_commit(local: LocalRepo, oid: str) -> bool:
     found = local.read(oid)
     return found is not None and found[0] == "commit"
-
-
-def _has_history(path: Path) -> bool:
-    """Anything at all beyond what ``git init`` writes: objects, refs, reflogs, or files beside ``.git``."""
-    git_dir = path / ".git"
-    if any(entry.name != ".git" for entry in path.iterdir()):
-        return True
-    objects = git_dir / "objects"
-    if any(len(d.name) == 2 and any(d.iterdir()) for d in objects.iterdir() if d.is_dir()):
-        return True
-    if any((objects / "pack").glob("*.pack")) or (git_dir / "logs").exists():
-        return True
-    packed = git_dir / "packed-refs"
-    if packed.exists() and any(not line.startswith("#") for line in packed.read_text(encoding="utf-8", errors="replace").splitlines()):
-        return True
-    return any(files for _, _, files in os.walk(git_dir / "refs"))
 
 
 def _ensure_identity(path: Path) -> None:
     """A machine without a git identity (a fresh CI box) could not commit memory at all, neither the
     harness nor the agent's own ``git commit``; give the repository a local one in that case only."""
     for key, value in (("user.name", "reverie"), ("user.email", "reverie@localhost")):
-        if run(path, "config", "--get", key, check=False).returncode != 0:
-            run(path, "config", key, value)
+        if GitRepo(path).run("config", "--get", key, check=False).returncode != 0:
+            GitRepo(path).run("config", key, value)
 
 
 def commit_memory(
@@ -304,10 +241,10 @@ def _commit_locked(
 ) -> CommitResult:
     """``commit_memory`` under the repository lock (D1)."""
     if paths is None:
-        _retry_index_lock(path, "add", "-A")
+        GitRepo(path).run("add", "-A", retry=True)
     elif paths:
-        _retry_index_lock(path, "add", "-A", "--", *paths)
-    staged = run(path, "diff", "--cached", "--name-only", "-z").stdout
+        GitRepo(path).run("add", "-A", "--", *paths, retry=True)
+    staged = GitRepo(path).run("diff", "--cached", "--name-only", "-z").stdout
     files = tuple(p for p in staged.split("\0") if p)
     if not files and not allow_empty:
         revision = head_revision(path)
@@ -323,33 +260,10 @@ def _commit_locked(
     args = [*_NO_HOOKS, "commit", "-q", "-m", message, *trailer_args(provenance or Provenance())]
     if allow_empty:
         args.append("--allow-empty")
-    _retry_index_lock(path, *args)
+    GitRepo(path).run(*args, retry=True)
     revision = head_revision(path)
     assert revision is not None
     return CommitResult(revision=revision, files=files)
-
-
-def _retry_index_lock(path: Path, *args: str) -> None:
-    """A writing git command; ``index.lock`` held by a process outside reverie is retried (D1)."""
-    def locked(exc: BaseException) -> bool:
-        if not isinstance(exc, GitError) or not is_lock_contention(exc.stderr):
-            return False
-        named = lock_file_in(exc.stderr)
-        if named is not None:
-            clear_stale_lock_files([named], roots=(path,))
-        return True
-
-    # lazy: tenacity is for writing commands, not for the reads of `chat -p` start-up
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    for attempt in Retrying(
-        stop=stop_after_attempt(12),
-        wait=wait_exponential(multiplier=0.02, max=2.0),
-        retry=retry_if_exception(locked),
-        reraise=True,
-    ):
-        with attempt:
-            run(path, *args)
 
 
 def repo_status(path: Path, *, layout: Layout | None = None) -> RepoStatus:
@@ -357,12 +271,12 @@ def repo_status(path: Path, *, layout: Layout | None = None) -> RepoStatus:
     the caller's :func:`~orchestrator.memfs.guard.locate` of ``path``, just made (the post-turn
     check locates once for all its steps: each look is three file-system calls)."""
     if layout is None:
-        if not (path / ".git").exists():
+        if not is_repository(path):
             return RepoStatus(False, None, (), None, (), False)
         locate(path)
-    with open_repo(path) as local:
+    with GitRepo(path).open() as local:
         if local is None:
-            said = run(path, "rev-parse", "--show-toplevel", check=False).stderr.strip()
+            said = GitRepo(path).run("rev-parse", "--show-toplevel", check=False).stderr.strip()
             raise GitError(("status",), 128, said or f"fatal: {path}: not the top level of a git repository", path)
         entries = local.status()
         return RepoStatus(
@@ -401,8 +315,8 @@ def pack(path: Path) -> None:
     """Every object in one pack and every ref in ``packed-refs`` (``git repack -a -d`` and ``git
     pack-refs --all``): a repository copied many times over (a batch run's template) then links two
     object files and needs no ``refs/heads`` folder until its first commit. Blocking."""
-    run(path, "repack", "-a", "-d", "-q", "-n", harness=True)
-    run(path, "pack-refs", "--all", harness=True)
+    GitRepo(path).run("repack", "-a", "-d", "-q", "-n", harness=True)
+    GitRepo(path).run("pack-refs", "--all", harness=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,27 +328,33 @@ _SHA_IN_SUMMARY = re.compile(r"^\[[^\n]* ([0-9a-f]{40})\]", re.MULTILINE)
 
 async def harness_init(path: Path) -> None:
     """``git init -b main`` in the existing folder ``path``. :class:`GitError` when it fails."""
-    await arun(path, "init", "-q", "-b", "main", harness=True)
+    await GitRepo(path).arun("init", "-q", "-b", "main", harness=True)
 
 
 async def harness_commit_all(path: Path, message: str, *, provenance: Provenance | None = None) -> None:
     """Stage everything and commit it as the harness (the caller validated the files first), with
     ``provenance``'s trailers (H1). :class:`GitError` when git refuses."""
-    await arun(path, "add", "-A", harness=True)
-    await arun(path, "commit", "-q", "-m", message, *trailer_args(provenance or Provenance()), harness=True)
+    git = GitRepo(path)
+    await git.arun("add", "-A", harness=True)
+    await git.arun("commit", "-q", "-m", message, *trailer_args(provenance or Provenance()), harness=True)
 
 
 async def harness_commit_tracked(checkout: Path, message: str, *, provenance: Provenance | None = None) -> str:
     """``git commit -a`` as the harness; the new commit's id, read from git's own summary line (not
     from ``HEAD``, which another writer of the checkout may have moved since). :class:`GitError`
     when git refuses (a held ``index.lock`` among the reasons: the caller may retry)."""
-    said = await arun(
-        checkout, "-c", "core.abbrev=40", "commit", "-a", "-m", message, *trailer_args(provenance or Provenance()), harness=True
-    )
+    trailers = trailer_args(provenance or Provenance())
+    said = await GitRepo(checkout).arun("-c", "core.abbrev=40", "commit", "-a", "-m", message, *trailers, harness=True)
     found = _SHA_IN_SUMMARY.search(said.stdout)
     if found is None:
         raise GitError(("commit",), 0, f"fatal: no commit id in git's summary: {said.stdout.strip()[:200]}", checkout)
     return found.group(1)
+
+
+async def harness_unstage(checkout: Path, rel: str) -> None:
+    """``git reset -q HEAD -- rel`` as the harness: ``rel``'s index entry back to ``HEAD``'s (after
+    a commit that died before writing its index), lock contention retried; a failure is left be."""
+    await GitRepo(checkout).arun("reset", "-q", "HEAD", "--", rel, check=False, harness=True, retry=True)
 
 
 def index_corrupt(index: Path) -> bool:
@@ -491,9 +411,9 @@ def repair_index(path: Path, *, layout: Layout | None = None) -> bool:
         return False
     os.replace(layout.git_dir / "index", layout.git_dir / "index.corrupt")
     if head_revision(path) is None:
-        run(path, "read-tree", "--empty", harness=True)
+        GitRepo(path).run("read-tree", "--empty", harness=True)
     else:
-        run(path, "read-tree", "HEAD", harness=True)
+        GitRepo(path).run("read-tree", "HEAD", harness=True)
     report(
         path,
         f"{path}: .git/index was corrupt and every commit failed; rebuilt it from HEAD (the damaged file is "
@@ -512,7 +432,7 @@ def missing_objects(path: Path, revision: str) -> tuple[str, ...]:
     of them, ``MAX_TREE_DEPTH`` deep: a tree over the caps is the audit's to name). Blocking."""
     key = (str(path), revision)
     if key not in _MISSING:
-        with open_repo(path) as local:
+        with GitRepo(path).open() as local:
             _MISSING[key] = () if local is None else _missing_in(local, revision)
     return _MISSING[key]
 

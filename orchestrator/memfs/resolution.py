@@ -19,12 +19,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyio import Path as AsyncPath
-
+from orchestrator.base import blocking
 from orchestrator.memfs import operations
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.indexlock import harness_git as run_git
-from orchestrator.memfs.indexlock import retrying_git
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.provenance import SOURCE_KEY
 
 __all__ = [
@@ -77,22 +75,24 @@ def _split_z(raw: str) -> tuple[str, ...]:
 
 
 async def rebase_in_progress(worktree: Path) -> bool:
-    out = await run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", check=False)
-    if not out.ok:
-        return False
-    git_dir = AsyncPath(out.stdout.strip())
-    return await (git_dir / "rebase-merge").exists() or await (git_dir / "rebase-apply").exists()
+    """Whether a rebase is stopped in ``worktree`` (False where it is no repository's top level)."""
+
+    def rebasing() -> bool:
+        with GitRepo(worktree).open() as repo:
+            return repo is not None and repo.rebasing()
+
+    return await blocking.run_sync("git", rebasing)
 
 
 async def conflicted_files(worktree: Path) -> tuple[str, ...]:
-    out = await run_git(worktree, "diff", "--name-only", "--diff-filter=U", "-z", check=False)
+    out = await GitRepo(worktree).arun("diff", "--name-only", "--diff-filter=U", "-z", check=False, harness=True)
     return tuple(dict.fromkeys(_split_z(out.stdout)))
 
 
 async def _markers_left(worktree: Path, files: tuple[str, ...]) -> tuple[str, ...]:
     left = []
     for rel in files:
-        staged = await run_git(worktree, "show", f":0:{rel}", check=False)
+        staged = await GitRepo(worktree).arun("show", f":0:{rel}", check=False, harness=True)
         if staged.ok and any(line.startswith(_MARKERS) for line in staged.stdout.splitlines()):
             left.append(rel)
     return tuple(left)
@@ -118,9 +118,9 @@ async def resolve_rebase(
             rounds += 1
             if rounds > max_rounds:
                 raise ResolverFailed(f"more than {max_rounds} conflicting steps")
-            stopped = await run_git(worktree, "rev-parse", "-q", "--verify", "REBASE_HEAD", check=False)
+            stopped = await GitRepo(worktree).arun("rev-parse", "-q", "--verify", "REBASE_HEAD", check=False, harness=True)
             commit = stopped.stdout.strip()
-            subject = (await run_git(worktree, "log", "-1", "--format=%s", commit, check=False)).stdout.strip()
+            subject = (await GitRepo(worktree).arun("log", "-1", "--format=%s", commit, check=False, harness=True)).stdout.strip()
             conflict = Conflict(worktree, branch, onto, commit, subject, files, lock_held)
             try:
                 await resolver(conflict)
@@ -141,19 +141,16 @@ async def resolve_rebase(
             raise ResolverFailed(_CHANGED)
         if files:
             # H1: the reconciled commit keeps the branch's message and says the resolver made it
-            await retrying_git(
-                worktree, "-c", "trailer.ifexists=replace", "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD",
-                "--trailer", f"{SOURCE_KEY}: resolver",
-            )
+            await GitRepo(worktree).arun("-c", "trailer.ifexists=replace", "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD", "--trailer", f"{SOURCE_KEY}: resolver", harness=True, retry=True)
             await operations.record(worktree)
-        step = await retrying_git(worktree, "rebase", "--continue", check=False)
+        step = await GitRepo(worktree).arun("rebase", "--continue", check=False, harness=True, retry=True)
         await operations.record(worktree)
         if step.ok or await conflicted_files(worktree):
             continue
-        nothing_staged = (await run_git(worktree, "diff", "--cached", "--quiet", "HEAD", check=False)).ok
+        nothing_staged = (await GitRepo(worktree).arun("diff", "--cached", "--quiet", "HEAD", check=False, harness=True)).ok
         if nothing_staged:
             # The resolution equals HEAD's side: keep the commit (empty) so old and new pair up.
-            await retrying_git(worktree, "commit", "-q", "--allow-empty", "-C", "REBASE_HEAD")
+            await GitRepo(worktree).arun("commit", "-q", "--allow-empty", "-C", "REBASE_HEAD", harness=True, retry=True)
             await operations.record(worktree)
             continue
         said = [line for line in (step.stderr or step.stdout).splitlines() if line.strip()]
@@ -163,10 +160,10 @@ async def resolve_rebase(
 
 async def check_linear(worktree: Path, head: str, tip: str) -> str | None:
     """``None`` when ``tip`` contains ``head`` by linear history (R3), else why not."""
-    contains = await run_git(worktree, "merge-base", "--is-ancestor", head, tip, check=False)
+    contains = await GitRepo(worktree).arun("merge-base", "--is-ancestor", head, tip, check=False, harness=True)
     if not contains.ok:
         return "the resolved branch does not contain the current memory"
-    merges = await run_git(worktree, "rev-list", "--merges", f"{head}..{tip}", check=False)
+    merges = await GitRepo(worktree).arun("rev-list", "--merges", f"{head}..{tip}", check=False, harness=True)
     if merges.stdout.strip():
         return "the resolved branch has a merge commit"
     return None

@@ -17,8 +17,10 @@ from pathlib import Path
 from anyio import CancelScope
 
 from orchestrator.base import blocking
-from orchestrator.memfs.git import GitError, LocalRepo, using_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import line_counts, patch
+from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import delete_merged_branch, resolve_branch
 from orchestrator.memfs.worktrees import Worktree, remove_worktree
@@ -59,7 +61,7 @@ def _measure(repo_dir: Path, branch: str, base: str | None) -> HeldBranch | None
             return tip, head, ()
         return tip, local.merge_base(head, tip) if base is None else base, local.commits(head, tip)
 
-    tip, start, commits = using_repo(repo_dir, read)
+    tip, start, commits = GitRepo(repo_dir).read(read)
     if tip is None or not commits:
         return None
     counts = line_counts(repo_dir, start, tip) if start else ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.indexlock import git_lock_files
 from orchestrator.memfs.names import BRANCH_PREFIX, OWNER_FILE_NAME, PRE_REBASE_REF_PREFIX
 
@@ -23,7 +23,7 @@ def nothing_to_recover(repo_dir: Path) -> bool:
     pin. One in-process look instead of recovery's dozen steps under the merge lock, for the common
     case of a new or tidy repository (every task of a batch run starts with one). Blocking; False
     when in doubt (not a repository top level)."""
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is None:
             return False
         common = local.common_dir

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from orchestrator.base import blocking
 from orchestrator.memfs.errors import MemfsError
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import changes, commit_before, read_committed, resolve_commit
-from orchestrator.memfs.indexlock import harness_git
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 from orchestrator.memfs.provenance import Provenance, trailer_args
 from orchestrator.memfs.resolution import Resolver
@@ -85,7 +84,7 @@ def _first_parent_chain(repo: Path) -> list[tuple[str, str | None]]:
 
 
 def _git_out(repo: Path, *args: str) -> str:
-    said = run(repo, *args, check=False)
+    said = GitRepo(repo).run(*args, check=False)
     return said.stdout if said.ok else ""
 
 
@@ -214,8 +213,8 @@ async def _commit_and_merge(
 ) -> MergeOutcome:
     worktree = await create_worktree(repo, agent_id=agent_id, revision=at, kind="undo")
     try:
-        await harness_git(worktree.path, "read-tree", "-u", "--reset", tree_of)
-        await harness_git(worktree.path, "commit", "-q", "--allow-empty", "-m", message, *trailer_args(provenance))
+        await GitRepo(worktree.path).arun("read-tree", "-u", "--reset", tree_of, harness=True)
+        await GitRepo(worktree.path).arun("commit", "-q", "--allow-empty", "-m", message, *trailer_args(provenance), harness=True)
     except BaseException:
         await remove_worktree(repo, worktree)
         raise

@@ -40,7 +40,7 @@ from orchestrator.memfs.constraints import (
     read_only_patterns,
     tree_constraint_errors,
 )
-from orchestrator.memfs.git import TreeTooLarge
+from orchestrator.memfs.gittrees import TreeTooLarge
 from orchestrator.memfs.policy import NEEDS_APPROVAL, ROOT_MARKER, SHARED_MEMORY, LayoutPolicy
 from orchestrator.memfs.rules import (
     legacy_frontmatter_errors,
@@ -330,7 +330,7 @@ def audit_head(
     config_approved: bool | None = None,
 ) -> ValidationResult:
     """Audit a committed revision (M8): frontmatter rules and tree constraints, audit report. A tree
-    over a cap of ``memfs.git`` (``MAX_TREE_PATHS``…) is invalid with one line naming the cap, found
+    over a cap of ``memfs.gittrees`` (``MAX_TREE_PATHS``…) is invalid with one line naming the cap, found
     without expanding it.
 
     ``base`` is the accepted tree read-only files are compared with; default the revision's first

@@ -31,9 +31,11 @@ from orchestrator.base import blocking
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import check_agent_id, worktrees_root
-from orchestrator.memfs.git import REPOS, GitError, open_repo, run
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.locks import common_dir_sync, worktree_admin_lock
 from orchestrator.memfs.names import BRANCH_PREFIX
+from orchestrator.memfs.repopool import REPOS
 
 __all__ = [
     "BRANCH_PREFIX",
@@ -146,11 +148,11 @@ async def create_worktree(
 def _add_sync(repo_dir: Path, path: Path, branch: str, base: str) -> None:
     """In-process (libgit2) unless git would have to pick another record name (a stale record of
     the same name), which ``git worktree add`` does its own way."""
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is not None and not (local.common_dir / "worktrees" / path.name).exists():
             local.add_worktree(path, branch, base)
             return
-    run(repo_dir, "worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
+    GitRepo(repo_dir).run("worktree", "add", "--quiet", "-b", branch, str(path), base, harness=True)
 
 
 async def remove_worktree(repo_dir: Path, worktree: Worktree | Path, *, drop_branch: bool = False) -> None:
@@ -169,7 +171,7 @@ async def remove_worktree(repo_dir: Path, worktree: Worktree | Path, *, drop_bra
 
 
 def _commit_of(repo_dir: Path, revision: str) -> str:
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         found = None if local is None else local.resolve(revision)
     if found is None:
         raise GitError(("rev-parse", "--verify"), 128, f"fatal: {revision!r} names no commit", repo_dir)
@@ -182,14 +184,14 @@ def _remove_sync(repo_dir: Path, path: Path, branch: str | None = None) -> None:
     Then ``branch``, if given, is deleted as ``git branch -D`` would, in-process too (a git process
     for every compaction, which runs on most turns of a long session, was about 3 ms of CPU): its
     worktree is gone, so no checkout holds it; one still checked out elsewhere is left alone."""
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is not None:
             linked = {record.resolve() for record, _ in local.worktrees()[1:]}
             if path.exists() and path.resolve() in linked:
                 REPOS.discard(path)
                 shutil.rmtree(path)
             elif path.exists():
-                run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
+                GitRepo(repo_dir).run("worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
             local.prune_worktrees()
             if branch is not None:
                 name = branch.removeprefix("refs/heads/")
@@ -197,10 +199,10 @@ def _remove_sync(repo_dir: Path, path: Path, branch: str | None = None) -> None:
                     local.delete_ref(f"refs/heads/{name}")
             return
     if path.exists():
-        run(repo_dir, "worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
-    run(repo_dir, "worktree", "prune", check=False, harness=True)
+        GitRepo(repo_dir).run("worktree", "remove", "--force", "--force", str(path), check=False, harness=True)
+    GitRepo(repo_dir).run("worktree", "prune", check=False, harness=True)
     if branch is not None:
-        run(repo_dir, "branch", "-D", branch, check=False, harness=True)
+        GitRepo(repo_dir).run("branch", "-D", branch, check=False, harness=True)
 
 
 async def worktree_records(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
@@ -209,10 +211,10 @@ async def worktree_records(repo_dir: Path) -> tuple[tuple[Path, str | None], ...
 
 
 def _records_sync(repo_dir: Path) -> tuple[tuple[Path, str | None], ...]:
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is not None:
             return local.worktrees()
-    listing = run(repo_dir, "worktree", "list", "--porcelain", "-z", harness=True)
+    listing = GitRepo(repo_dir).run("worktree", "list", "--porcelain", "-z", harness=True)
     return tuple(parse_worktree_records(listing.stdout))
 
 
@@ -222,11 +224,11 @@ async def prune_worktrees(repo_dir: Path) -> None:
 
 
 def _prune_sync(repo_dir: Path) -> None:
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is not None:
             local.prune_worktrees()
             return
-    run(repo_dir, "worktree", "prune", harness=True)
+    GitRepo(repo_dir).run("worktree", "prune", harness=True)
 
 
 def parse_worktree_records(porcelain_z: str) -> list[tuple[Path, str | None]]:
@@ -264,7 +266,7 @@ async def list_reflections(repo_dir: Path, kind: str | None = "reflection") -> t
 
 
 def _reflections_sync(repo_dir: Path, pattern: str) -> list[ReflectionBranch]:
-    with open_repo(repo_dir) as local:
+    with GitRepo(repo_dir).open() as local:
         if local is None:
             raise GitError(("for-each-ref",), 128, "fatal: not the top level of a git repository", repo_dir)
         head = local.head()

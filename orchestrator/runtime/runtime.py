@@ -16,14 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from orchestrator.agent.context import AgentProfile
 from orchestrator.base import blocking
 from orchestrator.base.config import SETTING_NAMES, Settings, load_settings
 from orchestrator.base.errors import UsageError
 from orchestrator.base.events import MemoryWarning
 from orchestrator.base.paths import agent_memory_dir, check_agent_id
+from orchestrator.memfs.gitdir import is_repository
 from orchestrator.memfs.guard import drain_findings
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.models.types import ModelClient
@@ -134,7 +133,7 @@ class Runtime:
             found = await self.store.get_agent(agent_id)
             if found is None:
                 # `reverie memory init` makes an agent without touching the store
-                if not await anyio.Path(memory_dir / ".git").exists():
+                if not await blocking.run_sync("files", partial(is_repository, memory_dir)):
                     raise StoreError(f"no agent {agent_id!r}; `reverie chat --agent {agent_id}` creates it")
                 found = await self.store.ensure_agent(agent_id)
             record = found

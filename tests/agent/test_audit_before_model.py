@@ -15,7 +15,7 @@ import pytest
 from orchestrator.agent.audit import compile_audited
 from orchestrator.app.session import ChatSession
 from orchestrator.base.paths import agent_memory_dir
-from orchestrator.memfs.git import run as run_git
+from orchestrator.memfs.git import GitRepo
 from orchestrator.models.openai_client import OpenAIModel
 from orchestrator.testing.openai_server import LoopbackOpenAI, text_reply, tool_call_reply
 from tests.support import SleepRecorder
@@ -80,8 +80,8 @@ async def test_fresh_conversation_on_an_invalid_head_gets_the_last_valid_memory(
     await anyio.Path(repo / "persona.md").write_text(f"no frontmatter any more {SECRET}\n")
 
     def commit() -> str:
-        run_git(repo, "commit", "-q", "--no-verify", "-am", "smuggle")
-        return run_git(repo, "rev-parse", "HEAD").stdout.strip()
+        GitRepo(repo).run("commit", "-q", "--no-verify", "-am", "smuggle")
+        return GitRepo(repo).run("rev-parse", "HEAD").stdout.strip()
 
     head = await anyio.to_thread.run_sync(commit)
     async with ChatSession.open(agent_id="a2", model=_model(server), workspace=tmp_path, new=True) as session:
@@ -99,11 +99,11 @@ async def test_compile_audited_without_any_valid_revision_sends_no_memory(tmp_pa
 
     def build() -> None:
         repo.mkdir()
-        run_git(repo, "init", "-q", "-b", "main")
+        GitRepo(repo).run("init", "-q", "-b", "main")
         (repo / "MEMORY.md").write_text("# Memory\n")
         (repo / "notes.md").write_text(f"{SECRET}\n")
-        run_git(repo, "add", ".")
-        run_git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--no-verify", "-m", "bad")
+        GitRepo(repo).run("add", ".")
+        GitRepo(repo).run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--no-verify", "-m", "bad")
 
     await anyio.to_thread.run_sync(build)
     audited = await anyio.to_thread.run_sync(lambda: compile_audited(repo, "SYS {CORE_MEMORY} END", agent_id="a"))

@@ -20,7 +20,7 @@ from orchestrator.memfs.repo import GitError
 from orchestrator.store.records import StoreDamaged
 
 # Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie;
-# NotPlain is a signal memfs.git.LocalRepo always catches (ask libgit2 instead), never an error.
+# NotPlain is a signal memfs.localrepo.LocalRepo always catches (ask libgit2 instead), never an error.
 _OUTSIDE_THE_TREE = {"WorkerClosedError", "LlamaServerError", "NotPlain"}
 
 

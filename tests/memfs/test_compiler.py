@@ -22,8 +22,9 @@ from orchestrator.memfs.compiler import (
     render_metadata,
     render_v1,
 )
-from orchestrator.memfs.git import REPOS, RepoPool, list_tree_entries, read_tree_files
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.markup import STRUCTURAL_TAGS
+from orchestrator.memfs.repopool import REPOS, RepoPool
 
 NOW = datetime(2026, 10, 8, 15, 4, 5, 678901, tzinfo=UTC)
 
@@ -227,11 +228,11 @@ def test_exact_names_and_symlinks_from_the_reader(tmp_path: Path) -> None:
     os.symlink("MEMORY.md", repo / "alias.md")
     (repo / os.fsdecode(b"bad\xff.md")).write_bytes(b"x\n")
     _commit(repo, {})
-    files = read_tree_files(repo)
+    files = GitRepo(repo).tree_files()
     assert files is not None
     assert files["alias.md"] == b"MEMORY.md"
     assert {"say \"hi\"\t.md", " lead.md", "back\\slash.md"} <= set(files)
-    entries = {entry.path: entry for entry in list_tree_entries(repo) or []}
+    entries = {entry.path: entry for entry in GitRepo(repo).tree_entries() or []}
     assert entries["alias.md"].is_symlink and entries["MEMORY.md"].is_regular_file
     core = _compile(repo).core_memory
     assert "<say \"hi\"\t>\nq\n</say \"hi\"\t>" in core and "< lead>" in core and "<back\\slash>" in core

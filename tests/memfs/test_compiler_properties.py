@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from orchestrator.memfs import CompiledPrompt, compile_system_prompt
 from orchestrator.memfs.compiler import clear_render_cache
-from orchestrator.memfs.git import REPOS
+from orchestrator.memfs.repopool import REPOS
 
 NOW = datetime(2026, 9, 1, 13, 5, 9, tzinfo=UTC)
 _SETTINGS = settings(max_examples=30, deadline=None)

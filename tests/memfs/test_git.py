@@ -15,17 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.memfs.git import (
-    MAX_TREE_DEPTH,
-    MAX_TREE_PATHS,
-    GitError,
-    RepoPool,
-    TreeTooLarge,
-    ask,
-    open_repo,
-    run,
-    using_repo,
-)
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gittrees import MAX_TREE_DEPTH, MAX_TREE_PATHS, TreeTooLarge
+from orchestrator.memfs.repopool import RepoPool
 from tests.memfs.reflection_helpers import commit_file, git, make_repo, note
 from tests.memfs.tree_bombs import plant
 
@@ -36,7 +29,7 @@ def _cli(repo: Path, *args: str) -> bytes:
 
 def test_a_failed_command_is_one_line_naming_command_folder_and_git_error(tmp_path: Path) -> None:
     with pytest.raises(GitError) as caught:
-        run(tmp_path, "rev-parse", "--verify", "no-such-thing")
+        GitRepo(tmp_path).run("rev-parse", "--verify", "no-such-thing")
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("git rev-parse --verify no-such-thing failed in") and str(tmp_path) in message
@@ -46,7 +39,7 @@ def test_a_failed_command_is_one_line_naming_command_folder_and_git_error(tmp_pa
 def test_a_timeout_kills_git_and_is_a_git_error(tmp_path: Path) -> None:
     make_repo(tmp_path / "r")
     with pytest.raises(GitError, match="timed out"):
-        run(tmp_path / "r", "-c", "alias.wait=!sleep 5", "wait", git_timeout=0.2)
+        GitRepo(tmp_path / "r").run("-c", "alias.wait=!sleep 5", "wait", git_timeout=0.2)
 
 
 def test_a_timeout_also_kills_what_git_started(tmp_path: Path) -> None:
@@ -55,7 +48,7 @@ def test_a_timeout_also_kills_what_git_started(tmp_path: Path) -> None:
     make_repo(tmp_path / "r")
     pid_file = tmp_path / "child.pid"
     with pytest.raises(GitError, match="timed out"):
-        run(tmp_path / "r", "-c", f"alias.wait=!echo $$ > {pid_file}; exec sleep 30", "wait", git_timeout=1.0)
+        GitRepo(tmp_path / "r").run("-c", f"alias.wait=!echo $$ > {pid_file}; exec sleep 30", "wait", git_timeout=1.0)
     pid = int(pid_file.read_text())
     if not hasattr(os, "pidfd_open"):
         pytest.skip("waiting on another process's exit needs pidfd_open (Linux)")
@@ -73,7 +66,7 @@ def test_a_timeout_also_kills_what_git_started(tmp_path: Path) -> None:
 def test_a_git_that_cannot_be_found_is_a_one_line_git_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     with pytest.raises(GitError) as caught:
-        run(tmp_path, "rev-parse", "--show-toplevel")
+        GitRepo(tmp_path).run("rev-parse", "--show-toplevel")
     said = str(caught.value)
     assert caught.value.returncode == -1 and "\n" not in said and "cannot run git: [Errno 2]" in said
 
@@ -84,7 +77,8 @@ def test_loading_the_runner_ahead_without_git_leaves_the_error_to_the_first_comm
     ``GitError`` as before (a fresh interpreter: this one has GitPython loaded already)."""
     script = (
         "import sys\n"
-        "from orchestrator.memfs.git import GitError, load_runner, run\n"
+        "from orchestrator.memfs.errors import GitError\n"
+        "from orchestrator.memfs.gitprocess import load_runner, run\n"
         "load_runner()\n"
         "try:\n"
         "    run(sys.argv[1], 'rev-parse', '--show-toplevel')\n"
@@ -99,23 +93,23 @@ def test_loading_the_runner_ahead_without_git_leaves_the_error_to_the_first_comm
 
 def test_a_folder_that_is_not_there_is_a_git_error_not_another_folder(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="is not a directory"):
-        run(tmp_path / "missing", "rev-parse", "--show-toplevel")
+        GitRepo(tmp_path / "missing").run("rev-parse", "--show-toplevel")
 
 
 def test_input_larger_than_a_pipe_reaches_git_whole(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     data = "".join(f"line {i}\n" for i in range(20_000)).encode()
-    oid = run(repo, "hash-object", "-w", "--stdin", input=data).stdout.strip()
-    assert run(repo, "cat-file", "blob", oid).out == data
-    assert run(repo, "hash-object", "--stdin", input=b"x\n").stdout.strip() == "587be6b4c3f93f93c489c0111bba5596147a26cb"
+    oid = GitRepo(repo).run("hash-object", "-w", "--stdin", input=data).stdout.strip()
+    assert GitRepo(repo).run("cat-file", "blob", oid).out == data
+    assert GitRepo(repo).run("hash-object", "--stdin", input=b"x\n").stdout.strip() == "587be6b4c3f93f93c489c0111bba5596147a26cb"
 
 
 def test_location_variables_of_a_surrounding_git_do_not_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = make_repo(tmp_path / "r")
     other = make_repo(tmp_path / "other")
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
-    assert run(repo, "rev-parse", "--absolute-git-dir").stdout.strip() == str((repo / ".git").resolve())
-    inherited = run(repo, "rev-parse", "--absolute-git-dir", inherit_location=True).stdout.strip()
+    assert GitRepo(repo).run("rev-parse", "--absolute-git-dir").stdout.strip() == str((repo / ".git").resolve())
+    inherited = GitRepo(repo).run("rev-parse", "--absolute-git-dir", inherit_location=True).stdout.strip()
     assert inherited == str((other / ".git").resolve())
 
 
@@ -134,7 +128,7 @@ def test_status_matches_git_porcelain(tmp_path: Path) -> None:
         for entry in _cli(repo, "status", "--porcelain=v1", "-z").decode().split("\0")
         if entry
     ]
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert list(local.status()) == expected
         assert local.dirty()
@@ -154,7 +148,7 @@ def test_files_are_exactly_ls_tree_with_non_ascii_and_odd_names(tmp_path: Path) 
             meta, _, path = record.partition(b"\t")
             mode, _, oid = meta.decode().split(" ")
             listed.append((path.decode("utf-8", "surrogateescape"), mode, oid))
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         resolved = local.resolve("HEAD")
         assert resolved is not None
@@ -171,7 +165,7 @@ def test_commits_ancestry_and_changed_paths_match_the_cli(tmp_path: Path) -> Non
     git(repo, "checkout", "-q", "main")
     commit_file(repo, "human.md", note("human", "main moved"), "edit")
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert list(local.commits(head, tip)) == _cli(repo, "rev-list", "--reverse", f"{head}..{tip}").decode().split()
         assert local.merge_base(head, tip) == base
@@ -186,7 +180,7 @@ def test_refs_create_only_compare_and_delete(tmp_path: Path) -> None:
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
     commit_file(repo, "human.md", note("human", "next"), "edit")
     newer = _cli(repo, "rev-parse", "HEAD").decode().strip()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.set_ref("refs/reverie/pin", head, expected="")
         assert not local.set_ref("refs/reverie/pin", newer, expected="")
@@ -202,17 +196,17 @@ def test_an_in_process_worktree_is_one_git_knows_and_prunes(tmp_path: Path) -> N
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
     path = tmp_path / "wt" / "reflection-x"
     path.parent.mkdir()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         local.add_worktree(path, "reverie/reflection/x", head)
     listing = _cli(repo, "worktree", "list", "--porcelain").decode()
     assert f"worktree {path}" in listing and "branch refs/heads/reverie/reflection/x" in listing
     assert _cli(path, "status", "--porcelain") == b""
     commit_file(path, "persona.md", note("persona", "from the worktree"), "edit")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.worktrees()[1] == (path, "reverie/reflection/x")
-        run(repo, "worktree", "remove", "--force", str(path))
+        GitRepo(repo).run("worktree", "remove", "--force", str(path))
         git(repo, "worktree", "add", "-q", str(tmp_path / "wt" / "gone"), "HEAD")
         (tmp_path / "wt" / "gone" / ".git").unlink()
         assert local.prune_worktrees() == ("gone",)
@@ -235,14 +229,14 @@ def test_only_a_top_level_opens_and_a_recreated_repository_is_reopened(tmp_path:
     with pool.open(repo) as second:
         assert second is not None and second.head() != old
     with pytest.raises(GitError, match="not the top level"):
-        using_repo(tmp_path, lambda local: local.head())
+        GitRepo(tmp_path).read(lambda local: local.head())
 
 
 @pytest.mark.anyio
 async def test_ask_runs_the_question_off_the_event_loop(tmp_path: Path) -> None:
     repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "r")
     head = (await anyio.to_thread.run_sync(_cli, repo, "rev-parse", "HEAD")).decode().strip()
-    assert await ask(repo, lambda local: local.head()) == head
+    assert await GitRepo(repo).ask(lambda local: local.head()) == head
 
 
 def _branch_with(repo: Path, tmp_path: Path, rel: str, text: str) -> tuple[Path, str]:
@@ -256,7 +250,7 @@ def _branch_with(repo: Path, tmp_path: Path, rel: str, text: str) -> tuple[Path,
 def test_fast_forward_moves_files_index_and_branch_like_git(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     path, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "from the side"))
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip) == "done"
         assert local.head() == tip
@@ -269,7 +263,7 @@ def test_fast_forward_never_overwrites_local_changes_or_untracked_files(tmp_path
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
     path, tip = _branch_with(repo, tmp_path, "notes/hot.md", note("hot", "side"))
     (repo / "notes" / "hot.md").write_text("mine\n", encoding="utf-8")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip) == "dirty"
         assert local.head() == head
@@ -278,7 +272,7 @@ def test_fast_forward_never_overwrites_local_changes_or_untracked_files(tmp_path
     commit_file(path, "notes/extra.md", note("extra", "side"), "more")
     (repo / "notes" / "extra.md").write_text("untracked, mine\n", encoding="utf-8")
     side = _cli(path, "rev-parse", "HEAD").decode().strip()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(side) == "dirty"
         assert local.head() == head
@@ -289,7 +283,7 @@ def test_fast_forward_refuses_a_tip_that_does_not_contain_head(tmp_path: Path) -
     repo = make_repo(tmp_path / "r")
     path, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "x"))
     moved = commit_file(repo, "human.md", note("human", "main moved"), "main")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip) == "moved"
         assert local.head() == moved
@@ -302,7 +296,7 @@ def test_fast_forward_waits_for_a_git_holding_the_index_and_changes_nothing(tmp_
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
     _, tip = _branch_with(repo, tmp_path, "notes/new.md", note("new", "side"))
     (repo / ".git" / "index.lock").write_bytes(b"")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip, expected=head) == "busy"
         assert local.head() == head
@@ -323,7 +317,7 @@ def test_a_fast_forward_that_loses_the_ref_swap_puts_the_checkout_back(tmp_path:
     tip = commit_file(path, "notes/new.md", note("new", "side"), "add")
     index_before = (repo / ".git" / "index").read_bytes()
     (repo / ".git" / "refs" / "heads" / "main.lock").write_text(head + "\n")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip, expected=head) == "moved"
         assert local.head() == head
@@ -331,7 +325,7 @@ def test_a_fast_forward_that_loses_the_ref_swap_puts_the_checkout_back(tmp_path:
     assert (repo / ".git" / "index").read_bytes() == index_before
     assert _cli(repo, "status", "--porcelain") == b""
     assert not (repo / ".git" / "index.lock").exists()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip, expected=head) == "done"
     assert _cli(repo, "status", "--porcelain") == b"" and not (repo / "notes" / "gone.md").exists()
@@ -346,11 +340,11 @@ def test_fast_forward_keeps_what_is_staged_elsewhere_and_refuses_to_overwrite_a_
     (repo / "notes" / "new.md").write_text(note("new", "mine"), encoding="utf-8")
     git(repo, "add", "notes/new.md")
     (repo / "notes" / "new.md").unlink()
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip, expected=head) == "dirty"
     git(repo, "rm", "-q", "--cached", "notes/new.md")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.fast_forward(tip, expected=head) == "done"
     assert _cli(repo, "status", "--porcelain") == b"M  human.md\n"
@@ -360,7 +354,7 @@ def test_set_ref_compares_and_swaps(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     head = _cli(repo, "rev-parse", "HEAD").decode().strip()
     other = commit_file(repo, "human.md", note("human", "moved"), "move")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.set_ref("refs/reverie/pin", head, expected="")
         assert not local.set_ref("refs/reverie/pin", other, expected="")
@@ -375,7 +369,7 @@ def test_rebase_in_memory_replays_onto_the_parent_or_leaves_a_conflict_to_git(tm
     repo = make_repo(tmp_path / "r")
     path, old = _branch_with(repo, tmp_path, "notes/new.md", note("new", "x"))
     head = commit_file(repo, "human.md", note("human", "main moved"), "main")
-    with open_repo(path) as worktree:
+    with GitRepo(path).open() as worktree:
         assert worktree is not None
         (new,) = worktree.rebase_onto(head) or ()
     assert _cli(path, "rev-parse", "HEAD").decode().strip() == new != old
@@ -386,7 +380,7 @@ def test_rebase_in_memory_replays_onto_the_parent_or_leaves_a_conflict_to_git(tm
     commit_file(path, "notes/hot.md", note("hot", "side edit"), "side hot")
     mine = _cli(path, "rev-parse", "HEAD").decode().strip()
     main = commit_file(repo, "notes/hot.md", note("hot", "main edit"), "main hot")
-    with open_repo(path) as worktree:
+    with GitRepo(path).open() as worktree:
         assert worktree is not None
         assert worktree.rebase_onto(main) is None
     assert _cli(path, "rev-parse", "HEAD").decode().strip() == mine
@@ -395,14 +389,15 @@ def test_rebase_in_memory_replays_onto_the_parent_or_leaves_a_conflict_to_git(tm
 
 _LOAD = """
 import json, os, sys, threading
-from orchestrator.memfs.git import load_pygit2, open_repo
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.libgit import load_pygit2
 from pathlib import Path
 if sys.argv[1] == "threaded":
     stop = threading.Event()
     threading.Thread(target=stop.wait).start()
 load_pygit2()
 import pygit2
-with open_repo(Path(sys.argv[2])) as local:
+with GitRepo(Path(sys.argv[2])).open() as local:
     head = local.head()
 if sys.argv[1] == "threaded":
     stop.set()
@@ -443,7 +438,7 @@ def test_libgit2_is_loaded_without_the_ca_bundle_only_while_it_is_the_only_threa
 def test_a_tree_of_ten_million_paths_stops_at_the_path_cap_without_expanding(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     head = plant(repo, fanout=10, levels=7)
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         tree = local.resolve(head)[1]  # type: ignore[index]
         seen = 0
@@ -460,7 +455,7 @@ def test_a_tree_of_ten_million_paths_stops_at_the_path_cap_without_expanding(tmp
 def test_a_file_five_thousand_folders_deep_stops_at_the_depth_cap_without_recursion(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     plant(repo, fanout=1, levels=5000)
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         with pytest.raises(TreeTooLarge) as caught:
             list(local.walk(local.resolve("HEAD")[1]))  # type: ignore[index]
@@ -471,7 +466,7 @@ def test_a_file_five_thousand_folders_deep_stops_at_the_depth_cap_without_recurs
 def test_long_names_stop_at_the_byte_cap_below_the_path_cap(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     plant(repo, fanout=2, levels=15, name="n" * 200)  # 2^15 paths of ~3,000 bytes each
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         with pytest.raises(TreeTooLarge) as caught:
             list(local.walk(local.resolve("HEAD")[1]))  # type: ignore[index]
@@ -482,7 +477,7 @@ def test_a_real_sized_tree_walks_whole_in_ls_tree_order(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     plant(repo, fanout=10, levels=3)  # 1,000 files under 1,110 folders, well inside every cap
     expected = [line.split("\t", 1)[1] for line in _cli(repo, "ls-tree", "-r", "HEAD").decode().splitlines()]
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert [entry.path for entry in local.walk(local.resolve("HEAD")[1])] == expected  # type: ignore[index]
 
@@ -492,7 +487,7 @@ def test_status_of_an_over_cap_head_compares_only_the_work_tree_with_the_index(t
     plant(repo, fanout=10, levels=7)
     (repo / "notes" / "hot.md").write_text("changed\n", encoding="utf-8")
     (repo / "new.md").write_text("new\n", encoding="utf-8")
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         assert local.status() == ((" M", "notes/hot.md"), ("??", "new.md"))
         entries, changes = local.staged()

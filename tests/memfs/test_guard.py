@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memfs import guard
-from orchestrator.memfs.git import GitError, open_local, run
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.guard import RepositoryRefused
 from orchestrator.memfs.repo import commit_memory, init_memory_repo, repo_status
+from orchestrator.memfs.repopool import open_local
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -46,11 +48,11 @@ def test_the_repositorys_own_fsmonitor_hooks_and_filters_never_run(memory: Path,
     (memory / ".git" / "info" / "attributes").write_text("* filter=evil merge=evil diff=evil\n")
     _git(memory, "config", "diff.evil.command", _payload(marker))
     (memory / "human.md").write_text("---\nname: human\ndescription: The person\n---\nLikes tea.\n")
-    run(memory, "status", "--porcelain")
+    GitRepo(memory).run("status", "--porcelain")
     commit_memory(memory, "tea")
-    run(memory, "diff", "HEAD~1", "HEAD")
-    run(memory, "log", "-p", "-1")
-    run(memory, "checkout", "-q", "HEAD~1", "--", "human.md")
+    GitRepo(memory).run("diff", "HEAD~1", "HEAD")
+    GitRepo(memory).run("log", "-p", "-1")
+    GitRepo(memory).run("checkout", "-q", "HEAD~1", "--", "human.md")
     assert not marker.exists()
     assert "Likes tea." in _git(memory, "show", "HEAD:human.md")
 
@@ -59,7 +61,7 @@ def test_a_planted_commondir_is_removed_and_reported(memory: Path, tmp_path: Pat
     evil = tmp_path / "evilgit"
     subprocess.run(["cp", "-a", str(memory / ".git"), str(evil)], check=True)
     (memory / ".git" / "commondir").write_text(f"{evil}\n")
-    head = run(memory, "rev-parse", "HEAD").stdout.strip()
+    head = GitRepo(memory).run("rev-parse", "HEAD").stdout.strip()
     assert not (memory / ".git" / "commondir").exists()
     assert head == _git(memory, "rev-parse", "HEAD").strip()
     found = guard.drain_findings(memory)
@@ -83,7 +85,7 @@ def test_an_include_in_the_repository_config_is_refused_in_one_line(memory: Path
     (tmp_path / "extra.cfg").write_text("[core]\n\tpager = cat\n")
     _git(memory, "config", "include.path", str(tmp_path / "extra.cfg"))
     with pytest.raises(RepositoryRefused) as refused:
-        run(memory, "status")
+        GitRepo(memory).run("status")
     assert "\n" not in str(refused.value)
     assert "include.path" in str(refused.value) and "--unset-all include.path" in str(refused.value)
 
@@ -94,7 +96,7 @@ def test_alternates_are_refused_before_git_or_libgit2_reads_them(memory: Path, t
     (memory / ".git" / "objects" / "info").mkdir(exist_ok=True)
     (memory / ".git" / "objects" / "info" / "alternates").write_text(f"{other / '.git' / 'objects'}\n")
     with pytest.raises(RepositoryRefused, match="repack -a -d"):
-        run(memory, "status")
+        GitRepo(memory).run("status")
     with pytest.raises(RepositoryRefused):
         open_local(memory)
 
@@ -111,12 +113,12 @@ def test_a_dotgit_file_in_place_of_the_memory_repository_is_refused(memory: Path
 
 def test_a_worktree_record_pointed_elsewhere_is_restored(memory: Path, tmp_path: Path) -> None:
     tree = tmp_path / "wt"
-    run(memory, "worktree", "add", "-q", "-b", "side", str(tree))
+    GitRepo(memory).run("worktree", "add", "-q", "-b", "side", str(tree))
     record = Path(_git(tree, "rev-parse", "--absolute-git-dir").strip())
     evil = tmp_path / "evilgit"
     subprocess.run(["cp", "-a", str(memory / ".git"), str(evil)], check=True)
     (record / "commondir").write_text(f"{evil}\n")
-    assert Path(run(tree, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()) == memory / ".git"
+    assert Path(GitRepo(tree).run("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()) == memory / ".git"
     assert (record / "commondir").read_text().strip() == "../.."
     assert any(f.restored for f in guard.drain_findings(tree))
 
@@ -124,9 +126,9 @@ def test_a_worktree_record_pointed_elsewhere_is_restored(memory: Path, tmp_path:
 def test_no_api_key_reaches_a_git_process(memory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("OTHER_API_KEY", "sk-other")
-    said = run(memory, "var", "GIT_EDITOR")
+    said = GitRepo(memory).run("var", "GIT_EDITOR")
     assert said.ok
-    env = run(memory, "-c", "alias.e=!env", "e").stdout
+    env = GitRepo(memory).run("-c", "alias.e=!env", "e").stdout
     assert "sk-test-secret" not in env and "sk-other" not in env
 
 
@@ -135,7 +137,7 @@ def test_a_config_with_a_subsection_holding_equals_is_still_neutralised(memory: 
     _git(memory, "config", "filter.a=b.clean", f"sh -c 'echo ran > {marker}'; cat")
     (memory / ".gitattributes").write_text("*.md filter=a=b\n")
     (memory / "human.md").write_text("changed\n")
-    run(memory, "add", "-A")
+    GitRepo(memory).run("add", "-A")
     assert not marker.exists()
 
 
@@ -143,6 +145,6 @@ def test_git_refusing_is_not_a_git_error_that_callers_swallow(memory: Path) -> N
     (memory / ".git" / "objects" / "info").mkdir(exist_ok=True)
     (memory / ".git" / "objects" / "info" / "alternates").write_text("/nowhere\n")
     with pytest.raises(RepositoryRefused):
-        run(memory, "status", check=False)
+        GitRepo(memory).run("status", check=False)
     assert not isinstance(RepositoryRefused("x"), GitError)
 

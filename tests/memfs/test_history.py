@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memfs.git import GitError, using_repo
+from orchestrator.memfs.errors import GitError
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import (
     commit_identities,
     commit_message,
@@ -106,6 +107,6 @@ def test_a_commit_message_and_a_reflog_as_the_cli_has_them(tmp_path: Path) -> No
     assert found is not None and found[0] == head
     assert found[1] == git(repo, "cat-file", "commit", head).partition("\n\n")[2] == "merge side\n"
     assert commit_message(repo, "no-such-branch") is None
-    reflog = using_repo(repo, lambda local: local.reflog("refs/heads/main"))
+    reflog = GitRepo(repo).read(lambda local: local.reflog("refs/heads/main"))
     assert reflog == tuple(git(repo, "log", "-g", "--format=%H", "main").split())
-    assert using_repo(repo, lambda local: local.reflog("refs/heads/nothing")) == ()
+    assert GitRepo(repo).read(lambda local: local.reflog("refs/heads/nothing")) == ()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memfs import hook_service
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.gitsnapshot import read_staged_snapshot, read_staged_snapshot_local
 from orchestrator.memfs.hook import SOCKET_ENV, install_hook
 from orchestrator.memfs.hook_service import HookService
@@ -129,7 +129,7 @@ def test_libgit2_reads_the_staged_index_as_git_does(repo: Path, tmp_path: Path) 
     other = tmp_path / "other-index"
     _git(repo, "read-tree", "HEAD", env={"GIT_INDEX_FILE": str(other)})
     for index_file in (None, str(repo / ".git" / "index"), str(other)):
-        with open_repo(repo) as local:
+        with GitRepo(repo).open() as local:
             assert local is not None
             mine = read_staged_snapshot_local(local, index_file)
         theirs = read_staged_snapshot(repo, index_file)
@@ -137,7 +137,7 @@ def test_libgit2_reads_the_staged_index_as_git_does(repo: Path, tmp_path: Path) 
         assert list(mine.changes.items()) == list(theirs.changes.items())
         assert dict(mine.blobs) == dict(theirs.blobs)
         assert (None if mine.head is None else dict(mine.head)) == (None if theirs.head is None else dict(theirs.head))
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None
         changes = dict(read_staged_snapshot_local(local).changes)
     assert changes == {"notes/renamed.md": "R", "gone.md": "D", "persona.md": "M", "new.md": "A", "MEMORY.md": "T"}

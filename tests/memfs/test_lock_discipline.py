@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -15,7 +16,8 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.base.flock import FlockWaiter
-from orchestrator.memfs.indexlock import clear_stale_git_locks, clear_stale_lock_files, retrying_git
+from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.indexlock import clear_stale_git_locks, clear_stale_lock_files
 from orchestrator.memfs.locks import LOCK_FILE_NAME, OWNER_FILE_NAME, call_if_free, merge_lock
 from orchestrator.memfs.recovery import recover
 from orchestrator.tools.bash import run_bash
@@ -94,33 +96,33 @@ async def test_agent_git_commit_waits_for_the_repository_lock(tmp_path: Path, re
 
 @pytest.mark.anyio
 async def test_index_lock_held_by_an_outside_process_is_retried(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.memfs import indexlock
+    from orchestrator.memfs import gitprocess
 
     lock = repo / ".git" / "index.lock"
     held = await anyio.to_thread.run_sync(lambda: lock.open("w", encoding="utf-8"))
     await anyio.to_thread.run_sync(lambda: (repo / "notes" / "y.md").write_text(note("y", "x"), encoding="utf-8"))
-    refused = anyio.Event()
-    real_git = indexlock.harness_git
+    refused = threading.Event()
+    real_run = gitprocess.run
 
-    async def watched_git(*args: Any, **kwargs: Any) -> Any:
-        """The real git, telling the test when an attempt met the lock."""
-        result = await real_git(*args, **kwargs)
+    def watched_run(*args: Any, **kwargs: Any) -> Any:
+        """The real git (in a worker thread), telling the test when an attempt met the lock."""
+        result = real_run(*args, **kwargs)
         if not result.ok and "index.lock" in result.stderr:
             refused.set()
         return result
 
-    monkeypatch.setattr(indexlock, "harness_git", watched_git)
+    monkeypatch.setattr(gitprocess, "run", watched_run)
 
     async def outside_git_finishes() -> None:
         """As git ends: the lock goes (git renames it over the index) while still open, then the file
         is closed; closed first, it would be a stale lock that reverie may remove itself."""
-        await refused.wait()
+        await anyio.to_thread.run_sync(refused.wait)
         await anyio.Path(lock).unlink()
         held.close()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(outside_git_finishes)
-        added = await retrying_git(repo, "add", "notes/y.md")
+        added = await GitRepo(repo).arun("add", "notes/y.md", harness=True, retry=True)
     assert added.ok
     assert "notes/y.md" in await anyio.to_thread.run_sync(lambda: git(repo, "diff", "--cached", "--name-only"))
 

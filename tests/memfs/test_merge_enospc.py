@@ -15,7 +15,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.app.stress_faults import fill_disk
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.locks import merge_lock
 from orchestrator.memfs.merge import merge_back
 from orchestrator.memfs.resolution import Conflict

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memfs.git import open_repo
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.names import ACCEPTED_FILE
 from orchestrator.memfs.protection import (
     approval_recorded,
@@ -89,7 +89,7 @@ def test_an_approved_config_change_is_not_put_back(repo: Path) -> None:
     before = _git(repo, "rev-parse", "HEAD:.memfs.config.json")
     changed = _commit(repo, {".memfs.config.json": '{"version": 1, "readOnlyFiles": ["persona.md", "human.md"]}\n'}, "more")
     common = repo / ".git"
-    with open_repo(repo) as local:
+    with GitRepo(repo).open() as local:
         assert local is not None and not config_change_approved(local, common, accepted, changed)
         record_approval(common, before, _git(repo, "rev-parse", "HEAD:.memfs.config.json"))
         assert config_change_approved(local, common, accepted, changed)

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.memfs import guard
 from orchestrator.memfs import repo as memfs_repo
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.repo import (
     INITIAL_COMMIT_MESSAGE,
     MemoryCommitRejected,

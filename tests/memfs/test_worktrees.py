@@ -10,7 +10,7 @@ from anyio import CancelScope
 from anyio import Path as AsyncPath
 
 from orchestrator.base.paths import worktrees_root
-from orchestrator.memfs.git import GitError
+from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.worktrees import (
     branch_for,
     create_worktree,
@@ -116,10 +116,11 @@ async def test_remove_with_drop_branch_deletes_the_branch_and_its_reflog_not_oth
 
 @pytest.mark.anyio
 async def test_a_removed_worktree_is_not_left_open_in_the_repository_pool(repo: Path) -> None:
-    from orchestrator.memfs.git import REPOS, open_repo
+    from orchestrator.memfs.git import GitRepo
+    from orchestrator.memfs.repopool import REPOS
 
     def opened(path: Path) -> bool:
-        with open_repo(path) as local:
+        with GitRepo(path).open() as local:
             return local is not None
 
     REPOS.close_all()  # a pool other tests filled to its size would push a handle out and hide one kept

@@ -15,7 +15,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import GitRepo
 
 LEAF = b"---\ndescription: a leaf\n---\nleaf\n"
 _TREE, _BLOB = 2, 3
@@ -41,7 +41,7 @@ def _write_pack(repo: Path, objects: list[tuple[int, bytes]]) -> None:
     pack = b"".join(body)
     target = repo / ".git" / "objects" / "pack" / "bomb.pack"
     target.write_bytes(pack + hashlib.sha1(pack, usedforsecurity=False).digest())
-    run(repo, "index-pack", str(target))
+    GitRepo(repo).run("index-pack", str(target))
 
 
 def plant(repo: Path, *, fanout: int, levels: int, name: str = "d", under: str = "bomb") -> str:
@@ -55,8 +55,8 @@ def plant(repo: Path, *, fanout: int, levels: int, name: str = "d", under: str =
         trees.append(b"".join(b"40000 " + n.encode() + b"\0" + below for n in names))
     _write_pack(repo, [(_BLOB, LEAF), *((_TREE, tree) for tree in trees)])
     top = _oid(b"tree", trees[-1]).hex()
-    listing = run(repo, "ls-tree", "HEAD").stdout
-    root = run(repo, "mktree", input=f"{listing}040000 tree {top}\t{under}\n").stdout.strip()
-    commit = run(repo, "commit-tree", "-p", "HEAD", "-m", "plant a tree of shared subtrees", root, harness=True).stdout.strip()
-    run(repo, "update-ref", "HEAD", commit)
+    listing = GitRepo(repo).run("ls-tree", "HEAD").stdout
+    root = GitRepo(repo).run("mktree", input=f"{listing}040000 tree {top}\t{under}\n").stdout.strip()
+    commit = GitRepo(repo).run("commit-tree", "-p", "HEAD", "-m", "plant a tree of shared subtrees", root, harness=True).stdout.strip()
+    GitRepo(repo).run("update-ref", "HEAD", commit)
     return commit

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from orchestrator.memfs import hook_service
-from orchestrator.memfs.git import run
+from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.repo import init_memory_repo
 from orchestrator.memfs.worktrees import create_worktree
 from orchestrator.tools import ToolContext, run_bash, run_tool
@@ -55,7 +55,7 @@ async def _memory(tmp_path: Path) -> Path:
 
 
 async def _git(repo: Path, *args: str) -> str:
-    done = await anyio.to_thread.run_sync(lambda: run(repo, *args))
+    done = await anyio.to_thread.run_sync(lambda: GitRepo(repo).run(*args))
     return done.stdout.strip()
 
 
@@ -458,7 +458,7 @@ async def test_a_rebase_stopped_in_a_worktree_is_read_only_to_its_commands(tmp_p
     for checkout, side in ((worktree.path, "branch"), (repo, "main")):
         (checkout / "human.md").write_text(f"---\nname: human\ndescription: d\n---\n{side}\n")
         await _git(checkout, "commit", "-qam", side)
-    stopped = await anyio.to_thread.run_sync(lambda: run(worktree.path, "rebase", "main", check=False, harness=True))
+    stopped = await anyio.to_thread.run_sync(lambda: GitRepo(worktree.path).run("rebase", "main", check=False, harness=True))
     assert not stopped.ok
     todo = await _git(worktree.path, "rev-parse", "--path-format=absolute", "--git-path", "rebase-merge/git-rebase-todo")
     before = await anyio.Path(todo).read_bytes()
