@@ -10,11 +10,13 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import anyio
 import pytest
 
+from orchestrator.memfs import gitprocess
 from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.gittrees import MAX_TREE_DEPTH, MAX_TREE_PATHS, TreeTooLarge
@@ -492,3 +494,40 @@ def test_status_of_an_over_cap_head_compares_only_the_work_tree_with_the_index(t
         assert local.status() == ((" M", "notes/hot.md"), ("??", "new.md"))
         entries, changes = local.staged()
     assert set(changes.values()) == {"A"} and len(changes) == len(entries) < 10
+
+
+def test_a_writing_command_with_retry_waits_out_an_index_lock_held_outside_reverie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GitRepo.run(retry=True)`` (blocking): git refuses while another process has ``index.lock``
+    open, and the same command goes through once that process lets go; without ``retry`` the
+    refusal is the answer."""
+    repo = make_repo(tmp_path / "r")
+    (repo / "notes" / "y.md").write_text(note("y", "x"), encoding="utf-8")
+    lock = repo / ".git" / "index.lock"
+    held = lock.open("w", encoding="utf-8")
+    with pytest.raises(GitError, match="index.lock"):
+        GitRepo(repo).run("add", "notes/y.md")
+    refused = threading.Event()
+    real_run = gitprocess.run
+
+    def watched_run(*args: object, **kwargs: object) -> gitprocess.GitResult:
+        result = real_run(*args, **kwargs)  # type: ignore[arg-type]
+        if not result.ok and "index.lock" in result.stderr:
+            refused.set()
+        return result
+
+    def outside_git_finishes() -> None:
+        refused.wait()
+        lock.unlink()
+        held.close()
+
+    monkeypatch.setattr(gitprocess, "run", watched_run)
+    finisher = threading.Thread(target=outside_git_finishes)
+    finisher.start()
+    try:
+        added = GitRepo(repo).run("add", "notes/y.md", retry=True)
+    finally:
+        refused.set()
+        finisher.join()
+    assert added.ok and "notes/y.md" in git(repo, "diff", "--cached", "--name-only")
