@@ -28,6 +28,7 @@ from pathlib import Path
 from orchestrator.memfs import protection
 from orchestrator.memfs.compiler import CompiledPrompt, compile_system_prompt, inject_core_memory
 from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.gitdir import is_main_checkout
 from orchestrator.memfs.gittrees import TreeTooLarge
 from orchestrator.memfs.guard import report
 from orchestrator.memfs.history import first_parents
@@ -215,7 +216,7 @@ def _against(repo: Path, common: Path, revision: str, accepted: str) -> tuple[st
 def _advance(repo: Path, common: Path, commit: str) -> None:
     """Record ``commit`` as accepted when ``repo`` is the main checkout (a worktree's branch is
     judged when it is merged back, from the main checkout's record)."""
-    if (repo / ".git").is_dir() and protection.read_accepted(common) != commit:
+    if is_main_checkout(repo) and protection.read_accepted(common) != commit:
         protection.record_accepted(common, commit)
 
 

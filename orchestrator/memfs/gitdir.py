@@ -13,7 +13,16 @@ from typing import Final
 
 from orchestrator.memfs.errors import GitError
 
-__all__ = ["check_head", "checked_out", "has_history", "head_branch", "head_ref", "is_repository", "reflog_tips"]
+__all__ = [
+    "check_head",
+    "checked_out",
+    "has_history",
+    "head_branch",
+    "head_ref",
+    "is_main_checkout",
+    "is_repository",
+    "reflog_tips",
+]
 
 _HEAD: Final = re.compile(r"^(ref: refs/\S+|[0-9a-f]{40}|[0-9a-f]{64})\s*$")
 
@@ -22,6 +31,12 @@ def is_repository(directory: Path) -> bool:
     """Whether ``directory`` has a ``.git`` (a folder, or a linked worktree's pointer file): the
     one "is there a repository here" check; whether git can use it is the guard's question."""
     return (directory / ".git").exists()
+
+
+def is_main_checkout(directory: Path) -> bool:
+    """Whether ``directory`` is a repository's main checkout (its ``.git`` a folder), not a linked
+    worktree (whose ``.git`` is a file pointing into the main one's ``worktrees/``)."""
+    return (directory / ".git").is_dir()
 
 
 def check_head(path: Path) -> None:

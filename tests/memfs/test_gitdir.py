@@ -15,6 +15,7 @@ from orchestrator.memfs.gitdir import (
     has_history,
     head_branch,
     head_ref,
+    is_main_checkout,
     is_repository,
     reflog_tips,
 )
@@ -27,6 +28,7 @@ def test_a_repository_is_a_folder_with_a_git_of_its_own_or_a_linked_worktree(tmp
     assert is_repository(repo) and is_repository(tmp_path / "wt")  # a .git folder, a .git file
     assert not is_repository(repo / "notes") and not is_repository(tmp_path / "missing")
     assert GitRepo(tmp_path / "wt").exists and not GitRepo(tmp_path).exists
+    assert is_main_checkout(repo) and not is_main_checkout(tmp_path / "wt")
 
 
 def test_the_branch_is_read_from_head_and_mid_rebase_from_the_rebase_state(tmp_path: Path) -> None:
