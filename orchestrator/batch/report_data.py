@@ -157,6 +157,7 @@ def _run_summary(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) 
         "passed": sum(r["status"] == "passed" for r in rows),
         "failed": sum(r["status"] == "failed" for r in rows),
         "error": sum(r["status"] == "error" for r in rows),
+        "limit": sum(r["status"] == "limit" for r in rows),
         "cost": round(sum(costs), 6) if costs else None,
         "elapsed": summary.get("elapsed_total", summary.get("elapsed")),
         "elapsed_last": summary.get("elapsed"),

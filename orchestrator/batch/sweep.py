@@ -42,7 +42,7 @@ from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Reference, Task
-from orchestrator.batch.sweep_stats import exercised, pareto_front, recommend, setting_stats
+from orchestrator.batch.sweep_stats import exercised, limit_stops_cell, pareto_front, recommend, setting_stats
 
 __all__ = [
     "COMPARISON_FILE",
@@ -169,15 +169,16 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     """Pure: the decision as Markdown: the per-setting table, abilities, front and recommendation."""
     rows = summary["settings"]
     lines = [
-        "| setting | quality [95% interval] | n | main tokens | subagent tokens | cost | reflections | merged "
-        "| resolved | no_changes | pending | kept | failed | memory (bytes) | real time (s) |",
-        "|" + "---|" * 15,
+        "| setting | quality [95% interval] | limit stops | n | main tokens | subagent tokens | cost | reflections "
+        "| merged | resolved | no_changes | pending | kept | failed | memory (bytes) | real time (s) |",
+        "|" + "---|" * 16,
     ]
     for r in rows:
         o = r["outcomes"]
         cost = "-" if r.get("cost") is None else f"${r['cost']:.4f}"
         lines.append(
-            f"| {r['setting']}{' *' if r['setting'] in summary['front'] else ''} | {_fmt_quality(r)} | {r['samples']} "
+            f"| {r['setting']}{' *' if r['setting'] in summary['front'] else ''} | {_fmt_quality(r)} "
+            f"| {limit_stops_cell(r)} | {r['samples']} "
             f"| {r['main_tokens_in'] + r['main_tokens_out']:,} | {r['subagent_tokens_in'] + r['subagent_tokens_out']:,} "
             f"| {cost} | {r['reflections']} | {o['merged']} | {o['resolved']} | {o['no_changes']} | {o['pending']} "
             f"| {o['kept']} | {o['failed']} | {r['memory_bytes'] if r['memory_bytes'] is not None else '-'} "

@@ -45,6 +45,8 @@ __all__ = [
     "Recommendation",
     "base_task_id",
     "exercised",
+    "limit_stops",
+    "limit_stops_cell",
     "mean_interval",
     "pareto_front",
     "recommend",
@@ -136,11 +138,38 @@ def setting_stats(label: str, results: Sequence[TaskResult], *, elapsed: float |
         "subagent_cost": sub_cost,
         "reflections": sum(r.reflections_launched for r in results),
         "outcomes": outcomes,
+        "limit_stops": limit_stops(results),
         "compactions": sum(r.compactions for r in results),
         "memory_bytes": round(sum(sizes) / len(sizes)) if sizes else None,
         "elapsed": elapsed,
         "wall_time": round(sum(r.wall_time for r in results), 3),
     }
+
+
+def limit_stops(results: Sequence[TaskResult]) -> dict[str, Any]:
+    """Pure: how often a limit stopped this setting's work (B1), from the store's records: its
+    reflections whose outcome is ``limit`` and its tasks whose status is ``limit``, each task's
+    limit named (``task.tokens``: how many tasks it stopped)."""
+    by_limit: dict[str, int] = defaultdict(int)
+    for result in results:
+        if result.status == "limit":
+            by_limit[result.limit or "unnamed"] += 1
+    return {
+        "reflections": sum(int(r.reflection_outcomes.get("limit", 0)) for r in results),
+        "tasks": sum(by_limit.values()),
+        "task_limits": dict(sorted(by_limit.items())),
+    }
+
+
+def limit_stops_cell(row: Mapping[str, Any]) -> str:
+    """A setting's limit stops in a few characters (``2 refl, 1 task``; ``0`` for none; ``-`` for a
+    summary written before sweeps counted them), for the sweep's table, Markdown and report."""
+    stops = row.get("limit_stops")
+    if stops is None:
+        return "-"
+    parts = [f"{stops['reflections']} refl" if stops["reflections"] else "",
+             f"{stops['tasks']} task{'s' if stops['tasks'] != 1 else ''}" if stops["tasks"] else ""]
+    return ", ".join(p for p in parts if p) or "0"
 
 
 def _cost(row: Mapping[str, Any]) -> float:

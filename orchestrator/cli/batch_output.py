@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.batch.sweep_stats import limit_stops_cell
 from orchestrator.cli.errors import program
 from orchestrator.cli.render import one_line
 
@@ -288,19 +289,20 @@ def _quality_cell(row: Mapping[str, Any]) -> str:
 
 
 _SWEEP_DROP_ORDER = ("memory B", "pending", "resolved", "failed", "kept", "no_changes", "merged", "real s", "refl",
-                     "n", "sub tok", "main tok", "cost")
+                     "n", "sub tok", "main tok", "limit stops", "cost")
 """The sweep table's columns left out, in this order, when the terminal is too narrow for all of them
 (a cost column with no prices goes first); the setting and its quality always show."""
 
 
 def sweep_table(summary: Mapping[str, Any], title: str, *, width: int | None = None) -> Table:
     """The sweep's decision table: a row per setting (``*`` marks the Pareto front), fitted to
-    ``width`` as the results table is: no setting name, header or figure is cut (all fifteen
-    columns need ~150; an 80-column terminal shows the first ones and names the rest)."""
+    ``width`` as the results table is: no setting name, header or figure is cut (all sixteen
+    columns need ~165; an 80-column terminal shows the first ones and names the rest)."""
     rows = summary["settings"]
     cols: list[tuple[str, list[str], str]] = [
         ("setting", [r["setting"] + (" *" if r["setting"] in summary["front"] else "") for r in rows], ""),
         ("quality [95%]", [_quality_cell(r) for r in rows], ""),
+        ("limit stops", [limit_stops_cell(r) for r in rows], ""),
         ("n", [str(r["samples"]) for r in rows], ""),
         ("main tok", [f"{r['main_tokens_in'] + r['main_tokens_out']:,}" for r in rows], ""),
         ("sub tok", [f"{r['subagent_tokens_in'] + r['subagent_tokens_out']:,}" for r in rows], ""),

@@ -83,3 +83,27 @@ def two_sessions_an_hour_apart(task_id: str = "gap", **settings: Any) -> dict[st
         "checks": [{"regex": "."}],
         **({"settings": settings} if settings else {}),
     }
+
+
+def limited_sweep(out: Path) -> Any:
+    """A two-setting sweep on the scripted model where both settings reflect after every step but
+    only ``tight``'s reflections have a budget too small for them (one model call: the scripted
+    reflection commits in its first and reports in its second); returns the ``SweepReport``."""
+    # lazy: only the sweep tests that count limit stops need the runner
+    import anyio
+
+    from orchestrator.batch.executors import LocalExecutor
+    from orchestrator.batch.runner import RunOptions
+    from orchestrator.batch.suite import load_suite
+    from orchestrator.batch.sweep import SweepSetting, run_sweep
+
+    suite = write_suite(out.parent / "limited.jsonl", [
+        {"id": "fact", "turns": ["remember: I live in Lisbon", "ok"], "checks": [{"contains": "ok"}]},
+        {"id": "rule", "turns": ["remember: always end answers with ~fin", "hello"], "checks": [{"contains": "hello"}]},
+    ])
+    every_step = {"reflection_trigger": "step-count", "reflection_step_count": 1}
+    settings = [SweepSetting("tight", {**every_step, "limit_reflection_calls": 1}), SweepSetting("roomy", every_step)]
+    return anyio.run(
+        lambda: run_sweep(load_suite(suite), settings, RunOptions(out_dir=out), lambda: LocalExecutor(1)),
+        backend="trio",
+    )

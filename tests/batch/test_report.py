@@ -21,7 +21,7 @@ from orchestrator.batch.runner import task_paths
 from orchestrator.cli import report as report_cli
 from orchestrator.cli.batch import register
 from tests.batch.browser import chromium, open_report
-from tests.batch.helpers import TINY, write_suite
+from tests.batch.helpers import TINY, limited_sweep, write_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLES = {json.loads(line)["id"]: json.loads(line) for line in (ROOT / "examples" / "suite.jsonl").read_text().splitlines() if line.strip()}
@@ -314,3 +314,18 @@ def test_pareto_labels_of_crowded_settings_do_not_overlap_in_chromium(tmp_path: 
             "text.point-label", "els => els.every(e => { const b = e.getBBox(); return b.x >= 0 && b.x + b.width <= 640; })"
         )
         assert inside
+
+
+def test_sweep_report_shows_limit_stops_per_setting_next_to_quality(tmp_path: Path, browser: Any) -> None:
+    limited_sweep(tmp_path / "sw")
+    (tmp_path / "sw" / "report.html").write_text(render_report(gather(tmp_path / "sw")), encoding="utf-8")
+    with open_report(browser, tmp_path / "sw" / "report.html") as loaded:
+        page = loaded.page
+        heads = page.eval_on_selector_all("#decision-table th", "ths => ths.map(t => t.textContent)")
+        assert heads[1:3] == ["quality [95%]", "limit stops"]
+        rows = page.eval_on_selector_all(
+            "#decision-table tbody tr", "trs => trs.map(tr => [tr.children[0].textContent, tr.children[2].textContent])"
+        )
+        assert [(s.rstrip(" *"), stops) for s, stops in rows] == [("tight", "2 refl"), ("roomy", "0")]
+        assert "reflections stopped at their limit: 2" in page.get_attribute("#decision-table td.limit-stops", "title")
+        assert loaded.foreign == [] and loaded.errors == []

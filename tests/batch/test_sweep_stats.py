@@ -7,7 +7,14 @@ import math
 from orchestrator.batch.results import OUTCOMES, TaskResult, reflection_outcomes, task_quality
 from orchestrator.batch.suite import parse_task
 from orchestrator.batch.sweep import epoch_tasks, split_pinned
-from orchestrator.batch.sweep_stats import base_task_id, mean_interval, pareto_front, recommend, setting_stats
+from orchestrator.batch.sweep_stats import (
+    base_task_id,
+    limit_stops_cell,
+    mean_interval,
+    pareto_front,
+    recommend,
+    setting_stats,
+)
 
 
 def test_wilson_interval_for_pass_fail_scores() -> None:
@@ -108,3 +115,18 @@ def test_costs_within_the_tolerance_tie_and_the_order_given_decides() -> None:
     assert chosen is not None and chosen.setting == "off"
     assert "step-count-5 cost the same within 5%" in chosen.reason and "at the lowest tokens" in chosen.reason
     assert recommend(list(reversed(rows))).setting == "step-count-5"  # type: ignore[union-attr]
+
+
+def test_limit_stops_count_the_reflections_and_the_tasks_a_limit_stopped() -> None:
+    results = [
+        TaskResult(id="a", status="limit", checks_passed=0, checks_total=1, limit="task.tokens",
+                   reflection_outcomes={"merged": 1, "limit": 2}),
+        TaskResult(id="b", status="limit", checks_passed=0, checks_total=1, limit="run.cost"),
+        TaskResult(id="c", status="passed", checks_passed=1, checks_total=1, reflection_outcomes={"limit": 1}),
+    ]  # fmt: skip
+    row = setting_stats("s", results)
+    assert row["limit_stops"] == {"reflections": 3, "tasks": 2, "task_limits": {"run.cost": 1, "task.tokens": 1}}
+    assert limit_stops_cell(row) == "3 refl, 2 tasks"
+    assert limit_stops_cell(setting_stats("none", results[2:3])) == "1 refl"
+    assert limit_stops_cell(setting_stats("none", [])) == "0"
+    assert limit_stops_cell({"setting": "older summary"}) == "-"
