@@ -166,6 +166,8 @@ def _providers(env: Mapping[str, str]) -> Providers | None:
 
 _parent: ContextVar[Any] = ContextVar("reverie_otel_parent", default=None)
 """The context of the workflow span around what runs now (a batch task, a run, a sweep)."""
+_workflow: ContextVar[Any] = ContextVar("reverie_otel_workflow", default=None)
+"""The workflow invocation itself (a batch task's), which a limit that stops its turn marks too."""
 
 
 @asynccontextmanager
@@ -185,6 +187,7 @@ async def workflow(name: str, attributes: Mapping[str, Any] | None = None) -> As
     invocation = _handler(providers).workflow(name, context=outer, _attach_to_context=False)
     invocation.attributes.update(attributes or {})
     token = _parent.set(set_span_in_context(invocation.span))
+    marker = _workflow.set(invocation)
     try:
         yield
     except BaseException as exc:
@@ -193,6 +196,7 @@ async def workflow(name: str, attributes: Mapping[str, Any] | None = None) -> As
     else:
         invocation.stop()
     finally:
+        _workflow.reset(marker)
         _parent.reset(token)
         if outer is None and providers.owned:
             with anyio.CancelScope(shield=True):
@@ -265,6 +269,8 @@ class Telemetry:
         self.handler = _handler(providers)
         self.root = _parent.get()
         """The workflow the session runs in (a batch task's), parent of its turns; None for a chat."""
+        self.workflow = _workflow.get()
+        """That workflow's invocation, marked with a limit that stops one of its turns (a batch task)."""
         self.agent_name = agent_name
         self.provider = provider
         self.request_model = request_model
@@ -401,6 +407,32 @@ class Telemetry:
         else:
             span.invocation.stop()
 
+    def _limit_reached(self, event: Any) -> None:
+        """B1: the span a limit stopped carries it (``reverie.limit``: ``reflection.calls``, with its
+        cap, what was spent and what the refused request needed) and ends as the stop it is, not as
+        an error (L1): a reflection's or resolver's launch (``subject``: its id or branch), a
+        compaction, else the turn, and the batch task the turn belongs to."""
+        attributes = {
+            "reverie.limit": event.limit,
+            "reverie.limit.cap": float(event.cap),
+            "reverie.limit.spent": float(event.spent),
+            "reverie.limit.needed": float(event.needed),
+        }
+        spans: list[Any] = []
+        if event.scope == "compaction":
+            spans = [s.invocation for s in list(self._compactions.values())[-1:]]
+        elif event.scope == "resolver":
+            spans = [s.invocation for key, s in self._merges.items() if key in event.subject]
+        elif event.subject:
+            spans = [s.invocation for s in (self._reflections.get(event.subject),) if s is not None]
+        else:
+            turn = self._turn or self._last_turn.get(self.conversation())
+            spans = [s.invocation for s in (turn,) if s is not None]
+            if self.workflow is not None:
+                spans.append(self.workflow)
+        for invocation in spans:
+            invocation.attributes.update(attributes)
+
     def _memory_committed(self, event: Any) -> None:
         """V2: one GenAI memory span per change, under the span that made it (the bash call of the
         turn that committed, the reflection that merged, else the turn that saw it), ended at once:
@@ -492,6 +524,7 @@ _HANDLERS: dict[str, Callable[[Telemetry, Any], None]] = {
     "reflection.pending": Telemetry._merge_ended,
     "reflection.outcome": Telemetry._reflection_settled,
     "memory.commit": Telemetry._memory_committed,
+    "limit.reached": Telemetry._limit_reached,
 }
 
 

@@ -247,3 +247,64 @@ async def test_each_memory_change_is_an_update_memory_span_under_what_made_it(tr
     for span in updates:
         source = (span.attributes or {})["reverie.memory.source"]
         assert _parent(span) in (tool_ids if source == "turn" else reflection_ids), source
+
+
+def _limit_of(span: ReadableSpan) -> tuple[Any, ...]:
+    attrs = dict(span.attributes or {})
+    return attrs.get("reverie.limit"), attrs.get("reverie.limit.cap"), attrs.get("reverie.limit.spent")
+
+
+async def test_a_turn_stopped_at_a_limit_carries_it_and_is_no_error(traced: _Traced, tmp_path: Path) -> None:
+    from opentelemetry.trace import StatusCode
+
+    async with ChatSession.open(agent_id="capped", workspace=tmp_path, cli={"limit_session_tokens": 6000}) as session:
+        first = await session.send("hello")
+        assert first.status == "end_turn"
+        second = await session.send("again " * 3000)
+        assert second.status == "limit"
+        agent_name = session.agent.name
+    turns = {dict(s.attributes or {})["reverie.turn.id"]: s for s in traced.finished() if s.name == f"invoke_agent {agent_name}"}
+    assert _limit_of(turns[first.turn_id]) == (None, None, None)
+    stopped = turns[second.turn_id]
+    limit, cap, spent = _limit_of(stopped)
+    assert (limit, cap) == ("session.tokens", 6000.0) and 0 < spent <= 6000
+    assert dict(stopped.attributes or {})["reverie.limit.needed"] > cap - spent
+    assert dict(stopped.attributes or {})["reverie.turn.status"] == "limit"
+    assert stopped.status.status_code != StatusCode.ERROR, "a limit is a clean stop (B1)"
+
+
+async def test_a_reflection_stopped_at_its_limit_carries_it(traced: _Traced, tmp_path: Path) -> None:
+    cli = {"reflection_trigger": "step-count:1", "limit_reflection_calls": 1}
+    async with ChatSession.open(agent_id="refl", workspace=tmp_path, cli=cli) as session:
+        await session.send("remember: I live in Lisbon")
+        assert await session.supervisor.drain(30)
+        records = await session.runtime.store.reflections("refl")
+    assert [r.status for r in records] == ["limit"]
+    reflection = _one(traced.finished(), "invoke_agent reflection")
+    assert _limit_of(reflection) == ("reflection.calls", 1.0, 1.0)
+    attrs = dict(reflection.attributes or {})
+    assert attrs["reverie.reflection.outcome"] == "limit" and attrs["reverie.reflection.id"] == records[0].id
+    turn = next(s for s in traced.finished() if s.name.startswith("invoke_agent ") and s.name != "invoke_agent reflection")
+    assert _limit_of(turn) == (None, None, None), "the turn it ran after was not stopped"
+
+
+async def test_a_batch_task_stopped_at_its_limit_carries_it_on_its_workflow_span(traced: _Traced, tmp_path: Path) -> None:
+    import anyio
+
+    from orchestrator.batch.executors import LocalExecutor
+    from orchestrator.batch.run import run_suite
+    from orchestrator.batch.runner import RunOptions
+    from orchestrator.batch.suite import load_suite
+    from tests.batch.helpers import write_suite
+
+    suite = write_suite(tmp_path / "s.jsonl", [
+        {"id": "long", "turns": ["one", "two", "three"], "settings": {"reflection_trigger": "off"}, "checks": [{"contains": "x"}]},
+    ])  # fmt: skip
+    tasks = await anyio.to_thread.run_sync(load_suite, suite)
+    options = RunOptions(out_dir=tmp_path / "out", overrides={"limit_task_tokens": 10})
+    report = await run_suite(tasks, options, LocalExecutor(1), suite_name="capped")
+    assert [r.status for r in report.results] == ["limit"]
+    task = _one(traced.finished(), "invoke_workflow task long")
+    assert _limit_of(task) == ("task.tokens", 10.0, 0.0)
+    run = _one(traced.finished(), "invoke_workflow run capped")
+    assert _limit_of(run) == (None, None, None)
