@@ -212,13 +212,32 @@ class ReflectionCoordinator(ReadsSessionContext):
             self._idle_scope.cancel()
             self._idle_scope = None
 
+    async def relaunch_interrupted(self) -> str | None:
+        """L2: a reflection the last session's end interrupted (``interrupted``, nothing committed:
+        start-up recovery merges what one did commit) is launched again for its conversation, as a
+        ``relaunch``, and its record says so (``relaunched``). One conversation a session, since one
+        reflection of an agent runs at a time; the others wait for the next. Returns why, or None
+        when nothing waited."""
+        records = await self.store.reflections(self.agent.agent_id)
+        waiting = [r for r in records if r.status == "interrupted" and r.conversation_id]
+        if not waiting:
+            return None
+        conversation_id = cast(str, waiting[-1].conversation_id)
+        reason = await self.maybe_launch(conversation_id, manual=True, trigger="relaunch")
+        if reason in ("manual", "nothing to reflect on"):
+            for record in (r for r in waiting if r.conversation_id == conversation_id):
+                await self.store.save_reflection(replace(record, status="relaunched", reason=f"{record.reason}; relaunched ({reason})"))
+        return reason
+
     async def retry_waiting(self, *, turn_end: bool = True) -> None:
         """D2: pending branches are retried at every turn end (and start-up); kept ones once HEAD moved."""
         await self.retrier.retry(turn_end=turn_end)
 
-    async def maybe_launch(self, conversation_id: str, *, manual: bool = False, idle_seconds: float = 0.0) -> str:
+    async def maybe_launch(
+        self, conversation_id: str, *, manual: bool = False, idle_seconds: float = 0.0, trigger: str = "manual"
+    ) -> str:
         """Launch if the trigger says so (after ``idle_seconds`` of an idle session, see ``idle``);
-        returns the reason for what happened."""
+        returns the reason for what happened. A ``manual`` launch is recorded under ``trigger``."""
         # deferred: reflection's trigger policy loads at the first turn end (P1)
         from subagents.triggers import Moment, after_success, decide_launch
 
@@ -247,7 +266,7 @@ class ReflectionCoordinator(ReadsSessionContext):
             if status.dirty:
                 paths = tuple(line[3:] for line in status.porcelain)
                 return await self._held(conversation_id, "the memory repository has uncommitted changes", "dirty", paths, manual=manual)
-            await self._launch(conversation_id, slice_, steps, "manual" if manual else mode)
+            await self._launch(conversation_id, slice_, steps, trigger if manual else mode)
             handed_off = True
             return decision.reason
         finally:
@@ -307,7 +326,11 @@ class ReflectionCoordinator(ReadsSessionContext):
             record = replace(record, base_revision=worktree.base_revision)
             await self.store.save_reflection(record)
             await self._emit(ReflectionLaunched(worktree.id, worktree.branch, trigger), conversation_id)
-            self.supervisor.spawn(f"reflection {worktree.id}", partial(self._run, worktree, record, slice_, steps))
+            self.supervisor.spawn(
+                f"reflection {worktree.id}",
+                partial(self._run, worktree, record, slice_, steps),
+                seconds=limits_for(self.settings, "reflection").seconds,
+            )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._abandon(record, worktree, exc, steps)
@@ -371,11 +394,14 @@ class ReflectionCoordinator(ReadsSessionContext):
                 )
         finally:
             with anyio.CancelScope(shield=True):
+                interrupted = outcome is None and not held and error is None and self.supervisor.leaving
                 if outcome is None and not held:
                     outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
                 try:
-                    if outcome is not None:
+                    if interrupted and outcome is not None:
+                        await self._interrupted(record, outcome)
+                    elif outcome is not None:
                         await self._finish(record, outcome, error, steps, limit=limit)
                 finally:
                     self._active = False
@@ -473,6 +499,14 @@ class ReflectionCoordinator(ReadsSessionContext):
             change = partial(after_failure, unreflected_steps=steps)
         await self.store.update_reflection_state(conversation_id, self.agent.agent_id, change)
 
+    async def _interrupted(self, record: ReflectionRecord, outcome: MergeOutcome) -> None:
+        """L2: cut short by its session's end: recorded ``interrupted``, what it committed kept on
+        its branch, the transcript left unreflected and no failure counted, for the next session."""
+        # deferred: as merge-back, after a chat's first request
+        from subagents.reflection_merge import settle_interrupted
+
+        await settle_interrupted(self.store, self._emit, record, outcome)
+
     def _write_payload(self, reflection_id: str, conversation_id: str, text: str) -> Path:
         folder = reverie_home() / "transcripts" / self.agent.agent_id / conversation_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -507,6 +541,10 @@ async def recover_reflections(store: Store, agent_id: str, memory_dir: Path) -> 
             if status in ("failed", "kept_review"):
                 # its process died before the launch's one outcome; a kept branch gets it when retried
                 await _outcome_of_dead_run(store, agent_id, record, held=status == "kept_review")
+    for record in records:
+        if record.status == "interrupted" and record.commits:
+            # L2: what the interrupted run committed merges now; a run that committed nothing is relaunched
+            await store.save_reflection(replace(record, status="kept_recovered"))
     for branch, item in pending.items():
         if branch not in known:
             await store.save_reflection(

@@ -46,6 +46,7 @@ __all__ = [
     "kept_reminder_text",
     "record_status",
     "settle",
+    "settle_interrupted",
 ]
 
 PENDING_REMINDER_TURNS = 3
@@ -192,6 +193,30 @@ async def _settle_limit(
             record.id, record.branch, "limit", outcome.commit_count, reason, limit.limit, outcome.files
         ),
         conversation_id,
+    )
+    return updated
+
+
+async def settle_interrupted(store: Store, emit: Emit, record: ReflectionRecord, outcome: MergeOutcome) -> ReflectionRecord:
+    """L2: a run its session's end cut short is ``interrupted``, never ``failed``: its commits, if
+    any, stay on its branch (start-up recovery merges them), and a run that committed nothing is
+    relaunched by the agent's next session. Its one outcome says so."""
+    reason = "interrupted: the session ended first; the next session " + (
+        "merges its commits" if outcome.commits else "relaunches it"
+    )
+    updated = replace(
+        record,
+        status="interrupted",
+        reason=reason,
+        reason_code="interrupted",
+        error=None,
+        commits=outcome.commits or record.commits,
+        files=outcome.files or record.files,
+    )
+    await store.save_reflection(updated)
+    await emit(
+        ReflectionOutcome(record.id, record.branch, "interrupted", outcome.commit_count, reason, "interrupted", outcome.files),
+        record.conversation_id,
     )
     return updated
 

@@ -45,7 +45,7 @@ from orchestrator.models.metered import MeteredModel
 from orchestrator.models.types import ModelClient, Usage
 from orchestrator.runtime.plugins import Installed, Plugins, Reflector, SessionCompactor
 from orchestrator.runtime.runtime import Runtime
-from orchestrator.runtime.supervisor import Supervisor
+from orchestrator.runtime.supervisor import Running, Supervisor
 from orchestrator.store import Turn
 from subagents.compaction import CompactionSubagent
 from subagents.reflection import ReflectionCoordinator, recover_reflections
@@ -185,6 +185,9 @@ class ChatSession:
                         await observer(ModelRetrying(message))
 
                     rt.model.on_retry = retrying
+                if plugins.reflection is not None:
+                    # L2: not subagent work itself (a one-shot does not wait for the look-up); a relaunch is
+                    supervisor.watch("reflection relaunch", plugins.reflection.relaunch_interrupted)
                 runner = TurnRunner(context=context, workspace=rt.workspace, compactor=plugins.compactor)
                 mark = await rt.store.last_event_id()
                 session = cls(rt, context, conv.id, runner, supervisor, plugins.reflection, plugins.compactor, mark)
@@ -259,14 +262,22 @@ class ChatSession:
 
     async def finish_one_shot(self, notify: Callable[[str], None] | None = None) -> bool:
         """S23: a one-shot run waits up to 30 s for the subagents it launched, telling ``notify``
-        what it waits for; what is still running then is left to start-up recovery (R6)."""
+        what it waits for; a reflection still running then is recorded ``interrupted`` as the session
+        closes, and the agent's next session merges its commits or relaunches it (L2)."""
         count = self.supervisor.running
         if count and notify is not None:
             notify(f"… waiting up to 30 s for {count} background subagent{'s' if count != 1 else ''} (reflection, compaction)")
         finished = await self.supervisor.drain(30.0)
         if not finished and notify is not None:
-            notify("… left unfinished subagent work to start-up recovery: nothing is lost")
+            notify("… left unfinished subagent work for the next session (recorded interrupted): nothing is lost")
         return finished
+
+    async def leave(self, show: Callable[[list[Running]], None], stop: anyio.Event) -> bool:
+        """Leaving an interactive session (L2): wait for the subagents still running, each at most
+        for the rest of its time limit, with ``show`` told what runs once a second; True when all
+        finished. When ``stop`` is set first (Ctrl-C) the session's end records what still runs
+        ``interrupted``, its commits kept, and the agent's next session takes it up."""
+        return await self.supervisor.wait_out(show, stop)
 
     async def last_turn(self) -> Turn | None:
         """The conversation's newest turn as stored (an interrupted turn has no outcome object)."""

@@ -208,7 +208,8 @@ class ReflectionBypassed(Event):
 @dataclass(frozen=True)
 class ReflectionOutcome(Event):
     """Exactly one per launch, when it settles (D2): ``merged``, ``resolved``, ``no_changes``,
-    ``kept`` (with ``reason_code``), ``review`` (held for a person, V1) or ``failed`` (with ``error``)."""
+    ``kept`` (with ``reason_code``), ``review`` (held for a person, V1), ``limit`` (B1),
+    ``interrupted`` (its session ended first; the next one takes it up, L2) or ``failed`` (with ``error``)."""
 
     kind: ClassVar[str] = "reflection.outcome"
     reflection_id: str

@@ -48,6 +48,8 @@ _OUTCOME_OF = {
     "failed": "failed",
     "discarded": "failed",
     "limit": "limit",
+    "interrupted": "pending",
+    "relaunched": "pending",
 }
 
 

@@ -21,7 +21,8 @@ tokens and cost) before the status line. Ctrl-C during a turn interrupts it: the
 into the SIGINT the REPL already answers by cancelling the turn, so a key and a signal mean the same.
 
 Keys: Enter sends; Alt-Enter, or Enter after a trailing ``\\``, inserts a newline; Ctrl-C clears
-the line (interrupts a running turn); Ctrl-D on an empty line leaves. History is a file per agent.
+the line (interrupts a running turn); Ctrl-D on an empty line leaves (during a turn: once it ends,
+saying so). History is a file per agent.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from orchestrator.base import blocking
 
-__all__ = ["LineEditor"]
+__all__ = ["LEAVING_AFTER_TURN", "LineEditor"]
+
+LEAVING_AFTER_TURN = "  ⏏ leaving once this turn ends: waiting for the turn to finish (Ctrl-C interrupts it)"
 
 
 class LineEditor:
@@ -59,6 +62,8 @@ class LineEditor:
         self._busy = False
         self._queued = False
         """Enter was pressed during a turn: send the line when it ends (read and set on the editor's loop)."""
+        self.leave_after_turn = False
+        """Ctrl-D was pressed during a turn: the REPL leaves when it ends (set on the editor's loop)."""
         self.busy_status: Callable[[], str] = lambda: ""
         self._partial = ""
         self._message = ""
@@ -277,8 +282,11 @@ def _bindings(editor: LineEditor) -> Any:
         event.current_buffer.reset()
 
     @kb.add("c-d", filter=busy)
-    def _not_now(event: Any) -> None:
-        """Ctrl-D leaves only at an idle prompt, never in the middle of a turn."""
+    def _after_the_turn(event: Any) -> None:
+        """Ctrl-D during a turn leaves once the turn ends (L2), never in the middle of it, and says so."""
+        if not editor.leave_after_turn:
+            editor.leave_after_turn = True
+            editor._show(LEAVING_AFTER_TURN)
 
     @kb.add("escape", "enter")
     def _newline(event: Any) -> None:

@@ -22,7 +22,7 @@ from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.render import TerminalRenderer, terminal_columns
 
-__all__ = ["TurnProgress", "history_file", "interactive"]
+__all__ = ["TurnProgress", "history_file", "interactive", "waiting_line"]
 
 
 def history_file(agent_id: str) -> Path:
@@ -96,17 +96,21 @@ async def _repl(
         )
         loop = _Loop(session, renderer, interrupts, slash, say, progress)
         try:
-            if editor is None:
-                await loop.piped(leave, agent)
-            else:
-                await blocking.run_sync("files", editor.start)
-                editor.busy_status = progress.line
-                status = _StatusLine(session, editor, progress)
-                tg.start_soon(status.follow)
-                await loop.edited(editor, status)
+            try:
+                if editor is None:
+                    await loop.piped(leave, agent)
+                else:
+                    await blocking.run_sync("files", editor.start)
+                    editor.busy_status = progress.line
+                    status = _StatusLine(session, editor, progress)
+                    tg.start_soon(status.follow)
+                    await loop.edited(editor, status)
+            finally:
+                if editor is not None:
+                    await blocking.run_sync("files", editor.close)
+            if not leave.is_set():
+                await _wait_for_subagents(session, interrupts)
         finally:
-            if editor is not None:
-                await blocking.run_sync("files", editor.close)
             tg.cancel_scope.cancel()
     if leave.is_set():
         print("reverie: interrupted", file=sys.stderr)
@@ -147,6 +151,8 @@ class _Loop:
                 self.interrupts.pending = False
                 self.progress.stop()
                 await status.refresh()
+            if editor.leave_after_turn:
+                return
             text = await editor.entry(upcoming)
 
     async def piped(self, leave: anyio.Event, agent: str) -> None:
@@ -189,6 +195,42 @@ class _Loop:
             self.say("  ⏹ interrupted: the turn is kept as interrupted, with what was streamed")
         elif result.status in {"error", "max_steps", "limit"}:
             error(f"reverie: error: {result.error}" if result.status == "error" else str(result.error))
+
+
+async def _wait_for_subagents(session: Any, interrupts: Any) -> None:
+    """L2: on the way out, the subagents still running get the rest of their time limits, with a
+    countdown on stderr; Ctrl-C leaves them for next time (recorded ``interrupted`` as the session
+    closes, taken up by the agent's next session), never thrown away as ``failed``."""
+    if not session.supervisor.running:
+        return
+    stop = anyio.Event()
+    interrupts.idle = stop.set
+    tty = sys.stderr.isatty()
+    shown: list[str] = []
+
+    def show(running: list[Any]) -> None:
+        line = waiting_line(running)
+        if tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+            sys.stderr.flush()
+        elif not shown:
+            _stderr(line)
+        shown.append(line)
+
+    finished = await session.leave(show, stop)
+    if tty and shown:
+        sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
+    if not finished:
+        _stderr("reverie: left for next time: what still ran is recorded interrupted; this agent's next session takes it up")
+
+
+def waiting_line(running: list[Any]) -> str:
+    """``waiting for reflection <id> (12 s left; Ctrl-C to leave it for next time)``, and how many more."""
+    first = running[0]
+    left = "no time limit" if first.seconds_left is None else f"{first.seconds_left:.0f} s left"
+    more = f" and {len(running) - 1} more" if len(running) > 1 else ""
+    return f"waiting for {first.name}{more} ({left}; Ctrl-C to leave {'them' if more else 'it'} for next time)"
 
 
 async def _next_line(leave: anyio.Event) -> str | None:

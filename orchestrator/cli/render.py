@@ -345,6 +345,8 @@ class TerminalRenderer:
             return
         elif isinstance(event, ReflectionOutcome) and event.outcome == "no_changes":
             self.notice("  ↻ reflection: no changes to memory")
+        elif isinstance(event, ReflectionOutcome) and event.outcome == "interrupted":
+            self.notice(f"  ⏸ reflection {event.reflection_id} {one_line(event.reason, 120)}")
         elif isinstance(event, ReflectionPending) and event.turns == 0:
             self.notice(f"  ⏸ reflection waiting to merge: {one_line(event.reason, 120)} (retried at each turn end)")
         elif event.kind == "reflection.failed":

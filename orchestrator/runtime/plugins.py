@@ -62,10 +62,16 @@ AfterTurnHook = Callable[[TurnRunner, TurnOutcome], Awaitable[None]]
 
 class Spawner(Protocol):
     """The part of the supervisor a subagent uses: start a child task whose failure is contained
-    (recorded as ``subagent.failed``) and whose cancellation follows the supervisor's; ``watch``
-    starts one that is not subagent work (an idle timer)."""
+    (recorded as ``subagent.failed``) and whose cancellation follows the supervisor's, given its
+    time limit (``seconds``) so a session's end can wait that long for it; ``watch`` starts one
+    that is not subagent work (an idle timer)."""
 
-    def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None: ...
+    def spawn(self, name: str, fn: Callable[[], Awaitable[Any]], *, seconds: float | None = None) -> None: ...
+
+    @property
+    def leaving(self) -> bool:
+        """The session is ending: work cancelled now is ``interrupted``, kept for the next session (L2)."""
+        ...
 
     def watch(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None: ...
 
@@ -120,6 +126,11 @@ class Reflector(Protocol):
 
     async def maybe_launch(self, conversation_id: str, *, manual: bool = False) -> str:
         """Start a reflection when the trigger says so (always when ``manual``); why or why not."""
+        ...
+
+    async def relaunch_interrupted(self) -> str | None:
+        """Launch again a reflection the agent's last session ended before it finished (L2); why, or
+        None when none waited. The session calls it once, as it opens."""
         ...
 
     async def idle(self, conversation_id: str, seconds: float) -> str | None:

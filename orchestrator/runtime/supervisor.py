@@ -10,8 +10,10 @@ lives, so a turn takes and releases its ``flock`` with one non-blocking call eac
 thread hop per turn); only a lock another process holds is waited for in a thread (``hold_flock``).
 Turns of different conversations and agents run concurrently. Subagents are children of the supervisor's task group,
 limited by a capacity limiter; a failing subagent is recorded and reported, never raised into a
-turn. Leaving the ``open`` context cancels what is still running; each subagent cleans up its own
-worktree in a shielded ``finally``.
+turn. Leaving the ``open`` context cancels what is still running, with ``leaving`` set first: a
+subagent cut short by its session's end records itself ``interrupted`` (kept for the next session,
+L2), never ``failed``, and cleans up its own worktree in a shielded ``finally``. Before that a front
+end may ``wait_out`` the subagents still running, each for the rest of its time limit.
 
 The supervisor never names a subagent (D9): it runs whatever after-turn hooks and spawned tasks the
 composition root gives it, through the interfaces of ``orchestrator.runtime.plugins``.
@@ -25,6 +27,7 @@ import os
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,10 +42,22 @@ from orchestrator.base.flock import hold_flock
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
 
-__all__ = ["DEFAULT_SUBAGENT_CAPACITY", "Supervisor"]
+__all__ = ["DEFAULT_SUBAGENT_CAPACITY", "Running", "Supervisor"]
 
 DEFAULT_SUBAGENT_CAPACITY = 4
+_GRACE = 5.0
+"""How long past its time limit ``wait_out`` still waits for a subagent: the limit stops it, then
+it records its outcome and cleans up."""
 _QUEUED = "another reverie process is running a turn of this conversation; this turn waits for it"
+
+
+@dataclass(frozen=True)
+class Running:
+    """A subagent task still running: its name (``reflection <id>``) and the seconds left of its time
+    limit (None: it has none)."""
+
+    name: str
+    seconds_left: float | None
 
 
 class Supervisor:
@@ -66,6 +81,10 @@ class Supervisor:
         self._lock_fds: dict[str, int] = {}
         self._held: set[str] = set()
         self._closed = False
+        self._children: dict[int, tuple[str, float | None]] = {}
+        self._spawned = 0
+        self.leaving = False
+        """The session is ending: a subagent cancelled now was interrupted, not failed (L2)."""
 
     @classmethod
     @asynccontextmanager
@@ -77,6 +96,7 @@ class Supervisor:
             try:
                 yield supervisor
             finally:
+                supervisor.leaving = True
                 tg.cancel_scope.cancel()
                 supervisor._close_lock_files()
 
@@ -148,16 +168,20 @@ class Supervisor:
         for conversation_id in [c for c in self._lock_fds if c not in self._held]:
             os.close(self._lock_fds.pop(conversation_id))
 
-    def spawn(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
-        """Start a subagent task as a child of the supervisor; its failure is contained."""
+    def spawn(self, name: str, fn: Callable[[], Awaitable[Any]], *, seconds: float | None = None) -> None:
+        """Start a subagent task as a child of the supervisor; its failure is contained. ``seconds``
+        is its time limit, counted from now (what ``wait_out`` gives it at most)."""
         self._running += 1
         self._idle = anyio.Event() if self._running == 1 else self._idle
+        key = self._spawned = self._spawned + 1
+        self._children[key] = (name, None if seconds is None else anyio.current_time() + seconds)
 
         async def child() -> None:
             try:
                 async with self.capacity:
                     await self._contained(name, fn)
             finally:
+                self._children.pop(key, None)
                 self._running -= 1
                 if self._running == 0:
                     self._idle.set()
@@ -180,6 +204,37 @@ class Supervisor:
             self.failures.append(message)
             with anyio.CancelScope(shield=True):
                 await self.store.record_event("subagent.failed", {"name": name, "error": message})
+
+    def still_running(self) -> list[Running]:
+        """The subagent tasks running now, the one with the most time left first."""
+        now = anyio.current_time()
+        running = [Running(name, None if end is None else max(0.0, end - now)) for name, end in self._children.values()]
+        return sorted(running, key=lambda r: -(math.inf if r.seconds_left is None else r.seconds_left))
+
+    async def wait_out(self, show: Callable[[list[Running]], None], stop: anyio.Event) -> bool:
+        """Leaving (L2): wait until no subagent runs (True), each at most for the rest of its time
+        limit, calling ``show`` with what still runs at the start and once a second; False when
+        ``stop`` is set first (the user leaves it for next time) or a time limit has run out, and
+        what still runs is then ``interrupted`` when the supervisor closes."""
+        while not self._idle.is_set():
+            ends = [end for _, end in self._children.values()]
+            if ends and None not in ends and anyio.current_time() > max(e for e in ends if e is not None) + _GRACE:
+                return False
+            running = self.still_running()
+            if running:
+                show(running)
+            with anyio.move_on_after(1.0):
+                async with anyio.create_task_group() as tg:
+
+                    async def first(event: anyio.Event) -> None:
+                        await event.wait()
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(first, self._idle)
+                    tg.start_soon(first, stop)
+            if stop.is_set():
+                return False
+        return True
 
     async def drain(self, seconds: float = math.inf) -> bool:
         """Wait until no subagent runs (True) or ``seconds`` pass (False)."""

@@ -6,6 +6,7 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -498,3 +499,126 @@ async def test_a_resolver_that_calls_tools_forever_stops_at_its_call_limit_and_t
         hits = [e.payload() for e in seen.events if e.kind == "limit.reached"]
         assert [(h["limit"], h["subject"]) for h in hits] == [("resolver.calls", records[0].branch)]
         assert "The user is Linus." in await anyio.Path(human).read_text(encoding="utf-8")
+
+
+class _HeldReflection:
+    """The scripted model, with a reflection's first request held (or, ``after_commit``, the first
+    after its bash call committed) until ``release`` is set; ``holding`` is set once one is held."""
+
+    def __init__(self, *, after_commit: bool = False) -> None:
+        from orchestrator.models.scripted import ScriptedModel
+
+        self.rules = ScriptedModel()
+        self.after_commit = after_commit
+        self.holding = anyio.Event()
+        self.release = anyio.Event()
+        self.model = ScriptedModel(script=[self.respond] * 60)
+
+    async def respond(self, request: object) -> object:
+        from orchestrator.models.types import ModelRequest
+
+        assert isinstance(request, ModelRequest)
+        committed = any(call.name == "bash" for m in request.messages for call in m.tool_calls)
+        if request.purpose == "reflect" and committed == self.after_commit and not self.release.is_set():
+            self.holding.set()
+            await self.release.wait()
+        return await self.rules.complete(request)
+
+
+async def _leave_for_next_time(session: ChatSession) -> list[list[object]]:
+    """What the REPL does on Ctrl-D then Ctrl-C: wait for the running subagents, and stop waiting
+    once the first countdown line is shown; returns what ``show`` was given."""
+    shown: list[list[object]] = []
+    stop = anyio.Event()
+
+    def show(running: list[object]) -> None:
+        shown.append(running)
+        stop.set()
+
+    assert await session.leave(show, stop) is False
+    return shown
+
+
+async def test_leaving_while_a_reflection_runs_records_it_interrupted_and_the_next_session_relaunches_it(
+    tmp_path: Path,
+) -> None:
+    held = _HeldReflection()
+    seen = Seen()
+    cli = {"reflection_trigger": "off", "limit_reflection_seconds": 900}
+    async with ChatSession.open(agent_id="gone", workspace=tmp_path, cli=cli, observer=seen, model=held.model) as session:
+        memory = session.agent.memory_dir
+        conversation = session.conversation_id
+        await session.send("my name is Ada Lovelace")
+        assert await session.reflect_now() == "manual"
+        await held.holding.wait()
+        shown = await _leave_for_next_time(session)
+        state = await session.runtime.store.reflection_state(conversation, "gone")
+    (running,) = shown[0]
+    assert running.name.startswith("reflection ") and 890 < running.seconds_left <= 900
+    records = await _records("gone")
+    assert [(r.status, r.reason_code) for r in records] == [("interrupted", "interrupted")]
+    assert "relaunches it" in (records[0].reason or "")
+    outcomes = [e.payload() for e in seen.events if e.kind == "reflection.outcome"]
+    assert [o["outcome"] for o in outcomes] == ["interrupted"]
+    assert "reflection.failed" not in seen.kinds()
+    assert (await _git(memory, "worktree", "list", "--porcelain")).count("worktree ") == 1
+    held.release.set()
+    again = Launches()
+    async with ChatSession.open(agent_id="gone", workspace=tmp_path, cli=cli, observer=again, model=held.model) as session:
+        assert session.conversation_id == conversation
+        await again.launched.wait()
+        assert await session.supervisor.drain(60)
+        records = await session.runtime.store.reflections("gone")
+        after = await session.runtime.store.reflection_state(conversation, "gone")
+    assert [(r.trigger, r.status) for r in records] == [("manual", "relaunched"), ("relaunch", "merged")]
+    assert state.consecutive_failures == 0, "an interruption is no failure"
+    assert after.reflected_through_seq > state.reflected_through_seq
+    assert "Ada Lovelace" in (memory / "human.md").read_text(encoding="utf-8")
+
+
+async def _records(agent_id: str) -> list[Any]:
+    from orchestrator.store import Store
+
+    async with Store.opened() as store:
+        return list(await store.reflections(agent_id))
+
+
+async def test_an_interrupted_reflection_that_committed_is_merged_by_the_next_session(tmp_path: Path) -> None:
+    held = _HeldReflection(after_commit=True)
+    cli = {"reflection_trigger": "off"}
+    async with ChatSession.open(agent_id="half", workspace=tmp_path, cli=cli, model=held.model) as session:
+        memory = session.agent.memory_dir
+        await session.send("my name is Ada Lovelace")
+        await session.reflect_now()
+        await held.holding.wait()
+        await _leave_for_next_time(session)
+    (record,) = await _records("half")
+    assert (record.status, len(record.commits)) == ("interrupted", 1) and "merges its commits" in (record.reason or "")
+    assert record.branch in await _git(memory, "branch", "--list", record.branch), "its commit is kept on its branch"
+    assert "Ada Lovelace" not in (memory / "human.md").read_text(encoding="utf-8")
+    held.release.set()
+    seen = Seen()
+    async with ChatSession.open(agent_id="half", workspace=tmp_path, cli=cli, model=held.model, observer=seen) as session:
+        assert "Ada Lovelace" in (memory / "human.md").read_text(encoding="utf-8"), "merged at start-up, before any turn"
+        assert await session.supervisor.drain(60)
+        records = await session.runtime.store.reflections("half")
+    assert [r.status for r in records] == ["merged"], "merged, not relaunched on top"
+    assert "reflection.launch" not in seen.kinds()
+
+
+async def test_a_reflection_that_finishes_while_the_session_waits_to_leave_merges(tmp_path: Path) -> None:
+    held = _HeldReflection()
+    shown: list[list[Any]] = []
+    released = anyio.Event()
+
+    def show(running: list[Any]) -> None:
+        shown.append(running)
+        held.release.set()
+
+    async with ChatSession.open(agent_id="stay", workspace=tmp_path, cli={"reflection_trigger": "off"}, model=held.model) as session:
+        await session.send("my name is Ada Lovelace")
+        await session.reflect_now()
+        await held.holding.wait()
+        assert await session.leave(show, released) is True
+        assert session.supervisor.running == 0
+    assert shown and [r.status for r in await _records("stay")] == ["merged"]
