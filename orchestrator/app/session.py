@@ -186,8 +186,8 @@ class ChatSession:
 
                     rt.model.on_retry = retrying
                 if plugins.reflection is not None:
-                    # L2: not subagent work itself (a one-shot does not wait for the look-up); a relaunch is
-                    supervisor.watch("reflection relaunch", plugins.reflection.relaunch_interrupted)
+                    # L2: spawned, so a one-shot's S23 wait covers the look-up and the relaunch it starts
+                    supervisor.spawn("reflection relaunch", plugins.reflection.relaunch_interrupted)
                 runner = TurnRunner(context=context, workspace=rt.workspace, compactor=plugins.compactor)
                 mark = await rt.store.last_event_id()
                 session = cls(rt, context, conv.id, runner, supervisor, plugins.reflection, plugins.compactor, mark)

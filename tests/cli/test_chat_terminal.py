@@ -174,3 +174,86 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_multi_line_input(tmp_path: Pat
     with sqlite3.connect(home / "reverie.sqlite3") as conn:
         users = [r[0] for r in conn.execute("SELECT content FROM messages WHERE role = 'user' AND kind = 'message'")]
     assert users == ["first line\nsecond line"]
+
+
+def _reflections(home: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(home / "reverie.sqlite3") as conn:
+        return [(row[0], row[1]) for row in conn.execute("SELECT trigger, status FROM reflections ORDER BY created_at, rowid")]
+
+
+def test_ctrl_d_with_a_reflection_running_counts_down_and_ctrl_c_leaves_it_for_the_next_session(tmp_path: Path) -> None:
+    """The reflection's model call is held by the loopback server, so it is known to run when
+    Ctrl-D is pressed; Ctrl-C during the countdown leaves it ``interrupted``, and the next session
+    (a one-shot) relaunches it once the server answers."""
+    home = tmp_path / "home"
+    held = threading.Event()
+    release = threading.Event()
+
+    def answer(body: Any) -> Planned:
+        if "TRANSCRIPT_PATH" in str(body):
+            held.set()
+            release.wait(120)
+            return Planned(text="Reflection: nothing new to remember.")
+        return Planned(text="noted")
+
+    with LoopbackOpenAI(fallback=answer) as server:
+        env = {"REVERIE_BASE_URL": server.base_url, "REVERIE_MODEL": "loopback-model", "OPENAI_API_KEY": "sk-test"}
+        term = Terminal(home, **env)
+        try:
+            term.line(CHAT)
+            term.wait(_prompt_back)
+            term.line("my name is Ada")
+            term.wait("noted")
+            term.wait(_idle)
+            term.line("/reflect")
+            term.wait("reflection started")
+            assert held.wait(60), "the reflection's model call arrives and is held"
+            term.wait(_idle)
+            term.send("\x04")
+            counting = term.wait("Ctrl-C to leave it for next time")
+            line = next(x for x in counting.splitlines() if "waiting for reflection " in x)
+            assert " s left;" in line, line
+            term.interrupt()
+            term.wait("left for next time")
+            term.wait(lambda text: text.rstrip().endswith("$"))
+            assert _reflections(home) == [("manual", "interrupted")]
+            release.set()
+            term.line(f"{CHAT} -p 'hello again'; echo one-shot-done")
+            term.wait(lambda text: "one-shot-done" in text.splitlines())
+            assert _reflections(home) == [("manual", "relaunched"), ("relaunch", "no_changes")], term.text()
+        finally:
+            release.set()
+            term.close()
+
+
+def test_ctrl_d_during_a_turn_says_it_waits_for_the_turn_then_leaves(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    held = threading.Event()
+    release = threading.Event()
+
+    def answer(body: Any) -> Planned:
+        held.set()
+        release.wait(120)
+        return Planned(text="I heard you")
+
+    with LoopbackOpenAI(fallback=answer) as server:
+        term = Terminal(
+            home, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-test",
+            REVERIE_REFLECTION_TRIGGER="off",
+        )
+        try:
+            term.line(CHAT)
+            term.wait(_prompt_back)
+            term.line("hello")
+            term.wait("Ctrl-C interrupts")
+            assert held.wait(60)
+            term.send("\x04")
+            shown = term.wait("leaving once this turn ends: waiting for the turn to finish")
+            assert "I heard you" not in shown, "said while the turn still ran"
+            release.set()
+            term.wait("I heard you")
+            term.wait(lambda text: text.rstrip().endswith("$"))
+            _wait_statuses(home, ["end_turn"], "the turn finished, not cancelled")
+        finally:
+            release.set()
+            term.close()
