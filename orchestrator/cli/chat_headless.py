@@ -136,7 +136,7 @@ async def run_headless(
         warn_unused_model(session, model, _stderr)
 
         async def finish() -> None:
-            """S23's wait; Ctrl-C ends it (what still runs is left to start-up recovery)."""
+            """S23's wait; Ctrl-C ends it (what still runs is recorded interrupted for the next session, L2)."""
             async with anyio.create_task_group() as waiting:
 
                 async def stop_on_leave() -> None:
@@ -164,7 +164,7 @@ async def run_headless(
                 report(result)
                 code = 130 if leave.is_set() else result.exit_code
                 if leave.is_set() and result.status != "interrupted":
-                    _stderr("reverie: interrupted while waiting for subagents; start-up recovery finishes their work")
+                    _stderr("reverie: interrupted while waiting for subagents: recorded interrupted; this agent's next session takes them up")
             else:
                 code = await _answer_stdin(session, renderer, interrupts, leave, report, finish, markers)
         finally:
