@@ -147,7 +147,7 @@ def setting_stats(label: str, results: Sequence[TaskResult], *, elapsed: float |
 
 
 def limit_stops(results: Sequence[TaskResult]) -> dict[str, Any]:
-    """Pure: how often a limit stopped this setting's work (B1), from the store's records: its
+    """Pure: how often a limit stopped this setting's work (B1, L1), from the store's records: its
     reflections whose outcome is ``limit`` and its tasks whose status is ``limit``, each task's
     limit named (``task.tokens``: how many tasks it stopped)."""
     by_limit: dict[str, int] = defaultdict(int)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -152,10 +153,22 @@ def test_a_run_stops_launching_at_its_token_limit_and_a_resume_with_more_finishe
     lines = (out / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["c0", "c1", "c2", "c3"], "no line: resume runs them"
     assert not (out / "home" / "stores" / "c4.sqlite3").exists(), "a task after the limit never started"
+    spent = {t: _store_tokens(out, t) for t in ("c0", "c1", "c2", "c3")}
+    recorded = {json.loads(line)["id"]: json.loads(line) for line in lines}
+    assert spent == {t: r["tokens_in"] + r["tokens_out"] for t, r in recorded.items()}, "results agree with the stores"
+    assert sum(spent.values()) >= budget > sum(spent.values()) - spent["c3"], "launching stopped once the budget was spent"
     again = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "-q", "--resume", "--max-tokens", str(2 * budget)])
     assert again.exit_code == 0, again.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run_limit"] is None and summary["passed"] == 6
+    assert sum(_store_tokens(out, f"c{i}") for i in range(6)) <= 2 * budget, "the whole run within the raised budget"
+
+
+def _store_tokens(out: Path, task_id: str) -> int:
+    """A task's tokens as its own store recorded them, one ``model.call`` event per request."""
+    with sqlite3.connect(out / "home" / "stores" / f"{task_id}.sqlite3") as conn:
+        rows = conn.execute("SELECT payload FROM events WHERE kind = 'model.call'").fetchall()
+    return sum(json.loads(p)["prompt_tokens"] + json.loads(p)["completion_tokens"] for (p,) in rows)
 
 
 def test_a_task_over_its_token_limit_is_recorded_limit_with_the_limit_named(cli: typer.Typer, tmp_path: Path) -> None:
