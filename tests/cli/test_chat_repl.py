@@ -116,3 +116,15 @@ def test_a_running_turn_shows_a_spinner_keeps_the_status_line_and_the_typed_ahea
             tmux.wait(lambda ls: "I heard: typed ahead" in ls, "the typed-ahead text sent after the turn")
         finally:
             model.release.set()
+
+
+def test_the_way_out_names_what_it_waits_for_and_how_to_leave_it() -> None:
+    from orchestrator.cli.chat_repl import waiting_line
+    from orchestrator.runtime.supervisor import Running
+
+    one = [Running("reflection 20261208T012903Z-99419bd7", 12.4)]
+    assert waiting_line(one) == (
+        "waiting for reflection 20261208T012903Z-99419bd7 (12 s left; Ctrl-C to leave it for next time)"
+    )
+    two = [Running("compaction c-1", None), Running("reflection r-1", 3.0)]
+    assert waiting_line(two) == "waiting for compaction c-1 and 1 more (no time limit; Ctrl-C to leave them for next time)"
