@@ -10,13 +10,18 @@ from the last byte of a one-shot's printed result to the process's exit, for eve
 output mode (``json`` and ``text`` for ``-p``, ``stream-json`` for a session) and for the harness's
 memory edit (``memedit``: a ``json`` one-shot whose bash command commits to memory, checked to have
 committed), interleaved as well: what a memory-editing turn starts (the hook's service, the git
-process runner) is left behind by that one only. letta-code is installed once into ``--letta-dir``
+process runner) is left behind by that one only. The same loop takes each one-shot's time to its
+first request again, beside the OpenAI SDK sending one request on its own (``bench/startup.py``'s
+``SDK_REQUEST``, this interpreter): reverie's floor, since its first request waits for the SDK's
+import (F1). letta-code is installed once into ``--letta-dir``
 (default ``.bench-cache/letta`` beside this checkout) by the harness's own ``install_letta_code.sh``:
 npm only, about 15 s.
 
 It prints the P8 table (medians, and reverie's ratio to each letta runtime) and, with
 ``--check``, exits 1 when a budget is missed:
 
+* time to the first request <= 0.7x letta on Bun, the text one-shot's wall <= 0.7x and the memory
+  edit one-shot's wall <= 0.8x (the harness's runs, medians);
 * edit-and-commit step <= 0.6x letta on Node and <= letta on Bun;
 * result to exit <= 60 ms in every mode, the memory edit included;
 * one-shot CPU <= letta on Bun;
@@ -38,9 +43,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from startup import SDK_REQUEST
+
 ROOT = Path(__file__).resolve().parents[1]
 # "memedit" is a json one-shot whose tool call commits to memory (the harness's scenario of that name)
 EXIT_MODES = ("json", "text", "stream-json", "memedit")
+ONE_SHOTS = ("json", "text", "memedit")
+SDK_ALONE = "sdk-alone"
+# the budgets on the harness's figures, as reverie's ratio to letta on Bun (F1)
+RATIO_BUDGETS = (
+    ("one-turn -p: time to first request (s)", 0.7),
+    ("one-turn -p: wall (s)", 0.7),
+    ("memory-edit one-shot: wall (s)", 0.8),
+)
 
 
 def _harness(anchors: Path) -> Any:
@@ -61,8 +76,10 @@ def install_letta(anchors: Path, where: Path) -> tuple[Path, Path, Path]:
     return letta_js, node, bun
 
 
-def result_to_exit(argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None) -> float:
-    """Seconds from the last byte the process wrote on stdout to its exit."""
+def result_to_exit(argv: list[str], env: dict[str, str], cwd: str, stdin: bytes | None) -> tuple[float, float]:
+    """Seconds from the last byte the process wrote on stdout to its exit, and the wall clock
+    (``time.time``, the server's clock) when it was started."""
+    started = time.time()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     assert proc.stdin is not None and proc.stdout is not None
@@ -77,13 +94,31 @@ def result_to_exit(argv: list[str], env: dict[str, str], cwd: str, stdin: bytes 
     ended = time.monotonic()
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:3]} exited {proc.returncode}")
-    return ended - last
+    return ended - last, started
+
+
+def first_request(server: Any, started: float) -> float | None:
+    """Seconds from ``started`` to the first chat request the server received since its reset."""
+    chats = server.stats()["chat"]
+    return chats[0][0] - started if chats else None
+
+
+def sdk_alone(server: Any, env: dict[str, str], cwd: str) -> float | None:
+    """Seconds until the SDK alone, in a fresh interpreter, sends its first request."""
+    server.reset([{"text": "Hello from the fake model."}], "exit-sdk")
+    started = time.time()
+    subprocess.run([sys.executable, "-c", SDK_REQUEST], env=env, cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return first_request(server, started)
 
 
 def measure_exits(harness: Any, work: Path, systems: list[Any], server: Any, reps: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    reverie = next(system for system in systems if system.name == "reverie")
     for rep in range(reps):
         order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+        rows.append({"system": SDK_ALONE, "mode": "text", "rep": rep,
+                     "first_s": sdk_alone(server, reverie.env, str(work))})
         for mode in EXIT_MODES:
             for system in order:
                 script: list[dict[str, Any]] = [{"text": "Hello from the fake model."}]
@@ -99,10 +134,11 @@ def measure_exits(harness: Any, work: Path, systems: list[Any], server: Any, rep
                 else:
                     argv = [*system.oneshot("please answer")[:-1], mode]
                 server.reset(script, f"exit-{mode}")
-                seconds = result_to_exit(argv, system.env, str(work), stdin)
+                seconds, started = result_to_exit(argv, system.env, str(work), stdin)
                 if mode == "memedit" and _memory_head(system) == before:
                     raise RuntimeError(f"{system.name}: the memory edit of the exit run committed nothing")
-                rows.append({"system": system.name, "mode": mode, "rep": rep, "exit_s": seconds})
+                rows.append({"system": system.name, "mode": mode, "rep": rep, "exit_s": seconds,
+                             "first_s": first_request(server, started) if mode in ONE_SHOTS else None})
     return rows
 
 
@@ -138,6 +174,11 @@ def summarise(results: list[dict[str, Any]], exits: list[dict[str, Any]], names:
     table.append((f"peak RSS, {turns}-turn session (MB)", {n: _median(pick(f"session{turns}", n, "rss_mb")) for n in names}))
     table.append(("one-turn -p: CPU (s)", {n: _median(pick("text", n, "cpu")) for n in names}))
     table.append(("one-turn -p: time to first request (s)", {n: _median(pick("text", n, "first_request")) for n in names}))
+    table.append(("one-turn -p: wall (s)", {n: _median(pick("text", n, "wall")) for n in names}))
+    table.append(("memory-edit one-shot: wall (s)", {n: _median(pick("memedit", n, "wall")) for n in names}))
+    table.append(("first request, exit runs' one-shots (s)",
+                  {n: _median([e["first_s"] for e in exits if e["system"] == n and e.get("first_s") is not None])
+                   for n in names}))
     table.append(("edit-and-commit step (ms)",
                   {n: _ms(_median(pick("memedit", n, "second_request_gap"))) for n in names}))
     exit_modes: dict[str, dict[str, float | None]] = {}
@@ -147,6 +188,17 @@ def summarise(results: list[dict[str, Any]], exits: list[dict[str, Any]], names:
         exit_modes[mode] = row
         table.append((f"result printed to exit, {mode} (ms)", row))
     return table, exit_modes
+
+
+def floor_line(table: list[tuple[str, dict[str, float | None]]], exits: list[dict[str, Any]]) -> str:
+    """The SDK alone's first request beside letta on Bun's and reverie's in the same loop."""
+    alone = _median([e["first_s"] for e in exits if e["system"] == SDK_ALONE and e.get("first_s") is not None])
+    row = dict(table)["first request, exit runs' one-shots (s)"]
+    if alone is None or not row.get("lc-bun") or row.get("reverie") is None:
+        return "floor: no figures"
+    return (f"floor: the SDK alone sends its first request after {alone:.3g} s ({alone / row['lc-bun']:.2f}x "
+            f"letta/bun's {row['lc-bun']:.3g} s in the same loop); reverie's {row['reverie']:.3g} s is "
+            f"{row['reverie'] - alone:+.3g} s on top of it")
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -175,6 +227,10 @@ def budgets(table: list[tuple[str, dict[str, float | None]]], exit_modes: dict[s
         if not ok:
             missed.append(f"{label}: {detail}")
 
+    for label, ratio in RATIO_BUDGETS:
+        row = rows[label]
+        if None not in (row["reverie"], row["lc-bun"]):
+            need(label, row["reverie"] <= ratio * row["lc-bun"], f"<= {ratio}x letta/bun")  # type: ignore[operator]
     step = rows["edit-and-commit step (ms)"]
     if None not in (step["reverie"], step["lc-node"], step["lc-bun"]):
         need("edit-and-commit step", step["reverie"] <= 0.6 * step["lc-node"], "<= 0.6x letta/node")  # type: ignore[operator]
@@ -226,6 +282,7 @@ def main() -> int:
     names = ["lc-node", "lc-bun", "reverie"]
     table, exit_modes = summarise(results, exits, names, args.turns)
     print(render(table, names))
+    print(floor_line(table, exits))
     missed = budgets(table, exit_modes)
     for line in missed:
         print(f"missed: {line}")

@@ -14,7 +14,7 @@ hits them alike); the table shows medians and the ratio to ``python -c pass``:
   the bare SDK import measured next to it. The CPU seconds the process has spent when the request
   arrives (``/proc``) are printed beside the bare import's (the same paired median), as they are
   less noisy on a shared machine than wall time, and the GIL makes the two differ only by waits.
-  The same differences are printed against the SDK sending one request on its own (``_SDK_REQUEST``):
+  The same differences are printed against the SDK sending one request on its own (``SDK_REQUEST``):
   the bare import leaves out what the SDK itself does before its first request (httpcore2, which
   imports trio when it is installed, h11, the TLS context, ``uname -p`` for the platform headers).
 
@@ -51,7 +51,7 @@ from thresholds import load_thresholds
 
 _PY = sys.executable
 _FIRST_BYTE_TARGET = float(load_thresholds()["startup"]["max_first_byte_s"])
-_SDK_REQUEST = """
+SDK_REQUEST = """
 import asyncio, os, openai
 
 async def main():
@@ -196,7 +196,7 @@ def _count_instructions() -> None:
         home.mkdir()
         env = _env(home, REVERIE_BASE_URL=server.base_url, REVERIE_MODEL="loopback-model", OPENAI_API_KEY="sk-loopback")
         _wall([_PY, "-m", "orchestrator", "chat", "-p", "warm up", "-a", "real"], env)
-        sdk = _instructions(["-c", _SDK_REQUEST], env)
+        sdk = _instructions(["-c", SDK_REQUEST], env)
         chat = _instructions(["-m", "chat", "-p", "hello", "-a", "real"], env)
     print(f"{'up to the first request':36} {'instructions':>14}")
     print(f"{'SDK alone':36} {sdk:14,}")
@@ -281,7 +281,7 @@ def main() -> None:
                 samples["chat -p: exit"].append(done)
                 ratios["chat -p CPU / import openai CPU"].append(chat_cpu / sdk_cpu)
                 samples["chat -p on asyncio: first byte"].append(_first_byte([*reverie, "chat", "-p", "hello"], asyncio_env)[0])
-            alone_wall, alone_cpu = _first_request([_PY, "-c", _SDK_REQUEST], real_env, arrivals, pid)
+            alone_wall, alone_cpu = _first_request([_PY, "-c", SDK_REQUEST], real_env, arrivals, pid)
             samples["SDK alone: first request"].append(alone_wall)
             cpu["SDK alone at the request"].append(alone_cpu)
             request_wall, request_cpu = _first_request([*reverie, "chat", "-p", "hello", "-a", "real"], real_env, arrivals, pid)

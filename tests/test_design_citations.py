@@ -29,12 +29,12 @@ SCANNED = (
     "pyproject.toml",
 )
 
-DECISION = re.compile(r"(?<!\w)([MTRCSDAPOG])(\d{1,2})(?:[-–]([MTRCSDAPOG])(\d{1,2}))?(?!\w|\.\d)")
+DECISION = re.compile(r"(?<!\w)([MTRCSDAPOGF])(\d{1,2})(?:[-–]([MTRCSDAPOGF])(\d{1,2}))?(?!\w|\.\d)")
 """``D4``, ``S12's``, ``C7/S7``, ``D1-D3``; not ``TR-1`` or ``PL-23`` (the spec's test case ids)."""
 SECTION = re.compile(r"\b(?:MEMFS|TURN|COMPACTION)-R?\d+(?:\.\d+)*")
 """``MEMFS-3.9``, ``TURN-4.7`` (of "TURN-4.7 item 6"), ``MEMFS-R3.9``; a sentence's full stop is not a part."""
 HEADING = re.compile(
-    r"^### ((?:[MTRCSDAPOG]\d{1,2})|(?:MEMFS|TURN|COMPACTION)-R?\d+(?:\.\d+)*) — \S", re.MULTILINE
+    r"^### ((?:[MTRCSDAPOGF]\d{1,2})|(?:MEMFS|TURN|COMPACTION)-R?\d+(?:\.\d+)*) — \S", re.MULTILINE
 )
 FORBIDDEN = {
     "a tracker item by number: write the reason, or cite its docs/design.md id": re.compile(
@@ -45,7 +45,7 @@ FORBIDDEN = {
         r"\b(?:memfs|turn-loop|compaction)\.md\b|\bturn-loop \d|shared/spec"
     ),
     "a decision id has no sub-number; a numbered requirement is MEMFS-R<n.n>": re.compile(
-        r"(?<![\w-])[MTRCSDAPOG]\d{1,2}\.\d"
+        r"(?<![\w-])[MTRCSDAPOGF]\d{1,2}\.\d"
     ),
 }
 
