@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         sweep,
         undo,
     )
-    from orchestrator.app.stress import StressReport
+    from orchestrator.app.stress_report import StressReport
     from orchestrator.base.config import ConfigError, Settings
     from orchestrator.base.errors import ReverieError
     from orchestrator.base.events import Event

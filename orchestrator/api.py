@@ -44,7 +44,8 @@ from orchestrator.app.review import (
     show_reflection,
 )
 from orchestrator.app.session import ChatSession, ContextUse
-from orchestrator.app.stress import ProgressFn, StressConfig, StressReport, run_stress
+from orchestrator.app.stress import ProgressFn, run_stress
+from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.app.stress_faults import parse_faults
 from orchestrator.app.usage import Tally
 from orchestrator.base import blocking

@@ -29,27 +29,26 @@ Interrupted (``interrupt`` set, e.g. Ctrl-C in the CLI), the writers stop at onc
 settled (the branches are left, named, for ``reverie reflections merge --all``) and the work
 directory is kept. Faults (``faults``) are :mod:`orchestrator.app.stress_faults`'s.
 
-Why one module of ~800 lines, in sections (the repository, bookkeeping, a session writer, the main
-writer, the run): it is one command's harness, and the booking rules the equation checks are only
-trustworthy read next to the writer code that books; what is checkable from git alone lives apart
-(:mod:`orchestrator.app.stress_audit`), as do the faults and the child processes.
+The harness is five modules, one concept each: the run's shape and its report
+(:mod:`orchestrator.app.stress_report`), the repository and the validated commit
+(:mod:`orchestrator.app.stress_repo`), what is checkable from git alone
+(:mod:`orchestrator.app.stress_audit`), the faults and their child processes
+(:mod:`orchestrator.app.stress_faults`, :mod:`orchestrator.app.stress_child`). This one keeps the
+writers and the bookkeeping, in sections (bookkeeping, a session writer, the main writer, the run):
+the booking rules the equation checks are only trustworthy read next to the writer code that books.
 """
 
 from __future__ import annotations
 
-import errno
-import math
-import os
 import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from contextlib import AsyncExitStack, nullcontext, suppress
+from collections.abc import Callable
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
 
 import anyio
 from anyio import CancelScope, create_task_group, sleep
@@ -63,19 +62,24 @@ from orchestrator.app.stress_faults import (
     child_merge,
     fill_disk,
     inject_stale_lock,
-    parse_faults,
     plan_faults,
     recover_except,
     small_disk,
 )
+from orchestrator.app.stress_repo import (
+    COMMIT_RETRIES,
+    HOT_FILE,
+    commit,
+    init_repo,
+    initial_files,
+    note,
+    would_be_valid,
+)
+from orchestrator.app.stress_report import StressConfig, StressReport, percentile
 from orchestrator.base import blocking
-from orchestrator.base.config import MERGE_POLICIES
-from orchestrator.base.errors import UsageError
-from orchestrator.memfs.constraints import CONFIG_PATH
 from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import commit_message
-from orchestrator.memfs.hook import install_hook
 from orchestrator.memfs.indexlock import clear_stale_git_locks
 from orchestrator.memfs.localrepo import LocalRepo
 from orchestrator.memfs.locks import merge_lock
@@ -88,309 +92,20 @@ from orchestrator.memfs.merge import (
     merge_back,
     merge_branch,
 )
-from orchestrator.memfs.policy import APPROVAL_ENV, ROOT_MARKER
-from orchestrator.memfs.provenance import Provenance, body
-from orchestrator.memfs.repo import (
-    DEFAULT_MEMORY_FILES,
-    harness_commit_all,
-    harness_commit_tracked,
-    harness_init,
-    harness_unstage,
-)
 from orchestrator.memfs.resolution import Resolver
-from orchestrator.memfs.snapshot import build_snapshot
-from orchestrator.memfs.validator import validate_snapshot
 from orchestrator.memfs.worktrees import Worktree, create_worktree, git_common_dir, remove_worktree
 
-__all__ = [
-    "BATCH_SIZE",
-    "HOT_FILE",
-    "VERDICT_OK",
-    "ProgressFn",
-    "StressConfig",
-    "StressReport",
-    "percentile",
-    "run_stress",
-]
-
-_STRESS = Provenance("stress")
-"""What the stress writers' commits say of themselves (H1)."""
+__all__ = ["BATCH_SIZE", "ProgressFn", "run_stress"]
 
 BATCH_SIZE = 5
-HOT_FILE = "notes/hot.md"
-VERDICT_OK: Final = "OK: nothing lost, memory valid"
 ProgressFn = Callable[[int, int], None]
 """Called with ``(commits made by the session writers, their total)``."""
 
 _AGENT = "stress"
 _PENDING_RETRIES = 50
-_COMMIT_RETRIES = 200
 _PRESSURE_STEP = 400
-_PRESSURE_BUDGET = 1000
 _PRESSURE_CHANCE = 0.5
 
-
-@dataclass(frozen=True)
-class StressConfig:
-    """The shape of a stress run: writers, commits each, conflicts, policy, limits and faults."""
-
-    writers: int
-    commits: int
-    conflict_rate: float = 0.1
-    seed: int = 0
-    main_interval: float = 0.25
-    merge_policy: str = "resolve"
-    limit_pressure: bool = False
-    faults: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.merge_policy not in MERGE_POLICIES.names:
-            raise UsageError(f"merge_policy {self.merge_policy!r}: use {MERGE_POLICIES.allowed()}")
-        if self.writers < 1:
-            raise UsageError(f"--writers must be at least 1, got {self.writers}")
-        if self.commits < 1:
-            raise UsageError(f"--commits must be at least 1, got {self.commits}")
-        if not 0.0 <= self.conflict_rate <= 1.0:
-            raise UsageError(f"--conflict-rate must be between 0 and 1, got {self.conflict_rate}")
-        parse_faults(",".join(self.faults))
-
-
-@dataclass(frozen=True)
-class StressReport:
-    """What a stress run measured, the accounting equation and the verdict (see the module doc)."""
-
-    merged: int
-    kept: int
-    lost: int
-    invalid: int
-    merge_p50_ms: float
-    merge_p99_ms: float
-    recorded: int = 0
-    main_commits: int = 0
-    merges: int = 0
-    elapsed_s: float = 0.0
-    resolved: int = 0
-    pending: int = 0
-    retried: int = 0
-    kept_branches: tuple[str, ...] = ()
-    interrupted: bool = False
-    unmerged_branches: tuple[tuple[str, int], ...] = ()
-    invalid_combined: int = 0
-    writer_commits: tuple[str, ...] = ()
-    lost_commits: tuple[str, ...] = ()
-    faults_injected: tuple[tuple[str, int], ...] = ()
-    faults_recovered: tuple[tuple[str, int], ...] = ()
-    faults_unrecovered: tuple[str, ...] = ()
-    faults_interrupted: int = 0
-    faults_skipped: tuple[tuple[str, str], ...] = ()
-    merge_policy: str = "resolve"
-    workdir: str | None = None
-
-    @property
-    def unmerged(self) -> int:
-        return sum(count for _, count in self.unmerged_branches)
-
-    @property
-    def accounted(self) -> int:
-        """The right-hand side of the equation."""
-        return self.merged + self.resolved + self.kept + self.pending + self.unmerged + self.main_commits
-
-    @property
-    def equation(self) -> str:
-        sign = "=" if self.accounted == self.recorded else "!="
-        return (
-            f"recorded {self.recorded} {sign} merged {self.merged} + resolved {self.resolved} + kept {self.kept}"
-            f" + pending {self.pending} + unmerged {self.unmerged} + main {self.main_commits}"
-        )
-
-    @property
-    def verdict(self) -> str:
-        """``OK: nothing lost, memory valid`` or each thing that is wrong."""
-        wrong = []
-        if self.lost:
-            wrong.append(f"{self.lost} commit(s) lost")
-        if self.invalid:
-            wrong.append(f"{self.invalid} HEAD(s) fail validation")
-        if self.accounted != self.recorded:
-            wrong.append(f"accounting does not add up ({self.equation})")
-        if self.faults_unrecovered:
-            wrong.append(f"{len(self.faults_unrecovered)} fault(s) not recovered ({self.faults_unrecovered[0]})")
-        if self.faults_interrupted and not self.interrupted:
-            wrong.append(f"{self.faults_interrupted} fault(s) never settled")
-        return VERDICT_OK if not wrong else "FAIL: " + "; ".join(wrong)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == VERDICT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        """Every figure the table shows, in one naming style, plus the lists behind them."""
-        injected, recovered = dict(self.faults_injected), dict(self.faults_recovered)
-        return {
-            "recorded": self.recorded,
-            "merged": self.merged,
-            "resolved": self.resolved,
-            "kept": self.kept,
-            "pending": self.pending,
-            "unmerged": self.unmerged,
-            "main": self.main_commits,
-            "accounted": self.accounted == self.recorded,
-            "lost": self.lost,
-            "invalid": self.invalid,
-            "invalid_combined": self.invalid_combined,
-            "retried": self.retried,
-            "merge_calls": self.merges,
-            "merge_p50_ms": self.merge_p50_ms,
-            "merge_p99_ms": self.merge_p99_ms,
-            "elapsed_s": self.elapsed_s,
-            "merge_policy": self.merge_policy,
-            "faults_injected": sum(injected.values()),
-            "faults_recovered": sum(recovered.values()),
-            "faults": {
-                kind: {"injected": injected.get(kind, 0), "recovered": recovered.get(kind, 0)}
-                for kind in dict.fromkeys([*injected, *recovered])
-            },
-            "faults_unrecovered": list(self.faults_unrecovered),
-            "faults_interrupted": self.faults_interrupted,
-            "faults_skipped": dict(self.faults_skipped),
-            "interrupted": self.interrupted,
-            "workdir": self.workdir,
-            "kept_branches": list(self.kept_branches),
-            "unmerged_branches": dict(self.unmerged_branches),
-            "lost_commits": list(self.lost_commits),
-            "writer_commits": list(self.writer_commits),
-            "verdict": self.verdict,
-        }
-
-
-def percentile(values: Iterable[float], pct: float) -> float:
-    """Nearest-rank percentile (0 for no values)."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-# -- the repository -----------------------------------------------------------------------------
-
-
-def _note(name: str, body: str) -> str:
-    return f"---\nname: {name}\ndescription: stress test file {name}\n---\n{body}\n"
-
-
-def _initial_files(writers: int, limit_pressure: bool) -> dict[str, str]:
-    files = dict(DEFAULT_MEMORY_FILES)
-    files["notes/MEMORY.md"] = "# Notes\n\nFiles written by `reverie stress`.\n"
-    files[HOT_FILE] = _note("hot", "initial")
-    files["notes/main.md"] = _note("main", "initial")
-    for i in range(writers):
-        files[f"notes/writer-{i:02d}.md"] = _note(f"writer-{i:02d}", "initial")
-    if limit_pressure:
-        for i in range(writers):
-            files[f"pressure-{i:02d}.md"] = _note(f"pressure-{i:02d}", "")
-        core = sum(len(text) for rel, text in files.items() if "/" not in rel and rel.endswith(".md"))
-        files[CONFIG_PATH] = f'{{"version": 1, "maxCoreMemoryCharacters": {core + _PRESSURE_BUDGET}}}\n'
-    return files
-
-
-def _write_files(repo: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text, encoding="utf-8")
-
-
-async def _init_repo(repo: Path, files: dict[str, str]) -> None:
-    """A fresh v2 memory repo with the hook installed, committed with the harness identity.
-
-    (``repo.init_memory_repo`` commits with the ambient git identity, which a bare machine lacks.)
-    """
-    await AsyncPath(repo).mkdir(parents=True)
-    await harness_init(repo)
-    await blocking.run_sync("files", partial(install_hook, repo, ROOT_MARKER))
-    await blocking.run_sync("files", partial(_write_files, repo, files))
-    snapshot = await blocking.run_sync("files", lambda: build_snapshot(_read_tree_files(repo)))
-    errors = validate_snapshot(snapshot, ROOT_MARKER, {APPROVAL_ENV: "1"}).errors
-    if errors:
-        raise RuntimeError(f"stress repository would be invalid: {errors[0]}")
-    await harness_commit_all(repo, "chore: initialize local memory", provenance=_STRESS)
-
-
-def _read_tree_files(checkout: Path) -> dict[str, bytes]:
-    """Every file of the working tree outside ``.git`` (blocking)."""
-    files: dict[str, bytes] = {}
-    for folder, dirs, names in os.walk(checkout):
-        dirs[:] = [d for d in dirs if d != ".git"]
-        for name in names:
-            if name == ".git":
-                continue
-            path = Path(folder, name)
-            files[path.relative_to(checkout).as_posix()] = path.read_bytes()
-    return files
-
-
-def _would_be_valid(checkout: Path, rel: str, text: str) -> tuple[str, ...]:
-    """Validate the whole tree with ``rel`` replaced by ``text``, before writing anything (blocking)."""
-    before = _read_tree_files(checkout)
-    after = {**before, rel: text.encode()}
-    return validate_snapshot(build_snapshot(after, before), ROOT_MARKER).errors
-
-
-async def _commit(
-    checkout: Path, rel: str, text: str, message: str, made: Callable[[str], None], *, lock: Path | None = None
-) -> str:
-    """Write and commit with hooks bypassed (one git process), hand the full id to ``made`` and
-    return it.
-
-    An attempt and ``made`` run shielded: a Ctrl-C that lands while git is committing would
-    otherwise leave a commit on the branch that no figure of the summary counts (the equation's
-    ``unmerged`` counts it from git, ``recorded`` never heard of it). A terminal's Ctrl-C reaches
-    git too, and git may die of it *after* it moved the branch (while it prints its summary): the
-    attempt then fails although the commit is made, so a failed attempt asks git whether ``HEAD``
-    is this commit (:func:`_made_anyway`) before it counts as not made. Retried (backing off to 0.1 s)
-    while git or the disk refuses: a full disk (``enospc``) is waited out. With ``lock`` each
-    attempt holds that repository's lock and the wait between attempts does not, so a writer
-    waiting for disk space never blocks the merge that frees it.
-    """
-    said = ""
-    for attempt in range(_COMMIT_RETRIES):
-        async with merge_lock(lock) if lock is not None else nullcontext():
-            with CancelScope(shield=True):
-                sha, said = await _commit_once(checkout, rel, text, message)
-                if sha is not None:
-                    made(sha)
-        if sha is not None:
-            return sha
-        await sleep(min(0.005 * (attempt + 1), 0.1))
-    raise RuntimeError(f"stress commit {message!r} failed: {said}")
-
-
-async def _commit_once(checkout: Path, rel: str, text: str, message: str) -> tuple[str | None, str]:
-    try:
-        await AsyncPath(checkout / rel).parent.mkdir(parents=True, exist_ok=True)
-        await AsyncPath(checkout / rel).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        return None, str(exc)
-    try:
-        return await harness_commit_tracked(checkout, message, provenance=_STRESS), ""
-    except GitError as error:
-        return await _made_anyway(checkout, rel, message), error.stderr.strip() or str(error)
-
-
-async def _made_anyway(checkout: Path, rel: str, message: str) -> str | None:
-    """The commit a failed ``git commit`` made all the same (killed by a signal after it moved the
-    branch), else None. Its ``HEAD`` is this commit when ``HEAD``'s message is ``message``: every
-    stress commit's message is unique in its run, and nothing else moves this checkout's ``HEAD``
-    during an attempt (a worktree is its writer's alone; the main writer holds the lock). git may
-    have died before it wrote its index: ``rel``'s entry is reset to ``HEAD``'s, so the checkout is
-    not left with a staged undo of the commit."""
-    found = await blocking.run_sync("git", partial(commit_message, checkout))
-    if found is None or body(found[1]).strip() != message:
-        return None
-    await harness_unstage(checkout, rel)
-    return found[0]
 
 
 # -- bookkeeping --------------------------------------------------------------------------------
@@ -487,11 +202,11 @@ class _Writer:
 
     async def _fresh(self) -> Worktree:
         """A new worktree; retried while the disk is full (``enospc``) as a commit is."""
-        for attempt in range(_COMMIT_RETRIES):
+        for attempt in range(COMMIT_RETRIES):
             try:
                 return await create_worktree(self.state.repo, agent_id=_AGENT, root=self.state.root)
             except GitError:
-                if self.state.disk is None or attempt == _COMMIT_RETRIES - 1:
+                if self.state.disk is None or attempt == COMMIT_RETRIES - 1:
                     raise
                 await sleep(0.005 * (attempt + 1))
         raise AssertionError("unreachable")
@@ -501,16 +216,16 @@ class _Writer:
         assert self.wt is not None
         if self.state.config.limit_pressure and rng.random() < _PRESSURE_CHANCE:
             name = f"pressure-{self.index:02d}"
-            text = _note(name, "p" * (self.pressure + _PRESSURE_STEP))
-            errors = await blocking.run_sync("files", partial(_would_be_valid, self.wt.path, f"{name}.md", text))
+            text = note(name, "p" * (self.pressure + _PRESSURE_STEP))
+            errors = await blocking.run_sync("files", partial(would_be_valid, self.wt.path, f"{name}.md", text))
             if not errors:
                 self.pressure += _PRESSURE_STEP
                 return f"{name}.md", text, message
         if rng.random() < self.state.config.conflict_rate:
-            rel, text = HOT_FILE, _note("hot", message)
+            rel, text = HOT_FILE, note("hot", message)
         else:
-            rel, text = f"notes/writer-{self.index:02d}.md", _note(f"writer-{self.index:02d}", message)
-        errors = await blocking.run_sync("files", partial(_would_be_valid, self.wt.path, rel, text))
+            rel, text = f"notes/writer-{self.index:02d}.md", note(f"writer-{self.index:02d}", message)
+        errors = await blocking.run_sync("files", partial(would_be_valid, self.wt.path, rel, text))
         if errors:
             raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
         return rel, text, message
@@ -529,11 +244,11 @@ class _Writer:
             if sha is None:
                 rel, text, message = await self._edit(k, rng)
                 assert self.wt is not None
-                await _commit(self.wt.path, rel, text, message, self._made)
+                await commit(self.wt.path, rel, text, message, self._made)
             else:
                 self._made(sha)
         else:
-            await _commit(self.wt.path, rel, text, message, self._made)
+            await commit(self.wt.path, rel, text, message, self._made)
         self.state.tick()
 
     def _made(self, sha: str) -> None:
@@ -768,14 +483,14 @@ async def _main_writer(state: _State, stop: list[bool]) -> None:
     while not stop[0]:
         message = f"main commit {n}"
         rel, name = (HOT_FILE, "hot") if rng.random() < config.conflict_rate else ("notes/main.md", "main")
-        text = _note(name, message)
+        text = note(name, message)
         async with merge_lock(repo):
             # Under the lock: a merge's fast-forward writes the checkout's files in place, and a
             # file read mid-write is torn (an empty notes/writer-NN.md, "missing frontmatter").
-            errors = await blocking.run_sync("files", partial(_would_be_valid, repo, rel, text))
+            errors = await blocking.run_sync("files", partial(would_be_valid, repo, rel, text))
         if errors:
             raise RuntimeError(f"stress commit {message!r} would be invalid: {errors[0]}")
-        await _commit(repo, rel, text, message, state.record_main, lock=repo)
+        await commit(repo, rel, text, message, state.record_main, lock=repo)
         n += 1
         await sleep(config.main_interval)
 
@@ -818,7 +533,7 @@ async def run_stress(
             else:
                 skipped = (("enospc", why),)
         state = _State(config, home / "memory", home / "worktrees", audit, policy_resolver, plan, progress, disk)
-        await _init_repo(state.repo, _initial_files(config.writers, config.limit_pressure))
+        await init_repo(state.repo, initial_files(config.writers, config.limit_pressure))
         state.heads.append(await _head(state.repo))
         interrupted = await _run_writers(state, interrupt)
         with CancelScope(shield=True):

@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.app.stress import ProgressFn, StressConfig, StressReport
+from orchestrator.app.stress import ProgressFn
+from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.app.stress_faults import parse_faults
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError

@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from orchestrator.app.stress import VERDICT_OK, StressConfig, StressReport, percentile, run_stress
+from orchestrator.app.stress import run_stress
+from orchestrator.app.stress_report import VERDICT_OK, StressConfig, StressReport, percentile
 from orchestrator.app.stress_audit import count_lost
 from orchestrator.app.stress_faults import FaultPlan
 from orchestrator.memfs.merge import FAULT_STEPS, merge_branch
@@ -216,13 +217,13 @@ async def test_a_writer_killed_mid_commit_reports_or_redoes_it(tmp_path: Path, s
 async def test_a_commit_cancelled_while_git_commits_is_still_reported(tmp_path: Path) -> None:
     """A Ctrl-C that lands mid-commit: git's commit and the summary's record of it go together (a
     commit only git knows of broke the accounting equation by one under load)."""
-    from orchestrator.app.stress import HOT_FILE, _commit, _note
+    from orchestrator.app.stress_repo import HOT_FILE, commit, note
 
     repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
     reported: list[str] = []
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await _commit(repo, HOT_FILE, _note("hot", "cancelled"), "cancelled commit", reported.append)
+        await commit(repo, HOT_FILE, note("hot", "cancelled"), "cancelled commit", reported.append)
     assert reported == [(await _git(repo, "rev-parse", "HEAD")).strip()]
     assert (await _git(repo, "log", "-1", "--format=%s")).strip() == "cancelled commit"
 
@@ -248,7 +249,7 @@ async def test_a_commit_git_made_as_ctrl_c_killed_it_is_reported(
     """Ctrl-C reaches git too: a git killed after it moved the branch failed, yet its commit is
     made and must be reported (a commit only git knew of made the equation one short of its
     ``unmerged`` count under load); one killed before committing made nothing and reports nothing."""
-    from orchestrator.app.stress import HOT_FILE, _commit, _note
+    from orchestrator.app.stress_repo import HOT_FILE, commit, note
 
     repo = await anyio.to_thread.run_sync(make_repo, tmp_path / "memory")
     before = (await _git(repo, "rev-parse", "HEAD")).strip()
@@ -264,7 +265,7 @@ async def test_a_commit_git_made_as_ctrl_c_killed_it_is_reported(
     reported: list[str] = []
     with anyio.CancelScope() as scope:
         scope.cancel()  # the writer is cancelled by the same Ctrl-C: no retry follows the failed attempt
-        await _commit(repo, HOT_FILE, _note("hot", "interrupted"), "interrupted", reported.append)
+        await commit(repo, HOT_FILE, note("hot", "interrupted"), "interrupted", reported.append)
     monkeypatch.undo()
     head = (await _git(repo, "rev-parse", "HEAD")).strip()
     if when == "after":

@@ -14,7 +14,8 @@ from orchestrator.agent.reminders import (
     memory_invalid_reminder,
     reflection_kept_reminder,
 )
-from orchestrator.app.stress import StressConfig, run_stress
+from orchestrator.app.stress import run_stress
+from orchestrator.app.stress_report import StressConfig
 from orchestrator.memfs.merge import (
     REASON_CONFLICT,
     REASON_DIRTY,
