@@ -24,7 +24,8 @@ from orchestrator.models import (
     ToolSpec,
     Usage,
 )
-from orchestrator.models.scripted import CONFIRMATION, CONFIRMATION_ZH, remember_command
+from orchestrator.models.scripted import CONFIRMATION, CONFIRMATION_ZH
+from orchestrator.models.scripted_rules import remember_command
 
 BASH = ToolSpec("bash", "Run a shell command")
 SEARCH = ToolSpec("conversation_search", "Search earlier messages")
