@@ -44,13 +44,14 @@ What it decides, and reverie's choices where the specs leave room:
   turn loop turns into its one-line refusal.
 
 Why one module of ~600 lines: it is one subagent's whole life (prepare in the background, apply at the
-trigger or in the turn, its worktree opened and removed in one context manager), and the commit point
-that makes applying cancellation-safe must be read next to what it commits.
+trigger or in the turn), and the commit point that makes applying cancellation-safe must be read next
+to what it commits. What a compaction asks of the model and of memory (the ladder under its own meter,
+the core memory in a worktree of its own, the recompiled prompt) needs none of that state and is
+:mod:`subagents.compaction_summary`.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -61,16 +62,11 @@ from uuid import uuid4
 
 import anyio
 
-from orchestrator.agent.budget import BudgetedModel, Meter
 from orchestrator.agent.context import ReadsSessionContext
-from orchestrator.agent.prompt_cache import record_from
-from orchestrator.base import blocking
 from orchestrator.base.errors import error_line
 from orchestrator.base.events import (
     Event,
-    ModelCalled,
 )
-from orchestrator.base.limits import Prices, limits_for
 from orchestrator.compaction import (
     CompactionMode,
     CompactionPlan,
@@ -88,8 +84,7 @@ from orchestrator.compaction import (
     tool_schema_tokens,
 )
 from orchestrator.compaction.result import CompactionResult
-from orchestrator.models.metered import MeteredModel
-from orchestrator.models.types import Message, ModelClient, Usage
+from orchestrator.models.types import Message, Usage
 from orchestrator.runtime.plugins import Spawner
 from orchestrator.store import PromptRecord, StoredMessage
 from orchestrator.tools import tool_specs
@@ -99,11 +94,9 @@ if TYPE_CHECKING:
     from orchestrator.base.config import Settings
     from orchestrator.compaction import CompactionOutcome
 
-__all__ = ["AGENT_INFO_KEY", "WORKTREE_KIND", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
+__all__ = ["AGENT_INFO_KEY", "CompactionResult", "CompactionSubagent", "Sleep", "Trigger"]
 
 AGENT_INFO_KEY = "agent-info"
-WORKTREE_KIND = "compaction"
-_CORE_MEMORY_TEMPLATE = "{CORE_MEMORY}"
 
 Sleep = Callable[[float], Awaitable[None]]
 Trigger = Literal["context_window_limit", "context_window_overflow", "manual"]
@@ -136,22 +129,6 @@ class _Ended:
     """What ``_ending`` saw: the error of a compaction it ended as failed (the body then falls through)."""
 
     error: str | None = None
-
-
-def _retries_itself(model: ModelClient) -> bool:
-    """``OpenAIModel`` retries transient errors itself; checked without importing the SDK."""
-    module = sys.modules.get("orchestrator.models.openai_client")
-    return module is not None and isinstance(model, module.OpenAIModel)
-
-
-def _previous_summary(history: Sequence[StoredMessage]) -> str | None:
-    for stored in history:
-        if stored.message.kind == "summary":
-            block = stored.metadata.get("compaction")
-            raw = block.get("summary") if isinstance(block, Mapping) else None
-            if isinstance(raw, str) and raw:
-                return raw
-    return None
 
 
 def _usage_anchor(history: Sequence[StoredMessage]) -> tuple[Usage | None, int | None]:
@@ -298,9 +275,6 @@ class CompactionSubagent(ReadsSessionContext):
             usage=usage,
             usage_index=index,
         )
-
-    def _max_attempts(self) -> int:
-        return 1 if _retries_itself(self.model) else 3
 
     async def _emit(self, event: Event, conversation_id: str) -> None:
         await self.context.publish(event, conversation_id)
@@ -539,26 +513,6 @@ class CompactionSubagent(ReadsSessionContext):
             )
         return None
 
-    @asynccontextmanager
-    async def _core_memory(self) -> AsyncIterator[str | None]:
-        """C9: a worktree at the current revision, removed (with its branch) whatever happens."""
-        # deferred: worktrees and the compiler load with the first compaction, not before a chat's first request
-        from orchestrator.agent.audit import compile_audited
-        from orchestrator.memfs.worktrees import create_worktree, remove_worktree
-
-        memory_dir = self.agent.memory_dir
-        try:
-            worktree = await create_worktree(memory_dir, agent_id=self.agent.agent_id, kind=WORKTREE_KIND)
-        except Exception:
-            yield None
-            return
-        try:
-            audited = await blocking.run_sync("git", partial(compile_audited, worktree.path, _CORE_MEMORY_TEMPLATE, agent_id=self.agent.agent_id))
-            yield audited.compiled.core_memory or None
-        finally:
-            with anyio.CancelScope(shield=True):
-                await remove_worktree(memory_dir, worktree, drop_branch=True)
-
     async def _summarize(
         self,
         conversation_id: str,
@@ -567,60 +521,26 @@ class CompactionSubagent(ReadsSessionContext):
         fixed: int,
         trigger: str,
     ) -> CompactionOutcome:
-        async def counted(event: ModelCalled) -> None:
-            await self._emit(event, conversation_id)
+        # deferred: the ladder, the worktree and the compiler load with the first compaction (P1)
+        from subagents.compaction_summary import summarize
 
-        settings = self.settings
-        meter = Meter(limits_for(settings, "compaction"), Prices.of(settings), parent=self.context.meter)
-        model = BudgetedModel(MeteredModel(self.model, counted), meter, window=settings.context_window)
-        try:
-            return await self._ladder(history, plan, fixed, trigger, model)
-        finally:
-            if model.refused is not None:
-                # B1: the ladder fell back (to eviction at worst, C3); the stop is still reported
-                await self._emit(model.refused.event("compaction"), conversation_id)
-
-    async def _ladder(
-        self,
-        history: Sequence[StoredMessage],
-        plan: CompactionPlan,
-        fixed: int,
-        trigger: str,
-        model: ModelClient,
-    ) -> CompactionOutcome:
-        # deferred: the summary ladder loads with the first compaction, not before a chat's first request
-        from orchestrator.compaction import summarize_with_fallback
-
-        async with self._core_memory() as core_memory:
-            return await summarize_with_fallback(
-                [m.message for m in history],
-                plan,
-                self.compaction,
-                model,
-                model=self.settings.model,
-                trigger=trigger,
-                core_memory=core_memory,
-                previous_summary=_previous_summary(history),
-                system_prompt_tokens=fixed - self._tool_tokens,
-                tool_tokens=self._tool_tokens,
-                sleep=self.sleep,
-                max_attempts=self._max_attempts(),
-            )
+        return await summarize(
+            self.context,
+            self.compaction,
+            history,
+            plan,
+            fixed=fixed,
+            tool_tokens=self._tool_tokens,
+            trigger=trigger,
+            sleep=self.sleep,
+            emit=partial(self._emit, conversation_id=conversation_id),
+        )
 
     async def _recompile(self, conversation_id: str, message_count: int) -> PromptRecord:
-        # deferred: the compiler loads with the first compile, not before a chat's first request
-        from orchestrator.agent.audit import compile_audited
+        # deferred: as the summary, with the first compaction
+        from subagents.compaction_summary import recompile
 
-        audited = await blocking.run_sync("git", partial(
-                compile_audited,
-                self.agent.memory_dir,
-                self.agent.raw_system,
-                agent_id=self.agent.agent_id,
-                conversation_id=conversation_id,
-                previous_message_count=message_count,
-            ))
-        record = record_from(audited.compiled, conversation_id=conversation_id, agent_id=self.agent.agent_id)
-        return record if audited.invalid_revision is None else replace(record, memfs_revision=audited.invalid_revision)
+        return await recompile(self.context, conversation_id, message_count)
 
     async def _apply(
         self,
