@@ -45,8 +45,8 @@ from orchestrator.app.review import (
 )
 from orchestrator.app.session import ChatSession, ContextUse
 from orchestrator.app.stress import ProgressFn, run_stress
-from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.app.stress_faults import parse_faults
+from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.app.usage import Tally
 from orchestrator.base import blocking
 from orchestrator.base.config import Settings, load_settings, parameter_value
@@ -65,6 +65,7 @@ from orchestrator.base.paths import (
 from orchestrator.batch.importers import CONTEXT_WINDOW, ImportOptions, import_benchmark, suite_text
 from orchestrator.batch.launch import OnResult, PreparedRun, PreparedSweep, prepare_run, prepare_sweep
 from orchestrator.batch.report_html import write_report
+from orchestrator.batch.request import BatchRequest, triggers_given
 from orchestrator.batch.run import RunReport
 from orchestrator.batch.runner import ProgressSink
 from orchestrator.batch.suite import parse_suite
@@ -80,6 +81,7 @@ from orchestrator.store import ReflectionRecord
 from subagents.resolver import make_resolver
 
 __all__ = [
+    "BatchRequest",
     "Change",
     "CompactionResult",
     "ContextUse",
@@ -448,14 +450,15 @@ async def run_suite(
     out = None if out is None else as_path(out, "out")
     if retry_failed and out is None:
         raise UsageError("retry_failed needs the run directory: give out")
-    prepared = await blocking.run_sync("files", partial(
-        prepare_run, suite, None if retry_failed else out, concurrency=concurrency, executor=executor,
-        processes=processes, resume=resume, retry_failed=out if retry_failed else None, tasks=tasks, limit=limit,
-        model=model, context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-        ray_address=ray_address, config_file=current_home().config_path, judge_model=judge_model,
-        judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens, max_cost=max_cost,
-        max_seconds=max_seconds, on_limit=on_limit,
-    ))
+    request = BatchRequest(
+        suite, None if retry_failed else out, concurrency=concurrency, executor=executor, processes=processes,
+        resume=resume, retry_failed=out if retry_failed else None, tasks=None if tasks is None else tuple(tasks),
+        limit=limit, model=model, context_window=context_window, price_in=price_in, price_out=price_out,
+        latency=scripted_latency, ray_address=ray_address, config_file=current_home().config_path,
+        judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens,
+        max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
+    )
+    prepared = await blocking.run_sync("files", partial(prepare_run, request))
     return await prepared.run(progress=progress, on_result=on_result)
 
 
@@ -494,13 +497,14 @@ async def sweep(
     ``on_result_for`` give each setting's observers."""
     suite = as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
-    prepared = await blocking.run_sync("files", partial(
-        prepare_sweep, suite, triggers, out, concurrency=concurrency, executor=executor, processes=processes,
-        resume=resume, tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
-        context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-        ray_address=ray_address, config_file=current_home().config_path, judge_model=judge_model,
-        judge_base_url=judge_base_url, estimate=estimate,
-    ))
+    request = BatchRequest(
+        suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
+        tasks=None if tasks is None else tuple(tasks), limit=limit, model=model, context_window=context_window,
+        price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
+        config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
+        estimate=estimate, triggers=triggers_given(triggers), epochs=epochs, override_pinned=override_pinned,
+    )
+    prepared = await blocking.run_sync("files", partial(prepare_sweep, request))
     return await prepared.run(
         progress_for=progress_for or (lambda _: None), on_result_for=on_result_for or (lambda _: None)
     )

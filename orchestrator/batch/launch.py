@@ -2,6 +2,7 @@
 and then run. ``reverie run``/``reverie sweep`` and the library's ``run_suite``/``sweep`` start here
 alike, so the command line holds no wiring of its own (docs/api.md).
 
+Both take the one ``BatchRequest`` (``batch/request.py``) the library or the command line built.
 There are two steps because a command forks its worker processes before its event loop and its
 first thread start (docs/architecture.md, "The local batch executor"): ``prepare_run`` and
 ``prepare_sweep`` are blocking and run first; a command then enters ``launched()`` outside any
@@ -12,7 +13,7 @@ event loop (it owns the run directory, forks the workers and tunes the process f
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,12 @@ from orchestrator.batch.executors import ProcessExecutor, make_executor
 from orchestrator.batch.plan import RunPlan, SweepPlan, plan_run, plan_sweep
 from orchestrator.batch.protocol import Executor
 from orchestrator.batch.ray_exec import ray_available
+from orchestrator.batch.request import BatchRequest
 from orchestrator.batch.results import TaskResult
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import check_free, own_run_dir
 from orchestrator.batch.runner import ProgressSink, batch_process
-from orchestrator.batch.sweep import SweepReport, SweepSetting, expand_triggers, run_sweep
+from orchestrator.batch.sweep import SweepReport, SweepSetting, run_sweep
 
 __all__ = ["OnResult", "PreparedRun", "PreparedSweep", "prepare_run", "prepare_sweep"]
 
@@ -105,87 +107,24 @@ class PreparedSweep:
         )
 
 
-def prepare_run(
-    suite: Path | None,
-    out: Path | None = None,
-    *,
-    concurrency: int | None = None,
-    executor: str | None = None,
-    processes: int | str | None = None,
-    resume: bool = False,
-    retry_failed: Path | None = None,
-    tasks: Sequence[str] | None = None,
-    limit: int | None = None,
-    model: str | None = None,
-    context_window: int | None = None,
-    price_in: float | None = None,
-    price_out: float | None = None,
-    latency: float | None = None,
-    ray_address: str | None = None,
-    config_file: Path | None = None,
-    judge_model: str | None = None,
-    judge_base_url: str | None = None,
-    estimate: bool = False,
-    max_tokens: int | None = None,
-    max_cost: float | None = None,
-    max_seconds: float | None = None,
-    on_limit: str | None = None,
-) -> PreparedRun:
+def prepare_run(request: BatchRequest) -> PreparedRun:
     """Plan a run (``plan_run``: resume, retry, recorded options, ``estimate``, the run's limits) and
     build its executor. A run in progress in its directory is named before anything else is said
     about it (``RunDirBusy``); every refusal is a one-line ``ReverieError``. Blocking."""
-    target = retry_failed or out or (Path("runs") / suite.stem if suite is not None else None)
+    suite = request.suite
+    target = request.retry_failed or request.out or (Path("runs") / suite.stem if suite is not None else None)
     if target is not None:
         check_free(target)
-    plan = plan_run(
-        suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
-        retry_failed=retry_failed, tasks=tasks, limit=limit, model=model, context_window=context_window,
-        price_in=price_in, price_out=price_out, latency=latency, config_file=config_file,
-        judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens,
-        max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
-    )
-    return PreparedRun(plan, _executor(plan.executor, plan.concurrency, ray_address, plan.processes))
+    plan = plan_run(request)
+    return PreparedRun(plan, _executor(plan.executor, plan.concurrency, request.ray_address, plan.processes))
 
 
-def prepare_sweep(
-    suite: Path,
-    triggers: str | Sequence[str] | None = None,
-    out: Path | None = None,
-    *,
-    concurrency: int | None = None,
-    executor: str | None = None,
-    processes: int | str | None = None,
-    resume: bool = False,
-    tasks: Sequence[str] | None = None,
-    limit: int | None = None,
-    epochs: int | None = None,
-    override_pinned: bool = False,
-    model: str | None = None,
-    context_window: int | None = None,
-    price_in: float | None = None,
-    price_out: float | None = None,
-    latency: float | None = None,
-    ray_address: str | None = None,
-    config_file: Path | None = None,
-    judge_model: str | None = None,
-    judge_base_url: str | None = None,
-    estimate: bool = False,
-    triggers_name: str = "triggers",
-) -> PreparedSweep:
-    """Plan a sweep of ``triggers`` (``"off"``, ``"step-count:4,8"``...; one string is one trigger;
-    None: what the sweep being resumed recorded) and build its executor; a refused trigger is named
-    as ``triggers_name`` (the command line's ``--trigger``), other refusals as ``prepare_run``'s.
-    ``estimate`` plans the sweep on the embedded model (``batch/estimate.py``). Blocking."""
-    check_free(out or Path("runs") / f"{suite.stem}-sweep")
-    try:
-        given = expand_triggers(triggers, name=triggers_name) if triggers else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    plan = plan_sweep(
-        suite, given, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
-        tasks=tasks, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
-        context_window=context_window, price_in=price_in, price_out=price_out, latency=latency,
-        config_file=config_file, judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
-        triggers_name=triggers_name,
-    )
-    return PreparedSweep(plan, _executor(plan.executor, plan.concurrency, ray_address, plan.processes))
+def prepare_sweep(request: BatchRequest) -> PreparedSweep:
+    """Plan a sweep of ``request.triggers`` (``plan_sweep``; none: what the sweep being resumed
+    recorded) and build its executor; refusals as ``prepare_run``'s. ``estimate`` plans the sweep on
+    the embedded model (``batch/estimate.py``). Blocking."""
+    if request.suite is None:
+        raise UsageError("give the suite file (reverie sweep SUITE)")
+    check_free(request.out or Path("runs") / f"{request.suite.stem}-sweep")
+    plan = plan_sweep(request)
+    return PreparedSweep(plan, _executor(plan.executor, plan.concurrency, request.ray_address, plan.processes))

@@ -22,11 +22,12 @@ from orchestrator.base.config import REFLECTION_TRIGGERS, load_settings, paramet
 from orchestrator.base.errors import UsageError
 from orchestrator.base.paths import config_path
 from orchestrator.batch.estimate import ESTIMATE_DIR
+from orchestrator.batch.request import BatchRequest
 from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results
 from orchestrator.batch.run import retry_candidates
 from orchestrator.batch.runner import RunOptions
 from orchestrator.batch.suite import Reference, SuiteError, Task, load_suite, references, select_tasks
-from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, epoch_tasks, split_pinned
+from orchestrator.batch.sweep import SWEEP_FILE, SweepSetting, epoch_tasks, expand_triggers, split_pinned
 from orchestrator.batch.template_check import check_templates
 
 __all__ = ["RunPlan", "SweepPlan", "load_tasks", "parse_processes", "plan_run", "plan_sweep", "recorded_run", "run_options"]
@@ -217,79 +218,51 @@ class _Reused:
     judge_base_url: str | None = None
 
     @classmethod
-    def of(
-        cls, meta: dict[str, Any], model: str | None, context_window: int | None, price_in: float | None,
-        price_out: float | None, latency: float | None, concurrency: int | None, executor: str | None,
-        judge_model: str | None = None, judge_base_url: str | None = None,
-    ) -> _Reused:
+    def of(cls, meta: dict[str, Any], request: BatchRequest) -> _Reused:
         was = meta.get("options") or {}
         overrides = was.get("overrides") or {}
         return cls(
-            judge_model=judge_model or was.get("judge_model"),
-            judge_base_url=judge_base_url or was.get("judge_base_url"),
-            model=model if model is not None else overrides.get("model"),
-            context_window=context_window if context_window is not None else overrides.get("context_window"),
-            price_in=price_in if price_in is not None else was.get("price_in"),
-            price_out=price_out if price_out is not None else was.get("price_out"),
-            latency=latency if latency is not None else float(was.get("latency") or 0.0),
-            jobs=concurrency or int(meta.get("concurrency") or 1),
-            kind=executor or str(meta.get("executor") or "local"),
+            judge_model=request.judge_model or was.get("judge_model"),
+            judge_base_url=request.judge_base_url or was.get("judge_base_url"),
+            model=request.model if request.model is not None else overrides.get("model"),
+            context_window=request.context_window if request.context_window is not None else overrides.get("context_window"),
+            price_in=request.price_in if request.price_in is not None else was.get("price_in"),
+            price_out=request.price_out if request.price_out is not None else was.get("price_out"),
+            latency=request.latency if request.latency is not None else float(was.get("latency") or 0.0),
+            jobs=request.concurrency or int(meta.get("concurrency") or 1),
+            kind=request.executor or str(meta.get("executor") or "local"),
         )
 
 
 _ON_LIMIT = ("finish", "stop")
 
 
-def _with_run_limits(
-    options: RunOptions, meta: Mapping[str, Any], max_tokens: int | None, max_cost: float | None,
-    max_seconds: float | None, on_limit: str | None,
-) -> RunOptions:
+def _with_run_limits(options: RunOptions, meta: Mapping[str, Any], request: BatchRequest) -> RunOptions:
     """The run's limits: each given, else what the run recorded (a resume keeps its budget unless
     raised); a bad one is a one-line ``UsageError`` naming its flag."""
     was = (meta.get("options") or {}) if isinstance(meta.get("options"), dict) else {}
     limits = dict(was.get("run_limits") or {})
-    for measure, value, flag in (("tokens", max_tokens, "--max-tokens"), ("cost", max_cost, "--max-cost"),
-                                 ("seconds", max_seconds, "--max-seconds")):  # fmt: skip
+    for measure, value, flag in (("tokens", request.max_tokens, "--max-tokens"), ("cost", request.max_cost, "--max-cost"),
+                                 ("seconds", request.max_seconds, "--max-seconds")):  # fmt: skip
         if value is None:
             continue
         if isinstance(value, bool) or not value > 0 or value == float("inf"):
             raise UsageError(f"{flag} {value}: must be a positive number (nothing was run)")
         limits[measure] = value
-    chosen = on_limit or str(was.get("on_limit") or "finish")
+    chosen = request.on_limit or str(was.get("on_limit") or "finish")
     if chosen not in _ON_LIMIT:
         raise UsageError(f"--on-limit {chosen!r}: use finish (running tasks end) or stop (they are stopped)")
     return replace(options, run_limits=limits, on_limit=chosen)
 
 
-def plan_run(
-    suite: Path | None,
-    out: Path | None = None,
-    *,
-    concurrency: int | None = None,
-    executor: str | None = None,
-    processes: str | int | None = None,
-    resume: bool = False,
-    retry_failed: Path | None = None,
-    tasks: Sequence[str] | None = None,
-    limit: int | None = None,
-    model: str | None = None,
-    context_window: int | None = None,
-    price_in: float | None = None,
-    price_out: float | None = None,
-    latency: float | None = None,
-    config_file: Path | None = None,
-    judge_model: str | None = None,
-    judge_base_url: str | None = None,
-    estimate: bool = False,
-    max_tokens: int | None = None,
-    max_cost: float | None = None,
-    max_seconds: float | None = None,
-    on_limit: str | None = None,
-) -> RunPlan:
-    """Decide a run (see the module docstring). ``retry_failed`` is the run directory whose failed and
-    errored tasks rerun in place; ``suite`` may then be None (the run's own). ``estimate`` runs the
-    plan on the embedded model into ``OUT/estimate`` (``batch/estimate.py``). ``max_*`` are the run's
-    limits and ``on_limit`` what reaching one does (B1); each not given is the recorded run's."""
+def plan_run(request: BatchRequest) -> RunPlan:
+    """Decide a run (see the module docstring). ``request.retry_failed`` is the run directory whose
+    failed and errored tasks rerun in place; ``suite`` may then be None (the run's own). ``estimate``
+    runs the plan on the embedded model into ``OUT/estimate`` (``batch/estimate.py``). ``max_*`` are
+    the run's limits and ``on_limit`` what reaching one does (B1); each not given is the recorded run's."""
+    suite, out, resume, retry_failed, estimate = (
+        request.suite, request.out, request.resume, request.retry_failed, request.estimate
+    )
     if estimate and (resume or retry_failed is not None):
         raise UsageError("--estimate plans a new run: drop --resume and --retry-failed")
     if retry_failed is not None and out is not None and out.resolve() != retry_failed.resolve():
@@ -301,21 +274,20 @@ def plan_run(
             raise UsageError("give the suite file (reverie run SUITE), or --retry-failed RUN_DIR")
         suite = Path(meta["suite"])
     all_tasks = load_tasks(suite)
-    selected = _select(all_tasks, tasks, limit)
+    selected = _select(all_tasks, request.tasks, request.limit)
     if out_dir is None:
         out_dir = Path("runs") / suite.stem
         meta = recorded_run(out_dir, required=False) if resume else {}
     if estimate:
         out_dir = _estimate_dir(out_dir)
-    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
-                        judge_model, judge_base_url)
+    reused = _Reused.of(meta, request)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
-                          reused.latency, config_file, reused.judge_model, reused.judge_base_url)
-    options = _with_run_limits(options, meta, max_tokens, max_cost, max_seconds, on_limit)
+                          reused.latency, request.config_file, reused.judge_model, reused.judge_base_url)
+    options = _with_run_limits(options, meta, request)
     if estimate:
         options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     given, blame, note = _resumed_processes(
-        None if processes is None else str(processes), meta, out_dir / "run.json", reused.kind,
+        None if request.processes is None else str(request.processes), meta, out_dir / "run.json", reused.kind,
         "retrying" if retry_failed else "resuming",
     )
     spread = parse_processes(given, reused.kind, blame)
@@ -357,35 +329,21 @@ def _recorded_sweep(out_dir: Path) -> tuple[list[SweepSetting], dict[str, Any], 
     return settings, {}, out_dir, raw
 
 
-def plan_sweep(
-    suite: Path,
-    settings: Sequence[SweepSetting] | None,
-    out: Path | None = None,
-    *,
-    concurrency: int | None = None,
-    executor: str | None = None,
-    processes: str | int | None = None,
-    resume: bool = False,
-    tasks: Sequence[str] | None = None,
-    limit: int | None = None,
-    epochs: int | None = None,
-    override_pinned: bool = False,
-    model: str | None = None,
-    context_window: int | None = None,
-    price_in: float | None = None,
-    price_out: float | None = None,
-    latency: float | None = None,
-    config_file: Path | None = None,
-    judge_model: str | None = None,
-    judge_base_url: str | None = None,
-    estimate: bool = False,
-    triggers_name: str = "triggers",
-) -> SweepPlan:
-    """Decide a sweep: ``settings`` given, else (``resume``) what the sweep recorded; so too
+def plan_sweep(request: BatchRequest) -> SweepPlan:
+    """Decide a sweep: the settings of ``request.triggers`` (``"off"``, ``"step-count:4,8"``...; a
+    refused one is named as ``triggers_name``), else (``resume``) what the sweep recorded; so too
     ``epochs`` and ``override_pinned`` (``sweep.json``) and the prices and judge (a setting's
     run.json). ``tasks``/``limit`` select as ``plan_run``'s do. A sweep whose every selected task
     pins its own trigger is refused unless ``override_pinned``."""
-    selected = _select(load_tasks(suite), tasks, limit)
+    if request.suite is None:
+        raise UsageError("give the suite file (reverie sweep SUITE)")
+    suite, out, resume, estimate, epochs = request.suite, request.out, request.resume, request.estimate, request.epochs
+    triggers_name, model = request.triggers_name, request.model
+    try:
+        settings = expand_triggers(request.triggers, name=triggers_name) if request.triggers else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    selected = _select(load_tasks(suite), request.tasks, request.limit)
     out_dir = out or Path("runs") / f"{suite.stem}-sweep"
     if estimate:
         if resume:
@@ -405,21 +363,21 @@ def plan_sweep(
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs {epochs}: run every task at least once per setting")
     rounds = epochs or int(sweep_meta.get("epochs") or 1)
+    config_file = request.config_file
     if rounds > 1 and not load_settings(cli={"model": model} if model else None, path=config_file or config_path()).uses_endpoint:
         notes.append(
             f"--epochs {rounds}: the embedded model is deterministic, so every epoch repeats the same answers; "
             "they add no information (the paired comparison counts each question once)"
         )
-    override = override_pinned or bool(sweep_meta.get("override_pinned"))
-    reused = _Reused.of(meta, model, context_window, price_in, price_out, latency, concurrency, executor,
-                        judge_model, judge_base_url)
+    override = request.override_pinned or bool(sweep_meta.get("override_pinned"))
+    reused = _Reused.of(meta, request)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
                           reused.latency, config_file, reused.judge_model, reused.judge_base_url)
     if estimate:
         options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     compared, pinned = split_pinned(selected, override)
     given, blame, note = _resumed_processes(
-        None if processes is None else str(processes), meta, run_file, reused.kind, "resuming"
+        None if request.processes is None else str(request.processes), meta, run_file, reused.kind, "resuming"
     )
     if note:
         notes.append(note)

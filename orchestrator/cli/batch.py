@@ -173,17 +173,17 @@ def run(
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.api import prepare_run
+    from orchestrator.api import BatchRequest, prepare_run
 
     owned = ExitStack()
     with _refused():
-        prepared = prepare_run(
+        prepared = prepare_run(BatchRequest(
             suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
-            retry_failed=retry_failed, tasks=task, limit=limit, model=model, context_window=context_window,
-            price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
-            judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate, max_tokens=max_tokens,
-            max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
-        )
+            retry_failed=retry_failed, tasks=None if task is None else tuple(task), limit=limit, model=model,
+            context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
+            ray_address=ray_address, judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+            max_tokens=max_tokens, max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
+        ))
         for note in prepared.plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
         owned.enter_context(prepared.launched("reverie run"))
@@ -315,17 +315,19 @@ def sweep(
     --resume finishes an interrupted sweep with what it recorded (its settings, epochs,
     concurrency, executor, processes, model, window, latency, prices and judge) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.api import prepare_sweep
+    from orchestrator.api import BatchRequest, prepare_sweep
+    from orchestrator.batch.request import triggers_given
 
     owned = ExitStack()
     with _refused():
-        prepared = prepare_sweep(
-            suite, trigger, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
-            tasks=task, limit=limit, epochs=epochs, override_pinned=override_pinned, model=model,
-            context_window=context_window, price_in=price_in, price_out=price_out, latency=scripted_latency,
-            ray_address=ray_address, judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+        prepared = prepare_sweep(BatchRequest(
+            suite, out, concurrency=concurrency, executor=executor, processes=processes, resume=resume,
+            tasks=None if task is None else tuple(task), limit=limit, model=model, context_window=context_window,
+            price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
+            judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
+            triggers=triggers_given(trigger), epochs=epochs, override_pinned=override_pinned,
             triggers_name="--trigger",
-        )
+        ))
         for note in prepared.plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
         pinned = prepared.plan.pinned_line()

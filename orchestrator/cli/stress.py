@@ -22,8 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.app.stress import ProgressFn
-from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.app.stress_faults import parse_faults
+from orchestrator.app.stress_report import StressConfig, StressReport
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 

@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from orchestrator.batch.plan import plan_run, plan_sweep
+from orchestrator.batch.request import BatchRequest
 from orchestrator.cli.batch import register
 from tests.batch.helpers import TINY, write_suite
 
@@ -21,15 +22,15 @@ def test_resume_and_retry_keep_the_results_they_will_not_rerun(tmp_path: Path) -
     first = CliRunner().invoke(app, ["run", str(write_suite(tmp_path / "two.jsonl", [rule, wrong])), "--out", str(out), "-q"])
     assert first.exit_code == 1, first.output  # "wrong" fails its check
 
-    resumed = plan_run(write_suite(tmp_path / "three.jsonl", [rule, chat, wrong]), out, resume=True)
+    resumed = plan_run(BatchRequest(write_suite(tmp_path / "three.jsonl", [rule, chat, wrong]), out, resume=True))
     assert resumed.todo == {"chat"}
     assert [(r.id, r.status) for r in resumed.kept] == [("rule", "passed"), ("wrong", "failed")]
 
-    retried = plan_run(None, retry_failed=out)
+    retried = plan_run(BatchRequest(None, retry_failed=out))
     assert retried.todo == {"wrong"}
     assert [r.id for r in retried.kept] == ["rule"]
 
-    fresh = plan_run(tmp_path / "three.jsonl", tmp_path / "elsewhere")
+    fresh = plan_run(BatchRequest(tmp_path / "three.jsonl", tmp_path / "elsewhere"))
     assert fresh.kept == ()
 
 
@@ -43,6 +44,6 @@ def test_a_resumed_sweep_keeps_each_setting_s_results(tmp_path: Path) -> None:
     )
     assert first.exit_code == 0, first.output
 
-    resumed = plan_sweep(write_suite(tmp_path / "two.jsonl", [rule, fact]), None, out, resume=True)
+    resumed = plan_sweep(BatchRequest(write_suite(tmp_path / "two.jsonl", [rule, fact]), out, resume=True))
     assert [s.label for s in resumed.settings] == ["off"] and resumed.per_setting == 2
     assert {label: [r.id for r in results] for label, results in resumed.kept.items()} == {"off": ["rule"]}
