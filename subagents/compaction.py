@@ -558,7 +558,7 @@ class CompactionSubagent(ReadsSessionContext):
         A summary that would not make the request smaller is not applied (status ``error``)."""
         # deferred: as the ladder, with the first compaction
         from orchestrator.base.subagent_events import CompactionDone, CompactionFailed
-        from orchestrator.compaction import summary_message, summary_message_text
+        from subagents.compaction_summary import summary_message_for
 
         plan = outcome.plan
         cut = plan.cut_index
@@ -571,7 +571,7 @@ class CompactionSubagent(ReadsSessionContext):
         keep += [m.id for m in late]
         evicted = plan.evicted_count + (len(appended) - len(late))
         kept_messages = [*plan.kept_messages, *(m.message for m in late)]
-        text = summary_message_text(outcome.summary, mode=plan.mode, evicted_count=evicted)
+        packaged = summary_message_for(outcome.summary, plan.mode, evicted)
         stats = replace(
             outcome.stats,
             messages_count_before=len(planned) + len(appended),
@@ -583,11 +583,11 @@ class CompactionSubagent(ReadsSessionContext):
         tokens_after = (
             system_prompt_tokens(prompt.content)
             + self._tool_tokens
-            + estimate_message(summary_message(text))
+            + estimate_message(packaged)
             + estimate_messages(kept_messages)
         )
         replaced = estimate_messages([m.message for m in (*planned, *appended)]) - estimate_messages(kept_messages)
-        summary_tokens = estimate_message(summary_message(text))
+        summary_tokens = estimate_message(packaged)
         if outcome.status == "done" and summary_tokens >= replaced:
             return await self._not_smaller(conversation_id, compaction_id, stats.trigger, plan, replaced, summary_tokens)
         metadata: dict[str, Any] = {
@@ -604,7 +604,7 @@ class CompactionSubagent(ReadsSessionContext):
         with anyio.CancelScope(shield=True):
             stored = await self.store.replace_in_context(
                 conversation_id,
-                summary_message(text),
+                packaged,
                 keep,
                 metadata=metadata,
                 turn_id=turn_id,

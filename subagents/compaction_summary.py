@@ -28,12 +28,13 @@ from orchestrator.base.events import Event, ModelCalled
 from orchestrator.base.limits import Prices, limits_for
 from orchestrator.compaction import CompactionOutcome, CompactionPlan, CompactionSettings
 from orchestrator.compaction.ladder import summarize_with_fallback
+from orchestrator.compaction.packaging import summary_message, summary_message_text
 from orchestrator.memfs.worktrees import create_worktree, remove_worktree
 from orchestrator.models.metered import MeteredModel
-from orchestrator.models.types import ModelClient
+from orchestrator.models.types import Message, ModelClient
 from orchestrator.store import PromptRecord, StoredMessage
 
-__all__ = ["WORKTREE_KIND", "recompile", "summarize"]
+__all__ = ["WORKTREE_KIND", "recompile", "summarize", "summary_message_for"]
 
 WORKTREE_KIND = "compaction"
 _CORE_MEMORY_TEMPLATE = "{CORE_MEMORY}"
@@ -135,3 +136,8 @@ async def recompile(context: SessionContext, conversation_id: str, message_count
     )
     record = record_from(audited.compiled, conversation_id=conversation_id, agent_id=agent.agent_id)
     return record if audited.invalid_revision is None else replace(record, memfs_revision=audited.invalid_revision)
+
+
+def summary_message_for(summary: str, mode: str, evicted: int) -> Message:
+    """The message a compaction commits: ``summary`` in its wrapper text (COMPACTION-4.1)."""
+    return summary_message(summary_message_text(summary, mode=mode, evicted_count=evicted))

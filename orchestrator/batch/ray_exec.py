@@ -261,7 +261,6 @@ def _kv() -> _Kv:
 def _probe() -> str | None:
     """Runs on one node's worker: can it import reverie (the package, not just Ray)? Self-contained
     and sent by value (``_by_value``), so it loads where reverie is missing and says so."""
-    import importlib
 
     try:
         importlib.import_module("orchestrator.batch.runner")

@@ -44,6 +44,7 @@ from orchestrator.batch.judge import Judge, build_judge
 from orchestrator.batch.results import CheckResult, TaskResult, reflection_outcomes, task_quality
 from orchestrator.batch.suite import Task
 from orchestrator.batch.templates import copy_template, template_repo
+from orchestrator.memfs import collation, gitprocess, libgit
 from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import committed_bytes, read_committed
 from orchestrator.memfs.provenance import scoped
@@ -95,7 +96,7 @@ def load_backends() -> None:
 
     from orchestrator.agent import audit, memory_sync  # noqa: F401
     from orchestrator.base import subagent_events  # noqa: F401
-    from orchestrator.memfs import collation, git, gitprocess, libgit, merge, validator, worktrees  # noqa: F401
+    from orchestrator.memfs import merge, validator, worktrees  # noqa: F401
     from orchestrator.tools import bash  # noqa: F401
     from subagents import triggers  # noqa: F401
 

@@ -50,6 +50,7 @@ from anyio.abc import ByteReceiveStream, Process, SocketStream
 
 from orchestrator.base import blocking
 from orchestrator.base.processes import kill_session
+from orchestrator.batch.worker import serve_socket
 
 __all__ = ["START_ENV", "ForkedLink", "WorkerLink", "can_fork", "prefork", "spawn"]
 
@@ -275,8 +276,6 @@ def _child(sock: socket.socket) -> NoReturn:
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # the protocol's module is imported by the driver already (the executor uses it)
-        from orchestrator.batch.worker import serve_socket
 
         serve_socket(sock)
         code = 0

@@ -21,6 +21,16 @@ from rich.console import Console
 from orchestrator.base.config import REFLECTION_TRIGGERS
 from orchestrator.base.errors import ReverieError
 from orchestrator.base.paths import DEFAULT_AGENT_ID
+from orchestrator.batch.estimate import ESTIMATE_FILE, read_estimate
+from orchestrator.batch.eventlog import (
+    EVENTS_DIR,
+    event_log_path,
+    follow_events,
+    format_record,
+    read_events,
+)
+from orchestrator.batch.request import triggers_given
+from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.batch_output import (
     RunProgress,
@@ -37,6 +47,7 @@ from orchestrator.cli.batch_output import (
 )
 from orchestrator.cli.errors import fail
 from orchestrator.cli.report import after_run
+from orchestrator.cli.session_events import show_session_events
 
 if TYPE_CHECKING:
     from orchestrator.batch.launch import PreparedRun, PreparedSweep
@@ -193,9 +204,6 @@ def run(
 
 def _run_prepared(prepared: PreparedRun, ray_address: str | None, quiet: bool, write_report: bool,
                   task: list[str] | None, limit: int | None) -> None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.results import RESULTS_FILE, SUMMARY_FILE, read_results
-
     plan = prepared.plan
     suite, out_dir, run_tasks, todo, retry = plan.suite, plan.out_dir, plan.run_tasks, plan.todo, plan.retry
     retry_failed = retry is not None
@@ -261,9 +269,6 @@ def _run_prepared(prepared: PreparedRun, ray_address: str | None, quiet: bool, w
 
 
 def _print_estimate(out_dir: Path) -> None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.estimate import ESTIMATE_FILE, read_estimate
-
     figures = read_estimate(out_dir)
     if figures is not None:
         _out.print(estimate_table(figures))
@@ -316,7 +321,6 @@ def sweep(
     concurrency, executor, processes, model, window, latency, prices and judge) unless an option is given again."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.api import BatchRequest, prepare_sweep
-    from orchestrator.batch.request import triggers_given
 
     owned = ExitStack()
     with _refused():
@@ -428,8 +432,6 @@ def events(
     if run_dir is None:
         if task is not None:
             fail("--task is for a run directory: give RUN_DIR")
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.cli.session_events import show_session_events
 
         show_session_events(agent or os.environ.get("REVERIE_AGENT") or DEFAULT_AGENT_ID, conversation, kinds, follow, as_json)
         return
@@ -439,16 +441,6 @@ def events(
 
 
 def _run_events(run_dir: Path, follow: bool, task: str | None, kinds: tuple[str, ...], as_json: bool) -> None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.batch.eventlog import (
-        EVENTS_DIR,
-        event_log_path,
-        follow_events,
-        format_record,
-        read_events,
-    )
-    from orchestrator.batch.results import SUMMARY_FILE
-
     def show(record: Any) -> None:
         if as_json:
             print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)

@@ -19,6 +19,9 @@ from orchestrator.base import blocking
 from orchestrator.base.events import Event, ModelCalled, TextDelta
 from orchestrator.base.paths import reverie_home
 from orchestrator.cli.aio import run_async
+from orchestrator.cli.chat_headless import next_line
+from orchestrator.cli.chat_slash import Slash, is_slash
+from orchestrator.cli.chat_turns import Interrupts, run_turn, warn_unused_model
 from orchestrator.cli.errors import describe, user_error_in
 from orchestrator.cli.render import TerminalRenderer, terminal_columns
 
@@ -50,8 +53,6 @@ async def _repl(
 ) -> int:
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.app.session import ChatSession
-    from orchestrator.cli.chat_slash import Slash
-    from orchestrator.cli.chat_turns import Interrupts, warn_unused_model
 
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     editor = None
@@ -169,16 +170,10 @@ class _Loop:
             await self.answer(text, error=_stderr)
 
     def _leaving(self, text: str) -> bool:
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.cli.chat_slash import is_slash
-
         return is_slash(text) and text.strip()[1:].split(maxsplit=1)[0].lower() in {"exit", "quit"}
 
     async def answer(self, text: str, *, error: Any) -> None:
         """One entry: a slash command, or a turn with its outcome and memory change shown."""
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.cli.chat_slash import is_slash
-        from orchestrator.cli.chat_turns import run_turn
 
         if is_slash(text):
             try:
@@ -234,9 +229,6 @@ def waiting_line(running: list[Any]) -> str:
 
 
 async def _next_line(leave: anyio.Event) -> str | None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.cli.chat_headless import next_line
-
     line = await next_line(leave)
     return line.rstrip("\n") if line is not None else None
 

@@ -21,6 +21,7 @@ from orchestrator.base import blocking
 from orchestrator.base.errors import UsageError
 from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.memory_diff import memory_diff
+from orchestrator.cli.memory_log import format_change
 from orchestrator.cli.render import compaction_line, one_line
 from orchestrator.memfs.gittrees import TreeTooLarge
 from orchestrator.memfs.history import recent_commits, tracked_files
@@ -139,9 +140,6 @@ class Slash:
         self.say("\n".join(lines))
 
     async def _memory_log(self) -> None:
-        # lazy: the command module's formatting loads typer, which the REPL otherwise never needs
-        from orchestrator.cli.memory import format_change
-
         found = await memory_changes(self.session.agent.memory_dir, LogFilter(count=10))
         if not found:
             self.say("no memory changes yet")

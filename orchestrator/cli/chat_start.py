@@ -20,7 +20,10 @@ from orchestrator.base.choices import Choices
 from orchestrator.base.config import Flags
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli import collector
+from orchestrator.cli.aio import run_async
+from orchestrator.cli.chat_headless import run_headless
 from orchestrator.cli.errors import UserError
+from orchestrator.memfs.libgit import load_pygit2
 
 __all__ = [
     "CHAT_OPTIONS",
@@ -239,15 +242,9 @@ def start_chat(args: ChatArgs) -> int:
         price_out=args.price_out,
         reflection_merge=args.reflection_merge,
     )
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.libgit import load_pygit2
 
     load_pygit2()  # every session reads its memory first: here, before the loop has threads
     if args.prompt is not None or streaming_input:
-        # lazy: the headless path's own modules, not the REPL's
-        from orchestrator.cli.aio import run_async
-        from orchestrator.cli.chat_headless import run_headless
-
         return run_async(
             lambda: run_headless(
                 args.agent, args.conversation, args.new, cli, args.prompt, fmt, args.verbose, args.model

@@ -13,9 +13,13 @@ from orchestrator.base import blocking
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir, check_agent_id
 from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
+from orchestrator.cli.home import known_agents_on_disk
+from orchestrator.cli.listing import conversation_lines
 from orchestrator.cli.options import AgentOption, ConversationOption
 from orchestrator.cli.render import TerminalRenderer, one_line
+from orchestrator.memfs.compiler import compile_system_prompt
 from orchestrator.memfs.gitdir import is_repository
+from orchestrator.store import Store
 
 __all__ = [
     "history",
@@ -36,9 +40,6 @@ async def require_agent(store: Any, agent_id: str) -> None:
     record = await store.get_agent(agent_id)
     has_repo = await blocking.run_sync("files", partial(is_repository, agent_memory_dir(agent_id)))
     if record is None and not has_repo:
-        # lazy: `reverie --help` imports every command module (cli/app.py)
-        from orchestrator.cli.home import known_agents_on_disk
-
         on_disk = await blocking.run_sync("files", known_agents_on_disk)
         known = sorted({a.id for a in await store.list_agents()} | set(on_disk))
         listing = f" (agents: {', '.join(known)})" if known else " (no agents yet)"
@@ -47,8 +48,6 @@ async def require_agent(store: Any, agent_id: str) -> None:
 
 async def require_agent_in_home(agent_id: str) -> None:
     """:func:`require_agent` against this home's store, for commands that open their own session."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.store import Store
 
     async with Store.opened() as store:
         await require_agent(store, agent_id)
@@ -67,9 +66,6 @@ async def _existing_conversation(rt: Any, profile: Any, conversation_id: str | N
 
 
 def _print_conversations(agent: str, summaries: Any, as_json: bool) -> None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.cli.listing import conversation_lines
-
     if as_json:
         rows = [
             {"id": s.conversation.id, "created_at": s.conversation.created_at, "title": s.conversation.title,
@@ -91,7 +87,6 @@ def prompt_cmd(
 ) -> None:
     """Print the system prompt the conversation uses (its cached compile), or a fresh compile."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.compiler import compile_system_prompt
     from orchestrator.runtime.runtime import Runtime
 
     async def main() -> tuple[str, str]:

@@ -7,6 +7,7 @@ memory ``HEAD`` and its last activity (its newest message, else its newest memor
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from orchestrator.cli.options import ContextWindowOption
 from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.gitdir import is_repository
+from orchestrator.store import Store
 
 __all__ = ["AgentRow", "agent_rows", "agents", "config", "known_agents_on_disk", "register"]
 
@@ -76,8 +78,6 @@ def _head_and_time(memory: Path) -> tuple[str | None, str | None]:
 
 async def agent_rows() -> list[AgentRow]:
     """Every agent of this home, by id."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.store import Store
 
     on_disk = await blocking.run_sync("files", known_agents_on_disk)
     stored: dict[str, tuple[str, str | None]] = {}
@@ -121,9 +121,6 @@ def config(
     stored = run_async(partial(_agent_settings, agent)) if agent is not None else None
     settings = load_settings(cli=Flags(model=model, context_window=context_window), agent=stored, path=config_path())
     if as_json:
-        # lazy: only --json needs it
-        import json
-
         rows = settings.explain(typed=True)
         print(json.dumps({k: {"value": v, "source": s} for k, v, s in rows}, indent=2))
         return
@@ -138,8 +135,6 @@ def config(
 async def _agent_settings(agent_id: str) -> dict[str, Any]:
     """The settings stored on ``agent_id`` (what ``/model`` and ``set_model`` keep), as a session
     loads them; an agent this home does not know is one line."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.store import Store
 
     check_agent_id(agent_id)
     record = None

@@ -5,22 +5,46 @@ The history commands are thin: ``app/memory_history.py`` answers, this module pr
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from orchestrator.app.memory_history import (
+    LogFilter,
+    kept_lines_notes,
+    memory_changes,
+    policy_resolver,
+    restore_memory,
+    undo_changes,
+)
+from orchestrator.base.config import load_settings
 from orchestrator.base.paths import DEFAULT_AGENT_ID, agent_memory_dir
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
+from orchestrator.cli.memory_log import change_json, format_change
 from orchestrator.cli.options import AgentOption
+from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.gitdir import is_repository
+from orchestrator.memfs.history import blame as blame_lines
+from orchestrator.memfs.history import (
+    commit_message,
+    first_parents,
+    patch,
+    resolve_commit,
+    top_level,
+    tracked_files,
+)
+from orchestrator.memfs.hook import install_hook as _install
+from orchestrator.memfs.layout import MEMFS_V2, is_projected_memory_path, is_skills_path
+from orchestrator.memfs.operations import present, started_by_reverie
+from orchestrator.memfs.provenance import body, parse
+from orchestrator.memfs.repo import head_revision, init_memory_repo, is_memory_repo, repo_status
 
 if TYPE_CHECKING:
-    from orchestrator.memfs.history import Change
     from orchestrator.memfs.resolution import Resolver
     from orchestrator.memfs.undo import UndoOutcome
 
@@ -28,9 +52,7 @@ __all__ = [
     "AgentOption",
     "app",
     "blame",
-    "change_json",
     "diff",
-    "format_change",
     "init",
     "install_hook",
     "log",
@@ -53,9 +75,6 @@ _POLICIES = ("root-marker", "legacy-only", "shared-memory")
 def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
     """An explicit directory wins; otherwise the agent's repository. Either must be the top level of
     a git repository that git can read (a damaged ``.git`` is reported with git's own words)."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.errors import GitError
-    from orchestrator.memfs.history import top_level
 
     if directory is not None:
         if not directory.is_dir():
@@ -79,9 +98,6 @@ def resolve_memory_dir(directory: Path | None, agent: str) -> Path:
 def repo_in_trouble(repo: Path) -> str | None:
     """Why the checkout cannot be worked on now (a rebase or merge stopped half-way, unmerged files),
     with the git commands that finish or undo it; None when it is fine. Nothing is changed."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.operations import present, started_by_reverie
-    from orchestrator.memfs.repo import repo_status
 
     status = repo_status(repo)
     if not status.in_conflict:
@@ -108,8 +124,6 @@ def repo_in_trouble(repo: Path) -> str | None:
 @app.command("init")
 def init(agent: AgentOption = DEFAULT_AGENT_ID) -> None:
     """Create the agent's memory repository (v2 layout, hook installed, first commit)."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.repo import init_memory_repo
 
     path = agent_memory_dir(agent)
     existed = is_repository(path)
@@ -132,7 +146,6 @@ def validate(
 ) -> None:
     """Validate the staged tree (what `git commit` would check) and print the hook's report."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.repo import head_revision
     from orchestrator.memfs.validator import audit_head, format_report, validate_staged
 
     repo = resolve_memory_dir(directory, agent)
@@ -155,9 +168,6 @@ def install_hook(
     policy: Annotated[str, typer.Option("--policy", "-p", help="root-marker, legacy-only or shared-memory.")] = "root-marker",
 ) -> None:
     """Install reverie's pre-commit validation hook into any git repository."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.hook import install_hook as _install
-    from orchestrator.memfs.repo import is_memory_repo
 
     if policy not in _POLICIES:
         raise UserError(f"--policy {policy!r}: use one of {', '.join(_POLICIES)}")
@@ -173,9 +183,6 @@ def tree(
     agent: AgentOption = DEFAULT_AGENT_ID,
 ) -> None:
     """Show the committed memory as a tree: core files, indexed folders, deferred files, skills."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.history import tracked_files
-    from orchestrator.memfs.repo import head_revision
 
     repo = resolve_memory_dir(directory, agent)
     trouble = repo_in_trouble(repo)
@@ -203,9 +210,6 @@ def tree(
 
 
 def _kind(rel: str, all_paths: set[str]) -> str:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.layout import MEMFS_V2, is_projected_memory_path, is_skills_path
-
     if is_skills_path(rel):
         return "skill"
     if not rel.endswith(".md"):
@@ -226,52 +230,6 @@ def _kind(rel: str, all_paths: set[str]) -> str:
 _DirOption = Annotated[Path | None, typer.Option("--dir", "-C", help="Repository (default: the agent's).")]
 
 
-def _ids(change: Change) -> str:
-    found = change.provenance
-    parts = [
-        f"{label} {value}"
-        for label, value in (
-            ("agent", found.agent), ("conversation", found.conversation), ("turn", found.turn),
-            ("reflection", found.reflection), ("trigger", found.trigger), ("run", found.run),
-            ("task", found.task), ("undoes", found.undoes),
-        )
-        if value
-    ]
-    return " · ".join(parts)
-
-
-def _when(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def format_change(change: Change) -> str:
-    """A change as ``memory log`` prints it: time, source, commit(s) and subject, its ids, its files."""
-    commits = change.commit[:7] + (f" (+{len(change.commits) - 1})" if len(change.commits) > 1 else "")
-    lines = [f"{_when(change.time)}  {change.provenance.source:<10}  {commits}  {change.subject}"]
-    ids = _ids(change)
-    if ids:
-        lines.append(f"    {ids}")
-    for item in change.files:
-        counts = "binary" if item.added is None else f"+{item.added} -{item.removed}"
-        lines.append(f"    {item.path}  {counts}")
-    return "\n".join(lines)
-
-
-def change_json(change: Change) -> dict[str, Any]:
-    """A change as ``memory log --json`` prints it."""
-    return {
-        "commit": change.commit,
-        "commits": list(change.commits),
-        "sources": list(change.sources),
-        "time": datetime.fromtimestamp(change.time, UTC).isoformat(),
-        "author": change.author,
-        "source": change.provenance.source,
-        "provenance": change.provenance.as_dict(),
-        "subject": change.subject,
-        "files": [{"path": f.path, "added": f.added, "removed": f.removed} for f in change.files],
-    }
-
-
 @app.command("log")
 def log(
     agent: AgentOption = DEFAULT_AGENT_ID,
@@ -285,9 +243,6 @@ def log(
 ) -> None:
     """One entry per change, newest first: when, which writer (a commit reverie did not make is
     `outside`), its ids, subject and files; a reflection's merged commits as one."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.memory_history import LogFilter, memory_changes
-    from orchestrator.cli.aio import run_async
 
     repo = resolve_memory_dir(directory, agent)
     wanted = LogFilter(agent=by_agent, source=source, path=file, since=since, count=count)
@@ -302,9 +257,6 @@ def log(
 
 
 def _commit_or_fail(repo: Path, revision: str) -> str:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.history import resolve_commit
-
     sha = resolve_commit(repo, revision)
     if sha is None:
         raise UserError(f"{revision!r} names no commit in {repo}")
@@ -318,9 +270,6 @@ def show(
     directory: _DirOption = None,
 ) -> None:
     """One commit: its provenance and its diff."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.history import commit_message, first_parents, patch
-    from orchestrator.memfs.provenance import body, parse
 
     repo = resolve_memory_dir(directory, agent)
     sha = _commit_or_fail(repo, revision)
@@ -347,8 +296,6 @@ def diff(
     directory: _DirOption = None,
 ) -> None:
     """The diff between two revisions of memory."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.history import patch
 
     repo = resolve_memory_dir(directory, agent)
     old = _commit_or_fail(repo, before)
@@ -363,8 +310,6 @@ def blame(
     directory: _DirOption = None,
 ) -> None:
     """Each line of FILE with the commit and the writer that last changed it."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.memfs.history import blame as blame_lines
 
     repo = resolve_memory_dir(directory, agent)
     found = blame_lines(repo, file)
@@ -380,10 +325,6 @@ def blame(
 
 
 def _resolver(agent: str) -> Resolver | None:
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.memory_history import policy_resolver
-    from orchestrator.base.config import load_settings
-
     return policy_resolver(load_settings(), agent)
 
 
@@ -404,9 +345,6 @@ def _report(outcome: UndoOutcome, verb: str) -> None:
                 f"see `reverie reflections list`",
                 err=True,
             )
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.memory_history import kept_lines_notes
-
     for note in kept_lines_notes(outcome, verb):
         typer.echo(f"reverie: warning: {note}", err=True)
     if outcome.kept:
@@ -425,9 +363,6 @@ def undo(
 ) -> None:
     """Take changes back with new commits (history is never rewritten), through the same lock
     and validation as a reflection's merge-back; a conflict with later edits is resolved or kept."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.memory_history import undo_changes
-    from orchestrator.cli.aio import run_async
 
     repo = resolve_memory_dir(directory, agent)
     trouble = repo_in_trouble(repo)
@@ -451,9 +386,6 @@ def restore(
     directory: _DirOption = None,
 ) -> None:
     """Make the whole memory tree as it was then a new commit."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.app.memory_history import restore_memory
-    from orchestrator.cli.aio import run_async
 
     repo = resolve_memory_dir(directory, agent)
     trouble = repo_in_trouble(repo)

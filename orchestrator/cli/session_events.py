@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from orchestrator.batch.eventlog import EventRecord, format_record
+from orchestrator.cli.aio import run_async
 from orchestrator.cli.errors import UserError
 from orchestrator.store import Store
 from orchestrator.store.records import Event
@@ -106,8 +107,6 @@ def show_session_events(
     agent_id: str, conversation_id: str | None, kinds: Sequence[str], follow: bool, as_json: bool
 ) -> None:
     """The command: prints, and says on stderr when a kind filter matched nothing."""
-    # lazy: `reverie --help` imports every command module (cli/app.py)
-    from orchestrator.cli.aio import run_async
 
     shown = run_async(
         lambda: session_events(agent_id, conversation_id=conversation_id, kinds=kinds, follow=follow, as_json=as_json)
