@@ -69,6 +69,7 @@ HEAVY_IMPORTS: Mapping[str, str] = {
     # reverie's own: the command line's entry and its commands
     "orchestrator.cli.chat_start": "chat's parser and everything a chat imports; " + _VERSION,
     "orchestrator.cli.chat_repl": "the REPL, never a one-shot's",
+    "orchestrator.cli.chat_headless": "a one-shot's session and turn (~27 ms); `--help` reads chat's options without them",
     "orchestrator.cli.chat_editor": "the line editor and prompt_toolkit, only for a terminal",
     "orchestrator.cli.errors": "the error tree, for a failing command only; " + _VERSION,
     "orchestrator.base.processes": "process helpers; " + _VERSION,

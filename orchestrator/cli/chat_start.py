@@ -21,7 +21,6 @@ from orchestrator.base.config import Flags
 from orchestrator.base.paths import DEFAULT_AGENT_ID
 from orchestrator.cli import collector
 from orchestrator.cli.aio import run_async
-from orchestrator.cli.chat_headless import run_headless
 from orchestrator.cli.errors import UserError
 from orchestrator.memfs.libgit import load_pygit2
 
@@ -245,6 +244,9 @@ def start_chat(args: ChatArgs) -> int:
 
     load_pygit2()  # every session reads its memory first: here, before the loop has threads
     if args.prompt is not None or streaming_input:
+        # lazy: the headless path's session and turn; `reverie --help` reads chat's options here
+        from orchestrator.cli.chat_headless import run_headless
+
         return run_async(
             lambda: run_headless(
                 args.agent, args.conversation, args.new, cli, args.prompt, fmt, args.verbose, args.model
