@@ -12,9 +12,9 @@ import anyio.to_thread
 import pytest
 
 from orchestrator.app.stress import run_stress
-from orchestrator.app.stress_report import VERDICT_OK, StressConfig, StressReport, percentile
 from orchestrator.app.stress_audit import count_lost
 from orchestrator.app.stress_faults import FaultPlan
+from orchestrator.app.stress_report import VERDICT_OK, StressConfig, StressReport, percentile
 from orchestrator.memfs.merge import FAULT_STEPS, merge_branch
 from orchestrator.memfs.validator import validate_head
 from orchestrator.models.scripted import ScriptedModel
