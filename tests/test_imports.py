@@ -14,15 +14,6 @@ from orchestrator.base.lazy import HEAVY_IMPORTS
 ROOT = Path(__file__).resolve().parents[1]
 _PACKAGES = ("orchestrator", "subagents")
 
-# memfs/'s own imports belong to the git seam's reorganisation (docs/design.md G1), not to this
-# check's first pass: these three function-level imports inside memfs are left to that work.
-_KNOWN_MEMFS = {
-    "orchestrator/memfs/hook.py: orchestrator.memfs.gitsnapshot",
-    "orchestrator/memfs/hook.py: orchestrator.memfs.protection",
-    "orchestrator/memfs/repo.py: orchestrator.memfs.locks",
-}
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -78,7 +69,7 @@ def test_a_function_imports_only_a_module_on_the_heavy_list() -> None:
         {
             f"{path.relative_to(ROOT)}:{line} {module}"
             for path, line, module in _all_imports()
-            if not _heavy(module) and f"{path.relative_to(ROOT)}: {module}" not in _KNOWN_MEMFS
+            if not _heavy(module)
         }
     )
     assert found == [], (
@@ -91,12 +82,6 @@ def test_every_heavy_entry_is_imported_late_somewhere_and_says_why_in_one_line()
     used = {entry for _, _, module in _all_imports() for entry in HEAVY_IMPORTS if module == entry or module.startswith(entry + ".")}
     assert sorted(set(HEAVY_IMPORTS) - used) == []
     assert [e for e, why in HEAVY_IMPORTS.items() if not why.strip() or "\n" in why] == []
-
-
-def test_the_known_memfs_exceptions_still_exist() -> None:
-    """Each known exception is still a function-level import (drop it from the set once memfs moves it)."""
-    present = {f"{path.relative_to(ROOT)}: {module}" for path, _, module in _all_imports()}
-    assert sorted(_KNOWN_MEMFS - present) == []
 
 
 def test_the_check_sees_nested_relative_and_from_imports() -> None:

@@ -66,6 +66,9 @@ HEAVY_IMPORTS: Mapping[str, str] = {
     "orchestrator.memfs.worktrees": "worktrees, " + _AFTER_REPLY,
     "orchestrator.memfs.parent": "the parent branch's watch across a subagent's run, " + _AFTER_REPLY,
     "orchestrator.memfs.recovery": "full start-up recovery; memfs/tidy.py answers the common case without it",
+    "orchestrator.memfs.locks": "the repository lock (~12 ms with anyio's primitives), with the first harness commit",
+    "orchestrator.memfs.gitsnapshot": "the staged tree's reader (~9 ms), only in a hook run without the hook service",
+    "orchestrator.memfs.protection": "protected paths (~12 ms), only in a hook run without the hook service",
     # reverie's own: the command line's entry and its commands
     "orchestrator.cli.chat_start": "chat's parser and everything a chat imports; " + _VERSION,
     "orchestrator.cli.chat_repl": "the REPL, never a one-shot's",
