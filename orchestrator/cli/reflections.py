@@ -77,12 +77,12 @@ def list_(
         rows.append((record.id, record.branch, "0", _state(record, merged_in_git=True), _why(record)))
         items.append(_item(record.id, record.branch, 0, _state(record, merged_in_git=True), record, None))
     if as_json:
-        print(json.dumps(sorted(items, key=lambda i: (i["id"], i["branch"])), ensure_ascii=False, indent=2))
+        print(json.dumps(sorted(items, key=_launch_order), ensure_ascii=False, indent=2))
         return
     if not rows:
         _out.print("No reflections.")
         return
-    _out.print(reflections_table(rows))
+    _out.print(reflections_table([row for _, row in sorted(zip(items, rows, strict=True), key=lambda p: _launch_order(p[0]))]))
 
 
 def reflections_table(rows: Sequence[tuple[str, str, str, str, str]]) -> Table:
@@ -90,9 +90,9 @@ def reflections_table(rows: Sequence[tuple[str, str, str, str, str]]) -> Table:
     no name cut: the id and the outcome never wrap and take their full width, the reason (and a
     worktree left behind, under it) wraps in what remains. A branch is ``reverie/<kind>/<id>``: the
     caption says so and a kind other than ``reflection`` (a compaction's worktree left by a crash)
-    is shown under its id. The full branch names took 44 columns and cut the outcomes
+    is shown under its id. Rows keep the order given. The full branch names took 44 columns and cut the outcomes
     (``no_chang…``)."""
-    shown = sorted((rid, _kind(branch, rid), commits, outcome, why) for rid, branch, commits, outcome, why in rows)
+    shown = [(rid, _kind(branch, rid), commits, outcome, why) for rid, branch, commits, outcome, why in rows]
     table = Table(show_header=True, caption=f"branches: {BRANCH_PREFIX}<kind>/<id> (kind: reflection unless shown)",
                   caption_justify="left")
     for name, at in (("id", 0), ("commits", 2), ("outcome", 3)):
@@ -129,6 +129,12 @@ def _state(record: ReflectionRecord | None, *, merged_in_git: bool) -> str:
     if record.kept:
         return f"kept ({record.reason_code or record.status.removeprefix('kept_')})"
     return record.outcome
+
+
+def _launch_order(item: dict[str, Any]) -> tuple[str, str, str]:
+    """Launch order: the store's millisecond start time (an id names only its second, so two
+    launches in one second would sort by their random suffix), then the id."""
+    return (item["created_at"] or "", item["id"], item["branch"])
 
 
 def _item(
