@@ -260,10 +260,10 @@ def _kv() -> _Kv:
 
 def _probe() -> str | None:
     """Runs on one node's worker: can it import reverie (the package, not just Ray)? Self-contained
-    and sent by value (``_by_value``), so it loads where reverie is missing and says so."""
-
+    and sent by value (``_by_value``) with only the builtins as its globals, so it loads where
+    reverie is missing and says so: it imports through ``__import__``, never a module-level name."""
     try:
-        importlib.import_module("orchestrator.batch.runner")
+        __import__("orchestrator.batch.runner")
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
