@@ -1,54 +1,13 @@
 """The compaction subagent: watches context pressure before every model request and compacts the
-conversation when it gets too full (COMPACTION-1, COMPACTION-4 to
-COMPACTION-6; C1-C9, S3-S8).
+conversation when it gets too full (COMPACTION-1, COMPACTION-4 to COMPACTION-6; C1-C9, S3-S8).
 
-What it decides, and reverie's choices where the specs leave room:
-
-* **Context size (C8).** The usage a provider reported for the newest assistant message that is newer
-  (by store ``seq``) than the summary currently in context, plus the estimate of the messages after
-  it; the chars/4 estimate of system prompt, tool schemas and messages when there is no such usage or
-  it is zero. Kept messages sit after the summary but are older, so ``seq`` tells fresh usage from
-  stale usage.
-* **Trigger.** ``should_compact`` (strictly above ``threshold(context_window)``) compacts inside the
-  request: a ``compaction.progress`` event is shown while the summarizer runs.
-* **Soft threshold (C4).** Past ``soft_threshold_fraction`` of the trigger, a background preparation
-  is started as a supervisor child task: it plans and summarises a snapshot of the in-context list.
-  At the trigger it is used if the snapshot is still the start of the in-context list (so its cutoff
-  message is still there); messages appended since are all kept. A preparation still running at the
-  trigger is waited for rather than duplicated. A prepared result that would leave the context above
-  the trigger (too much was appended since) is dropped and the compaction runs in the request.
-* **C9.** Each summarisation works in its own worktree of the memory repository (branch
-  ``reverie/compaction/<id>``) at the revision current when it was planned, compiles the core memory
-  there for the summarizer, makes no commits, and removes the worktree and its branch in a shielded
-  ``finally``. A repository without commits means no core memory, not a failure.
-* **Applying.** One ``Store.replace_in_context`` transaction: the summary message, the kept ids, the
-  prompt fully recompiled from the parent checkout at HEAD (which folds in every ``<memory_update>``,
-  so those messages are not kept) and the ``agent-info`` reminder re-armed (TURN-7.5 item 4).
-* **Never failing a turn.** A ladder that fails on every rung still applies its emergency eviction
-  (``compaction.failed`` with the number evicted); any other exception is recorded as
-  ``compaction.failed`` and the request goes on with the context unchanged. Only cancellation escapes.
-* **Nothing to do.** A plan that would evict nothing but a previous summary is skipped, so a context
-  that stays above the trigger because of a large system prompt does not re-summarise every request.
-* **One end per start.** Every ``compaction.start`` carries a ``compaction_id`` and is followed by
-  exactly one terminal event with it: ``compaction.done``, ``compaction.failed``,
-  ``compaction.cancelled`` (the turn was interrupted, or the session closed while it ran or while
-  its prepared summary waited) or ``compaction.superseded`` (a background preparation that will not
-  be applied). ``_ending`` owns the abnormal exits; ``close`` settles what a session leaves prepared.
-* **Never larger.** A summary no smaller than the messages it would replace is not applied
-  (``compaction.failed``, context unchanged; a manual compaction says ``nothing to compact``).
-* **D4 cut.** The planner never evicts the newest user message and cuts it (or the current step's
-  tool results) only when it alone overflows the window. The store cannot keep a modified copy under
-  the same id: the kept tail from the first cut message on is appended again as copies (metadata
-  ``copy_of``) right after the commit point; the originals stay in the transcript. A window too small
-  for even the newest message raises ``ContextWindowTooSmall`` (before any summarizer call), which the
-  turn loop turns into its one-line refusal.
-
-Why one module of ~600 lines: it is one subagent's whole life (prepare in the background, apply at the
-trigger or in the turn), and the commit point that makes applying cancellation-safe must be read next
-to what it commits. What a compaction asks of the model and of memory (the ladder under its own meter,
-the core memory in a worktree of its own, the recompiled prompt) needs none of that state and is
-:mod:`subagents.compaction_summary`.
-"""
+It compacts inside the request past the trigger and prepares a summary in the background past the
+soft threshold (C4); each summarisation works in a worktree of its own (C9); applying is one store
+transaction; a compaction never fails a turn, and every ``compaction.start`` has exactly one end
+event. One module because it is one subagent's whole life, and the commit point that makes applying
+cancellation-safe must be read next to what it commits; what it asks of the model and of memory is
+:mod:`subagents.compaction_summary`. Each choice (C8's context size, the soft threshold, D4's cut,
+"never larger", ...) is in docs/architecture.md, "The compaction subagent"."""
 
 from __future__ import annotations
 

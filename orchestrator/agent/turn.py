@@ -2,36 +2,11 @@
 with the system prompt resolved before every request, then the post-turn memory sync.
 
 The caller (the supervisor) holds the conversation's turn lock. Once the turn is recorded, whatever
-happens (end_turn, a model error, the step limit, cancellation) the turn gets its status and the
-post-turn sync runs, shielded from cancellation, so an interrupted turn still leaves its reminder
-for the next one (rule 4). A model failure ends the turn with a one-line error instead of an
-exception; the store stays consistent (every write is its own transaction and a call left without
-a result is settled with an error result before the next turn's first request).
-
-Reminders (TURN-7.1, TURN-7.5; a documented deviation in shape, not in content): letta-code
-prepends the reminder texts as content parts of the user's message. Reverie stores them instead as
-ONE separate user-role message of kind ``reminder`` (texts in catalog order - agent-info, then
-memory-git-sync, then the rest - joined with ``\n\n``) placed immediately before the user's
-message, in the same transaction. The model sees the same texts in the same order before the
-user's words; the user's own message stays exactly what the user typed (search, transcripts and
-reflection read it unchanged), and compaction can tell harness text from user text.
-
-Step limit: ``max_steps`` counts provider requests. When the last allowed request asks for tools,
-the tools still run (so no call is left without a result) and the turn ends with ``max_steps``.
-A context overflow reported by the provider is answered by compaction and a retry, at most three
-times per request. A window too small for the system prompt, tool schemas and the newest message
-(D4) ends the turn with the compactor's one-line ``ContextWindowTooSmall`` instead of a
-request carrying a hollowed message.
-
-``first_sent_at`` of the prompt row is set just before a request goes to the provider, not after
-it succeeds: a request that failed may still have been seen (and prefix-cached) by the provider,
-so from then on only row 4 of TURN-2.6 (a ``<memory_update>``) may deliver a memory change, never row 3.
-
-``TurnRunner.next_request`` builds, without writing anything, the request the next turn's first step
-would send but for the user's words: the same system prompt (``preview_system_prompt``, skills
-appended), history, reminders (agent-info while it is unsent) and tools. The REPL's context figure
-before a first turn is that request's estimate; the prompt row alone held only the tools then.
-"""
+happens the turn gets its status and the post-turn sync runs shielded, so an interrupted turn still
+leaves its reminder for the next one; a model failure ends the turn with a one-line error and the
+store stays consistent. Reminders are one separate ``reminder`` message before the user's (TURN-7.1,
+TURN-7.5), so the user's message stays what they typed. The reminder shape, the step limit, context
+overflow, ``first_sent_at`` and ``TurnRunner.next_request`` are in docs/architecture.md, "One turn"."""
 
 from __future__ import annotations
 
@@ -270,7 +245,7 @@ class TurnRunner(ReadsSessionContext):
 
     async def next_request(self, conversation_id: str) -> ModelRequest:
         """The first request the next turn would send, without the user's message; nothing is
-        written (the module docstring). Dangling tool calls it would settle first are left out."""
+        written (docs/architecture.md, "One turn"). Dangling tool calls it would settle first are left out."""
         store, agent = self.store, self.agent
         skills, head = await blocking.run_sync("git", partial(_skills_and_head, agent.memory_dir))
         prompt = await preview_system_prompt(

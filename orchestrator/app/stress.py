@@ -1,42 +1,13 @@
 """The engine of ``reverie stress`` (S21, O7): concurrent writers against one memory repo.
 
-Each of ``writers`` writers is a reflection-like session in its own worktree making ``commits``
-commits, merged in batches of 5 through the same merge-back reflections use
-(:func:`orchestrator.memfs.merge.merge_back`). Meanwhile a main writer commits on the main
-checkout, as the primary agent does through the ``git`` wrapper: under the repository lock (D1).
-A commit edits the shared hot file ``notes/hot.md`` with probability ``conflict_rate`` (so
-concurrent sessions conflict), else the writer's own file. With ``limit_pressure`` the repository
-gets a tight core-memory budget and writers grow root files that fit alone but not together, so
-merge-back meets combinations that break the limits (kept as ``invalid-combined``).
-
-Every commit is validated in-process before it is made (the whole tree, with the MemFS
-validator) and committed with hooks bypassed (S21); its id is reported at commit time. A
-``pending`` batch (D2) waits and is settled at the end as an idle agent would (retried until it
-merges or is kept). A kept batch stays on its branch and the writer goes on in a fresh worktree.
-
-Merge policy (D3): ``resolve`` (the product's default ``[reflection] merge``; the caller's
-resolver, e.g. the scripted resolver subagent) or ``keep`` (raw conflict figures).
-
-**Every commit is accounted for**: ``recorded = merged + resolved + kept + pending + unmerged +
-main``, where the first four are reverie's own outcomes (commits merged cleanly, reconciled by the
-resolver, left on kept branches, still pending), ``unmerged`` the commits on branches an interrupt
-or a crash left (named, counted by git) and ``main`` the main writer's commits. The equation is
-checked; ``lost``, ``unmerged`` and ``invalid`` come from git alone
-(:mod:`orchestrator.app.stress_audit`), ``invalid`` counting the ``HEAD``\\ s (every state ``main``
-had) that fail validation as a whole. The report ends in a verdict line.
-
-Interrupted (``interrupt`` set, e.g. Ctrl-C in the CLI), the writers stop at once; nothing is
-settled (the branches are left, named, for ``reverie reflections merge --all``) and the work
-directory is kept. Faults (``faults``) are :mod:`orchestrator.app.stress_faults`'s.
-
-The harness is five modules, one concept each: the run's shape and its report
-(:mod:`orchestrator.app.stress_report`), the repository and the validated commit
-(:mod:`orchestrator.app.stress_repo`), what is checkable from git alone
-(:mod:`orchestrator.app.stress_audit`), the faults and their child processes
-(:mod:`orchestrator.app.stress_faults`, :mod:`orchestrator.app.stress_child`). This one keeps the
-writers and the bookkeeping, in sections (bookkeeping, a session writer, the main writer, the run):
-the booking rules the equation checks are only trustworthy read next to the writer code that books.
-"""
+Session writers commit in worktrees of their own and merge in batches through the same merge-back
+reflections use, while a main writer commits on the main checkout under the repository lock (D1);
+conflicts and limit-breaking combinations are made on purpose. Every commit is accounted for
+(``recorded = merged + resolved + kept + pending + unmerged + main``, checked against git alone),
+and the report ends in a verdict line. This module keeps the writers and the bookkeeping together
+because the booking rules the equation checks are only trustworthy read next to the code that
+books. How a run goes, the merge policies, interrupts and the harness's other modules are in
+docs/architecture.md, "The stress harness"."""
 
 from __future__ import annotations
 

@@ -2,38 +2,11 @@
 
 The kills are real: the merger, a writer's commit or a lock holder runs as a child process
 (:mod:`orchestrator.app.stress_child`) with ``REVERIE_FAULT`` naming the step it dies at
-(:mod:`orchestrator.base.faults`), so the ``SIGKILL`` lands in the code path the product runs, at
-a seeded moment. Recovery is the product's start-up recovery
-(:func:`orchestrator.memfs.recovery.recover`), told that every other worktree belongs to a live
-writer (only the killed process is dead). The kinds:
-
-* ``kill-merger``: a batch's merge-back dies at ``locked``, ``before-rebase``,
-  ``between-rebase-and-ff`` (mid-rebase) or ``after-ff`` (between the ref update and the cleanup);
-  recovery aborts the half-done rebase, removes the worktree, restores or deletes branches; the
-  restarted writer re-queues its branch (``merge_branch``) and goes on in a fresh worktree;
-* ``kill-writer``: a writer's commit dies at ``stress.commit.staged`` (edit on disk, no commit) or
-  ``stress.commit.made`` (commit made, id not reported); the restarted writer finds its commit in
-  git if it was made (and reports it), recovery removes the dead worktree (an edit never committed
-  is discarded, TURN-5.15), the branch is re-queued and the commit made again if it was not;
-* ``stale-lock``: a lock holder dies holding the repository lock and git's ``index.lock``;
-  recovery releases the dead owner's record and removes the stale lock file (D1, R6); while a
-  live git works in the checkout (a detached ``git gc --auto``) recovery keeps every lock, so it
-  is run again, as the next start-up would, until that git is gone (bounded);
-* ``enospc``: the run's repository and worktrees live on a small tmpfs mounted for the run (root
-  only; otherwise the kind is skipped with the reason); before a seeded batch's merge a filler
-  file takes every free byte, the merge runs on the full disk (merge-back reports ``failed`` and
-  changes nothing), every other writer meets the full disk too (commits retry, merges wait), then
-  the filler goes, recovery runs and the batch is merged again.
-
-One fault at a time: each holds the harness's fault lock while it is injected and recovered, so
-one recovery never mistakes another fault's leftovers for its own; ordinary writing goes on
-around it. A fault counts as *injected* when its child really died by ``SIGKILL`` (a step the run never
-reached, e.g. ``before-rebase`` for a branch already on ``HEAD``, is not a fault) and as
-*recovered* when, after recovery, the repository is back to a state the run can go on from: no
-pin ref or worktree of the dead run left, the lock files gone, and the re-queued branch settled.
-A recovery that an interrupt (Ctrl-C) cuts short is counted apart (``faults_interrupted``): the
-accounting and the lost check still cover its commits.
-"""
+(:mod:`orchestrator.base.faults`), so the ``SIGKILL`` lands in the code path the product runs.
+Recovery is the product's start-up recovery (:func:`orchestrator.memfs.recovery.recover`). One
+fault at a time, under the harness's fault lock, so one recovery never mistakes another fault's
+leftovers for its own. The kinds (``kill-merger``, ``kill-writer``, ``stale-lock``, ``enospc``) and
+what counts as injected and recovered are in docs/architecture.md, "Stress faults"."""
 
 from __future__ import annotations
 

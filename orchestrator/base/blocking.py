@@ -3,37 +3,12 @@
 sessions that asked rather than in arrival order. ``tests/test_layers.py`` fails any other module
 that hands work to a thread itself.
 
-Why not ``anyio.to_thread.run_sync`` alone: its default limiter is 40 threads shared by everything, in
-arrival order. With a thousand sessions each step of every session queues behind everyone's previous
-step, so all of them advance in lockstep and none finishes until all do (P4). Here:
-
-* each kind has its own limiter, sized for the job: ``git`` runs processes that compete for the
-  cores, so a few at a time (``GIT_SLOTS``); ``files`` is short reads and writes (``FILE_SLOTS``).
-  SQLite has its own lanes (``orchestrator.store.worker``). ``REVERIE_GIT_SLOTS`` and
-  ``REVERIE_FILE_SLOTS`` override the sizes;
-* ``wait`` is for blocking on something outside reverie (a lock, stdin, an editor, the bash tool's
-  command, a Ray result) for as long as that takes: anyio's threads behind a limiter of its own
-  (``WAIT_SLOTS``, ``REVERIE_WAIT_SLOTS``), abandoned by a cancelled caller (see ``run_sync``);
-* a waiter is served by *rank* (lower first), then in arrival order. ``ranked(n)`` sets the rank for
-  the current task and every task it starts; the batch executor gives each task its suite index, so
-  sessions that started first finish first, and later ones wait instead of crowding in. Work
-  outside any ``ranked`` block has rank 0.
-
-A ``git`` or ``files`` job handed to its thread runs to the end (the thread is not abandoned on cancellation); a caller
-cancelled while still waiting for a slot gives the slot up, one cancelled while its job runs hears of
-it at its next checkpoint.
-
-Why its own threads rather than ``anyio.to_thread.run_sync`` behind the limiters: a batch task makes
-some twenty of these hops, and on trio each one through anyio also passes a capacity limiter, builds
-a thread name from the task's and sets it on the OS thread before and after the job (two ``prctl``
-calls through ctypes), captures an outcome and wakes the caller through a ``run_sync_soon``
-callback that reschedules it in turn. Here a job goes onto one queue served by the pool's threads
-(as many as ever ran at once, at most the slots of every kind together), and the thread that ran
-it wakes the caller through the loop's ``Courier`` (one post to the loop for the wake-ups that
-arrive before it drains them): on trio the caller's task sleeps and is rescheduled, elsewhere it
-waits on an event (shielded: the job runs to its end). Context variables
-are copied into the job as ``anyio.to_thread`` does, without sniffio's (the job is not on the loop).
-"""
+Why not ``anyio.to_thread.run_sync``: its one limiter serves everything in arrival order, so a
+thousand sessions advance in lockstep and none finishes until all do (P4). Here ``git``, ``files``
+and ``wait`` have limiters of their own, a waiter is served by rank (``ranked``) then arrival, and
+the pool's own threads wake the caller through the loop's ``Courier``, cheaper per hop than anyio's.
+The kinds, their sizes, cancellation and the wake-up path are in docs/architecture.md, "Blocking
+work off the loop"."""
 
 from __future__ import annotations
 

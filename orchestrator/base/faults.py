@@ -1,32 +1,11 @@
 """The one fault hook for crash tests (S29): die or pause at a named step of real code.
 
-A crash test sets ``REVERIE_FAULT`` in a child process's environment and watches the child die
-at a known moment of the real code path, then checks what start-up recovery makes of the
-leftovers. One variable, one spelling, one action per prefix:
-
-* ``REVERIE_FAULT=<step>``: the process kills itself with ``SIGKILL`` when it reaches ``<step>``
-  (no ``finally``, no ``atexit``, no flush: what a power cut or the OOM killer leaves behind);
-* ``REVERIE_FAULT=pause:<step>``: it waits there instead, for ``REVERIE_FAULT_PAUSE_SECONDS``
-  (default 3600), cancellably, so a test can act while the step is in progress (async steps only;
-  a synchronous step never sleeps: that would stall a worker thread without a way to cancel it).
-
-Several steps may be armed at once, comma-separated. The steps (each documented where it fires):
-
-========================================  =====================================================
-``locked``                                merge-back holds the repository lock, nothing done
-``before-rebase``                         merge-back wrote its pre-rebase pin, rebase not started
-``between-rebase-and-ff``                 branch rebased in its worktree, parent untouched
-``after-ff``                              parent fast-forwarded, pins and worktree not cleaned
-``store.append.before_in_context``        a message row written, its context entry not yet
-``stress.commit.staged``                  a stress writer's edit is on disk, not committed
-``stress.commit.made``                    a stress writer's commit exists, its id not reported
-``stress.lock.held``                      a stress lock holder holds the lock and ``index.lock``
-========================================  =====================================================
-
-Why ``SIGKILL`` for every step (the store's hook used to call ``os._exit(91)``): ``os._exit`` still
-closes descriptors in an orderly way and returns a chosen status, which is kinder than the crashes
-recovery must survive; one action means one meaning of "killed at a step".
-"""
+A crash test sets ``REVERIE_FAULT=<step>`` (the process kills itself with ``SIGKILL`` there: what a
+power cut leaves behind) or ``REVERIE_FAULT=pause:<step>`` (it waits there, cancellably, async steps
+only) in a child's environment, then checks what start-up recovery makes of the leftovers. Several
+steps may be armed at once, comma-separated. ``SIGKILL`` for every step, because ``os._exit`` is
+kinder than the crashes recovery must survive. The steps are listed in docs/architecture.md,
+"Fault steps", and documented where each fires."""
 
 from __future__ import annotations
 

@@ -1,45 +1,12 @@
 """The Ray executor (optional extra ``reverie[ray]``): each task is one Ray task running the same
 ``run_task`` as the local executor, in a worker process, on its own event loop.
 
-Private or joined, on purpose. Without ``--ray-address`` a private Ray starts on loopback only
-(``address="local"``, 127.0.0.1, no dashboard, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) and is shut
-down at the end, whatever ``RAY_ADDRESS`` says (a bare ``ray.init()`` would join the cluster it or
-``/tmp/ray`` names, another process's included; one line on stderr says it was ignored). With
-``--ray-address auto|HOST:PORT`` the run joins that cluster untouched (S28): no
-``num_cpus`` (joining forbids it), and a loopback address keeps the driver on loopback (Ray would
-otherwise rewrite it to the machine's other interface). A cluster that cannot be reached, or any
-node of which (that can run a task) cannot import reverie, is one ``UsageError`` line naming it,
-before the run directory holds anything but ``run.json``: every node is asked by a probe sent by
-value, which loads where reverie is missing (a node added later is not asked; its tasks end
-``error`` with Ray's words).
-
-No shared disk. A task runs in a scratch directory on its own node (a run directory of its own,
-removed afterwards) and returns its whole result through Ray: its result line and one archive of
-its files (``batch.task_archive`` says what is in it and why an archive rather than a git bundle).
-The driver unpacks that into the run directory and only then records the result, so the run
-directory exists only where the driver runs, and ``report``, ``--resume`` and ``--retry-failed``
-see what a local run leaves. The user's ``config.toml`` travels as text for the same reason.
-
-Events while a task runs. The Ray task is a generator: the task runs in a thread of the worker,
-and the generator yields each batch of whole lines its event log gains (looked at every half
-second), then the result. The driver appends them to the task's log in the run directory and hands
-them to the progress sink, so ``reverie events RUN --follow`` and the progress bar follow a remote
-task as a local one; the archive's log then replaces that copy, of which it is a continuation.
-Why a Ray generator rather than an actor or queue the tasks push to: it needs no process besides
-the task's, its items arrive in order, and they end with the task (a lost node ends them too). A
-retry after a lost node resends only the items the driver had not taken yet, so the driver's copy
-starts again on a new attempt and waits for the archive where lines are missing (``_LiveLog``).
-
-A lost node. A task is retried once by Ray (``max_retries=1``) when its worker or node dies: it
-starts from its template in a fresh scratch directory, so the rerun is clean. When the retry is
-lost too (or cannot be placed), the task's result is ``error`` naming the node its last attempt
-started on, and the run goes on. Ray's final error need not name that node (a retry pinned to a
-dead node fails as unschedulable), so each attempt writes where it started into the GCS's key-value
-store (namespace ``reverie``, one small key per task, deleted by the driver when the task ends).
-
-Results are awaited with ``blocking.run_sync("wait", ray.get)`` (abandoned on cancel). Ray is imported only here and only when a
-run uses it, so reverie works without the extra.
-"""
+A private Ray on loopback unless ``--ray-address`` joins a cluster (S28); no shared disk (a task
+returns its result and an archive of its files through Ray, so the run directory is where the
+driver runs and ``report``/``--resume`` see what a local run leaves); events stream back through a
+Ray generator; a lost node is retried once, then the task ends ``error`` naming the node. Ray is
+imported only here and only when a run uses it, so reverie works without the extra. The reasons for
+each are in docs/architecture.md, "The Ray executor"."""
 
 from __future__ import annotations
 

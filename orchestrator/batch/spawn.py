@@ -1,32 +1,11 @@
 """How the multi-process executor's worker processes come to life, and the link the driver talks to
 each one through (``WorkerLink``: bytes in, lines out, exit status, kill).
 
-Two ways to start one, the same link either way:
-
-* **forked** (the default where the platform has ``fork`` and pidfds, i.e. Linux): ``prefork``
-  forks the workers a run will use from the command itself, before its event loop and its first
-  thread start. A child inherits every module the driver imported and libgit2 loaded, so it takes
-  its first task a few milliseconds after the fork instead of after ~0.3 s of CPU spent importing
-  (bench/scale.py: at 64 tasks on two cores that start was a quarter of the second core's run, and
-  the driver took 40 tasks to the child's 24 meanwhile). Forking is only safe while the process has
-  one thread (a lock another thread holds would stay locked in the child forever), so ``prefork``
-  checks and forks nothing otherwise. Driver and child talk over a socket pair; the driver sees the
-  child exit through a pidfd on its own loop, without a waiting thread.
-* **spawned** (``REVERIE_WORKER_START=spawn``, another platform, or no ``prefork`` before the loop,
-  as when a test runs the executor in-process): ``python -m orchestrator.batch.worker`` with pipes
-  for its stdin and stdout.
-
-Either child runs in a session of its own, ignores SIGINT (the driver decides when it stops) and
-speaks ``orchestrator.batch.worker``'s JSON-lines protocol. The session is what the driver ends:
-``kill`` sends SIGKILL to the child's process group (at once, from the loop), and ``aclose`` (and
-``release``) then kill every process left in the child's session and wait for them to exit
-(``orchestrator.base.processes.kill_session``, off the loop), so no command the child's agents
-started (the bash tool keeps its commands in the child's session, in process groups of their own)
-writes into a task folder after its worker is gone, whether the worker was cancelled, killed from
-outside, or exited leaving a background job behind. A
-forked child leaves with ``os._exit``: the driver's exit handlers and buffered output are the
-driver's, not to be run or flushed twice.
-"""
+Forked where the platform allows (``prefork``, before the loop and its first thread, so a child
+takes its first task without importing again), else spawned as ``python -m
+orchestrator.batch.worker``; the same link either way. Each child runs in a session of its own, and
+ending a worker kills that whole session, so no command its agents started writes into a task folder
+after it is gone. Details in docs/architecture.md, "Worker processes"."""
 
 from __future__ import annotations
 

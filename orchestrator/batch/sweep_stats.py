@@ -1,31 +1,11 @@
 """What a sweep decides: per-setting quality with its interval, cost split main/subagents, every
 reflection outcome, the quality-cost Pareto front and one recommended setting (pure functions).
 
-Choices, written down because each is open:
-
-* **Quality** is the mean of the task scores (``TaskResult.quality``: the grade of a graded task,
-  else whether it passed) over tasks x epochs. Its 95% interval is Wilson's score interval when
-  every score is 0 or 1 (it stays inside [0, 1] and is not zero-wide at 0 or 1 as the normal
-  approximation is), else the normal approximation ``mean +- 1.96 sd / sqrt(n)`` clipped to
-  [0, 1]. Epochs of a deterministic model repeat the same scores, which narrows the interval
-  without adding information; the summary says how many samples it rests on (``n``).
-* **Cost** is the run's cost when priced (``--price-in/--price-out``), else its tokens (in + out).
-  Replayed history costs nothing (``replayed_tokens`` is reported apart).
-* **Cost tolerance**: costs within ``COST_TOLERANCE`` (5%) of each other count as equal. The same
-  sweep run twice moves token counts by about 1% (background compaction is timed by the clock), so
-  a smaller difference must not decide anything.
-* **Exercised**: a reflection trigger that never fired on the suite (no reflection launched) was
-  not measured at all: its row is marked ``exercised: false`` and kept off the front and out of the
-  recommendation (``off`` is exercised by definition).
-* **Pareto front**: the exercised settings no other setting beats: one beats another when its
-  quality is at least as high and its cost clearly lower (by more than the tolerance), or its
-  quality higher and its cost about the same or lower.
-* **Recommendation**: among the exercised settings not detectably worse than the best one (the
-  paired test of ``batch/paired.py``; without it, those whose mean is within the best one's
-  interval), the cheapest; settings within the tolerance of that cost tie, and a tie goes to the
-  higher quality, then to the order the settings were given in (so list the simplest first:
-  ``--trigger off`` first). It is always on the front.
-"""
+Each of these is a choice the specs leave open: quality is the mean task score with a Wilson or
+normal interval, cost is priced or in tokens, costs within ``COST_TOLERANCE`` count as equal, a
+trigger that never fired is not ``exercised`` and stays off the front, and the recommendation is
+the cheapest setting not detectably worse than the best. Each choice and its reason is written down
+in docs/architecture.md, "What a sweep decides"."""
 
 from __future__ import annotations
 

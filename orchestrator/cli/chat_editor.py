@@ -2,28 +2,9 @@
 
 prompt_toolkit runs its own asyncio event loop, which cannot share a thread with trio, so it gets
 a dedicated thread and loop; ``read`` submits a prompt there and waits for it without blocking
-the session's loop. While the prompt is shown the terminal is in raw mode, so Ctrl-C arrives as a
-key (bound to "clear the line") rather than as SIGINT; between prompts the terminal is cooked and
-Ctrl-C is a signal that the REPL turns into cancelling the running turn.
-
-Output from elsewhere while the prompt is up (a reflection that merged in the background) goes
-through ``run_in_terminal`` on the editor's loop: the prompt is erased, the notice printed, the
-prompt and what was typed redrawn below it, never over it. The status line is the bottom toolbar.
-
-While a turn runs the prompt stays up (``busy``): what the user types ahead stays in the input line;
-Enter during the turn queues it (the toolbar says so) and it is sent the moment the turn ends, as
-if Enter were pressed then. Swallowing that Enter instead would leave a command typed just as a
-turn ends sitting unsent with nothing said; Ctrl-C (interrupting the turn) unqueues it, keeping the
-text in the line, since who stops a turn may not want what they queued sent. The turn's output is
-printed above the prompt, a streamed line that is not finished yet shown just above the input
-until its newline comes; the toolbar shows ``busy_status`` (the REPL's spinner, elapsed time,
-tokens and cost) before the status line. Ctrl-C during a turn interrupts it: the key is turned
-into the SIGINT the REPL already answers by cancelling the turn, so a key and a signal mean the same.
-
-Keys: Enter sends; Alt-Enter, or Enter after a trailing ``\\``, inserts a newline; Ctrl-C clears
-the line (interrupts a running turn); Ctrl-D on an empty line leaves (during a turn: once it ends,
-saying so). History is a file per agent.
-"""
+the session's loop. Output from elsewhere is printed above the prompt, never over it, and the prompt
+stays up while a turn runs so typing ahead is kept. Ctrl-C, raw mode, queued input and the keys
+are in docs/architecture.md, "The chat's line editor"."""
 
 from __future__ import annotations
 

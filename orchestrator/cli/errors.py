@@ -1,6 +1,6 @@
 """Which exceptions are the user's to fix, and how they are reported.
 
-The rule (tree in ``orchestrator.base.errors``): a ``ReverieError`` is reported as its one line, a
+The rule (tree in docs/architecture.md, "The error tree"): a ``ReverieError`` is reported as its one line, a
 damaged conversation store found mid-query among them (the store translates SQLite's errors into
 ``StoreDamaged``, naming its file, at its seam, so the CLI never looks at the driver's). Any
 other exception is a bug and keeps its traceback, ``ValueError`` and ``OSError`` included: the CLI

@@ -1,39 +1,12 @@
 """Which messages a compaction evicts (COMPACTION-2.2 to COMPACTION-2.4, COMPACTION-5.7; C2, C5, S3-S5).
 
 Pure: no I/O, no model. The plan names indices into the list it was given; the caller maps them to
-stored ids and applies the plan (``[summary] + kept_messages``).
-
-Rules, and reverie's choices where the specs leave room:
-- A sliding cutoff is an assistant message at index > 0 that keeps at least 2 messages (3 when the
-  last message is a pending tool call), so a tool call and its results are never split.
-- Fractions ``p, p + 0.1, ... , 1.0`` are exact (``Fraction``); ``idx = round_half_up(f * n)``, capped
-  at ``n - 1``, then the search goes downward to the first valid cutoff.
-- Goal for the kept part: ``(1 - p) * (W - S - T)`` (S3). A cutoff is accepted when the kept part is
-  under the goal and ``summary_reserve + kept + S + T < threshold(W)`` (C2).
-- The goal is a preference, the threshold a requirement: when no fraction meets both, ``all`` is
-  tried; if ``all`` does not fit either but the largest valid sliding cutoff does, that one is used
-  (letta-code would accept an over-threshold result and compact again next turn, W4). When nothing
-  fits, the smaller of the two is returned with ``fits`` false.
-- ``all`` keeps the newest user message and everything after it (C5, S5). Without any user message,
-  ``all`` keeps a trailing pending tool call.
-- The newest user message is never evicted, by any mode (D4). When a plan still does not fit
-  under the threshold, the earlier steps of the current turn go too, keeping the newest user message
-  and the current step (the last tool call and its results). Only when the request would then exceed
-  the hard limit (``hard_limit``: the window less a twentieth for the answer and estimation error)
-  is anything cut: first the current step's tool results, then the newest user message, in the middle
-  with a notice (their text stays in the durable transcript), keeping as much as fits. A cut never
-  yields more characters than it removes; when fewer than ``MIN_KEPT_CHARS`` of the message would
-  remain, the plan carries ``needed_tokens`` and the turn is refused (``ContextWindowTooSmall``).
-- ``memory_update`` messages leave the context without being summarised (TURN-3.4). A previous
-  summary among the evicted messages is pinned for the summarizer to update (C5) and is not counted
-  in ``k`` (S4); every other message leaving the context is.
-All estimates are linear in the number of messages (prefix sums), so planning stays cheap at 100k.
-
-Why one module of ~600 lines: it is one pure algorithm (sliding window, then ``all``, then emergency
-eviction) whose steps share the prefix-sum estimates and the D4 rules for the newest message; split,
-each rung would import the others' private helpers. It does no I/O, so it is read and property-tested
-as a whole.
-"""
+stored ids and applies the plan (``[summary] + kept_messages``). It tries a sliding cutoff, then
+``all``, then emergency eviction; the newest user message is never evicted (D4) and is cut only when
+it alone overflows the window. Estimates are prefix sums, so planning stays linear. One module
+because the rungs share those estimates and the D4 rules, and it is property-tested as a whole. The
+rules, with reverie's choices where the specs leave room, are in docs/architecture.md, "The
+compaction planner"."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Callers above memfs catch ``MemfsError`` to mean "the memory repository could not do it"; which git
 command or check failed is in the subclass and its one-line message (tree in
-``orchestrator.base.errors``).
+docs/architecture.md, "The error tree").
 """
 
 from __future__ import annotations

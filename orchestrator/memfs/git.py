@@ -1,30 +1,11 @@
 """The git seam's face: one :class:`GitRepo` per repository, the one way reverie reaches git (G1).
 
-Every question and command about a repository goes through its object: ``GitRepo(path)``.
-
-* **reads through libgit2**, in-process: :meth:`GitRepo.open` hands out the pooled
-  :class:`~orchestrator.memfs.localrepo.LocalRepo` (None where ``path`` is not a repository's top
-  level), :meth:`GitRepo.read` asks it a question (blocking; :class:`GitError` where there is no
-  repository) and :meth:`GitRepo.ask` does the same from async code, in a worker thread behind the
-  ``git`` limiter;
-* **the git CLI through the process runner** (:mod:`orchestrator.memfs.gitprocess`: GitPython's
-  command runner, the hardened environment, timeouts, one error type): :meth:`GitRepo.run`
-  (blocking) and :meth:`GitRepo.arun` (async, a worker thread; the thread is not abandoned on
-  cancellation: git always finishes or times out, so a cancelled caller never leaves a half-written
-  index). ``harness=True`` is reverie's own repository work (its identity, hooks bypassed, S21);
-  ``retry=True`` is for a writing command: git's lock-file contention (a process outside reverie
-  holds ``index.lock``) is retried with tenacity, about 10 s in all, and a stale lock file is
-  removed on the way (:mod:`orchestrator.memfs.indexlock`, D1).
-
-The repository lock (D1) is a separate object (:mod:`orchestrator.memfs.locks`): a merge holds it
-across many calls, so it is taken by the caller around them, never per call.
-
-The seam's modules, one concern each: the runner (``gitprocess``), libgit2's import (``libgit``),
-the reading half of the handle (``gitread``) and the handle itself (``localrepo``), their pool
-(``repopool``), bounded tree walks (``gittrees``), the git directory's own files (``gitdir``). Only
-``libgit`` imports pygit2 (import-linter ``one-git-reader``) and nothing outside ``memfs/`` builds a
-git command line (``tests/test_seams.py``).
-"""
+Reads go through libgit2 in-process (:meth:`GitRepo.open`, :meth:`GitRepo.read`, :meth:`GitRepo.ask`),
+the git CLI through the process runner (:meth:`GitRepo.run`, :meth:`GitRepo.arun`, whose thread is
+never abandoned, so a cancelled caller never leaves a half-written index). The repository lock (D1)
+is a separate object (:mod:`orchestrator.memfs.locks`), taken by the caller around many calls. What
+``harness`` and ``retry`` do and the seam's other modules are in docs/architecture.md, "The git
+seam's face"."""
 
 from __future__ import annotations
 

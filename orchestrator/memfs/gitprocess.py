@@ -1,35 +1,13 @@
 """The git process runner: every git process reverie starts goes through :func:`run`, with the
 hardened environment and one error type (the git seam, ``docs/architecture.md``).
 
-Processes are for what libgit2 cannot do as git does: the agent's and the harness's commits (the
-pre-commit hook, the index as git stages it), ``rebase`` with conflicts, ``merge --ff-only`` when
-libgit2 cannot tell, worktree removal it refuses, push and pull, diffs printed for people. What the
-runner owns, for every caller:
-
-* **timeouts**: :data:`LOCAL_TIMEOUT` for commands on local repositories, :data:`NETWORK_TIMEOUT`
-  for ``push``/``pull``/``fetch``; a command that overruns is killed with its children (GitPython's
-  ``kill_after_timeout``) and reported as a :class:`GitError` (``returncode`` -9), never left running;
-* **environment** (:func:`clean_environment`, the hardening hook point): git never prompts
-  (``GIT_TERMINAL_PROMPT=0``, editors are ``true``), messages are in English (``LC_ALL=C``: callers
-  classify failures from them), and the location variables a surrounding git process may have
-  exported (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are removed unless the caller runs *inside* a git
-  hook and wants exactly those (``inherit_location=True``); ``harness=True`` adds reverie's own
-  identity and the ``-c`` flags for unsigned commits and bypassed hooks (reverie validates
-  in-process, S21); then :mod:`orchestrator.memfs.guard` checks and pins the layout;
-* **encoding**: output is kept as bytes (``out``/``err``); ``stdout``/``stderr`` decode it as UTF-8
-  with ``surrogateescape``, so a path that is not UTF-8 round-trips to the bytes git stored (M2);
-* **errors**: one :class:`~orchestrator.memfs.errors.GitError` (GitPython's ``GitCommandError`` is
-  translated here), whose ``str()`` is one line naming the command, the directory and git's first
-  ``error:``/``fatal:`` line, and which keeps all of ``stderr``.
-
-:func:`run` blocks; async callers reach it through the repository object of
-:mod:`orchestrator.memfs.git`, which runs it in a worker thread, never on the event loop.
-
-Why GitPython's runner rather than ``subprocess`` directly: the project's design names it, and it
-brings the timeout that kills a command's whole process tree; it costs ~45 ms to import, so it is
-imported with the first git process (:func:`_gitpython`), not with this module, which the hook and
-every command import.
-"""
+Processes are for what libgit2 cannot do as git does (the agent's commits with their hook,
+conflicted rebases, push and pull, ...). The runner owns, for every caller: timeouts that kill the
+whole process tree, a clean environment checked by :mod:`orchestrator.memfs.guard`, bytes output
+decoded with ``surrogateescape`` (M2), and one :class:`~orchestrator.memfs.errors.GitError` whose
+``str()`` is one line. :func:`run` blocks; async callers go through :mod:`orchestrator.memfs.git`.
+GitPython is imported with the first git process, not with this module. The details are in
+docs/architecture.md, "The git process runner"."""
 
 from __future__ import annotations
 

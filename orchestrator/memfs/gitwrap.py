@@ -1,33 +1,13 @@
 """The ``git`` wrapper the bash tool puts first on ``PATH`` (D1).
 
-An agent's own ``git commit`` in its memory repository must take the same per-repository lock
-as reverie's merge-back and post-turn sync, or a merge could be starved by a busy agent (or
-refuse it). For a command that may write the
-index or refs (anything not in its read-only list) in a repository whose git common directory
-holds reverie's lock file, it takes that ``flock`` (bounded wait), runs the real git (the next
-``git`` on ``PATH``) with ``REVERIE_GIT_LOCK_HELD`` set so nested git calls (hooks, aliases) do
-not wait for themselves, and exits with git's status. Read-only commands run with
-``GIT_OPTIONAL_LOCKS=0`` so a ``git status`` never takes ``index.lock`` from under a merge.
-A commit (``commit``, ``merge``, ``rebase``, ...) that fails leaves a record beside the lock
-(``reverie-commit-failed.json``: the command, its exit status and git's first error line), which
-the post-turn check turns into a warning and a reminder (A2); one that succeeds
-removes it. A ``git commit`` gets the ``--trailer`` options of :data:`~orchestrator.memfs.provenance.TRAILERS_ENV`
-right after its command word (H1): the provenance of what the agent commits, its message untouched
-and its hook run as ever.
-
-Where it lives: ``<git common dir>/reverie/bin/git``, a ``/bin/sh`` script (:data:`SHELL_SOURCE`)
-that settles the common cases itself (a read-only command becomes git at once; a write in a
-repository's top level takes the lock with ``flock(1)`` and becomes git, which inherits the locked
-descriptor), and beside it ``git-wrapper.py`` (:data:`WRAPPER_SOURCE`), the stdlib-only Python
-wrapper, started isolated and without ``site`` (``-IS``, the interpreter reverie runs in) for the
-rest: global options before a write, a repository found above the working directory or named by
-``GIT_DIR``, no ``flock``, and writing a failed commit's record. The shell starts in about a
-millisecond; the interpreter took ~12 ms of CPU and its ``subprocess`` import twice that, at every
-agent ``git`` call, three of them in an edit-and-commit step (``bench/commit.py``). Inside a
-bubblewrap sandbox it needs nothing but the memory repository (mounted for the agent anyway), the
-system's ``sh``/``flock`` and the interpreter (the venv, mounted read-only): no reverie package,
-no ``$REVERIE_HOME``.
-"""
+An agent's own ``git commit`` must take the same per-repository lock as reverie's merge-back and
+post-turn sync, or a busy agent could starve a merge. So a command that may write the index or refs
+takes the lock (bounded wait) and runs the real git with ``REVERIE_GIT_LOCK_HELD`` set; read-only
+commands run with ``GIT_OPTIONAL_LOCKS=0``. A failed commit leaves a record the post-turn check turns
+into a warning (A2), and a ``git commit`` gets the provenance trailers (H1). It is a ``/bin/sh``
+script (:data:`SHELL_SOURCE`) for the common cases and a stdlib-only Python wrapper
+(:data:`WRAPPER_SOURCE`) for the rest, because the shell starts far faster. Details in
+docs/architecture.md, "The git wrapper"."""
 
 from __future__ import annotations
 

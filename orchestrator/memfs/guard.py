@@ -1,41 +1,14 @@
 """What a git process reverie starts may read and run (A1): repository-local
 configuration and layout are data, never code.
 
-A model's ``bash`` runs in the memory repository, whose ``.git`` must stay writable for its commits
-(objects, refs, logs, the index and the lock files git makes in ``.git`` itself). So it can plant a
-``commondir`` that points git at a folder it controls, whose ``config`` names a ``core.fsmonitor``
-command or a filter driver. Every git process reverie runs outside the sandbox would then run that
-command with reverie's own environment. Two rules close that, and this module owns both:
-
-* **The layout is checked, then pinned.** :func:`locate` finds the repository of a directory as git
-  would (the nearest ``.git``), checks it (a top-level ``.git`` folder has no ``commondir``; a
-  ``.git`` file leads into ``<common>/worktrees/<name>`` of a real checkout whose ``commondir``
-  leads back; no ``objects/info/alternates``; no symbolic link), restores what is safe to restore
-  (a planted ``commondir`` beside the repository's own ``HEAD``, ``objects`` and ``refs`` is removed;
-  a worktree record's ``commondir`` is pointed back at the folder that holds the record) and
-  refuses the rest (:class:`RepositoryRefused`, one line). The git process then gets ``GIT_DIR``,
-  ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE`` as checked, so a file planted after the check is never
-  followed (git reads no ``commondir`` or ``.git`` file when they are set).
-* **Configuration cannot name a program.** :func:`hardening` gives every process settings that
-  outrank every config file: no fsmonitor, no hooks (reverie validates in-process, S21),
-  ``cat`` as pager, no askpass, no signing, no ``ext::`` transport (``GIT_ALLOW_PROTOCOL`` is
-  ``file:https:http:ssh``, so a memory remote over ``git://`` is refused); every filter driver any config file defines is
-  emptied and made optional, every merge driver becomes ``git merge-file``, and for the
-  repository's own files ``core.sshCommand``, ``remote.*.uploadpack``/``receivepack`` and
-  credential helpers are reset; diff drivers are turned off by the runner's ``--no-ext-diff
-  --no-textconv``. An ``include``/``includeIf`` in the repository's own config is refused: the
-  included file could change between reading and git's run. The user's own system and global
-  files are trusted (their includes are followed through ``git config``); the repository's are not.
-
-Why overrides rather than ``GIT_CONFIG_NOSYSTEM``/``GIT_CONFIG_GLOBAL=/dev/null``: git has no way to
-skip the repository's own config, which is the one that matters, while the user's global file
-carries their identity and credential helpers; so the names are read once per change of any
-config file (a few ``stat`` calls per process start) and overridden through ``GIT_CONFIG_COUNT``,
-which keeps a subsection name holding ``=`` intact where ``-c`` would split it.
-
-Findings (a restoration or a refusal) are printed as one ``reverie: warning:`` line when found and
-kept until :func:`drain_findings` hands them to whoever records events (the turn, the runtime).
-"""
+A model's ``bash`` can write the memory repository's ``.git`` (its commits need it), so it could
+plant a ``commondir`` or a config that names a program every git reverie runs outside the sandbox
+would then start. Two rules close that: the layout is checked, restored where safe or refused
+(:class:`RepositoryRefused`), then pinned through ``GIT_DIR``/``GIT_COMMON_DIR``/``GIT_WORK_TREE``
+(:func:`locate`); and every process gets overrides that outrank any config file, so configuration
+cannot name a program (:func:`hardening`). Findings are one ``reverie: warning:`` line, kept until
+:func:`drain_findings`. What is checked and overridden, and why overrides rather than skipping
+config files, is in docs/architecture.md, "The git guard"."""
 
 from __future__ import annotations
 

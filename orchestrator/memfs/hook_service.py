@@ -1,36 +1,11 @@
 """The pre-commit hook's validation, answered by the reverie process that runs the agent's tools.
 
-Why it exists: git starts the hook as a new process at every commit, and a hook that validates by
-itself pays an interpreter, reverie's validator and five git reads each time: most of the agent's
-edit-and-commit tool step (P6, ``bench/commit.py``). The process that ran the tool already has
-all of that loaded, so the bash tool names this service's socket in ``REVERIE_HOOK_SOCKET`` and the
-hook (``memfs/hook.py``) asks here first. The service reads the commit's index, ``HEAD`` and blobs
-through libgit2 (``gitsnapshot.read_staged_snapshot_local``: no git process, so no process runner
-to load in a one-shot chat) and judges them with ``validator.validate_snapshot``, as the hook's own
-``validate_staged`` does with git's output. When nothing answers, or the
-service declines, the hook validates by itself, so a plain ``git commit`` outside reverie, or one
-whose reverie has exited, is checked exactly as before.
-
-Trust: the service runs outside the sandbox and the sandboxed command can reach its socket, so it
-answers only for a directory reverie handed to a tool as the memory directory (:func:`hook_socket`
-registers it) and only for an index file inside that repository's own git directory; anything else
-is declined and the hook validates by itself, inside the sandbox. The request carries nothing else
-that reaches git (no paths, no configuration). The hook forwards the approval variables, but they do
-not count here: only the bash tool hands out this socket, so every request comes from a command of
-the agent, and an agent never approves a change of its own constraints (a hook that validates by
-itself in the sandbox cannot record an approval either, ``memfs.protection``). The reply says so.
-
-Threads, not the event loop: ``socketserver`` serves each connection on its own daemon thread and
-validation is blocking work. One service per process, started on first use; its socket lives in a
-private short folder under the temporary directory (a Unix socket's path is limited to 107 bytes,
-so not beside a memory directory that may sit under a long path) and is removed at exit.
-
-Closing wakes the accepting thread through a pipe it waits on beside the socket, so the service
-ends at once (P8): ``serve_forever`` looks for ``shutdown`` only every half second, and the exit of
-a one-shot whose command committed memory waited for that tick (figures: bench/README.md). A
-validation still running at exit is abandoned with its daemon thread; its hook, hearing no verdict,
-validates by itself.
-"""
+A hook that validates by itself pays an interpreter, the validator and git reads at every commit,
+most of an edit-and-commit step (P6); the process that ran the tool has all of that loaded, so the
+hook (``memfs/hook.py``) asks here first over ``REVERIE_HOOK_SOCKET`` and validates by itself when
+nothing answers or the service declines. It answers only for a memory directory reverie handed to a
+tool, and approvals never count here (an agent never approves a change of its own constraints).
+Trust, threads, the socket's place and closing (P8) are in docs/architecture.md, "The hook service"."""
 
 from __future__ import annotations
 

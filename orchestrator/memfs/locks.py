@@ -1,29 +1,12 @@
 """The per-repository lock (D1, R3; TURN-5.15 "Locking").
 
 D1: every git command that writes a memory repository's index or refs takes this lock first, then
-git takes its own locks. Holders: reverie's merge-back and recovery, the harness's own commits,
-the post-turn sync (waiting, bounded), and the agent's own ``git`` commands through the wrapper
-the bash tool puts first on ``PATH`` (:mod:`orchestrator.memfs.gitwrap`). The pre-commit hook
-never takes it: it runs inside git, after the lock. One lock, one order (this lock, then the
-worktree-administration lock, then git's own), so nothing deadlocks.
-
-Two layers, taken in this order and released in reverse:
-
-* an in-process ``Lock`` keyed by the repository's git common directory, so tasks of one
-  process queue fairly (FIFO) instead of all contending for the file lock;
-* a cross-process ``flock`` on ``<common dir>/reverie-merge.lock``, so the main checkout and
-  every linked worktree, in any process (the wrapper included), share one lock. The waiting
-  ``flock`` runs in a worker thread, so the kernel wakes the next waiter at once (no polling);
-  a cancelled waiter that gets the lock afterwards releases it immediately. Waiting threads use
-  anyio's default limiter, not the git/files slots of ``base.blocking``: a wait may be long, and
-  only one task per repository and process waits at a time (the in-process lock).
-
-Staleness (R6): the OS releases a ``flock`` when its holder dies, ``kill -9`` included, so a dead
-process can never keep the lock. Beside the lock file the holder writes an owner record
-(``reverie-merge.owner.json``: pid, start time, token) for diagnostics (all but
-:func:`call_if_free`'s sub-millisecond hold, see ``_call_locked``); a record whose process is
-gone is stale and :func:`release_stale_lock` deletes it.
-"""
+git takes its own locks; the pre-commit hook never takes it (it runs inside git, after the lock).
+One lock, one order (this lock, the worktree-administration lock, git's own), so nothing deadlocks.
+Two layers: an in-process FIFO ``Lock`` per git common directory, then a cross-process ``flock`` on
+``<common dir>/reverie-merge.lock``. The OS releases a ``flock`` when its holder dies, so a dead
+process never keeps the lock (R6). Holders, waiting and the owner record are in
+docs/architecture.md, "The repository lock"."""
 
 from __future__ import annotations
 

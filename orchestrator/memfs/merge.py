@@ -1,60 +1,13 @@
 """Merge-back of a subagent branch into the memory checkout (D1-D3, R2-R4, M8).
 
-Under the repository lock (D1): the branch is rebased onto the parent's current ``HEAD`` **in the
-worktree** (so a conflict never touches the user's checkout), the candidate tree is audited
-in-process (M8), and the parent fast-forwards (updating its working tree, refusing to overwrite
-uncommitted changes). The lock is never held across a model call (A5): a conflict the
-resolver is to reconcile stops the locked phase with the rebase left in progress in the worktree,
-the resolver works there without the lock (its own ``git`` calls take it briefly through the
-wrapper), and a new locked phase rebases the resolved commits onto whatever ``HEAD`` is by then
-(another resolver round if that conflicts, at most ``RESOLVE_PHASES``) and fast-forwards. An
-agent's commit therefore waits for git work only, never for a model. The outcomes are D2's:
-
-* ``merged`` / ``resolved`` (a resolver reconciled a conflict inside the rebase, D3) /
-  ``no_changes`` (the branch adds nothing to ``HEAD``);
-* ``pending``: not fast-forwarded *yet*: the checkout has uncommitted changes in paths the branch
-  touches (``reason_code="dirty"``), or ``HEAD`` kept moving through every bounded retry
-  (``"busy"``, only possible when a process outside reverie writes the repository). The caller
-  retries later; never a reason to keep;
-* ``kept``: a real content conflict the policy did not resolve (``conflict``), an audit failure
-  of the branch (``invalid``) or of its combination with ``HEAD`` (``invalid-combined``: the
-  candidate ``HEAD`` is validated as a whole, :mod:`orchestrator.memfs.combined`), a failed run
-  that left commits (``failed``);
-* ``failed``: git itself failed (the error is in ``errors``); nothing was changed in ``HEAD``.
-
-The parent's branch moves by compare-and-swap (``LocalRepo.fast_forward``: the files and index are
-checked out while git's ``index.lock`` is held, the branch is swapped against the ``HEAD`` the
-attempt started from, a lost swap puts the files back). Under the repository lock only a git that
-skipped reverie's wrapper (``/usr/bin/git`` called directly) can move ``HEAD``: such commits are
-never swept into the merge's checkout, they are folded in by rebasing onto them on the next
-attempt, and named in :attr:`MergeOutcome.bypassed`.
-
-A moving ``HEAD`` or a lost race is retried under the lock (tenacity, bounded). No commit is ever
-dropped: while a rebase is in flight the pre-rebase tip is pinned by
-``refs/reverie/pre-rebase/<id>``, deleted once the rebased commits are in ``HEAD`` (or the rebase
-was aborted); the rebase keeps commits that become empty (``--empty=keep``), so old and new commits
-pair up one to one (:attr:`MergeOutcome.rewritten`). Branches are deleted only when their commits
-are in ``HEAD`` (or on an explicit discard). Reminder texts are the caller's business (memfs is
-below the agent layer): this module returns outcomes only.
-
-A full disk (or any git that cannot write) can stop git anywhere: mid-pick, mid-abort, mid-checkout.
-Merge-back therefore starts from the branch as committed: a rebase an earlier merge could not abort
-is aborted first (or dropped and the branch checked out again), never continued or built on; a
-rebase that fails without a conflict is ``failed``, not ``kept``; and the parent's fast-forward puts
-back every file it wrote before failing, so no half-done checkout is left for a ``commit -a`` to
-sweep into someone else's commit (O9).
-
-Fault injection (S29) goes through :mod:`orchestrator.base.faults`; merge-back's steps,
-in order (:data:`FAULT_STEPS`): ``locked`` (lock held, nothing done), ``before-rebase`` (pre-rebase
-ref written), ``between-rebase-and-ff`` (branch rebased, parent untouched), ``after-ff`` (parent
-fast-forwarded, refs not yet cleaned).
-
-Why one module of ~650 lines: merge-back is one state machine under one lock; the in-memory rebase,
-the CLI fallback, the resolver's turn, the audit, the fast-forward and the pin refs share the
-invariant "every commit stays reachable", which is only checkable when they are read together.
-Putting a subagent's worktree back on its branch as committed (a rebase left half-done aborted,
-edits discarded) is its own step, in :mod:`orchestrator.memfs.worktree_reset`.
-"""
+Under the repository lock (D1) the branch is rebased onto the parent's ``HEAD`` in the subagent's
+worktree, the candidate tree is audited in-process (M8) and the parent fast-forwards; the lock is
+never held across a model call (A5), so a resolver works on a conflict between two locked phases.
+Outcomes are D2's (``merged``, ``resolved``, ``no_changes``, ``pending``, ``kept``, ``failed``); no
+commit is ever dropped (pin refs, ``--empty=keep``) and a full disk leaves both checkouts consistent
+(O9). One module because merge-back is one state machine under one lock whose steps share the
+invariant "every commit stays reachable". The walk-through, the outcome cases, the fault steps
+(S29) and the recovery rules are in docs/architecture.md, "Merge-back"."""
 
 from __future__ import annotations
 

@@ -1,30 +1,11 @@
 """The model seam over any OpenAI-compatible chat endpoint (OpenAI, llama.cpp, vLLM, ...).
 
-Why it looks the way it does:
-
-* The SDK is built with ``max_retries=0`` (S26): tenacity owns retries, so every retry
-  honours ``Retry-After`` the same way and tests inject the sleep (S25) instead of waiting.
-* Calls always stream. A stream that stays silent longer than ``idle_timeout`` (S20: 60 s) is cut
-  with ``fail_after`` and counts as transient, like 429, 5xx, timeouts, resets and a stream
-  that ends before its ``finish_reason``.
-* The installed SDK talks HTTP through ``httpx2``/``httpcore2``, which detect trio or asyncio with
-  sniffio, so ``AsyncOpenAI`` runs unchanged under both backends; no custom transport is needed.
-* Streamed tool calls are assembled by ``index``, falling back to ``id``: servers that repeat
-  ``id`` and ``name`` in every chunk produce one call with one name, not several.
-* anyio names are bound at import time: anyio imports its submodules lazily, and a first use
-  inside a running loop would otherwise read files on the event-loop thread.
-* When a retry follows a stream that already sent text to ``on_text``, the repeated prefix is not
-  sent again; only text beyond what was shown is.
-* Bounds (D12): each attempt has a total deadline (``request_timeout``, default 600 s)
-  and a size cap (``max_response_chars``, default 1,000,000 characters of text and tool-call
-  arguments). Going over either cuts the stream and counts as one transient failure, so the usual
-  retries apply; when they are spent the error carries the last attempt's partial text, never more
-  than the cap. Worst case at defaults: 4 attempts x 600 s + 3 backoff waits (at most 60 s each,
-  1 + 2 + 4 s without ``Retry-After``) = 2,407 s, at most 2,580 s.
-
-Why one module of ~550 lines: it is the model seam's only importer of the SDK (STYLE habit 1), so
-stream assembly, the D12 bounds and the translation of every SDK failure stay in one place.
-"""
+The SDK is built with ``max_retries=0`` (S26) so tenacity owns retries and tests inject the sleep
+(S25); calls always stream, and a silent stream (S20), a deadline or a size cap (D12) counts as one
+transient failure. One module because it is the model seam's only importer of the SDK (STYLE habit
+1), so stream assembly, the D12 bounds and the translation of every SDK failure stay in one place.
+Each choice, and the worst-case time at defaults, is in docs/architecture.md, "The
+OpenAI-compatible client"."""
 
 from __future__ import annotations
 

@@ -265,7 +265,7 @@ def _since_question(request: ModelRequest) -> list[Message]:
 
 def _recall_step(request: ModelRequest, question: str, text: str) -> str | Turn:
     """After a search result of a memory question: answer, or search the next keyword
-    (``scripted_recall``'s module docstring)."""
+    (docs/architecture.md, "The scripted model's recall")."""
     steps = _since_question(request)
     held, sentence = best_sentence(question, [m for m in steps if m.role == "tool"])
     if not enough(question, held) and offers(request, "conversation_search"):

@@ -2,29 +2,10 @@
 
 It plays honestly: it sees only the request (its memory, as compiled into the system prompt and
 ``<memory_update>`` messages, and the results of its own ``conversation_search`` calls) and knows
-nothing of any answer key. Its score on a benchmark is whatever this heuristic earns there.
-
-* **A memory question** is the last non-empty line of the user's message when it ends with ``?``,
-  has at least three words and starts with a question word (``what``, ``how``, ``where``, ...).
-  A ``Current date: <date>`` line before it is context: searches then end at that date. Its
-  **keywords** are its words of three or more letters outside a stop list, a trailing plural
-  ``s`` removed, most specific (longest) first.
-* **From memory first.** Every list line of the memory (``- ...``) is scored by how many keywords
-  it holds; one holding at least ``MEMORY_HIT`` of them (and two or more) is the answer:
-  ``From memory: <line>``. No tool call, so a memory that holds the fact answers in one step.
-* **Else search, one keyword at a time.** The store's search needs every word of a query, so each
-  ``conversation_search`` call (``limit`` ``SEARCH_LIMIT``) asks for one keyword, at most
-  ``SEARCH_TERMS`` of them, one call per step so each result is read while it is in the context.
-* **Then answer from the hits.** After each result, the hits' sentences (of every result still in
-  the request) are ranked by keywords held, then the user's own words before the assistant's, then
-  newer first (the latest statement of a changed fact wins), then shorter first. A sentence holding
-  two keywords (or every keyword, when there is one) is the answer at once; otherwise the next
-  keyword is searched; when none is left, the best sentence found is the answer:
-  ``From our earlier conversations: "<sentence>"``, or ``NOT_FOUND`` when none held a keyword.
-
-Nothing here computes (no counting across sessions, no date arithmetic): questions that need it
-are answered only when one sentence happens to state the answer.
-"""
+nothing of any answer key. Its score on a benchmark is whatever this heuristic earns there. It
+answers from memory first, else searches one keyword per step and answers from the best hit;
+nothing here computes across sessions or dates. The heuristic, step by step, is in
+docs/architecture.md, "The scripted model's recall"."""
 
 from __future__ import annotations
 
@@ -74,7 +55,7 @@ _CURRENT_DATE = re.compile(r"^current date:\s*(\d{4})[/-](\d{2})[/-](\d{2})(?:\D
 
 
 def memory_question(text: str) -> str | None:
-    """The question line of a user message, when it is a memory question (module docstring)."""
+    """The question line of a user message, when it is a memory question (docs/architecture.md)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return None

@@ -1,29 +1,11 @@
 """SQLite connections served by a small, bounded pool of lane threads (D8, relaxing S26).
 
-Why lanes rather than ``anyio.to_thread.run_sync``: a ``sqlite3.Connection`` is bound to the thread
-that made it, and the anyio thread pool hands work to whichever idle thread it has. So each
-connection is *pinned* to one lane: it is created in that lane's thread and every statement runs
-there, one job at a time from the lane's FIFO queue, which also serialises each connection's
-transactions without a lock. Why a pool rather than a thread per connection (S26 as first written):
-a batch of a thousand sessions would otherwise hold a thousand threads; a lane serves any number of
-connections, and ``SQLITE_LANES`` of them keep the cores busy (sqlite3 releases the GIL while a
-statement runs) without one store's work waiting behind another's for long. A lane serves its jobs
-by the caller's rank (``orchestrator.base.blocking.ranked``), then in order, so in a batch the
-sessions that started first finish first; one connection's own jobs keep their order, and closing
-waits for everything queued before it.
-
-How an async caller waits without blocking its loop, on trio and asyncio alike: the caller waits on
-an ``anyio.Event``; the lane, once the job is done, schedules ``event.set`` on the caller's loop
-without waiting for it (``orchestrator.base.blocking.Courier``: the backend's ``run_sync_soon``,
-skipped when a post to that loop is pending already), so a lane never stalls on a busy loop.
-A lane with more jobs queued runs a few more (up to ``_BATCH_JOBS``, while under ``_BATCH_SECONDS``)
-before it tells the loop, then wakes each loop once for all of them: at a thousand sessions every
-wake-up (a socket write and an epoll round on the loop) would otherwise be paid per job. On trio
-the caller's task itself sleeps and is rescheduled instead (no event and shielded cancel scope per
-job: about a third of a job's cost on the loop). The wait is shielded from cancellation: a job that has been handed to a lane always runs to the end
-(commit or rollback), so a cancelled caller never leaves a half-known transaction behind; the
-cancellation is delivered at the caller's next checkpoint.
-"""
+A ``sqlite3.Connection`` is bound to the thread that made it, so each connection is pinned to one
+lane, whose FIFO queue also serialises its transactions without a lock; a pool rather than a thread
+per connection, so a thousand sessions do not hold a thousand threads. Jobs are served by the
+caller's rank, then in order. A handed-over job always runs to the end (the caller's wait is
+shielded), so a cancelled caller never leaves a half-known transaction. How lanes wake the caller's
+loop, batched, on trio and asyncio, is in docs/architecture.md, "SQLite lanes"."""
 
 from __future__ import annotations
 

@@ -1,38 +1,10 @@
 """The ``bash`` tool: ``bash -c <command>`` in the workspace, stdout and stderr merged in order.
 
-Why a worker thread around ``subprocess.Popen`` rather than ``anyio.open_process``: on asyncio,
-``open_process`` forks on the event-loop thread (asyncio calls ``Popen`` there), which the project
-forbids; a thread keeps the spawn, the pipe reads and the wait off every loop alike. The caller's
-cancellation kills the process group at once, then waits (up to ``_SETTLE_SECONDS``) for the command
-to end and the repository repairs after it, so nothing of a cancelled call writes afterwards.
-
-Behaviour: the command runs with the allowlisted environment, inside bubblewrap unless
-``[tools] sandbox`` says otherwise (``orchestrator.tools.sandbox``, D11), in its own process
-group; when the timeout passes or the call is cancelled the whole group gets SIGKILL. Inside
-the sandbox the command has its own PID namespace, so every child ends when ``bash`` does (D11: that
-is intended). Unconfined, a background job that outlives ``bash`` and keeps the output pipe open does
-not hold the tool: output is collected for a short grace period after ``bash`` exits, then the tool
-returns. At most ``_MAX_COLLECT_BYTES`` are kept in memory; the rest is read and dropped.
-
-Which session that group is in (``_own_session``): reverie's own, unless reverie has a controlling
-terminal. A batch worker leads a session of its own without a terminal, and when the driver ends a
-worker it kills that whole session (``orchestrator.base.processes.kill_session``). A command in a
-session of its own survived that: bubblewrap too, when the worker died before bubblewrap had set its
-``--die-with-parent`` (an orphaned sandbox went on writing into a task folder ``--resume`` had made
-again), and a command run unconfined has no such signal at all. With a terminal (an interactive
-``reverie chat``) the command gets a session of its own, without a terminal: in the terminal's
-session it could read ``/dev/tty`` (as a background group: stopped by SIGTTIN until the timeout,
-where a prompt of ``git`` or ``ssh`` now fails at once) or push keystrokes into the user's shell
-with ``TIOCSTI``. bubblewrap's ``--new-session`` would give that to the sandboxed command alone, and
-the session sweep would then no longer reach it. Outside the sandbox, a command that leaves the
-group (``setsid``, ``setpgid``) escapes the timeout's kill, as ``sandbox.UNPROTECTED`` says.
-
-A command longer than ``ARGV_COMMAND_BYTES`` is not passed as an argument (Linux refuses one
-argument over 128 KiB: ``Argument list too long``) but as the script bash reads from an inherited
-pipe (``bash /dev/fd/N``), fed by a thread; stdin stays ``/dev/null``, so a command that reads stdin
-never eats its own script, and nothing is written to the workspace. Shorter commands keep
-``bash -c``, whose ``$0`` and error prefixes models already know.
-"""
+The command runs with the allowlisted environment, inside bubblewrap unless ``[tools] sandbox``
+says otherwise (D11), in a process group that gets SIGKILL at the timeout or on cancellation. A
+worker thread around ``subprocess.Popen`` rather than ``anyio.open_process``, because on asyncio the
+latter forks on the event-loop thread. The session the group lives in, output collection, and why a
+long command is fed through a pipe are in docs/architecture.md, "The bash tool"."""
 
 from __future__ import annotations
 

@@ -1,54 +1,14 @@
 """What a bash tool call may touch (D11): its environment and, with bubblewrap, its file system.
 
-Why these choices:
+The environment is an allowlist always, so a model that runs ``env`` never sees an API key. Under
+bubblewrap the file system is read-only but for the workspace, the memory directory and a private
+``/tmp``; what git reads as configuration or as a path stays read-only, so a command cannot disable
+the validation hook or move another branch. The command holds no privilege whoever runs reverie
+(A10), its writes are bounded (``[tools] write_limit_mb``), and ``auto`` refuses in one line rather
+than run unconfined silently (A6). Each of these choices, and what is not bounded, is in
+docs/architecture.md, "The bash sandbox".
 
-* **Environment allowlist, always** (confined or not): a model that runs ``env`` must never see an
-  API key. The child gets ``PATH``, ``HOME``, ``LANG``, ``TERM``, a few locale and git identity
-  names (so ``git commit`` in the memory repo works as the user's own shell would), every variable
-  reverie sets for the tool (``AGENT_ID``, ``MEMORY_DIR``, ``TRANSCRIPT_PATH``, ...), and the names
-  the user lists in ``[tools] env``. A value equal to the configured API key is dropped whatever its
-  name.
-* **bubblewrap** (``sandbox = auto | bwrap``): the whole file system read-only, a private ``/tmp``,
-  the workspace and the memory directory writable. For the memory repo (the main checkout) the git
-  common directory stays writable, because commits write objects, refs, logs and the index, but what
-  git reads there as configuration or as a path (``hooks``, ``config``, ``info``, ``objects/info``,
-  ``worktrees``), the layout policy file, the wrapper's folder and reverie's lock files are mounted
-  read-only over it (``_COMMON_READ_ONLY``), so a command cannot disable the validation hook or move
-  the wrapper aside. A linked worktree is a subagent's: there only ``objects``, the worktree's own
-  record (not its pointers, nor the state of a rebase reverie stopped there) and the folders of its
-  own branch's ref and reflog are writable, every other branch in them sealed, so it cannot move
-  ``main``, rewrite the parent's index or expire reflogs (docs/architecture.md, "Invariants").
-  Overflow files (D6) and reverie's ``config.toml`` are read-only and hidden respectively. The command gets its own PID namespace (``/proc`` shows only
-  the sandbox, so a parent's environment cannot be read there, and every child ends with the call)
-  and ``--die-with-parent`` (a ``kill -9`` of reverie takes the sandbox with it).
-* **No privilege, whoever runs reverie** (A10): bubblewrap started by root leaves the command nearly every
-  capability, enough to unmount the mask over ``config.toml``, unmount ``/proc`` (under it lies the
-  host's, with every process's environment) or remount ``/`` writable. So every sandbox gets a user
-  namespace of its own (the same uid inside), ``--cap-drop ALL`` (effective, permitted, inheritable,
-  ambient and bounding sets all empty, so not even a setuid program gives one back) and
-  ``--disable-userns`` (no nested namespace). A host where bubblewrap cannot make a user namespace
-  gets the one-line refusal below, not a sandbox with privilege.
-* **Bounded writes** (``[tools] write_limit_mb``, default 1024): no file a command writes grows past
-  the limit (``RLIMIT_FSIZE``, set by a ``ulimit -f`` in front of the command, sandboxed or not; the
-  writer gets ``SIGXFSZ`` and the file is cut at the limit), and the private ``/tmp`` and
-  ``/dev/shm`` are RAM-backed tmpfs of that size each (``--size``), the rest of ``/dev`` read-only.
-  The bash tool tells the model which limit it hit. A bubblewrap before 0.8 (or a setuid one) has
-  neither ``--size`` nor ``--disable-userns``: the first command it refuses is planned again
-  without them, with one warning, so such a host keeps a sandbox without privilege whose ``/tmp``
-  is unbounded but for ``RLIMIT_FSIZE`` (the kernel keeps the sandbox's mounts locked against a
-  nested user namespace anyway). Not bounded: the sum of many files in the
-  workspace or memory directory, each under the limit (bubblewrap 0.8 has no overlay, and a host
-  directory has no size of its own); the call's timeout is what ends such a command.
-* Paths under ``/tmp`` that the command needs (tests and batch runs keep workspaces there) stay
-  visible: their top-level ``/tmp`` entry is bound read-only first, then the writable roots inside
-  it, so ``echo > ../outside.txt`` fails instead of landing in the private ``/tmp``.
-* ``auto`` (the default) refuses the command in one line when bubblewrap cannot run, naming the
-  two ways on: install bubblewrap, or choose ``off``, which runs unconfined (clean environment,
-  process-group kill) with one warning per process naming what is then not protected
-  (:data:`UNPROTECTED`); ``bwrap`` refuses as ``auto`` does. Never silently unconfined (A6).
-
-Blocking (``stat``, one probe process, once per process); call from a worker thread.
-"""
+Blocking (``stat``, one probe process, once per process); call from a worker thread."""
 
 from __future__ import annotations
 

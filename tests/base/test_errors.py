@@ -1,17 +1,17 @@
 """The error tree: every public exception reverie defines hangs under ``ReverieError`` and is drawn in
-``orchestrator.base.errors``; the CLI reports those as one line and nothing else."""
+docs/architecture.md, "The error tree"; the CLI reports those as one line and nothing else."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import pytest
 
 import orchestrator
 import subagents
-from orchestrator.base import errors
 from orchestrator.base.config import ConfigError
 from orchestrator.base.errors import ReverieError, UsageError
 from orchestrator.cli.errors import UserError, user_error_in
@@ -22,6 +22,15 @@ from orchestrator.store.records import StoreDamaged
 # Bugs when they happen, so they keep a traceback; the testing harness is not part of reverie;
 # NotPlain is a signal memfs.localrepo.LocalRepo always catches (ask libgit2 instead), never an error.
 _OUTSIDE_THE_TREE = {"WorkerClosedError", "LlamaServerError", "NotPlain"}
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def _drawing() -> str:
+    """The section of docs/architecture.md that draws the tree, up to the next heading."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("### The error tree\n")
+    end = text.find("\n#", start + 1)
+    return text[start : end if end != -1 else len(text)]
 
 
 def _public_exceptions() -> dict[str, type[BaseException]]:
@@ -47,19 +56,20 @@ def test_every_public_exception_is_a_reverie_error_or_a_named_exception() -> Non
     assert set(strays) <= _OUTSIDE_THE_TREE, f"not under ReverieError: {strays}"
 
 
-def test_the_docstring_draws_every_class_of_the_tree() -> None:
-    drawing = errors.__doc__ or ""
+def test_the_architecture_draws_every_class_of_the_tree() -> None:
+    drawing = _drawing()
+    where = 'docs/architecture.md, "The error tree"'
     tree = {n for n, c in _public_exceptions().items() if issubclass(c, ReverieError)}
     missing = sorted(n for n in tree if n not in drawing)
-    assert not missing, f"orchestrator.base.errors does not draw {missing}"
+    assert not missing, f"{where} does not draw {missing}"
     drawn_lines = [
         line.split("── ", 1)[1].split()[0] for line in drawing.splitlines() if "├── " in line or "└── " in line
     ]
     twice = sorted({n for n in drawn_lines if drawn_lines.count(n) > 1})
-    assert not twice, f"orchestrator.base.errors draws these twice: {twice}"
+    assert not twice, f"{where} draws these twice: {twice}"
     drawn = set(drawn_lines)
     gone = sorted(drawn - tree)
-    assert not gone, f"orchestrator.base.errors draws classes that are not ReverieErrors: {gone}"
+    assert not gone, f"{where} draws classes that are not ReverieErrors: {gone}"
 
 
 def test_layer_errors_keep_the_builtin_base_they_had_before_the_root() -> None:
