@@ -7,8 +7,8 @@ would then start. Two rules close that: the layout is checked, restored where sa
 (:class:`RepositoryRefused`), then pinned through ``GIT_DIR``/``GIT_COMMON_DIR``/``GIT_WORK_TREE``
 (:func:`locate`); and every process gets overrides that outrank any config file, so configuration
 cannot name a program (:func:`hardening`). Findings are one ``reverie: warning:`` line, kept until
-:func:`drain_findings`. What is checked and overridden, and why overrides rather than skipping
-config files, is in docs/architecture.md, "The git guard"."""
+:func:`drain_findings`. What is checked and overridden is in docs/architecture.md, "The git
+guard"; why overrides rather than skipping config files, in docs/design.md under A1."""
 
 from __future__ import annotations
 
