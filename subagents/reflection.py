@@ -45,6 +45,7 @@ from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.base.paths import reverie_home
 from orchestrator.base.processes import pid_alive
 from orchestrator.compaction import estimate_text, tool_schema_tokens
+from orchestrator.memfs.lockowner import holding_as
 from orchestrator.memfs.provenance import Provenance, trailers_env
 from orchestrator.memfs.repo import repo_status
 from orchestrator.memfs.tidy import nothing_to_recover
@@ -65,6 +66,8 @@ __all__ = ["ReflectionCoordinator", "ReflectionError", "recover_reflections", "r
 
 _TOOLS = ("bash", "read_file", "write_file", "edit_file")
 _HELD_PATHS = 5
+_LOCK_SOURCE = "reflection merge"
+"""What a merge-back of a reflection is called in the repository lock's owner record (V7)."""
 
 
 class ReflectionError(ReverieError, RuntimeError):
@@ -342,7 +345,8 @@ class ReflectionCoordinator(ReadsSessionContext):
         from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 
         if worktree is not None:
-            outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
+            with holding_as(_LOCK_SOURCE):
+                outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
         else:
             outcome = MergeOutcome("no_changes", None, record.branch, (), (), None)
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
@@ -389,14 +393,16 @@ class ReflectionCoordinator(ReadsSessionContext):
                     held = outcome is None
                     return
                 await self._emit(ReflectionMerging(worktree.id), conversation_id)
-                outcome = await finalize_worktree(
-                    self.agent.memory_dir, worktree, succeeded=error is None, resolver=self.resolver
-                )
+                with holding_as(_LOCK_SOURCE):
+                    outcome = await finalize_worktree(
+                        self.agent.memory_dir, worktree, succeeded=error is None, resolver=self.resolver
+                    )
         finally:
             with anyio.CancelScope(shield=True):
                 interrupted = outcome is None and not held and error is None and self.supervisor.leaving
                 if outcome is None and not held:
-                    outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
+                    with holding_as(_LOCK_SOURCE):
+                        outcome = await finalize_worktree(self.agent.memory_dir, worktree, succeeded=False)
                     error = error or "cancelled"
                 try:
                     if interrupted and outcome is not None:

@@ -26,6 +26,7 @@ from orchestrator.base import blocking
 from orchestrator.memfs.errors import GitError
 from orchestrator.memfs.gitdir import is_repository
 from orchestrator.memfs.guard import RepositoryRefused, drain_findings, locate, report
+from orchestrator.memfs.lockowner import LockHolder
 from orchestrator.memfs.locks import LockBusy, call_if_free, common_dir_sync, merge_lock
 from orchestrator.memfs.operations import record_sync, settle
 from orchestrator.memfs.remote import ahead_of_upstream, pull_rebase, push_head
@@ -61,6 +62,8 @@ _NETWORK_FAILURE = re.compile(
 
 
 SYNC_LOCK_WAIT_SECONDS = 30.0
+_SYNC_SOURCE = "a turn's memory sync"
+"""What this hold is, as the lock's owner record tells another process waiting for it (V7)."""
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,12 @@ async def after_turn(
     memory_dir: Path,
     *,
     audit: Callable[[Path, str], tuple[str, ...]] | None = None,
-    on_wait: Callable[[], Awaitable[None]] | None = None,
+    on_wait: Callable[[LockHolder | None], Awaitable[None]] | None = None,
 ) -> SyncResult | None:
     """The post-turn sync of TURN-4.7 under the repository lock (D1): ``None`` when the lock stayed busy
     for ``SYNC_LOCK_WAIT_SECONDS`` (skipped for this turn), else the ordered checks' result.
-    ``on_wait`` is awaited once when the sync is about to wait behind another process's hold (V5).
+    ``on_wait`` is awaited once when the sync is about to wait behind another process's hold (V5),
+    with the holder its lock's owner record names (V7).
 
     The repository's git common directory (the lock's home) is asked once per process and memory
     directory (in the same hop as whether there is a repository at all), so a turn whose lock is
@@ -131,7 +135,9 @@ async def after_turn(
         assert result is not None
         return result
     try:
-        async with merge_lock(memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS, common_dir=common, on_wait=on_wait):
+        async with merge_lock(
+            memory_dir, max_wait=SYNC_LOCK_WAIT_SECONDS, common_dir=common, on_wait=on_wait, source=_SYNC_SOURCE
+        ):
             return await blocking.run_sync("git", partial(check_memory, memory_dir, audit=audit))
     except LockBusy:
         return None

@@ -69,6 +69,7 @@ from orchestrator.tools import (
 
 if TYPE_CHECKING:
     from orchestrator.agent.memory_sync import SyncResult
+    from orchestrator.memfs.lockowner import LockHolder
 
 __all__ = [
     "AGENT_INFO_KEY",
@@ -420,9 +421,10 @@ class TurnRunner(ReadsSessionContext):
             last_run=datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None,
         )
 
-    async def _say_sync_waits(self) -> None:
-        """V5: the post-turn sync is about to wait behind another process's lock; said as a line."""
-        await self.observer(LockWaiting("memory", _SYNC_QUEUED))
+    async def _say_sync_waits(self, holder: LockHolder | None) -> None:
+        """V5: the post-turn sync is about to wait behind another process's lock; said as a line
+        naming that process when the lock's owner record does (V7)."""
+        await self.observer(LockWaiting("memory", _sync_queued(holder)))
 
     async def _after_turn(self, conversation_id: str) -> tuple[SyncResult | None, SyncReminder | None, list[Event]]:
         """TURN-4.7: classify the checkout and decide the reminder (``close_turn`` writes it,
@@ -449,10 +451,14 @@ class TurnRunner(ReadsSessionContext):
             return None, None, []
 
 
-_SYNC_QUEUED = (
-    "another process holds this agent's memory repository lock (a commit or a merge); "
-    "this turn's memory sync is queued behind it"
-)
+def _sync_queued(holder: LockHolder | None) -> str:
+    """V5's line; the holder as V7 names it, else what it may be."""
+    if holder is None:
+        who = "another process holds this agent's memory repository lock (a commit or a merge)"
+    else:
+        what = f", {holder.source}" if holder.source else ""
+        who = f"another process (pid {holder.pid}{what}) holds this agent's memory repository lock"
+    return f"{who}; this turn's memory sync is queued behind it"
 
 
 def _without_oversized_writes(message: Message) -> tuple[Message, dict[str, str]]:

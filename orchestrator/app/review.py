@@ -20,6 +20,7 @@ from orchestrator.base.errors import UsageError
 from orchestrator.base.events import Event, MemoryCommitted, Publisher
 from orchestrator.base.subagent_events import ReflectionDecided
 from orchestrator.memfs.history import provenance_of
+from orchestrator.memfs.lockowner import holding_as
 from orchestrator.memfs.merge import discard_branch, merge_branch, resolve_branch
 from orchestrator.memfs.repo import head_revision
 from orchestrator.memfs.resolution import Resolver
@@ -116,7 +117,8 @@ async def merge_reflection(
     publish = _publisher(store, agent_id)
     conversation_id = record.conversation_id if record is not None else None
     before = await _head(memory_dir)
-    outcome = await merge_branch(memory_dir, branch, resolver=resolver)
+    with holding_as("reviewed reflection merge"):
+        outcome = await merge_branch(memory_dir, branch, resolver=resolver)
     reflection_id = record.id if record is not None else branch.rsplit("/", 1)[-1]
     saved = record
     if store is not None and record is not None:

@@ -6,8 +6,8 @@ takes the lock (bounded wait) and runs the real git with ``REVERIE_GIT_LOCK_HELD
 commands run with ``GIT_OPTIONAL_LOCKS=0``. A failed commit leaves a record the post-turn check turns
 into a warning (A2), and a ``git commit`` gets the provenance trailers (H1). It is a ``/bin/sh``
 script (:data:`SHELL_SOURCE`) for the common cases and a stdlib-only Python wrapper
-(:data:`WRAPPER_SOURCE`) for the rest, because the shell starts far faster. Details in
-docs/architecture.md, "The git wrapper"."""
+(:data:`WRAPPER_SOURCE`) for the rest, a busy lock included: it says on stderr, as the wait starts,
+who holds it (V7, ``memfs/lockowner.py``). Details in docs/architecture.md, "The git wrapper"."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
+from orchestrator.memfs.lockowner import PROCESS_ENV, WAIT_LINE_PREFIX, WRAPPER_HOLDER
 from orchestrator.memfs.locks import LOCK_FILE_NAME, common_dir_sync
-from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME, REVERIE_FOLDER
+from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME, OWNER_FILE_NAME, REVERIE_FOLDER
 from orchestrator.memfs.provenance import TRAILERS_ENV
 
 __all__ = ["LOCK_HELD_ENV", "SHELL_SOURCE", "WRAPPER_SOURCE", "ensure_wrapper", "lock_held_value", "wrapped_path"]
@@ -46,6 +47,10 @@ FAILED = "{failed}"
 RECORD = "--reverie-record-failure"
 TRAILERS = "{trailers}"
 COMMITS = frozenset({commits})
+OWNER = "{owner}"
+HOLDER = "{holder}"
+PROCESS = "{process}"
+WAITING = "{waiting}"
 WAIT = float(os.environ.get("REVERIE_GIT_LOCK_WAIT", "300"))
 READS = frozenset({reads})
 VALUED = frozenset(("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"))
@@ -111,6 +116,85 @@ def run(git, argv, env):
     return (128 - code if code < 0 else code), said.decode("utf-8", "replace")
 
 
+def alive(pid):
+    """Whether ``pid`` runs; True when that cannot be told (a PID namespace, the sandbox, where no
+    host pid is seen: not even that of the process that ran the command)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        try:
+            os.kill(int(os.environ.get(PROCESS, "0")), 0)
+        except (ValueError, ProcessLookupError):
+            return True
+        except OSError:
+            return False
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def holder(common):
+    """(pid, source) of the holder, as memfs/lockowner.holder_of finds it, or None."""
+    import json
+
+    try:
+        with open(os.path.join(common, OWNER), encoding="utf-8") as saved:
+            found = json.load(saved)
+        pid = int(found["pid"])
+        source = found.get("source")
+        if pid > 0 and alive(pid):
+            return pid, source if isinstance(source, str) else ""
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    head, _, tail = HOLDER.partition("{pid}")
+    try:
+        names = [name for name in os.listdir(common) if name.startswith(head) and name.endswith(tail)]
+    except OSError:
+        return None
+    for name in names:
+        number = name[len(head) : len(name) - len(tail)]
+        if number.isdigit() and number != str(os.getpid()) and alive(int(number)):
+            try:
+                with open(os.path.join(common, name), encoding="utf-8") as saved:
+                    return int(number), saved.read().strip()
+            except (OSError, UnicodeDecodeError):
+                return int(number), ""
+    return None
+
+
+def holding(common, command):
+    """This wrapper's name for itself while its commit runs (memfs/lockowner.WRAPPER_HOLDER)."""
+    path = os.path.join(common, HOLDER.replace("{pid}", str(os.getpid())))
+    if command not in COMMITS:
+        return None
+    conversation = os.environ.get("CONVERSATION_ID", "")
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write("agent commit" + (" in conversation " + conversation if conversation else "") + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def say_waiting(common):
+    """V7: the line the command's output carries as the wait starts; none behind the process that
+    ran the command (its own work), as memfs/lockowner.waiting_line words it."""
+    found = holder(common)
+    if found is None:
+        about = ""
+    elif os.environ.get(PROCESS) == str(found[0]):
+        return
+    elif found[1]:
+        about = " (pid %d, %s)" % found
+    else:
+        about = " (pid %d)" % found[0]
+    sys.stderr.write(WAITING + about + "; waiting\n")
+    sys.stderr.flush()
+
+
 def record(common, command, code, said):
     """What reverie's post-turn check reads: the last commit of the agent failed (or none did)."""
     import json
@@ -136,6 +220,10 @@ def record(common, command, code, said):
 
 def record_failure(common, command, code, path):
     """The shell wrapper's commit failed: record it from git's stderr saved in ``path``."""
+    try:
+        os.unlink(os.path.join(common, HOLDER.replace("{pid}", str(os.getpid()))))
+    except OSError:
+        pass
     try:
         with open(path, "rb") as saved:
             said = saved.read()[-8192:].decode("utf-8", "replace")
@@ -175,11 +263,15 @@ def main():
     fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     deadline = time.monotonic() + WAIT
     delay = 0.005
+    said = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
+            if not said:
+                say_waiting(common)
+                said = True
             if time.monotonic() > deadline:
                 sys.stderr.write(
                     "reverie: the memory repository stayed locked for %g s (a merge is running); try again\n" % WAIT
@@ -188,7 +280,15 @@ def main():
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
     env[HELD] = "held:" + common
-    code, said = run(git, argv, env)
+    named = holding(common, command)
+    try:
+        code, said = run(git, argv, env)
+    finally:
+        if named is not None:
+            try:
+                os.unlink(named)
+            except OSError:
+                pass
     if command in COMMITS:
         record(common, command, code, said)
     sys.exit(code)
@@ -282,11 +382,7 @@ fi
 [ "${{held}-}" = "held:$common" ] && exec "$git" "$@"
 [ -e "$common/{lock}" ] || exec "$git" "$@"
 [ -r "$common/{lock}" ] && command exec 9<"$common/{lock}" || exec "$PY" -I -S "$SLOW" "$@"
-WAIT=${REVERIE_GIT_LOCK_WAIT-300}
-if ! flock -w "$WAIT" 9; then
-    echo "reverie: the memory repository stayed locked for $WAIT s (a merge is running); try again" >&2
-    exit 75
-fi
+flock -n 9 || exec "$PY" -I -S "$SLOW" "$@"
 {held}=held:$common
 export {held}
 case $command in
@@ -294,11 +390,13 @@ case $command in
     *) exec "$git" "$@" ;;
 esac
 said=$own/reverie-git.$$.stderr
+holder=$common/{holder_sh}
+{ printf 'agent commit%s\n' "${CONVERSATION_ID:+ in conversation $CONVERSATION_ID}" >"$holder"; } 2>/dev/null || :
 "$git" "$@" 2>"$said"
 code=$?
 [ -s "$said" ] && cat -- "$said" >&2
 [ "$code" = 0 ] || exec "$PY" -I -S "$SLOW" --reverie-record-failure "$common" "$command" "$code" "$said"
-rm -f -- "$said" "$common/{failed}" 2>/dev/null
+rm -f -- "$said" "$holder" "$common/{failed}" 2>/dev/null
 exit 0
 """
 """The wrapper itself: ``/bin/sh`` starts in about a millisecond where the interpreter took ~12 ms
@@ -306,8 +404,8 @@ of CPU and importing ``subprocess`` twice that, at every agent ``git`` call (``b
 It settles what is common exactly as the Python wrapper does: a read-only command (found past
 git's global options) becomes git at once; a write run in a repository's top level (``.git``
 there, no ``-C``/``--git-dir``/``GIT_DIR``-like variables) finds the common directory as git
-would, from ``.git`` itself (no ``rev-parse`` process), takes the lock with ``flock(1)`` and
-becomes git, which inherits the locked descriptor: the lock is held for as long as git runs,
+would, from ``.git`` itself (no ``rev-parse`` process), takes a free lock with ``flock -n`` (a busy
+one goes to the Python wrapper, which says so and waits) and becomes git, which inherits the locked descriptor: the lock is held for as long as git runs,
 whatever happens to the wrapper (and by what git leaves running in the background, such as a
 detached ``git maintenance``, until it ends). A commit's stderr is kept in a file in the checkout's own git folder
 (a subagent's sandbox cannot write the common one; shown when git ends) for the failure record, which the Python wrapper writes. Anything else (global options
@@ -334,6 +432,10 @@ def _source() -> str:
         .replace("{lock}", LOCK_FILE_NAME)
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
         .replace("{trailers}", TRAILERS_ENV)
+        .replace("{owner}", OWNER_FILE_NAME)
+        .replace("{holder}", WRAPPER_HOLDER)
+        .replace("{process}", PROCESS_ENV)
+        .replace("{waiting}", WAIT_LINE_PREFIX)
     )
 
 
@@ -347,6 +449,7 @@ def _shell_source() -> str:
         .replace("{lock}", LOCK_FILE_NAME)
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
         .replace("{trailers}", TRAILERS_ENV)
+        .replace("{holder_sh}", WRAPPER_HOLDER.replace("{pid}", "$$"))
     )
 
 

@@ -5,7 +5,8 @@ git takes its own locks; the pre-commit hook never takes it (it runs inside git,
 One lock, one order (this lock, the worktree-administration lock, git's own), so nothing deadlocks.
 Two layers: an in-process FIFO ``Lock`` per git common directory, then a cross-process ``flock`` on
 ``<common dir>/reverie-merge.lock``. The OS releases a ``flock`` when its holder dies, so a dead
-process never keeps the lock (R6). Holders, waiting and the owner record are in
+process never keeps the lock (R6). The owner record says who holds it and what for
+(``memfs/lockowner.py``, V7). Holders, waiting and the owner record are in
 docs/architecture.md, "The repository lock"."""
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ from orchestrator.base.flock import FlockWaiter
 from orchestrator.base.processes import pid_alive
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitRepo
+from orchestrator.memfs.lockowner import (
+    LockHolder,
+    current_source,
+    drop_dead_wrappers,
+    drop_owner,
+    holder_of,
+    write_owner,
+)
 from orchestrator.memfs.names import LOCK_FILE_NAME, OWNER_FILE_NAME, WORKTREE_LOCK_FILE_NAME
 
 T = TypeVar("T")
@@ -86,30 +95,9 @@ def common_dir_sync(repo_dir: Path) -> Path:
     return GitRepo(Path(repo_dir)).common_dir()
 
 
-def _write_owner(owner: Path, token: str) -> None:
-    record = {"pid": os.getpid(), "started": time.time(), "token": token}
-    tmp = owner.with_name(f"{owner.name}.{token}.tmp")
-    try:
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, owner)
-    except OSError:
-        # A full disk: the record is for diagnostics only, but no half-written file stays behind.
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _drop_owner(owner: Path, token: str) -> None:
-    try:
-        record = json.loads(owner.read_text(encoding="utf-8"))
-        if record.get("token") == token:
-            owner.unlink()
-    except (OSError, ValueError):
-        pass
-
-
 def _release(waiter: FlockWaiter, owner: Path | None, token: str) -> None:
     if owner is not None:
-        _drop_owner(owner, token)
+        drop_owner(owner, token)
     waiter.abandon()
 
 
@@ -127,15 +115,24 @@ def _take(waiter: FlockWaiter, wait: bool) -> bool:
         ) from None
 
 
-def _acquired(waiter: FlockWaiter, owner: Path | None, token: str, wait: bool) -> bool:
+def _acquired(waiter: FlockWaiter, owner: Path | None, token: str, wait: bool, source: str | None = None) -> bool:
+    """Take the lock; ``owner`` (the common directory) gets this holder's record (V7)."""
     if not _take(waiter, wait):
         return False
     if owner is not None:
         try:
-            _write_owner(owner, token)
+            write_owner(owner, token, source)
         except OSError:
             pass
     return True
+
+
+def _try_or_name(waiter: FlockWaiter, owner: Path | None, token: str, source: str) -> tuple[bool, LockHolder | None]:
+    """One try without waiting; when it fails, the holder the owner record names (V7), read in
+    the same worker hop."""
+    if _acquired(waiter, owner, token, False, source):
+        return True, None
+    return False, holder_of(waiter.path.parent)
 
 
 @asynccontextmanager
@@ -147,7 +144,8 @@ async def _repo_lock(
     wait: bool,
     max_wait: float | None,
     common_dir: Path | None,
-    on_wait: Callable[[], Awaitable[None]] | None = None,
+    on_wait: Callable[[LockHolder | None], Awaitable[None]] | None = None,
+    source: str | None = None,
 ) -> AsyncIterator[Path]:
     common = common_dir if common_dir else await blocking.run_sync("git", partial(common_dir_sync, repo_dir))
     in_process = _process_lock(common, file_name)
@@ -166,18 +164,19 @@ async def _repo_lock(
     try:
         token = secrets.token_hex(8)
         waiter = FlockWaiter(common / file_name)
-        owner = common / owner_name if owner_name else None
+        owner = common if owner_name else None
+        source = source or current_source()
         try:
             got = False
             if wait and on_wait is not None:
-                got = await blocking.run_sync("files", partial(_acquired, waiter, owner, token, False))
-                if not got:
-                    await on_wait()
+                got, holder = await blocking.run_sync("files", partial(_try_or_name, waiter, owner, token, source))
+                if not got and (holder is None or holder.pid != os.getpid()):
+                    await on_wait(holder)
             if not got and (max_wait is None or not wait):
-                got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, wait))
+                got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, wait, source))
             elif not got:
                 with fail_after(max_wait):
-                    got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, True))
+                    got = await blocking.run_sync("wait", partial(_acquired, waiter, owner, token, True, source))
         except TimeoutError:
             waiter.abandon()
             raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {max_wait:g} s") from None
@@ -202,18 +201,21 @@ async def merge_lock(
     wait: bool = True,
     max_wait: float | None = None,
     common_dir: Path | None = None,
-    on_wait: Callable[[], Awaitable[None]] | None = None,
+    on_wait: Callable[[LockHolder | None], Awaitable[None]] | None = None,
+    source: str | None = None,
 ) -> AsyncIterator[Path]:
     """Hold the lock of ``repo_dir``'s repository (D1); yields the git common directory.
 
     Waiting is cancellable and never blocks the loop. ``wait=False`` raises :class:`LockBusy` at
     once if another task or process holds it; ``max_wait`` bounds the wait (then :class:`LockBusy`).
     ``on_wait`` is awaited once, before waiting, when another process holds the file lock (V5: a
-    session says it is queued behind one); waiting behind a task of this process does not call it.
+    session says it is queued behind one), with the holder its owner record names (V7); waiting
+    behind a task or thread of this process does not call it. ``source`` says in the record what
+    the hold is for (default: the enclosing :func:`~orchestrator.memfs.lockowner.holding_as`).
     """
     async with _repo_lock(
         repo_dir, LOCK_FILE_NAME, OWNER_FILE_NAME, wait=wait, max_wait=max_wait, common_dir=common_dir,
-        on_wait=on_wait,
+        on_wait=on_wait, source=source,
     ) as common:
         yield common
 
@@ -254,7 +256,9 @@ def _call_locked(common: Path, fn: Callable[[], T]) -> tuple[bool, T | None]:
 
 
 @contextmanager
-def merge_lock_sync(repo_dir: Path, *, timeout: float = 120.0, common_dir: Path | None = None) -> Iterator[Path]:
+def merge_lock_sync(
+    repo_dir: Path, *, timeout: float = 120.0, common_dir: Path | None = None, source: str | None = None
+) -> Iterator[Path]:
     """The same lock for blocking code in a worker thread (the harness's own commits).
 
     Only the file lock: ``flock`` locks of separate opens conflict even within one process, so this
@@ -263,10 +267,9 @@ def merge_lock_sync(repo_dir: Path, *, timeout: float = 120.0, common_dir: Path 
     common = common_dir or common_dir_sync(repo_dir)
     waiter = FlockWaiter(common / LOCK_FILE_NAME)
     token = secrets.token_hex(8)
-    owner = common / OWNER_FILE_NAME
     deadline = time.monotonic() + timeout
     delay = _SYNC_POLL_SECONDS
-    while not _acquired(waiter, owner, token, False):
+    while not _acquired(waiter, common, token, False, source):
         if time.monotonic() > deadline:
             raise LockBusy(f"{repo_dir}: the memory repository stayed locked for {timeout:g} s")
         time.sleep(delay)
@@ -274,7 +277,7 @@ def merge_lock_sync(repo_dir: Path, *, timeout: float = 120.0, common_dir: Path 
     try:
         yield common
     finally:
-        _release(waiter, owner, token)
+        _release(waiter, common, token)
 
 
 @asynccontextmanager
@@ -297,8 +300,9 @@ def release_stale_lock(common_dir: Path) -> bool:
     """Delete an owner record left by a dead process; True if one was removed (blocking).
 
     The OS lock itself needs no release: it died with its process. A record whose process is
-    alive is left alone.
+    alive is left alone. Killed git wrappers' files naming them (V7) go too.
     """
+    drop_dead_wrappers(common_dir)
     owner = common_dir / OWNER_FILE_NAME
     try:
         record = json.loads(owner.read_text(encoding="utf-8"))

@@ -86,7 +86,7 @@ async def recover(repo_dir: Path, *, active: Collection[str] = ()) -> RecoveryRe
     removed: list[Path] = []
     deleted: list[str] = []
     restored: list[str] = []
-    async with merge_lock(repo, common_dir=common):
+    async with merge_lock(repo, common_dir=common, source="start-up recovery"):
         # A2: git's lock files that nothing holds go at once, before any commit
         stale = tuple(await blocking.run_sync("files", partial(clear_stale_git_locks, common, repo)))
         async with worktree_admin_lock(repo, common_dir=common):

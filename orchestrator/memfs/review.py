@@ -75,7 +75,7 @@ async def hold_worktree(repo_dir: Path, worktree: Worktree) -> HeldBranch | None
     repo = Path(repo_dir)
     held: HeldBranch | None = None
     try:
-        async with merge_lock(repo):
+        async with merge_lock(repo, source="reflection held for review"):
             held = await blocking.run_sync("git", partial(_measure, repo, worktree.branch, worktree.base_revision))
     finally:
         with CancelScope(shield=True):

@@ -24,6 +24,7 @@ from orchestrator.base import blocking
 from orchestrator.memfs.errors import MemfsError
 from orchestrator.memfs.git import GitRepo
 from orchestrator.memfs.history import changes, commit_before, read_committed, resolve_commit
+from orchestrator.memfs.lockowner import holding_as
 from orchestrator.memfs.merge import MergeOutcome, finalize_worktree
 from orchestrator.memfs.provenance import Provenance, trailer_args
 from orchestrator.memfs.resolution import Resolver
@@ -218,4 +219,5 @@ async def _commit_and_merge(
     except BaseException:
         await remove_worktree(repo, worktree)
         raise
-    return await finalize_worktree(repo, worktree, resolver=resolver)
+    with holding_as(f"memory {provenance.source}"):
+        return await finalize_worktree(repo, worktree, resolver=resolver)

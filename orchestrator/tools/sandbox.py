@@ -30,6 +30,7 @@ from orchestrator.memfs.guard import RepositoryRefused, locate
 from orchestrator.memfs.hook import SOCKET_ENV
 from orchestrator.memfs.hook_service import hook_socket
 from orchestrator.memfs.indexlock import clear_stale_git_locks, git_lock_files
+from orchestrator.memfs.lockowner import PROCESS_ENV
 from orchestrator.memfs.locks import LockBusy, merge_lock_sync
 from orchestrator.memfs.names import (
     BRANCH_PREFIX,
@@ -105,6 +106,8 @@ def tool_environment(ctx: ToolContext, environ: Mapping[str, str] | None = None)
         env["MEMORY_DIR"] = str(ctx.memory_dir)
         # D1: the agent's own git commands take the memory repository's lock (memfs.gitwrap).
         env["PATH"] = wrapped_path(ctx.memory_dir, env["PATH"])
+        # V7: its wait for the lock is said, unless this process holds it (memfs.lockowner).
+        env[PROCESS_ENV] = str(os.getpid())
         # The pre-commit hook asks this process to validate (memfs.hook_service).
         socket = hook_socket(ctx.memory_dir)
         if socket is not None:
