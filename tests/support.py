@@ -40,13 +40,26 @@ print("held", flush=True)
 sys.stdin.readline()
 """
 
+_NAMED_HOLDER = """
+import sys
+from pathlib import Path
+from orchestrator.memfs.locks import merge_lock_sync
+with merge_lock_sync(Path(sys.argv[1]), source=sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
 
 @asynccontextmanager
-async def lock_held_elsewhere(repo: Path) -> AsyncIterator[None]:
+async def lock_held_elsewhere(repo: Path, source: str | None = None) -> AsyncIterator[int]:
     """Hold the repository's merge lock from another process (as another REPL's commit or merge
-    would) until the block ends; entered once the child says it holds it."""
-    lock = repo / ".git" / LOCK_FILE_NAME
-    async with await anyio.open_process([sys.executable, "-c", _HOLDER, str(lock)]) as child:
+    would) until the block ends; entered once the child says it holds it, with its pid. With
+    ``source`` the child holds it as reverie does, its owner record naming it; without, bare."""
+    if source is None:
+        command = [sys.executable, "-c", _HOLDER, str(repo / ".git" / LOCK_FILE_NAME)]
+    else:
+        command = [sys.executable, "-c", _NAMED_HOLDER, str(repo), source]
+    async with await anyio.open_process(command) as child:
         assert child.stdout is not None and child.stdin is not None
         said = b""
         async for chunk in child.stdout:
@@ -54,7 +67,7 @@ async def lock_held_elsewhere(repo: Path) -> AsyncIterator[None]:
             if b"held" in said:
                 break
         try:
-            yield
+            yield child.pid
         finally:
             await child.stdin.send(b"\n")
             await child.wait()

@@ -48,6 +48,7 @@ from orchestrator.base.events import (
 )
 from orchestrator.base.limits import LimitReached, Prices, limits_for
 from orchestrator.compaction.planner import ContextWindowTooSmall
+from orchestrator.memfs.lockowner import waited_in
 from orchestrator.memfs.provenance import Provenance, trailers_env
 from orchestrator.models.types import (
     Message,
@@ -407,6 +408,9 @@ class TurnRunner(ReadsSessionContext):
                 turn_id=turn_id,
                 metadata={"ok": result.ok},
             )
+            waited = waited_in(result.output) if call.name == "bash" else None
+            if waited is not None:
+                await self._stage(LockWaiting("memory", waited), conversation_id)
             await self._stage(ToolFinished(call.id, call.name, result.ok, result.output), conversation_id)
 
     def _agent_info(self, conversation_id: str, last: str | None) -> str:

@@ -122,9 +122,12 @@ def alive(pid):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
+        ran = os.environ.get(PROCESS, "")
+        if not ran.isdigit():
+            return False
         try:
-            os.kill(int(os.environ.get(PROCESS, "0")), 0)
-        except (ValueError, ProcessLookupError):
+            os.kill(int(ran), 0)
+        except ProcessLookupError:
             return True
         except OSError:
             return False
@@ -135,7 +138,8 @@ def alive(pid):
 
 
 def holder(common):
-    """(pid, source) of the holder, as memfs/lockowner.holder_of finds it, or None."""
+    """(pid, source, whether reverie itself holds it) as memfs/lockowner.holder_of finds them, or
+    None; pid 0 when a committing wrapper does not know the process that ran it."""
     import json
 
     try:
@@ -144,7 +148,7 @@ def holder(common):
         pid = int(found["pid"])
         source = found.get("source")
         if pid > 0 and alive(pid):
-            return pid, source if isinstance(source, str) else ""
+            return pid, source if isinstance(source, str) else "", True
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -155,25 +159,29 @@ def holder(common):
     except OSError:
         return None
     for name in names:
-        number = name[len(head) : len(name) - len(tail)]
-        if number.isdigit() and number != str(os.getpid()) and alive(int(number)):
-            try:
-                with open(os.path.join(common, name), encoding="utf-8") as saved:
-                    return int(number), saved.read().strip()
-            except (OSError, UnicodeDecodeError):
-                return int(number), ""
+        try:
+            with open(os.path.join(common, name), encoding="utf-8") as saved:
+                number, _, source = saved.read().strip().partition(" ")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if number.isdigit() and (number == "0" or alive(int(number))):
+            return int(number), source, False
     return None
 
 
 def holding(common, command):
-    """This wrapper's name for itself while its commit runs (memfs/lockowner.WRAPPER_HOLDER)."""
-    path = os.path.join(common, HOLDER.replace("{pid}", str(os.getpid())))
+    """This wrapper's name for itself while its commit runs (memfs/lockowner.WRAPPER_HOLDER): the
+    reverie process that ran it and the conversation, since its own pid means nothing outside a
+    sandbox's PID namespace."""
     if command not in COMMITS:
         return None
+    path = os.path.join(common, HOLDER.replace("{pid}", str(os.getpid())))
     conversation = os.environ.get("CONVERSATION_ID", "")
+    ran = os.environ.get(PROCESS, "")
     try:
         with open(path, "w", encoding="utf-8") as out:
-            out.write("agent commit" + (" in conversation " + conversation if conversation else "") + "\n")
+            out.write("%s agent commit%s\n" % (ran if ran.isdigit() else "0",
+                                                " in conversation " + conversation if conversation else ""))
     except OSError:
         return None
     return path
@@ -185,12 +193,10 @@ def say_waiting(common):
     found = holder(common)
     if found is None:
         about = ""
-    elif os.environ.get(PROCESS) == str(found[0]):
+    elif os.environ.get(PROCESS) == str(found[0]) and found[2]:
         return
-    elif found[1]:
-        about = " (pid %d, %s)" % found
     else:
-        about = " (pid %d)" % found[0]
+        about = " (%s)" % ", ".join(([] if found[0] == 0 else ["pid %d" % found[0]]) + ([found[1]] if found[1] else []))
     sys.stderr.write(WAITING + about + "; waiting\n")
     sys.stderr.flush()
 
@@ -391,7 +397,7 @@ case $command in
 esac
 said=$own/reverie-git.$$.stderr
 holder=$common/{holder_sh}
-{ printf 'agent commit%s\n' "${CONVERSATION_ID:+ in conversation $CONVERSATION_ID}" >"$holder"; } 2>/dev/null || :
+{ printf '%s agent commit%s\n' "${{process}:-0}" "${CONVERSATION_ID:+ in conversation $CONVERSATION_ID}" >"$holder"; } 2>/dev/null || :
 "$git" "$@" 2>"$said"
 code=$?
 [ -s "$said" ] && cat -- "$said" >&2
@@ -450,6 +456,7 @@ def _shell_source() -> str:
         .replace("{failed}", COMMIT_FAILED_FILE_NAME)
         .replace("{trailers}", TRAILERS_ENV)
         .replace("{holder_sh}", WRAPPER_HOLDER.replace("{pid}", "$$"))
+        .replace("{process}", PROCESS_ENV)
     )
 
 

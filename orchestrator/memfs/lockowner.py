@@ -7,10 +7,11 @@ a reflection merge, a turn's memory sync, an undo). A waiter reads it only after
 waiting failed, so a free lock costs nothing; a record whose process is gone says nothing.
 
 The agent's own ``git`` holds the lock through the wrapper (``memfs/gitwrap.py``), a ``/bin/sh``
-script with no atomic rename and no JSON: during a commit it names itself by a file of its own,
-``reverie-git.<pid>.holder`` (:data:`WRAPPER_HOLDER`), the pid in the name (a file name appears
-whole) and what it is doing in the text, removed when git ends; a waiter finding no owner record
-looks for one of those whose process is alive.
+script that cannot rename atomically nor write JSON without another process: during a commit it
+names itself in a file of its own, ``reverie-git.<its pid>.holder`` (:data:`WRAPPER_HOLDER`),
+holding the pid of the reverie process that ran the command and the conversation (its own pid is
+a sandbox's PID namespace's, meaningless outside), removed when git ends. Only the lock's holder
+writes one, so at most one is live; a waiter finding no owner record reads it.
 
 The same line is said by the post-turn sync (V5) and by the agent's own ``git`` through the wrapper
 (``memfs/gitwrap.py``, whose stdlib-only copy of :func:`waiting_line` must say it identically);
@@ -42,6 +43,7 @@ __all__ = [
     "drop_owner",
     "holder_of",
     "holding_as",
+    "waited_in",
     "waiting_line",
     "write_owner",
 ]
@@ -57,7 +59,8 @@ _source: ContextVar[str] = ContextVar("reverie_lock_source", default="reverie")
 
 @dataclass(frozen=True)
 class LockHolder:
-    """The process the owner record names and what its hold is for ("" when it does not say)."""
+    """The process the owner record names and what its hold is for ("" when it does not say); for
+    a committing git wrapper, the reverie process that ran it (0 when it was not told)."""
 
     pid: int
     source: str = ""
@@ -121,40 +124,52 @@ def holder_of(common: Path) -> LockHolder | None:
     return LockHolder(pid, source if isinstance(source, str) else "")
 
 
-def _wrapper_files(common: Path) -> Iterator[tuple[str, int]]:
+def _wrapper_files(common: Path) -> Iterator[tuple[str, LockHolder]]:
     head, _, tail = WRAPPER_HOLDER.partition("{pid}")
     try:
         names = [entry.name for entry in os.scandir(common) if entry.name.startswith(head) and entry.name.endswith(tail)]
     except OSError:
         return
     for name in names:
-        number = name[len(head) : len(name) - len(tail)]
+        try:
+            number, _, source = (common / name).read_text(encoding="utf-8").strip().partition(" ")
+        except (OSError, UnicodeDecodeError):
+            continue
         if number.isdigit():
-            yield name, int(number)
+            yield name, LockHolder(int(number), source)
 
 
 def drop_dead_wrappers(common: Path) -> None:
-    """Delete the files of committing wrappers that were killed (blocking; start-up recovery)."""
-    for name, pid in _wrapper_files(common):
-        if not pid_alive(pid):
+    """Delete the files of committing wrappers whose reverie process is gone (blocking; start-up
+    recovery): a wrapper killed mid-commit leaves its file behind."""
+    for name, holder in _wrapper_files(common):
+        if holder.pid > 0 and not pid_alive(holder.pid):
             (common / name).unlink(missing_ok=True)
 
 
 def _wrapper_holder(common: Path) -> LockHolder | None:
-    for name, pid in _wrapper_files(common):
-        if not pid_alive(pid):
-            continue
-        try:
-            text = (common / name).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            text = ""
-        return LockHolder(pid, text)
+    for _, holder in _wrapper_files(common):
+        if holder.pid == 0 or pid_alive(holder.pid):
+            return holder
     return None
 
 
 def waiting_line(holder: LockHolder | None) -> str:
     """The one line a waiter says before it waits: the holder named when the record knows it."""
-    if holder is None:
-        return f"{WAIT_LINE_PREFIX}; waiting"
-    about = f"pid {holder.pid}, {holder.source}" if holder.source else f"pid {holder.pid}"
-    return f"{WAIT_LINE_PREFIX} ({about}); waiting"
+    about: list[str] = []
+    if holder is not None and holder.pid > 0:
+        about.append(f"pid {holder.pid}")
+    if holder is not None and holder.source:
+        about.append(holder.source)
+    return f"{WAIT_LINE_PREFIX} ({', '.join(about)}); waiting" if about else f"{WAIT_LINE_PREFIX}; waiting"
+
+
+def waited_in(output: str) -> str | None:
+    """What a session says after a tool call whose output carries a wait line (the first one), or
+    None: the model read it in the result, the person is told once in a line of its own (V7)."""
+    for line in output.splitlines():
+        if line.startswith(WAIT_LINE_PREFIX):
+            about = line[len(WAIT_LINE_PREFIX) :].removesuffix("; waiting").strip()
+            held = f"held by another process {about}" if about else "held by another process"
+            return f"the agent's git command waited for this agent's memory repository lock, {held}"
+    return None

@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.agent import memory_sync
 from orchestrator.agent.memory_sync import after_turn, check_memory, is_transient_git_error, sync_reminder_for
+from orchestrator.memfs.lockowner import LockHolder
 from orchestrator.memfs.repo import init_memory_repo
 from tests.support import hold_merge_lock, lock_held_elsewhere
 
@@ -150,36 +151,37 @@ async def test_after_turn_skips_while_the_merge_lock_is_held(repo: Path, monkeyp
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("source", ["reflection merge", None])
 async def test_after_turn_says_when_it_queues_behind_another_processs_lock(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, monkeypatch: pytest.MonkeyPatch, source: str | None
 ) -> None:
     """V5: the sync waits behind another process's hold and says so once, before waiting; it goes
-    on as soon as the lock is given back (the test waits on the events, not the clock). Waiting
-    behind a task of its own process is not "another process"."""
+    on as soon as the lock is given back (the test waits on the events, not the clock). V7: it is
+    told the holder the lock's owner record names (pid and what the hold is for), nothing when a
+    bare ``flock`` holds it. Waiting behind a task of its own process is not "another process"."""
     queued = anyio.Event()
-    calls: list[str] = []
+    calls: list[LockHolder | None] = []
     results: list[object] = []
 
-    async def on_wait() -> None:
-        calls.append("queued")
+    async def on_wait(holder: LockHolder | None) -> None:
+        calls.append(holder)
         queued.set()
 
     async def sync() -> None:
         results.append(await after_turn(repo, on_wait=on_wait))
 
     async with anyio.create_task_group() as tg:
-        async with lock_held_elsewhere(repo):
+        async with lock_held_elsewhere(repo, source) as pid:
             tg.start_soon(sync)
-            with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
-                await queued.wait()
+            await queued.wait()
             assert results == [], "still waiting while the other process holds the lock"
-    assert calls == ["queued"]
+    assert calls == [LockHolder(pid, source) if source else None]
     assert isinstance(results[0], memory_sync.SyncResult) and results[0].status == "skipped"
 
     monkeypatch.setattr(memory_sync, "SYNC_LOCK_WAIT_SECONDS", 0.3)  # the bound, not the behaviour
     async with hold_merge_lock(repo):
         assert await after_turn(repo, on_wait=on_wait) is None
-    assert calls == ["queued"], "a hold of this process's own is waited for without the line"
+    assert len(calls) == 1, "a hold of this process's own is waited for without the line"
 
 
 def test_only_52x_and_rpc_network_failures_are_transient() -> None:

@@ -4,6 +4,8 @@ merged reflection's, or another process's (real git; a session end to end with t
 from __future__ import annotations
 
 import io
+import os
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -21,8 +23,10 @@ from orchestrator.base.events import (
 )
 from orchestrator.base.subagent_events import ReflectionMerged
 from orchestrator.cli.render import TerminalRenderer
+from orchestrator.memfs.lockowner import WAIT_LINE_PREFIX
+from orchestrator.memfs.names import LOCK_FILE_NAME
 from tests.memfs.reflection_helpers import commit_file, git, make_repo
-from tests.support import lock_held_elsewhere
+from tests.support import holders, lock_held_elsewhere, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -222,3 +226,80 @@ async def test_a_turn_whose_sync_queues_behind_another_processs_lock_says_so(tmp
     assert said < other
     assert not any(line.startswith("  ↻ memory: ") for line in lines), "nothing shown as this session's own"
     assert [(e.payload["revision"], e.payload["source"]) for e in logged] == [(theirs, "other")]
+
+
+_SLOW_HOOK = """#!/bin/sh
+if [ "$CONVERSATION_ID" = {conversation} ]; then
+    echo held > {ready}
+    read line < {go}
+fi
+exec {hook} "$@"
+"""
+
+
+def _slow_hook(memory: Path, conversation: str) -> tuple[Path, Path]:
+    """Make the pre-commit hook of ``conversation``'s commits wait for the test: it says so on the
+    first fifo, then reads the second; reverie's own hook runs after it."""
+    hooks = memory / ".git" / "hooks"  # where reverie installs it (memfs/hook.install_hook)
+    (hooks / "pre-commit").rename(hooks / "reverie-pre-commit")
+    ready, go = memory / ".git" / "test-ready", memory / ".git" / "test-go"
+    os.mkfifo(ready)
+    os.mkfifo(go)
+    text = _SLOW_HOOK.format(conversation=conversation, ready=ready, go=go, hook=hooks / "reverie-pre-commit")
+    (hooks / "pre-commit").write_text(text)
+    (hooks / "pre-commit").chmod(0o755)
+    return ready, go
+
+
+async def test_a_bash_commit_queued_behind_another_sessions_commit_says_so_and_shows_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """The two-REPL story of V7: session A's commit is slow (its pre-commit hook waits for the test)
+    while session B's bash commit comes: B's git says in its output, as its wait starts, that the
+    memory is locked by A's committing git (its reverie process and conversation), B's REPL shows that once in a
+    line of its own, and B's own change is only B's commit; A's is named as another's by its
+    trailers."""
+    shown = io.StringIO()
+    renderer = TerminalRenderer(io.StringIO(), activity=shown, columns=lambda: None)  # as the REPL sets it up
+    renderer.memory_changes = True
+    outputs: list[str] = []
+
+    async def second_observer(event: Event) -> None:
+        await renderer(event)
+        if isinstance(event, ToolFinished):
+            outputs.append(event.output)
+
+    async with (
+        ChatSession.open(agent_id="slow", workspace=tmp_path / "a") as first,
+        ChatSession.open(agent_id="slow", workspace=tmp_path / "b", new=True, observer=second_observer) as second,
+    ):
+        memory = first.agent.memory_dir
+        renderer.memory_dir = memory
+        await second.send("hello")  # the tracker's baseline
+        ready, go = await anyio.to_thread.run_sync(_slow_hook, memory, first.conversation_id)
+        lock = memory / ".git" / LOCK_FILE_NAME
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first.send, "remember that I like slow owls")
+            with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
+                await anyio.to_thread.run_sync(ready.read_text)  # A's git holds the lock, in its hook
+            tg.start_soon(second.send, "remember that I prefer tea")
+            await anyio.to_thread.run_sync(partial(
+                wait_until, lambda: any("git-wrapper.py" in c for _, c in holders(lock)), timeout=60,
+                what="B's git waiting on the repository lock"))  # fmt: skip
+            await anyio.to_thread.run_sync(go.write_text, "go\n")
+        logged = await second.runtime.store.events(agent_id="slow", kinds=["memory.commit"])
+    truth = await anyio.to_thread.run_sync(_trailers, memory)
+    waited = [line for output in outputs for line in output.splitlines() if line.startswith(WAIT_LINE_PREFIX)]
+    assert len(waited) == 1, outputs
+    # A's git is named by the reverie process that ran it (both sessions run in this one) and its conversation
+    assert waited == [f"{WAIT_LINE_PREFIX} (pid {os.getpid()}, agent commit in conversation {first.conversation_id}); waiting"]
+    lines = shown.getvalue().splitlines()
+    said = [line for line in lines if "⏳ the agent's git command waited" in line]
+    assert len(said) == 1 and f"agent commit in conversation {first.conversation_id}" in said[0], lines
+    mine = [e.payload for e in logged if e.conversation_id == second.conversation_id]
+    own = [p["revision"] for p in mine if p["source"] == "turn"]
+    assert own and all(truth[str(r)] == ("agent", second.conversation_id) for r in own)
+    theirs = [p for p in mine if truth[str(p["revision"])] == ("agent", first.conversation_id)]
+    assert theirs and all(p["source"] == "other" for p in theirs)
+    shown_own = [line for line in lines if line.startswith("  ↻ memory: ")]
+    assert shown_own and not any("owls" in line for line in lines[lines.index(shown_own[0]):]), lines

@@ -1,6 +1,6 @@
-"""The agent's git wrapper (D1) with real git: the shell fast path and the Python wrapper
-it hands the rest to both wait for the repository lock, whichever way the command names the
-repository; a failed commit is recorded and a good one clears the record; git's stderr still
+"""The agent's git wrapper (D1) with real git: a write waits for the repository lock, whichever
+way the command names the repository (the shell fast path hands a busy lock to the Python wrapper,
+which says so, V7); a failed commit is recorded and a good one clears the record; git's stderr still
 reaches the caller."""
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import pytest
 
 from orchestrator.memfs.gitwrap import ensure_wrapper
+from orchestrator.memfs.lockowner import PROCESS_ENV, WAIT_LINE_PREFIX
 from orchestrator.memfs.locks import LOCK_FILE_NAME
 from orchestrator.memfs.names import COMMIT_FAILED_FILE_NAME
 from tests.memfs.reflection_helpers import git, make_repo, note, write
-from tests.support import hold_merge_lock, holders, wait_until
+from tests.support import hold_merge_lock, holders, lock_held_elsewhere, wait_until
 
 
 @pytest.fixture
@@ -51,8 +53,8 @@ def _worktree(repo: Path, where: Path) -> Path:
 @pytest.mark.parametrize(
     ("how", "wrapper"),
     [
-        ("top level", "reverie/bin/git "),
-        ("linked worktree", "reverie/bin/git "),
+        ("top level", "git-wrapper.py"),
+        ("linked worktree", "git-wrapper.py"),
         ("-C from elsewhere", "git-wrapper.py"),
         ("a subfolder", "git-wrapper.py"),
     ],
@@ -139,3 +141,63 @@ def test_the_lock_is_held_while_git_runs_even_when_the_wrapper_is_gone(repo: Pat
             release.write("go\n")
     wait_until(lambda: not _holders(repo / ".git" / LOCK_FILE_NAME), timeout=60, what="git ending")
     assert git(repo, "log", "-1", "--format=%s").strip() == "held"
+
+
+async def _stderr_until(stream: anyio.abc.ByteReceiveStream, marker: bytes) -> bytes:
+    said = b""
+    async for chunk in stream:
+        said += chunk
+        if marker in said and said.endswith(b"\n"):
+            break
+    return said
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("how", "source"), [("top level", "reflection merge"), ("-C from elsewhere", "reflection merge"),
+                                             ("top level", None)])  # fmt: skip
+async def test_a_write_behind_another_processs_lock_says_so_as_its_wait_starts(
+    tmp_path: Path, repo: Path, how: str, source: str | None
+) -> None:
+    """V7: the command's stderr carries one line, before the wait ends (the test lets the holder go
+    only once it has read it), naming the holder as its owner record does: pid and what the hold is
+    for; a bare ``flock`` without a record is "another process". The commit then goes through."""
+    env = await anyio.to_thread.run_sync(_env, repo)
+    await anyio.to_thread.run_sync(write, repo / "notes" / "w.md", note("w", "body"))
+    await _git(repo, "add", "notes/w.md")
+    cwd, prefix = (repo, []) if how == "top level" else (tmp_path, ["-C", str(repo)])
+    async with lock_held_elsewhere(repo, source) as pid:
+        agent = await anyio.open_process(["git", *prefix, "commit", "-q", "-m", "waited"], cwd=cwd, env=env)
+        assert agent.stderr is not None
+        said = await _stderr_until(agent.stderr, WAIT_LINE_PREFIX.encode())
+        assert agent.returncode is None, "still waiting: the line came as the wait started"
+    async with agent:
+        said += b"".join([chunk async for chunk in agent.stderr])
+        assert await agent.wait() == 0, said
+    line = f"reverie: memory is locked by another process (pid {pid}, {source}); waiting" if source else (
+        "reverie: memory is locked by another process; waiting")
+    assert said.decode().splitlines() == [line]
+    assert await _git(repo, "log", "-1", "--format=%s") == "waited"
+
+
+@pytest.mark.anyio
+async def test_no_line_when_the_lock_is_free_or_held_by_the_process_that_ran_the_command(repo: Path) -> None:
+    """V7: a free lock is taken without a word; a hold of the reverie process that ran the command
+    (``REVERIE_PROCESS``) is that process's own work and is waited for silently (a wait of zero
+    seconds makes both sides of the check end at once, so no clock is involved)."""
+    env = await anyio.to_thread.run_sync(_env, repo)
+    await anyio.to_thread.run_sync(write, repo / "notes" / "f.md", note("f", "body"))
+    await _git(repo, "add", "notes/f.md")
+    free = await anyio.run_process(["git", "commit", "-q", "-m", "free"], cwd=repo, env=env)
+    assert free.stderr == b""
+    await anyio.to_thread.run_sync(write, repo / "notes" / "g.md", note("g", "body"))
+    await _git(repo, "add", "notes/g.md")
+    bounded = {**env, "REVERIE_GIT_LOCK_WAIT": "0"}
+    async with lock_held_elsewhere(repo, "a turn's memory sync") as pid:
+        other = await anyio.run_process(["git", "commit", "-q", "-m", "x"], cwd=repo, env=bounded, check=False)
+        own = await anyio.run_process(["git", "commit", "-q", "-m", "x"], cwd=repo, check=False,
+                                      env={**bounded, PROCESS_ENV: str(pid)})  # fmt: skip
+    assert other.returncode == own.returncode == 75
+    assert other.stderr.decode().splitlines()[0] == (
+        f"reverie: memory is locked by another process (pid {pid}, a turn's memory sync); waiting"
+    )
+    assert WAIT_LINE_PREFIX not in own.stderr.decode() and "stayed locked" in own.stderr.decode()
