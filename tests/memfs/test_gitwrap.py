@@ -168,7 +168,8 @@ async def test_a_write_behind_another_processs_lock_says_so_as_its_wait_starts(
     async with lock_held_elsewhere(repo, source) as pid:
         agent = await anyio.open_process(["git", *prefix, "commit", "-q", "-m", "waited"], cwd=cwd, env=env)
         assert agent.stderr is not None
-        said = await _stderr_until(agent.stderr, WAIT_LINE_PREFIX.encode())
+        with anyio.fail_after(60):  # a deadline that fails loudly, not a wait on the clock
+            said = await _stderr_until(agent.stderr, WAIT_LINE_PREFIX.encode())
         assert agent.returncode is None, "still waiting: the line came as the wait started"
     async with agent:
         said += b"".join([chunk async for chunk in agent.stderr])
