@@ -115,7 +115,8 @@ class ModelCalled(Event):
 class LockWaiting(Event):
     """V2: this process waits for a lock another process holds (``what``: ``conversation`` while
     another process runs a turn of it, ``memory`` while the post-turn sync waits behind another
-    process's hold of the repository lock, V5); shown as a line, not stored."""
+    process's hold of the repository lock, V5, or after the agent's ``git`` waited for it, V7);
+    shown as a line, not stored."""
 
     kind: ClassVar[str] = "lock.wait"
     transient: ClassVar[bool] = True
