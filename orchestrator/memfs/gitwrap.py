@@ -388,7 +388,7 @@ fi
 [ "${{held}-}" = "held:$common" ] && exec "$git" "$@"
 [ -e "$common/{lock}" ] || exec "$git" "$@"
 [ -r "$common/{lock}" ] && command exec 9<"$common/{lock}" || exec "$PY" -I -S "$SLOW" "$@"
-flock -n 9 || exec "$PY" -I -S "$SLOW" "$@"
+flock -n 9 || { exec 9<&-; exec "$PY" -I -S "$SLOW" "$@"; }
 {held}=held:$common
 export {held}
 case $command in

@@ -290,7 +290,7 @@ async def test_a_bash_commit_queued_behind_another_sessions_commit_says_so_and_s
         logged = await second.runtime.store.events(agent_id="slow", kinds=["memory.commit"])
     truth = await anyio.to_thread.run_sync(_trailers, memory)
     waited = [line for output in outputs for line in output.splitlines() if line.startswith(WAIT_LINE_PREFIX)]
-    assert len(waited) == 1, outputs
+    assert len(waited) == 1, (outputs, shown.getvalue())
     # A's git is named by the reverie process that ran it (both sessions run in this one) and its conversation
     assert waited == [f"{WAIT_LINE_PREFIX} (pid {os.getpid()}, agent commit in conversation {first.conversation_id}); waiting"]
     lines = shown.getvalue().splitlines()
