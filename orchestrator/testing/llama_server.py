@@ -12,6 +12,9 @@ Why it looks the way it does:
   lines when it exits early or does not answer in time. Output goes to a log file, never a pipe,
   so a chatty server cannot block on a full pipe.
 * Stopping is by the process id: SIGTERM, then SIGKILL after a grace period.
+* ``prompt_cache`` turns on llama.cpp's in-memory prompt cache: without it the server reuses only
+  the previous request's prefix, so requests that alternate between two system prompts (a
+  compaction summary, then a reflection, then a summary...) evaluate every prompt whole.
 
 Everything here blocks (subprocess, sockets, polling with ``time.sleep``): call it from a fixture
 or a plain script, never on the event loop.
@@ -166,6 +169,7 @@ def llama_server(
     n_threads: int = 2,
     chat_format: str = "chatml-function-calling",
     model_alias: str = DEFAULT_MODEL_ALIAS,
+    prompt_cache: int = 0,
     startup_timeout: float = 120.0,
     stop_grace: float = 10.0,
     python: str | None = None,
@@ -173,7 +177,8 @@ def llama_server(
 ) -> Iterator[LlamaServer]:
     """Run ``llama_cpp.server`` on a free loopback port for the duration of the ``with`` block.
 
-    Raises ``LlamaServerError`` naming the missing package, or quoting the server's log when it
+    ``prompt_cache``: bytes of evaluated prompt states the server keeps and resumes from the longest
+    matching prefix (0: none). Raises ``LlamaServerError`` naming the missing package, or quoting the server's log when it
     exits early or does not answer ``/v1/models`` within ``startup_timeout`` seconds.
     """
     missing = llama_cpp_server_missing()
@@ -201,6 +206,8 @@ def llama_server(
         "--n_threads", str(n_threads),
         "--n_threads_batch", str(n_threads),
     ]  # fmt: skip
+    if prompt_cache > 0:
+        command += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(prompt_cache)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REVERIE_"))}
     started = time.monotonic()
     with log_path.open("wb") as log:

@@ -6,6 +6,7 @@ the default suite neither needs llama-cpp-python nor spends minutes on a real mo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,8 @@ from orchestrator.testing.llama_server import LlamaServer, LlamaServerError, lla
 
 _MARK = "real_model"
 _started: list[LlamaServer] = []
+_PROMPT_CACHE = 512 << 20
+"""About ten saved prompt states of a 2,048-token context (some 45 MB each)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -27,9 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def llama() -> Iterator[LlamaServer]:
-    """One server for the whole session; a missing install fails with the command that fixes it."""
+    """One server for the whole session; a missing install fails with the command that fixes it.
+
+    A thread per core, and a prompt cache: the benchmark smoke alternates compaction and reflection
+    requests whose long system prompts the cache evaluates once each (docs/testing.md)."""
     try:
-        with llama_server(n_ctx=2048, n_threads=2) as server:
+        with llama_server(n_ctx=2048, n_threads=os.cpu_count() or 2, prompt_cache=_PROMPT_CACHE) as server:
             _started.append(server)
             yield server
     except LlamaServerError as exc:
