@@ -26,6 +26,7 @@ from orchestrator.base.errors import error_line
 from orchestrator.base.events import (
     Event,
 )
+from orchestrator.base.limits import limits_for
 from orchestrator.compaction import (
     CompactionMode,
     CompactionPlan,
@@ -330,7 +331,9 @@ class CompactionSubagent(ReadsSessionContext):
         state.preparing = done
         fixed = self._fixed(system)
         self.supervisor.spawn(
-            f"compaction-prepare-{conversation_id}", partial(self._prepare, conversation_id, fixed, done, tuple(history))
+            f"compaction-prepare-{conversation_id}",
+            partial(self._prepare, conversation_id, fixed, done, tuple(history)),
+            seconds=limits_for(self.context.settings, "compaction").seconds,
         )
 
     async def _prepare(

@@ -212,6 +212,31 @@ async def test_stale_preparation_is_not_applied() -> None:
         assert [d.payload["stats"]["background"] for d in done] == [False, False]
 
 
+@pytest.mark.anyio
+async def test_background_preparation_runs_under_its_time_limit_so_the_exit_countdown_shows_it() -> None:
+    """docs/design.md L2: leaving waits for a subagent at most its time limit and shows it; the
+    compaction's preparation is given its ``[limits] compaction_seconds`` as reflection is."""
+    async with session(limit_compaction_seconds=45) as (chat, _):
+        store, conv = chat.runner.store, chat.conversation_id
+        compactor = chat.runner.compactor
+        assert isinstance(compactor, CompactionSubagent)
+        seen: list[list[Any]] = []
+        real_prepare = compactor._prepare
+
+        async def prepare(*args: Any) -> None:
+            seen.append(chat.supervisor.still_running())
+            await real_prepare(*args)
+
+        compactor._prepare = prepare  # type: ignore[method-assign]
+        turn = await store.begin_turn(conv)
+        await prefill(store, conv, 10, "x" * 396)
+        await compactor.before_request(conv, "sys", turn)
+        assert await compactor.wait_prepared(conv)
+        [running] = seen[0]
+        assert running.name.startswith("compaction-prepare-")
+        assert running.seconds_left is not None and 0 < running.seconds_left <= 45
+
+
 # -- the summarizer over HTTP ---------------------------------------------------------------------
 
 
