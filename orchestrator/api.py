@@ -486,6 +486,10 @@ async def sweep(
     judge_model: str | None = None,
     judge_base_url: str | None = None,
     estimate: bool = False,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
+    max_seconds: float | None = None,
+    on_limit: str | None = None,
 ) -> SweepReport:
     """``reverie sweep`` as a function: the suite under each reflection-trigger setting
     (``"off"``, ``"compaction-event"``, ``"step-count:4,8"``; one string is one trigger, a refusal
@@ -493,7 +497,10 @@ async def sweep(
     and decided (``report.summary``: quality with its interval, cost, the Pareto front and the
     recommended setting). ``epochs`` runs every task that many times per setting; tasks that pin
     their own trigger are left out unless ``override_pinned``; ``resume=True`` reuses what the sweep
-    recorded (settings, epochs, prices, judge) unless given again. ``progress_for`` and
+    recorded (settings, epochs, prices, judge, limits) unless given again. ``max_tokens``/``max_cost``/
+    ``max_seconds`` are the whole sweep's limits, every setting's spend together: once reached no
+    further round of tasks starts, so every setting has run the same tasks, and ``on_limit="stop"``
+    stops the running ones too (docs/design.md L3). ``progress_for`` and
     ``on_result_for`` give each setting's observers."""
     suite = as_path(suite, "suite")
     out = None if out is None else as_path(out, "out")
@@ -503,6 +510,7 @@ async def sweep(
         price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
         config_file=current_home().config_path, judge_model=judge_model, judge_base_url=judge_base_url,
         estimate=estimate, triggers=triggers_given(triggers), epochs=epochs, override_pinned=override_pinned,
+        max_tokens=max_tokens, max_cost=max_cost, max_seconds=max_seconds, on_limit=on_limit,
     )
     prepared = await blocking.run_sync("files", partial(prepare_sweep, request))
     return await prepared.run(

@@ -333,7 +333,8 @@ def plan_sweep(request: BatchRequest) -> SweepPlan:
     """Decide a sweep: the settings of ``request.triggers`` (``"off"``, ``"step-count:4,8"``...; a
     refused one is named as ``triggers_name``), else (``resume``) what the sweep recorded; so too
     ``epochs`` and ``override_pinned`` (``sweep.json``) and the prices and judge (a setting's
-    run.json). ``tasks``/``limit`` select as ``plan_run``'s do. A sweep whose every selected task
+    run.json). ``max_*``/``on_limit`` are the whole sweep's limits (docs/design.md L3), each not given
+    what ``sweep.json`` recorded. ``tasks``/``limit`` select as ``plan_run``'s do. A sweep whose every selected task
     pins its own trigger is refused unless ``override_pinned``."""
     if request.suite is None:
         raise UsageError("give the suite file (reverie sweep SUITE)")
@@ -373,6 +374,7 @@ def plan_sweep(request: BatchRequest) -> SweepPlan:
     reused = _Reused.of(meta, request)
     options = run_options(out_dir, reused.model, reused.context_window, reused.price_in, reused.price_out,
                           reused.latency, config_file, reused.judge_model, reused.judge_base_url)
+    options = _with_run_limits(options, {"options": sweep_meta}, request)
     if estimate:
         options = replace(options, estimate=True, judge_model=None, judge_base_url=None)
     compared, pinned = split_pinned(selected, override)

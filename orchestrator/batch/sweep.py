@@ -42,6 +42,7 @@ from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
 from orchestrator.batch.suite import Reference, Task
+from orchestrator.batch.sweep_budget import Spend, SweepBudget, read_spend, round_ends, sweep_limit_line
 from orchestrator.batch.sweep_stats import exercised, limit_stops_cell, pareto_front, recommend, setting_stats
 
 __all__ = [
@@ -226,6 +227,9 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     rec = summary.get("recommendation")
     if rec:
         lines.append(f"Recommended: {rec['reason']}")
+    stopped = summary.get("sweep_limit")
+    if stopped:
+        lines.append(sweep_limit_line(stopped))
     if summary.get("pinned"):
         verb = "overridden and compared" if summary.get("override_pinned") else "left out (--override-pinned compares them)"
         pins = ", ".join(f"{k} ({v})" for k, v in summary["pinned"].items())
@@ -388,38 +392,66 @@ async def _run_settings(
         "epochs": epochs,
         "override_pinned": override_pinned,
         "pinned": pinned,
+        "run_limits": dict(options.run_limits),
+        "on_limit": options.on_limit,
     }
     await blocking.run_sync("files", partial(_write_meta, options.out_dir, meta))
-    done: list[tuple[SweepSetting, Mapping[str, Any]]] = []
-    runs: list[RunReport] = []
-    stats: list[dict[str, Any]] = []
+    spent = {
+        s.label: await blocking.run_sync("files", partial(read_spend, options.out_dir / s.label)) for s in settings
+    } if options.run_limits else {}
+    budget = SweepBudget(options.run_limits, options.on_limit, spent)
+    last: dict[str, RunReport] = {}
     executor = make_executor()
+    ends = round_ends(len(runnable), executor.concurrency) if budget.limited else [len(runnable)]
+    first = True
     async with executor.hold() if isinstance(executor, HeldAcrossRuns) else nullcontext():
-        for n, setting in enumerate(settings):
-            run_options = replace(
-                options, out_dir=options.out_dir / setting.label, overrides={**options.overrides, **setting.overrides}
-            )
-            report = await run_suite(
-                runnable,
-                run_options,
-                executor if n == 0 else make_executor(),
-                resume=resume,
-                progress=progress_for(setting),
-                on_result=on_result_for(setting),
-                suite_name=suite_name,
-            )
-            runs.append(report)
-            done.append((setting, report.summary))
-            stats.append(setting_stats(setting.label, report.results, elapsed=report.summary.get("elapsed_total")))
-            if on_setting_done is not None:
-                await on_setting_done(setting, report)
+        for end in ends:
+            if budget.check() is not None:
+                break
+            for setting in settings:
+                if budget.reached is not None:
+                    break  # on_limit = stop: the round's later settings are not launched
+                report = await run_suite(
+                    runnable[:end],
+                    replace(options, out_dir=options.out_dir / setting.label,
+                            overrides={**options.overrides, **setting.overrides}, run_limits=budget.run_limits(setting.label)),
+                    executor if first else make_executor(),
+                    resume=resume or setting.label in last,
+                    progress=progress_for(setting),
+                    on_result=on_result_for(setting),
+                    suite_name=suite_name,
+                )
+                first = False
+                last[setting.label] = report
+                stopped = report.summary.get("run_limit")
+                budget.record(setting.label, Spend.of(report.results, float(report.summary.get("elapsed_total") or 0.0)),
+                              None if not stopped else str(stopped["limit"]))
+                if end == ends[-1] and on_setting_done is not None:
+                    await on_setting_done(setting, report)
+        for setting in settings:
+            if setting.label not in last:  # a stop before this setting's first run: its recorded results
+                last[setting.label] = await run_suite(
+                    [], replace(options, out_dir=options.out_dir / setting.label, run_limits={}),
+                    executor if first else make_executor(), resume=True, suite_name=suite_name,
+                )
+                first = False
+    runs = [last[s.label] for s in settings]
+    paired_ids = set.intersection(*({r.id for r in report.results} for report in runs))
+    compared_results = [[r for r in report.results if r.id in paired_ids] for report in runs]
+    done = [(setting, report.summary) for setting, report in zip(settings, runs, strict=True)]
+    stats = [
+        setting_stats(setting.label, results, elapsed=report.summary.get("elapsed_total"))
+        for setting, report, results in zip(settings, runs, compared_results, strict=True)
+    ]
     rows = [{**row, **extra} for row, extra in zip(comparison_rows(done), stats, strict=True)]
     for row, setting in zip(rows, settings, strict=True):
         row["exercised"] = setting.overrides.get("reflection_trigger") == "off" or row["reflections"] > 0
-    scores = {setting.label: question_scores(report.results) for setting, report in zip(settings, runs, strict=True)}
+    scores = {setting.label: question_scores(results) for setting, results in zip(settings, compared_results, strict=True)}
     summary = decide(
         rows, pinned=pinned, override_pinned=override_pinned, epochs=epochs, scores=scores, references=references
     )
+    summary["sweep_limit"] = budget.summary({s.label: len(r.results) for s, r in zip(settings, runs, strict=True)},
+                                            len(runnable))
     if options.estimate:
         figures = {
             setting.label: estimate_row(report.summary, options.price_in, options.price_out)

@@ -61,7 +61,11 @@ __all__ = [
     "JudgeBaseUrlOption",
     "JudgeModelOption",
     "MAX_CONCURRENCY",
+    "MaxCostOption",
+    "MaxSecondsOption",
+    "MaxTokensOption",
     "ModelOption",
+    "OnLimitOption",
     "PriceInOption",
     "PriceOutOption",
     "ProcessesOption",
@@ -102,6 +106,18 @@ ScriptedLatencyOption = Annotated[
         "--scripted-latency", min=0, max=3600, metavar="SECONDS",
         help="Give the embedded model this simulated latency per call (size concurrency before paying for a real model).",
     ),
+]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option("--max-tokens", min=1, help="Limit on model tokens, every task's together (a sweep's: every setting's): once reached no task starts (--resume with a raised one goes on)."),
+]
+MaxCostOption = Annotated[float | None, typer.Option("--max-cost", help="Limit on cost in USD at --price-in/--price-out (a sweep's: every setting's together).")]
+MaxSecondsOption = Annotated[
+    float | None, typer.Option("--max-seconds", help="Limit on wall time in seconds, earlier resumed invocations included.")
+]
+OnLimitOption = Annotated[
+    str | None,
+    typer.Option("--on-limit", metavar="finish|stop", help="At a limit: let running tasks finish (default) or stop them (--resume reruns them)."),
 ]
 ReportOption = Annotated[bool, typer.Option("--report", help="Write OUT/report.html at the end (see reverie report).")]
 EstimateOption = Annotated[
@@ -177,10 +193,10 @@ def run(
     judge_model: JudgeModelOption = None,
     judge_base_url: JudgeBaseUrlOption = None,
     estimate: EstimateOption = False,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Run limit on model tokens, every task's together: once reached no task starts (--resume with a raised one goes on).")] = None,
-    max_cost: Annotated[float | None, typer.Option("--max-cost", help="Run limit on cost in USD at --price-in/--price-out.")] = None,
-    max_seconds: Annotated[float | None, typer.Option("--max-seconds", help="Run limit on wall time in seconds, earlier resumed invocations included.")] = None,
-    on_limit: Annotated[str | None, typer.Option("--on-limit", metavar="finish|stop", help="At a run limit: let running tasks finish (default) or stop them (--resume reruns them).")] = None,
+    max_tokens: MaxTokensOption = None,
+    max_cost: MaxCostOption = None,
+    max_seconds: MaxSecondsOption = None,
+    on_limit: OnLimitOption = None,
 ) -> None:
     """Run every task of a suite, each in its own agent and memory repository, and check the results."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
@@ -314,6 +330,10 @@ def sweep(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     write_report: ReportOption = False,
     estimate: EstimateOption = False,
+    max_tokens: MaxTokensOption = None,
+    max_cost: MaxCostOption = None,
+    max_seconds: MaxSecondsOption = None,
+    on_limit: OnLimitOption = None,
 ) -> None:
     """Run the suite under each reflection-trigger setting, compare them and recommend one.
 
@@ -330,7 +350,8 @@ def sweep(
             price_in=price_in, price_out=price_out, latency=scripted_latency, ray_address=ray_address,
             judge_model=judge_model, judge_base_url=judge_base_url, estimate=estimate,
             triggers=triggers_given(trigger), epochs=epochs, override_pinned=override_pinned,
-            triggers_name="--trigger",
+            triggers_name="--trigger", max_tokens=max_tokens, max_cost=max_cost, max_seconds=max_seconds,
+            on_limit=on_limit,
         ))
         for note in prepared.plan.notes:
             _err.print(note, soft_wrap=True, markup=False)
@@ -381,22 +402,23 @@ def _sweep_prepared(prepared: PreparedSweep, trigger: list[str] | None, ray_addr
         async def main() -> SweepReport:
             return await prepared.run(progress_for=progress_for, on_result_for=on_result_for)
 
+        resume_line = command_line(["sweep", suite], {
+            "--trigger": trigger or None, "--out": out_dir, "--resume": True, "--concurrency": jobs,
+            "--executor": None if kind == "local" else kind, "--ray-address": ray_address,
+            "--processes": processes, "--model": model, "--context-window": context_window,
+            "--scripted-latency": latency or None, "--price-in": options.price_in, "--price-out": options.price_out,
+            "--task": task or None, "--limit": limit, "--epochs": epochs if epochs > 1 else None,
+            "--override-pinned": plan.override_pinned, "--judge-model": options.judge_model,
+            "--judge-base-url": options.judge_base_url,
+            "--quiet": quiet, "--report": write_report,
+        })
         try:
             report = run_async(main)
         except BaseException as exc:
             if not _interrupted(exc):
                 raise
             _err.print("interrupted; finish with:")
-            print(command_line(["sweep", suite], {
-                "--trigger": trigger or None, "--out": out_dir, "--resume": True, "--concurrency": jobs,
-                "--executor": None if kind == "local" else kind, "--ray-address": ray_address,
-                "--processes": processes, "--model": model, "--context-window": context_window,
-                "--scripted-latency": latency or None, "--price-in": options.price_in, "--price-out": options.price_out,
-                "--task": task or None, "--limit": limit, "--epochs": epochs if epochs > 1 else None,
-                "--override-pinned": plan.override_pinned, "--judge-model": options.judge_model,
-                "--judge-base-url": options.judge_base_url,
-                "--quiet": quiet, "--report": write_report,
-            }), file=sys.stderr, flush=True)
+            print(resume_line, file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     if options.estimate:
         _print_estimate(out_dir.parent)
@@ -409,6 +431,10 @@ def _sweep_prepared(prepared: PreparedSweep, trigger: list[str] | None, ray_addr
     for line in estimate_lines(report.summary.get("estimate"), by_setting):
         _out.print(line, markup=False)
     after_run(out_dir, write=write_report)
+    if report.summary.get("sweep_limit"):
+        _err.print("go on with a raised limit (--max-tokens/--max-cost/--max-seconds):")
+        print(resume_line, file=sys.stderr, flush=True)
+        raise typer.Exit(4)
 
 
 def events(

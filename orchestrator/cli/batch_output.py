@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.batch.sweep_budget import sweep_limit_line
 from orchestrator.batch.sweep_stats import limit_stops_cell
 from orchestrator.cli.errors import program
 from orchestrator.cli.render import one_line
@@ -314,6 +315,9 @@ def sweep_table(summary: Mapping[str, Any], title: str, *, width: int | None = N
     ]
     unpriced = all(r.get("cost") is None for r in rows)
     cols, caption = _fit(cols, width, ("cost", *_SWEEP_DROP_ORDER[:-1]) if unpriced else _SWEEP_DROP_ORDER)
+    stopped = summary.get("sweep_limit")
+    if stopped:
+        title += f" · stopped at {stopped['limit']}: " + ", ".join(f"{k} ran {n}/{stopped['of']}" for k, n in stopped["ran"].items())
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for header, cells, _ in cols:
         longest = max(_plain_len(c) for c in [header, *cells])
@@ -347,6 +351,8 @@ def decision_lines(summary: Mapping[str, Any]) -> list[str]:
     rec = summary.get("recommendation")
     if rec:
         lines.append(f"recommended: {rec['reason']}")
+    if summary.get("sweep_limit"):
+        lines.append(sweep_limit_line(summary["sweep_limit"]))
     if summary.get("pinned"):
         verb = "compared (--override-pinned)" if summary.get("override_pinned") else "left out (--override-pinned compares them)"
         lines.append(f"pinned, {verb}: " + ", ".join(f"{k} ({v})" for k, v in summary["pinned"].items()))

@@ -164,6 +164,49 @@ def test_a_run_stops_launching_at_its_token_limit_and_a_resume_with_more_finishe
     assert sum(_store_tokens(out, f"c{i}") for i in range(6)) <= 2 * budget, "the whole run within the raised budget"
 
 
+def test_a_sweep_stops_at_its_token_limit_with_every_setting_paired_and_a_resume_decides_as_an_unlimited_one(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    """docs/design.md L3: the budget is the whole sweep's, checked between rounds that give every
+    setting the same tasks; --resume with a raised one completes it."""
+    chats = [{"id": f"c{i}", "turns": [f"just chatting {i}", "remember: I like tea"],
+              "checks": [{"contains": "tea"}]} for i in range(5)]  # fmt: skip
+    suite = write_suite(tmp_path / "chats.jsonl", chats)
+    triggers = ["-t", "off", "-t", "step-count:1"]
+    full = tmp_path / "whole"  # the same length as "split": a task's prompts hold its paths
+    unlimited = CliRunner().invoke(cli, ["sweep", str(suite), *triggers, "--out", str(full), "-q", "-P", "1"])
+    assert unlimited.exit_code == 0, unlimited.output
+    per_round = {t: _store_tokens(full / "off", t) + _store_tokens(full / "step-count-1", t) for t in ("c0", "c1")}
+    budget = per_round["c0"] + per_round["c1"] // 2  # reached during the second round
+    out = tmp_path / "split"
+    first = CliRunner().invoke(cli, ["sweep", str(suite), *triggers, "--out", str(out), "-q", "-P", "1",
+                                     "--max-tokens", str(budget)])  # fmt: skip
+    assert first.exit_code == 4, first.output
+    assert "Traceback" not in first.output
+    assert "stopped at sweep.tokens: off ran 2/5, step-count-1 ran 2/5" in first.output
+    assert "Stopped at the sweep's tokens limit (sweep.tokens)" in first.output
+    stopped = json.loads((out / "summary.json").read_text())["sweep_limit"]
+    assert stopped["ran"] == {"off": 2, "step-count-1": 2} and stopped["of"] == 5
+    ran = {label: [json.loads(line)["id"] for line in (out / label / "results.jsonl").read_text().splitlines()]
+           for label in ("off", "step-count-1")}  # fmt: skip
+    assert ran == {"off": ["c0", "c1"], "step-count-1": ["c0", "c1"]}, "the settings stay paired"
+    spent = sum(_store_tokens(out / label, t) for label in ran for t in ran[label])
+    assert stopped["spent"] == spent, "the sweep's spend is what the tasks' stores recorded"
+    assert spent >= budget > spent - per_round["c1"], "launching stopped at the round that reached the budget"
+    assert not (out / "off" / "home" / "stores" / "c2.sqlite3").exists(), "no task after the limit started"
+    again = CliRunner().invoke(cli, ["sweep", str(suite), "--out", str(out), "-q", "--resume", "--max-tokens", str(10 * budget)])
+    assert again.exit_code == 0, again.output
+    resumed, whole = (json.loads((d / "summary.json").read_text()) for d in (out, full))
+    assert resumed["sweep_limit"] is None
+
+    def decision(summary: dict[str, object]) -> object:
+        rows = [{k: r[k] for k in ("setting", "quality", "samples", "passed", "reflections", "outcomes")}
+                for r in summary["settings"]]  # type: ignore[attr-defined]  # fmt: skip
+        return rows, summary["front"], summary["recommendation"], summary["paired"]
+
+    assert decision(resumed) == decision(whole), "the resumed sweep decides as the unlimited one"
+
+
 def _store_tokens(out: Path, task_id: str) -> int:
     """A task's tokens as its own store recorded them, one ``model.call`` event per request."""
     with sqlite3.connect(out / "home" / "stores" / f"{task_id}.sqlite3") as conn:
