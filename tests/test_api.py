@@ -122,6 +122,29 @@ async def test_a_sweep_runs_epochs_leaves_pinned_tasks_out_and_resumes_with_what
     assert not (tmp_path / "none").exists()
 
 
+async def test_a_sweep_under_a_budget_that_stops_keeps_the_settings_paired_and_resumes_with_a_raised_one(
+    tmp_path: Path,
+) -> None:
+    """docs/design.md L3: the budget is the sweep's; with ``on_limit="stop"`` a setting the stop
+    reaches before it starts runs nothing more, and the decision compares only paired tasks."""
+    suite, out = _suite(tmp_path / "suite.jsonl"), tmp_path / "sweep"
+    first = await sweep(suite, ["off", "step-count:2"], out, processes=1, max_tokens=1, on_limit="stop")
+    stopped = first.summary["sweep_limit"]
+    assert stopped["limit"] == "sweep.tokens" and stopped["on_limit"] == "stop" and stopped["cap"] == 1
+    assert stopped["ran"] == {"off": 1, "step-count-2": 0} and stopped["of"] == len(TASKS)
+    assert [row["samples"] for row in first.summary["settings"]] == [0, 0], "an unpaired task is not compared"
+    assert "Stopped at the sweep's tokens limit" in (out / "summary.md").read_text(encoding="utf-8")
+    recorded = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+    assert (recorded["run_limits"], recorded["on_limit"]) == ({"tokens": 1}, "stop")
+    held = await sweep(suite, None, out, resume=True)  # the recorded budget still holds
+    assert held.summary["sweep_limit"]["ran"] == {"off": 1, "step-count-2": 0}
+    done = await sweep(suite, None, out, resume=True, max_tokens=10**9)
+    assert done.summary["sweep_limit"] is None
+    assert [row["samples"] for row in done.summary["settings"]] == [len(TASKS)] * 2
+    with pytest.raises(orchestrator.ReverieError, match="--on-limit 'later'"):
+        await sweep(suite, ["off"], tmp_path / "bad", max_tokens=5, on_limit="later")
+
+
 async def test_a_stress_run_loses_nothing(tmp_path: Path) -> None:
     result = await stress(2, 3, workdir=tmp_path / "stress")
     assert result.lost == 0 and result.merged + result.kept >= 1

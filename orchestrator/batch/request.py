@@ -25,7 +25,8 @@ class BatchRequest:
     """A run's or a sweep's options as given. ``out`` is the run (or sweep) directory; for a retry
     it is ``retry_failed``, the run whose failed tasks rerun in place, and ``suite`` may be None
     (the run's own). ``latency`` is the scripted model's (``--scripted-latency``); ``config_file``
-    the configuration the tasks read. ``max_*``/``on_limit`` are a run's limits (B1). ``triggers``,
+    the configuration the tasks read. ``max_*``/``on_limit`` are a run's limits (B1), or a whole
+    sweep's (docs/design.md L3). ``triggers``,
     ``epochs`` and ``override_pinned`` are a sweep's; ``triggers_name`` is what a refused trigger is
     called (the library's ``triggers``, the command line's ``--trigger``)."""
 

@@ -7,6 +7,10 @@ every reflection outcome, the Pareto front and the recommended setting) is ``OUT
 and ``OUT/summary.md``. ``epochs`` > 1 runs every task that many times per setting, as
 ``<id>.epoch-<k>`` in the same run (so the copies run concurrently).
 
+A sweep's limits (``RunOptions.run_limits``: ``--max-tokens`` and the others) are the whole
+sweep's; a limited sweep runs in rounds so that a stop leaves the settings paired
+(``batch/sweep_budget.py``, docs/design.md L3).
+
 A task that pins its own reflection trigger (``settings.reflection_trigger``) would be compared
 under triggers it was not written for: it is left out and listed as pinned, unless
 ``override_pinned``, when the setting overrides its trigger like every other task's.
@@ -37,7 +41,7 @@ from orchestrator.batch.charts import write_charts
 from orchestrator.batch.estimate import estimate_row, read_estimate, write_estimate
 from orchestrator.batch.paired import Paired, compare_with_best, question_scores
 from orchestrator.batch.protocol import Executor, HeldAcrossRuns
-from orchestrator.batch.results import TaskResult
+from orchestrator.batch.results import RESULTS_FILE, TaskResult, read_results, summarize
 from orchestrator.batch.run import RunReport, run_suite
 from orchestrator.batch.rundir import hold_run_dir
 from orchestrator.batch.runner import ProgressSink, RunOptions
@@ -311,6 +315,16 @@ def _write_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
     (out_dir / SWEEP_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
+def _recorded_report(run_dir: Path, tasks: Sequence[Task]) -> RunReport:
+    """A setting's run as its directory records it, for a sweep whose limit let it run nothing
+    now (nothing new is written). Blocking."""
+    recorded = read_results(run_dir / RESULTS_FILE)
+    results = tuple(recorded[t.id] for t in tasks if t.id in recorded)
+    summary = summarize(results)
+    summary["elapsed_total"] = read_spend(run_dir).seconds
+    return RunReport(results=results, summary=summary, skipped=tuple(r.id for r in results), ran=())
+
+
 async def run_sweep(
     tasks: Sequence[Task],
     settings: Sequence[SweepSetting],
@@ -357,7 +371,8 @@ async def _run_sweep(
     ``sweep.json`` (the settings, in order) is written first, so even an interrupted sweep is
     recognisable as one. ``on_result_for(setting)`` hears of each task as it finishes (progress).
     Pinned tasks are left out unless ``override_pinned`` (module docstring). With OpenTelemetry on,
-    the sweep is one ``invoke_workflow`` span around its runs'."""
+    the sweep is one ``invoke_workflow`` span around its runs'. With limits the settings run in
+    rounds (module docstring); the decision compares the tasks every setting ran."""
     async with workflow(f"sweep {suite_name or options.out_dir.name}", {"reverie.run.dir": str(options.out_dir)}):
         return await _run_settings(
             tasks, settings, options, make_executor, resume, progress_for, on_result_for, on_setting_done,
@@ -428,13 +443,11 @@ async def _run_settings(
                               None if not stopped else str(stopped["limit"]))
                 if end == ends[-1] and on_setting_done is not None:
                     await on_setting_done(setting, report)
-        for setting in settings:
-            if setting.label not in last:  # a stop before this setting's first run: its recorded results
-                last[setting.label] = await run_suite(
-                    [], replace(options, out_dir=options.out_dir / setting.label, run_limits={}),
-                    executor if first else make_executor(), resume=True, suite_name=suite_name,
-                )
-                first = False
+    for setting in settings:
+        if setting.label not in last:  # stopped before this setting ran now: what it recorded
+            last[setting.label] = await blocking.run_sync(
+                "files", partial(_recorded_report, options.out_dir / setting.label, runnable)
+            )
     runs = [last[s.label] for s in settings]
     paired_ids = set.intersection(*({r.id for r in report.results} for report in runs))
     compared_results = [[r for r in report.results if r.id in paired_ids] for report in runs]

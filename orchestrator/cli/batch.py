@@ -338,7 +338,9 @@ def sweep(
     """Run the suite under each reflection-trigger setting, compare them and recommend one.
 
     --resume finishes an interrupted sweep with what it recorded (its settings, epochs,
-    concurrency, executor, processes, model, window, latency, prices and judge) unless an option is given again."""
+    concurrency, executor, processes, model, window, latency, prices, judge and limits) unless an option is given
+    again. --max-tokens/--max-cost/--max-seconds bound the whole sweep, run in rounds so a stop leaves
+    every setting with the same tasks."""
     # lazy: `reverie --help` imports every command module (cli/app.py)
     from orchestrator.api import BatchRequest, prepare_sweep
 
