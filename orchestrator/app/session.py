@@ -153,7 +153,10 @@ class ChatSession:
             async def resolver_call(event: ModelCalled) -> None:
                 await Publisher(rt.store, agent.agent_id, shown)(event, current["conversation"])
 
-            async with Supervisor.open(rt.store, observer=shown, capacity=settings.max_subagents) as supervisor:
+            async with Supervisor.open(
+                rt.store, observer=shown, capacity=settings.max_subagents,
+                process_capacity_total=settings.max_process_subagents,
+            ) as supervisor:
                 installed: list[Installed] = []
                 tracker: MemoryTracker | None = None
 

@@ -131,6 +131,8 @@ class Settings:
     limit_task_seconds: float | None = None
     max_subagents: int = 4
     """Background subagents one agent's session runs at once (the supervisor's capacity)."""
+    max_process_subagents: int = 16
+    """Background subagents one process runs at once, over all its sessions (a batch run's tasks)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each value that is not the default came from, as the user wrote it (``--model``,
     ``REVERIE_MODEL``, ``config.toml: model.name``, ``agent setting model``); not a setting itself."""
@@ -200,6 +202,7 @@ _KEYS: Mapping[str, str] = {
     "reflection.merge": "reflection_merge",
     "reflection.merge_instructions": "reflection_merge_instructions",
     "limits.subagents": "max_subagents",
+    "limits.process_subagents": "max_process_subagents",
     **{f"limits.{f.name[len('limit_'):]}": f.name for f in fields(Settings) if f.name.startswith("limit_")},
 }
 _ENV: Mapping[str, str] = {
@@ -219,6 +222,7 @@ _ENV: Mapping[str, str] = {
     "REVERIE_TOOL_MIDDLE_TRUNCATE": "middle_truncate",
     "REVERIE_WRITE_LIMIT_MB": "write_limit_mb",
     "REVERIE_MAX_SUBAGENTS": "max_subagents",
+    "REVERIE_MAX_PROCESS_SUBAGENTS": "max_process_subagents",
     **{f"REVERIE_{f.name.upper()}": f.name for f in fields(Settings) if f.name.startswith("limit_")},
 }
 _FLAG_NAMES: Mapping[str, str] = {"limit_session_tokens": "--max-tokens", "limit_session_cost": "--max-cost"}
@@ -251,6 +255,7 @@ _DAY = 86_400.0
 _MAXIMUM: Mapping[str, float] = {
     "max_steps": 100_000,
     "max_subagents": 64,
+    "max_process_subagents": 1024,
     "bash_timeout": _DAY,
     "stream_idle_timeout": _DAY,
     "request_timeout": _DAY,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -33,18 +34,22 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from orchestrator.agent.turn import Observer, TurnOutcome, TurnRunner
 from orchestrator.base import blocking
+from orchestrator.base.config import Settings
 from orchestrator.base.events import LockWaiting
 from orchestrator.base.flock import hold_flock
 from orchestrator.runtime.plugins import AfterTurnHook
 from orchestrator.store import Store
 
-__all__ = ["DEFAULT_SUBAGENT_CAPACITY", "Running", "Supervisor"]
+__all__ = ["DEFAULT_PROCESS_SUBAGENTS", "DEFAULT_SUBAGENT_CAPACITY", "Running", "Supervisor", "process_capacity"]
 
-DEFAULT_SUBAGENT_CAPACITY = 4
+DEFAULT_SUBAGENT_CAPACITY: int = Settings.max_subagents
+DEFAULT_PROCESS_SUBAGENTS: int = Settings.max_process_subagents
+_PROCESS: weakref.WeakKeyDictionary[object, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
 _GRACE = 5.0
 """How long past its time limit ``wait_out`` still waits for a subagent: the limit stops it, then
 it records its outcome and cleans up."""
@@ -60,6 +65,19 @@ class Running:
     seconds_left: float | None
 
 
+def process_capacity(total: int | None) -> anyio.CapacityLimiter:
+    """The limiter every supervisor on this event loop shares: one process runs at most ``total``
+    background subagents at once, however many sessions it holds (a batch run's tasks; B2). Its size
+    is the last one given (None keeps it; a new loop starts at ``DEFAULT_PROCESS_SUBAGENTS``)."""
+    loop = anyio.lowlevel.current_token().native_token
+    limiter = _PROCESS.get(loop)
+    if limiter is None:
+        limiter = _PROCESS[loop] = anyio.CapacityLimiter(total or DEFAULT_PROCESS_SUBAGENTS)
+    elif total is not None:
+        limiter.total_tokens = total
+    return limiter
+
+
 class Supervisor:
     """Owner of a session's turns and background tasks (see the module docstring); a ``Spawner``.
 
@@ -67,12 +85,16 @@ class Supervisor:
     lists the one-line reports of contained failures, oldest first, for the caller to show.
     """
 
-    def __init__(self, store: Store, task_group: TaskGroup, observer: Observer | None, capacity: int) -> None:
+    def __init__(
+        self, store: Store, task_group: TaskGroup, observer: Observer | None, capacity: int,
+        process: anyio.CapacityLimiter | None = None,
+    ) -> None:
         self.store = store
         self._tg = task_group
         self.observer = observer
         self._locks: defaultdict[str, anyio.Lock] = defaultdict(anyio.Lock)
         self.capacity = anyio.CapacityLimiter(capacity)
+        self.process = process or process_capacity(None)
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -89,10 +111,13 @@ class Supervisor:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, store: Store, *, observer: Observer | None = None, capacity: int = DEFAULT_SUBAGENT_CAPACITY
+        cls, store: Store, *, observer: Observer | None = None, capacity: int = DEFAULT_SUBAGENT_CAPACITY,
+        process_capacity_total: int | None = None,
     ) -> AsyncIterator[Supervisor]:
+        """``capacity``: subagents this supervisor runs at once; ``process_capacity_total``: those every
+        supervisor of the process runs at once (:func:`process_capacity`; None keeps its size)."""
         async with anyio.create_task_group() as tg:
-            supervisor = cls(store, tg, observer, capacity)
+            supervisor = cls(store, tg, observer, capacity, process_capacity(process_capacity_total))
             try:
                 yield supervisor
             finally:
@@ -178,7 +203,7 @@ class Supervisor:
 
         async def child() -> None:
             try:
-                async with self.capacity:
+                async with self.capacity, self.process:
                     await self._contained(name, fn)
             finally:
                 self._children.pop(key, None)
