@@ -78,8 +78,8 @@ def test_help_interrupt_status_and_exit_leave_a_sane_terminal(tmp_path: Path, ba
 
         term.line("/exit")
         term.wait(lambda text: text.rstrip().endswith("$"))
-        term.line("stty -a; echo stty-done")
-        settings = term.wait("stty-done\n")
+        term.line("stty -a; echo stty-$((1 + 1))")  # the marker is printed, not typed: the echo of a typed line never matches
+        settings = term.wait("stty-2\n")
         words = settings.replace(";", " ").split()
         assert "echo" in words and "-echo" not in words and "icanon" in words
         assert (home / "history" / "agent-default.txt").read_text().count("tell me something slowly") == 1
@@ -218,8 +218,9 @@ def test_ctrl_d_with_a_reflection_running_counts_down_and_ctrl_c_leaves_it_for_t
             term.wait(lambda text: text.rstrip().endswith("$"))
             assert _reflections(home) == [("manual", "interrupted")]
             release.set()
-            term.line(f"{CHAT} -p 'hello again'; echo one-shot-done")
-            term.wait(lambda text: "one-shot-done" in text.splitlines())
+            # printed, not typed: a long checkout path wraps the typed line, and the echo would match
+            term.line(f"{CHAT} -p 'hello again'; echo one-shot-$((40 + 2))")
+            term.wait(lambda text: "one-shot-42" in text.splitlines())
             assert _reflections(home) == [("manual", "relaunched"), ("relaunch", "no_changes")], term.text()
         finally:
             release.set()
