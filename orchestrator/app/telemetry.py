@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -203,17 +204,19 @@ async def workflow(name: str, attributes: Mapping[str, Any] | None = None) -> As
                 await _flush(providers)
 
 
-_handlers: dict[int, Any] = {}
+_handlers: weakref.WeakKeyDictionary[Providers, Any] = weakref.WeakKeyDictionary()
+"""Keyed by the providers themselves, never their ``id()``: a new set of providers can reuse a freed
+one's id and would be handed the old handler, whose spans go to the old exporter."""
 
 
 def _handler(providers: Providers) -> Any:
     """One ``TelemetryHandler`` per set of providers (it holds the instruments)."""
-    handler = _handlers.get(id(providers))
+    handler = _handlers.get(providers)
     if handler is None:
         # optional: the reverie[otel] extra
         from opentelemetry.util.genai.handler import TelemetryHandler
 
-        handler = _handlers[id(providers)] = TelemetryHandler(
+        handler = _handlers[providers] = TelemetryHandler(
             tracer_provider=providers.tracer_provider,
             meter_provider=providers.meter_provider,
             instrumentation_scope_name=SCOPE,

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from orchestrator.app import telemetry as telemetry_module
 from orchestrator.app.session import ChatSession
 from orchestrator.app.telemetry import installed, open_telemetry, otel_configured
 from orchestrator.testing.otlp_collector import LoopbackCollector
@@ -309,3 +310,16 @@ async def test_a_batch_task_stopped_at_its_limit_carries_it_on_its_workflow_span
     assert _limit_of(task) == ("task.tokens", 10.0, 0.0)
     run = _one(traced.finished(), "invoke_workflow run capped")
     assert _limit_of(run) == (None, None, None)
+
+
+
+def test_a_new_set_of_providers_never_gets_a_freed_sets_handler() -> None:
+    """Providers installed one after another (an embedding program's, each test's) each get their
+    own handler: a freed set's address is soon reused, and a handler found by ``id()`` sent a new
+    set's spans to the old exporter (no span reached the new one)."""
+    tracers = [TracerProvider() for _ in range(20)]
+    handlers: list[Any] = []
+    for tracer in tracers:
+        handler = telemetry_module._handler(telemetry_module.Providers(tracer))
+        assert all(handler is not old for old in handlers)
+        handlers.append(handler)
